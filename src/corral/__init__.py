@@ -1,0 +1,1 @@
+"""corral: a workload manager for ML and compute teams."""

@@ -1,0 +1,64 @@
+"""What every command shares: the client, the error convention, key=value options and JSON output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import click
+from pydantic import BaseModel
+from rich.console import Console
+
+from corral.client.http import Client
+
+
+class CliError(click.ClickException):
+    """Printed as `error: ...` on stderr, exit code 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def client(ctx: click.Context | None = None) -> Client:
+    """The client in the context object (tests inject a fake one there), else one found by discovery."""
+    ctx = ctx or click.get_current_context()
+    obj = ctx.find_root().ensure_object(dict)
+    if obj.get("client") is None:
+        obj["client"] = Client()
+        ctx.find_root().call_on_close(obj["client"].close)
+    return obj["client"]
+
+
+def parse_pairs(ctx: click.Context | None, param: click.Parameter | None, values: Iterable[str]) -> dict[str, str]:
+    """Click callback for repeatable K=V options; a malformed one is a usage error (exit 2)."""
+    pairs: dict[str, str] = {}
+    for value in values or ():
+        key, sep, val = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", ctx=ctx, param=param)
+        pairs[key.strip()] = val
+    return pairs
+
+
+def to_jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(to_jsonable(value), indent=2))
+
+
+def console() -> Console:
+    """A console on the current stdout, so CliRunner captures tables too."""
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")

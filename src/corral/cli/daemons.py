@@ -1,0 +1,78 @@
+"""`corral controller` and `corral worker`: the long-running processes, started by hand or by `corral up`.
+
+Their modules are imported inside the commands, so the client commands stay fast to start.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import click
+
+from corral.cli.common import parse_pairs
+from corral.client.discovery import DEFAULT_DATA_DIR
+from corral.core.spec import parse_bytes
+
+
+@click.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="CORRAL_DATA_DIR",
+              default=DEFAULT_DATA_DIR, show_default=True, help="Where the store, logs, bundles and tokens live.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8265, show_default=True)
+@click.option("--db", "db_url", help="SQLAlchemy URL of the store (default: SQLite in the data directory).")
+@click.option("--loss-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds without a heartbeat before a worker is declared lost.")
+@click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
+               heartbeat_interval: float) -> None:
+    """Run the controller (API, scheduler, dashboard) in the foreground."""
+    from corral.controller.server import serve
+    from corral.controller.settings import ControllerSettings
+
+    serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
+                             heartbeat_interval=heartbeat_interval))
+
+
+def default_address(controller_url: str) -> str:
+    """The local address on the route to the controller: what gang peers on other machines can reach."""
+    parts = urlsplit(controller_url)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((parts.hostname or "127.0.0.1", parts.port or 80))  # UDP: sends nothing
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostname()
+
+
+def memory_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """Click callback: "16G" -> bytes, a bad size is a usage error."""
+    try:
+        return None if value is None else int(parse_bytes(value))
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+
+
+@click.command()
+@click.option("--controller", "controller_url", envvar="CORRAL_URL", required=True, help="The controller's URL.")
+@click.option("--token", envvar=["CORRAL_JOIN_TOKEN", "CORRAL_TOKEN"], required=True,
+              help="The join token (or the admin token).")
+@click.option("--name", default=socket.gethostname, help="Default: the host name.")
+@click.option("--address", help="Where gang peers reach this machine. Default: the address on the controller's route.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=".corral-worker",
+              show_default=True, help="Where attempts run and logs are kept.")
+@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="Cores to offer (default: detected).")
+@click.option("--memory", callback=memory_option, help="Memory to offer, e.g. 16G (default: detected).")
+@click.option("--gpus", type=click.IntRange(min=0), help="GPUs to offer (default: detected through NVML).")
+@click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
+@click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+def worker(controller_url: str, token: str, name: str, address: str | None, work_dir: Path, cpus: float | None,
+           memory: int | None, gpus: int | None, labels: dict[str, str], heartbeat_interval: float) -> None:
+    """Run a worker in the foreground: register with the controller and run the tasks it is given."""
+    from corral.worker.agent import WorkerOptions, run_worker
+
+    run_worker(WorkerOptions(
+        controller_url=controller_url.rstrip("/"), token=token, name=name,
+        address=address or default_address(controller_url), work_dir=work_dir, cpus=cpus, memory=memory,
+        gpus=gpus, labels=labels, heartbeat_interval=heartbeat_interval))

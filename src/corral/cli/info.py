@@ -1,0 +1,133 @@
+"""`corral info JOB`: everything about one job, down to why each transition happened."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from corral.cli.common import client, console, json_option, print_json
+from corral.cli.format import (
+    age_since,
+    format_command,
+    format_duration,
+    format_resources,
+    format_time,
+    task_summary,
+)
+from corral.cli.listing import state_text
+from corral.client.errors import CorralError
+from corral.core.views import HistoryEntry, JobView, TaskView
+
+
+@click.command()
+@click.argument("job_id", type=int, metavar="JOB")
+@json_option
+def info(job_id: int, as_json: bool) -> None:
+    """Show a job: its spec, tasks, attempts and the history of its transitions."""
+    api = client()
+    job, tasks, history = api.get(job_id), api.tasks(job_id), api.history(job_id)
+    if as_json:
+        print_json({"job": job, "tasks": tasks, "history": history})
+        return
+    try:
+        names = {w.id: w.name for w in api.workers()}
+    except CorralError:
+        names = {}  # worker names only make the tables easier to read
+    console().print(render_info(job, tasks, history, names, time.time()))
+
+
+def render_info(job: JobView, tasks: list[TaskView], history: list[HistoryEntry], worker_names: dict[str, str],
+                now: float) -> Group:
+    return Group(job_summary(job, now), Text(), tasks_table(tasks, worker_names), Text(),
+                 attempts_table(tasks, worker_names), Text(), history_table(history))
+
+
+def job_summary(job: JobView, now: float) -> Table:
+    spec = job.spec
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    rows: list[tuple[str, Text | str]] = [
+        ("job", f"{job.id} ({job.name})"),
+        ("state", state_text(job.state) + Text(f" for {age_since(job.state_since, now)}")),
+    ]
+    if job.pending_reason:
+        rows.append(("pending", Text(job.pending_reason, style="magenta")))
+    rows += [
+        ("tasks", task_summary(job.task_counts)),
+        ("command", Text(format_command(spec.command))),
+        ("resources", format_resources(spec.resources) + " per task"),
+        ("replicas", f"{spec.replicas}" + (" as a gang" if spec.gang else " independent")),
+        ("priority", str(spec.priority)),
+        ("retries", f"{spec.max_retries_failure} on failure, {spec.max_retries_preemption} on preemption; "
+                    f"{spec.max_task_failures} task failures tolerated"),
+        ("time limit", format_duration(spec.time_limit)),
+    ]
+    if spec.scheduling_timeout is not None:
+        rows.append(("sched. timeout", format_duration(spec.scheduling_timeout)))
+    if spec.bundle:
+        rows.append(("bundle", spec.bundle[:12]))
+    if spec.env:
+        rows.append(("env", Text(" ".join(f"{k}={v}" for k, v in sorted(spec.env.items())))))
+    if spec.labels:
+        rows.append(("labels", Text(" ".join(f"{k}={v}" for k, v in sorted(spec.labels.items())))))
+    if job.idempotency_key:
+        rows.append(("idempotency key", Text(job.idempotency_key)))
+    rows.append(("created", f"{format_time(job.created_at)} ({age_since(job.created_at, now)} ago)"))
+    if job.finished_at is not None:
+        rows.append(("finished", f"{format_time(job.finished_at)} "
+                                 f"(ran {format_duration(job.finished_at - job.created_at)})"))
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
+    table = Table(title="tasks", title_justify="left", box=None, pad_edge=False)
+    for column in ("TASK", "STATE", "ATTEMPT", "WORKER", "GPUS", "EXIT", "FAILURES", "PREEMPTIONS", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON")
+    for task in tasks:
+        table.add_row(str(task.index), state_text(task.state), str(task.attempt), _worker(task.worker_id, names),
+                      ",".join(map(str, task.gpu_ids)) or "-", _opt(task.exit_code), str(task.failures),
+                      str(task.preemptions), Text(task.reason or ""))
+    return table
+
+
+def attempts_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
+    table = Table(title="attempts", title_justify="left", box=None, pad_edge=False)
+    for column in ("TASK", "ATTEMPT", "WORKER", "STATE", "EXIT", "ASSIGNED", "STARTED", "FINISHED", "RAN", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON")
+    for task in tasks:
+        for a in task.attempts:
+            ran = a.finished_at - a.started_at if a.started_at and a.finished_at else None
+            table.add_row(str(task.index), str(a.attempt), _worker(a.worker_id, names), state_text(a.state),
+                          _opt(a.exit_code), format_time(a.assigned_at), format_time(a.started_at),
+                          format_time(a.finished_at), format_duration(ran), Text(a.reason or ""))
+    return table
+
+
+def history_table(history: list[HistoryEntry]) -> Table:
+    table = Table(title="history", title_justify="left", box=None, pad_edge=False)
+    for column in ("TIME", "HANDLER", "RESULT", "TASK", "TRANSITION", "MESSAGE"):
+        table.add_column(column, no_wrap=column != "MESSAGE")
+    for entry in history:
+        task = "-" if entry.task_index is None else str(entry.task_index)
+        if entry.attempt is not None and entry.task_index is not None:
+            task += f"#{entry.attempt}"
+        change = " -> ".join(s for s in (entry.from_state, entry.to_state) if s)
+        if entry.from_state is None and entry.to_state:
+            change = f"-> {change}"
+        table.add_row(format_time(entry.at), entry.handler, entry.result, task, change, Text(entry.message or ""))
+    return table
+
+
+def _worker(worker_id: str | None, names: dict[str, str]) -> Text:
+    return Text("-" if worker_id is None else names.get(worker_id, worker_id))
+
+
+def _opt(value: object) -> str:
+    return "-" if value is None else str(value)

@@ -1,0 +1,79 @@
+"""`corral jobs` and `corral workers`: one row per job or worker."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from corral.cli.common import client, console, json_option, print_json
+from corral.cli.format import format_age, format_bytes, format_number, task_summary
+from corral.core.states import JobState, WorkerState
+from corral.core.views import JobView, WorkerView
+
+STATE_STYLES = {"SUCCEEDED": "green", "FAILED": "red", "LOST": "red", "UNSCHEDULABLE": "red",
+                "CANCELLED": "yellow", "RUNNING": "cyan", "PENDING": "magenta"}
+
+
+def state_text(state: str) -> Text:
+    return Text(str(state), style=STATE_STYLES.get(str(state), ""))
+
+
+@click.command()
+@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobState], case_sensitive=False),
+              help="Only jobs in this state (repeatable).")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many jobs.")
+@json_option
+def jobs(states: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """List jobs, newest first."""
+    found = list(client().list(states=[s.upper() for s in states], limit=limit))
+    if as_json:
+        print_json(found)
+        return
+    console().print(jobs_table(found, time.time()))
+
+
+def jobs_table(found: list[JobView], now: float) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for column in ("ID", "NAME", "STATE", "TASKS", "AGE"):
+        table.add_column(column, no_wrap=column != "STATE")
+    for job in found:
+        state = state_text(job.state)
+        if job.state == JobState.PENDING and job.pending_reason:
+            state.append(f"\n{job.pending_reason}", style="dim")
+        table.add_row(str(job.id), Text(job.name), state, task_summary(job.task_counts),
+                      format_age(now - job.created_at))
+    return table
+
+
+@click.command()
+@json_option
+def workers(as_json: bool) -> None:
+    """List the workers: capacity and use per resource."""
+    found = client().workers()
+    if as_json:
+        print_json(found)
+        return
+    console().print(workers_table(found, time.time()))
+
+
+def workers_table(found: list[WorkerView], now: float) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for column in ("ID", "NAME", "ADDRESS", "STATE", "CPU", "MEM", "GPU", "HEARTBEAT", "TASKS"):
+        table.add_column(column, no_wrap=True)
+    for worker in found:
+        table.add_row(
+            worker.id, Text(worker.name), Text(worker.address),
+            Text(worker.state, style="green" if worker.state == WorkerState.ALIVE else "red"),
+            *usage(worker), f"{format_age(now - worker.last_heartbeat)} ago", str(worker.running_tasks))
+    return table
+
+
+def usage(worker: WorkerView) -> tuple[str, str, str]:
+    """("2.0/8", "1.0G/16G", "0/1"): what is reserved over what the worker has."""
+    used, capacity = worker.used, worker.capacity
+    return (f"{used.get('cpu', 0):.1f}/{format_number(capacity.get('cpu', 0))}",
+            f"{format_bytes(used.get('memory', 0))}/{format_bytes(capacity.get('memory', 0), compact=True)}",
+            f"{int(used.get('gpu', 0))}/{int(capacity.get('gpu', 0))}")

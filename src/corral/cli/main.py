@@ -1,0 +1,42 @@
+"""The `corral` command: a Click group whose commands live in one module per idea."""
+
+from __future__ import annotations
+
+import click
+from pydantic import ValidationError
+
+from corral.cli.actions import cancel, logs
+from corral.cli.common import CliError
+from corral.cli.daemons import controller, worker
+from corral.cli.info import info
+from corral.cli.listing import jobs, workers
+from corral.cli.submit import submit
+from corral.cli.up import up
+from corral.client.errors import CorralError, format_validation
+
+
+class CorralGroup(click.Group):
+    """Turns the client's errors into `error: ...` and exit code 1, whatever command raised them."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except CorralError as error:
+            raise CliError(str(error)) from None
+        except ValidationError as error:
+            what = "invalid job spec" if error.title == "JobSpec" else f"unexpected {error.title} from the controller"
+            raise CliError(f"{what}: {format_validation(error)}") from None
+
+
+@click.group(cls=CorralGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="corral")
+def main() -> None:
+    """corral: run batch jobs, gangs and services on a pool of CPU and GPU machines.
+
+    Client commands find the controller through CORRAL_URL and CORRAL_TOKEN, or else the
+    cluster.json that `corral up` writes in its data directory (CORRAL_DATA_DIR, default ./.corral).
+    """
+
+
+for command in (up, submit, jobs, info, logs, cancel, workers, controller, worker):
+    main.add_command(command)

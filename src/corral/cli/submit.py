@@ -1,0 +1,137 @@
+"""`corral submit`: a JobSpec from a file and options, an optional bundle upload, and an optional wait."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from corral.cli.common import CliError, client, json_option, parse_pairs, print_json
+from corral.cli.format import task_summary
+from corral.core.spec import JobSpec
+from corral.core.states import JobState
+
+# Options that set a top-level JobSpec field of the same name when given.
+TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max_retries_preemption",
+             "max_task_failures", "time_limit", "scheduling_timeout", "grace_period")
+# Options that set a field of `resources`.
+RESOURCES = {"cpus": "cpu", "memory": "memory", "gpus": "gpu"}
+
+
+def load_spec_file(path: Path) -> tuple[dict[str, Any], Path | None]:
+    """A YAML or JSON job file: the JobSpec fields, plus an optional `workdir` relative to the file."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise CliError(f"cannot read {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise CliError(f"{path} is not valid YAML or JSON: {error}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise CliError(f"{path} must hold a mapping of job spec fields, not a {type(data).__name__}")
+    workdir = data.pop("workdir", None)
+    return data, (path.parent / str(workdir)) if workdir is not None else None
+
+
+def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tuple[str, ...] | list[str] = (),
+                    env: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
+                    **options: Any) -> dict[str, Any]:
+    """Merge the file with the options, options winning; None means "not given". Not validated yet."""
+    data = dict(file_data or {})
+    if isinstance(data.get("command"), str):
+        data["command"] = shlex.split(data["command"])
+    if command:
+        data["command"] = list(command)
+    for field in TOP_LEVEL:
+        if options.get(field) is not None:
+            data[field] = options[field]
+    resources = dict(data.get("resources") or {})
+    for option, field in RESOURCES.items():
+        if options.get(option) is not None:
+            resources[field] = options[option]
+    if resources:
+        data["resources"] = resources
+    for field, given in (("env", env), ("labels", labels)):
+        merged = {**_strings(data.get(field)), **(given or {})}
+        if merged:
+            data[field] = merged
+    unknown = set(options) - set(TOP_LEVEL) - set(RESOURCES)
+    if unknown:
+        raise TypeError(f"unknown spec options: {sorted(unknown)}")
+    return data
+
+
+def build_spec(file_data: Mapping[str, Any] | None = None, **kwargs: Any) -> JobSpec:
+    """The validated spec; a pydantic ValidationError names the field at fault."""
+    return JobSpec.model_validate(build_spec_data(file_data, **kwargs))
+
+
+def _strings(mapping: object) -> dict:
+    """YAML reads `PORT: 8080` as a number; environment variables and labels are strings."""
+    if not isinstance(mapping, dict):
+        return mapping or {}  # type: ignore[return-value]  # let JobSpec report what it is
+    return {k: ("true" if v else "false") if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v
+            for k, v in mapping.items()}
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option("-f", "--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A YAML/JSON job spec; options override it.")
+@click.option("--name")
+@click.option("--cpus", type=float, help="Cores per task (fractional).")
+@click.option("--memory", help="Memory per task, e.g. 512M, 4G, 2Gi.")
+@click.option("--gpus", type=int, help="Whole GPUs per task.")
+@click.option("--replicas", type=int, help="Number of tasks.")
+@click.option("--gang/--no-gang", default=None, help="Place, start and restart all tasks together.")
+@click.option("--priority", type=int)
+@click.option("--max-retries-failure", type=int, help="Retries of a task after it fails.")
+@click.option("--max-retries-preemption", type=int, help="Retries after worker loss or preemption.")
+@click.option("--max-task-failures", type=int, help="Failed tasks tolerated before the job fails.")
+@click.option("--time-limit", help="e.g. 90s, 15m, 2h.")
+@click.option("--scheduling-timeout", help="Give up (UNSCHEDULABLE) if not placed within this, e.g. 10m.")
+@click.option("--grace-period", help="Between SIGTERM and SIGKILL, e.g. 15s.")
+@click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V", help="Environment variable.")
+@click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
+@click.option("--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Directory uploaded as the job's bundle; tasks run in a copy of it.")
+@click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
+@click.option("--wait", is_flag=True, help="Wait for the job to end; exit 0 only if it SUCCEEDED.")
+@json_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, workdir: Path | None,
+           idempotency_key: str | None, wait: bool, as_json: bool, command: tuple[str, ...], **options: Any) -> None:
+    """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
+    file_data, file_workdir = load_spec_file(spec_file) if spec_file else ({}, None)
+    if not command and not file_data.get("command"):
+        raise click.UsageError("no command: give it after --, e.g. `corral submit -- python train.py`, "
+                               "or as `command:` in --file")
+    spec = build_spec(file_data, command=command, env=env, labels=labels, **options)
+    workdir = workdir or file_workdir
+    api = client(ctx)
+    if workdir is not None:
+        spec = spec.model_copy(update={"bundle": api.upload_bundle(workdir)})
+    job = api.submit(spec, idempotency_key=idempotency_key)
+    if not as_json:
+        click.echo(job.id)
+    elif not wait:
+        print_json(job)
+    if wait:
+        _wait(ctx, job.id, as_json)
+
+
+def _wait(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    try:
+        job = client(ctx).wait(job_id)
+    except KeyboardInterrupt:
+        click.echo(f"\nstopped waiting; job {job_id} goes on (`corral cancel {job_id}` stops it)", err=True)
+        ctx.exit(130)
+    if as_json:
+        print_json(job)
+    click.echo(f"job {job.id} {job.state} ({task_summary(job.task_counts)})", err=True)
+    ctx.exit(0 if job.state == JobState.SUCCEEDED else 1)

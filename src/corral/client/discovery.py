@@ -1,0 +1,47 @@
+"""Where the controller is: CORRAL_URL/CORRAL_TOKEN, else the cluster.json of a local `corral up`."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.client.errors import CorralError
+
+DEFAULT_DATA_DIR = ".corral"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    token: str
+    source: str  # where it was found, for error messages
+
+
+def data_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("CORRAL_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+def discover(env: Mapping[str, str] | None = None) -> Endpoint:
+    """The environment wins over the data directory, so a user can point at a remote cluster from anywhere."""
+    env = os.environ if env is None else env
+    cluster_file = data_dir(env) / "cluster.json"
+    url = env.get("CORRAL_URL")
+    if url:
+        token = env.get("CORRAL_TOKEN")
+        if not token:
+            raise CorralError(None, "CORRAL_URL is set but CORRAL_TOKEN is not: set it to the cluster's admin token")
+        return Endpoint(url.rstrip("/"), token, "CORRAL_URL")
+    if not cluster_file.is_file():
+        raise CorralError(None, f"no corral cluster found: CORRAL_URL is not set and {cluster_file.resolve()} "
+                                "does not exist; run `corral up` (or set CORRAL_DATA_DIR to its data directory), "
+                                "or set CORRAL_URL and CORRAL_TOKEN")
+    try:
+        cluster = json.loads(cluster_file.read_text())
+        return Endpoint(str(cluster["url"]).rstrip("/"), str(cluster["admin_token"]), str(cluster_file.resolve()))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CorralError(None, f"cannot read {cluster_file.resolve()}: {error!r}; "
+                                "restart `corral up` or set CORRAL_URL and CORRAL_TOKEN") from None

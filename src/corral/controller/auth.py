@@ -1,0 +1,27 @@
+"""Bearer tokens: the admin token for users, the join token (or the admin one) for workers."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import HTTPException, Request, status
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing bearer token (Authorization: Bearer ...)")
+    return token
+
+
+def require_admin(request: Request) -> None:
+    if not hmac.compare_digest(_bearer(request), request.app.state.tokens.admin):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong token")
+
+
+def require_worker(request: Request) -> None:
+    token = _bearer(request)
+    tokens = request.app.state.tokens
+    if not (hmac.compare_digest(token, tokens.join) or hmac.compare_digest(token, tokens.admin)):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong join token")

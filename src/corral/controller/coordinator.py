@@ -1,0 +1,147 @@
+"""The coordinator: runs a handler and applies what it decided, in one transaction per run.
+
+It is generic: it knows nothing of any one handler beyond its declared targets and
+transitions. Reads are one query for targets (and one for worker room when placing),
+writes go through one ChangeSet, and job states are settled from their tasks before commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from itertools import groupby
+
+from corral.controller.settle import settle_jobs
+from corral.core.handlers import Handler, JobFacts, Snapshot
+from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
+from corral.core.outcomes import derived_job_state
+from corral.core.states import TASK_TERMINAL, JobState, TaskState, is_legal
+from corral.scheduling.placement import Request
+from corral.store.changes import ChangeSet, TaskRow
+from corral.store.reads import target_rows, task_row, worker_rooms
+from corral.store.store import Store
+
+log = logging.getLogger("corral.coordinator")
+
+
+@dataclass
+class RunReport:
+    """What a handler run changed, so the loop knows whom to wake."""
+
+    changed: bool = False
+    workers: set[str] = field(default_factory=set)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+@dataclass
+class _Job:
+    state: JobState
+    gang: bool
+    facts: JobFacts
+    pending_reason: str | None
+    outcome: str | None
+    cancelled: bool
+
+
+async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
+    async with store.write() as connection:
+        rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states)
+        if not rows:
+            return RunReport()
+        targets, job_info, task_rows = _targets(rows, handler)
+        snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
+        if handler.needs_rooms:
+            snapshot.rooms = await worker_rooms(connection)
+        decision = handler.execute(targets, snapshot)
+        outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=handler.max_tries)
+        changes = ChangeSet(now)
+        assignments = {a.task_id: a for a in decision.assignments}
+        for outcome in outcomes:
+            _apply(outcome, handler, changes, job_info, task_rows, assignments)
+        if changes.empty:
+            return RunReport(outcomes=outcomes)
+        await changes.flush(connection)
+        settled = await settle_jobs(connection, changes.touched_jobs, now, handler.name)
+        return RunReport(True, changes.touched_workers | settled.touched_workers, outcomes)
+
+
+def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dict[int, TaskRow]]:
+    targets: list[Target] = []
+    job_info: dict[int, _Job] = {}
+    task_rows = {row.id: task_row(row) for row in rows}
+    for job_id, group in groupby(rows, key=lambda r: r.job_id):
+        group = list(group)
+        first = group[0]
+        facts = JobFacts(Request(first.cpu, first.memory, first.gpu), first.max_task_failures,
+                         first.scheduling_timeout)
+        job_info[job_id] = _Job(JobState(first.job_state), first.gang, facts, first.pending_reason, first.outcome,
+                                first.cancelled)
+        views = [TaskView(r.id, r.index, TaskState(r.state), r.worker_id) for r in group]
+        whole = first.job_state in handler.job_states and (first.gang or not handler.gang_only)
+        if whole:
+            targets.append(Target(job_id, True, first.job_state, first.job_since, first.job_tries,
+                                  tuple(views), handler.timeout(facts)))
+            continue
+        for row, view in zip(group, views, strict=True):
+            targets.append(Target(job_id, False, row.state, row.state_since, row.tries, (view,),
+                                  handler.timeout(facts)))
+    return targets, job_info, task_rows
+
+
+def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dict[int, _Job],
+           task_rows: dict[int, TaskRow], assignments: dict) -> None:
+    target, transition = outcome.target, outcome.transition
+    job = job_info[target.job_id]
+    if outcome.result is SchedulingResult.SKIPPED:
+        # A wait is recorded when its reason changes, not on every pass.
+        if outcome.note and outcome.note != job.pending_reason:
+            job.pending_reason = outcome.note
+            changes.job_columns(target.job_id, job.state, pending_reason=outcome.note)
+            changes.record(target.job_id, handler.name, outcome.result, job.state, None, outcome.note)
+        return
+    if transition is None:
+        changes.record(target.job_id, handler.name, outcome.result, target.state, None, outcome.note)
+        if target.whole_job:
+            changes.job_columns(target.job_id, job.state, tries=outcome.tries)
+        return
+    if transition.task is not None:
+        for view in target.tasks:
+            _move_task(task_rows[view.id], transition.task, outcome, handler, changes, assignments)
+    if target.whole_job and transition.job is not None:
+        new = transition.job
+        if new is DERIVED:
+            new, _ = derived_job_state(
+                (task_rows[v.id].state for v in target.tasks), gang=job.gang,
+                max_task_failures=job.facts.max_task_failures,
+                outcome=JobState(job.outcome) if job.outcome else None, cancelled=job.cancelled)
+        extra = {"pending_reason": None} if new is not JobState.PENDING else {}
+        changes.job(target.job_id, job.state, new, handler=handler.name, result=outcome.result,
+                    message=outcome.note, **extra)
+        job.state = new
+    elif not target.whole_job and transition.task is TaskState.ASSIGNED and job.pending_reason:
+        job.pending_reason = None
+        changes.job_columns(target.job_id, job.state, pending_reason=None)
+
+
+def _move_task(row: TaskRow, new: TaskState, outcome: Outcome, handler: Handler, changes: ChangeSet,
+               assignments: dict) -> None:
+    if row.state is new or row.state in TASK_TERMINAL and new is not TaskState.PENDING:
+        return
+    if not is_legal(row.state, new):
+        return
+    columns: dict = {}
+    if new is TaskState.ASSIGNED:
+        assignment = assignments[row.id]
+        row.worker_id = assignment.worker_id
+        columns = {"worker_id": assignment.worker_id, "gpu_ids": list(assignment.gpu_ids)}
+    elif new is TaskState.PENDING:  # back to the queue: the next placement is a new attempt
+        columns = {"worker_id": None, "gpu_ids": [], "attempt": row.attempt + 1}
+    worker = row.worker_id
+    changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note, **columns)
+    if new is TaskState.ASSIGNED:
+        changes.new_attempt(row, worker)
+    elif new is TaskState.PENDING:
+        changes.attempt(row.id, row.attempt, reason="returned to the queue", finished_at=changes.now)
+        row.attempt += 1
+    else:
+        changes.attempt(row.id, row.attempt, state=new)

@@ -1,0 +1,81 @@
+"""The engine loop: runs the handlers in order, woken at once by events, and on a period otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+
+from corral.controller.coordinator import run_handler
+from corral.controller.reports import reap_lost_workers
+from corral.core.handlers import JOB_HANDLERS
+from corral.store.store import Store
+
+log = logging.getLogger("corral.engine")
+
+PERIOD = 1.0  # with no event, every handler still runs this often (expiry, joins, safety net)
+
+
+class WorkerSignals:
+    """One event per worker: set when it has new orders, waking its long-poll heartbeat."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    def event(self, worker_id: str) -> asyncio.Event:
+        return self._events[worker_id]
+
+    def notify(self, worker_ids) -> None:
+        for worker_id in worker_ids:
+            self._events[worker_id].set()
+
+
+class Engine:
+    def __init__(self, store: Store, signals: WorkerSignals, loss_timeout: float) -> None:
+        self.store = store
+        self.signals = signals
+        self.loss_timeout = loss_timeout
+        self._woken = asyncio.Event()
+        self.passes = 0
+        # Silence while this controller was down is not a worker's fault: reap only after
+        # the workers have had one loss timeout to reach us.
+        self.reap_after = time.time() + loss_timeout
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    async def run(self) -> None:
+        while True:
+            changed = await self.run_pass()
+            if changed:
+                continue  # one handler's successes are the next one's targets
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), PERIOD)
+
+    async def run_pass(self) -> bool:
+        self._woken.clear()
+        self.passes += 1
+        changed = False
+        for handler in JOB_HANDLERS:
+            try:
+                report = await run_handler(self.store, handler, time.time())
+            except Exception:
+                log.exception("handler %s failed; its transaction was rolled back", handler.name)
+                continue
+            if report.changed:
+                changed = True
+                self.signals.notify(report.workers)
+        if time.time() < self.reap_after:
+            return changed
+        try:
+            async with self.store.write() as connection:
+                reaped = await reap_lost_workers(connection, time.time(), self.loss_timeout)
+        except Exception:
+            log.exception("reaper failed; its transaction was rolled back")
+            return changed
+        if not reaped.empty:
+            changed = True
+            self.signals.notify(reaped.touched_workers)
+        return changed

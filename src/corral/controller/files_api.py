@@ -1,0 +1,65 @@
+"""Logs for users, and bundles (uploaded working directories) for users and workers."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from sqlalchemy import select
+
+from corral.controller.auth import require_admin, require_worker
+from corral.controller.files import MAX_BUNDLE
+from corral.store.schema import tasks
+
+router = APIRouter(prefix="/api/v1", tags=["files"])
+
+
+@router.get("/jobs/{job_id}/tasks/{index}/logs", dependencies=[Depends(require_admin)])
+async def task_logs(job_id: int, index: int, request: Request, stream: str = Query("stdout"),
+                    attempt: int | None = Query(None, ge=0), offset: int = Query(0, ge=0)) -> Response:
+    app = request.app.state
+    async with app.store.read() as connection:
+        task = (await connection.execute(
+            select(tasks.c.id, tasks.c.state, tasks.c.attempt)
+            .where(tasks.c.job_id == job_id, tasks.c.index == index))).first()
+    if task is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no task {index}")
+    chosen = task.attempt if attempt is None else attempt
+    try:
+        data, size = app.logs.read(task.id, chosen, stream, offset)
+    except ValueError as error:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
+    return Response(data, media_type="application/octet-stream", headers={
+        "X-Corral-Attempt": str(chosen), "X-Corral-Task-State": task.state, "X-Corral-Log-Size": str(size)})
+
+
+@router.head("/bundles/{digest}", dependencies=[Depends(require_admin)])
+async def has_bundle(digest: str, request: Request) -> Response:
+    found = _checked(request, digest).exists()
+    return Response(status_code=status.HTTP_200_OK if found else status.HTTP_404_NOT_FOUND)
+
+
+@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED, dependencies=[Depends(require_admin)])
+async def put_bundle(digest: str, request: Request) -> dict:
+    _checked(request, digest)
+    data = await request.body()
+    if len(data) > MAX_BUNDLE:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"bundle over {MAX_BUNDLE} bytes")
+    try:
+        request.app.state.bundles.put(digest, data)
+    except ValueError as error:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
+    return {"digest": digest, "size": len(data)}
+
+
+@router.get("/bundles/{digest}", dependencies=[Depends(require_worker)])
+async def get_bundle(digest: str, request: Request) -> Response:
+    path = _checked(request, digest)
+    if not path.exists():
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no bundle {digest}")
+    return Response(path.read_bytes(), media_type="application/gzip")
+
+
+def _checked(request: Request, digest: str):
+    try:
+        return request.app.state.bundles.path(digest)
+    except ValueError as error:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None

@@ -1,0 +1,149 @@
+"""/api/v1/jobs: submit, list, inspect and cancel jobs."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
+from fastapi.responses import JSONResponse
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from corral.controller.auth import require_admin
+from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
+from corral.core.spec import JobSpec
+from corral.core.states import JobState
+from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
+from corral.store.jobs import insert_job
+from corral.store.schema import attempts, history, jobs, tasks
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(require_admin)])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
+async def submit(spec: JobSpec, request: Request,
+                 idempotency_key: str | None = Header(None, max_length=200)) -> JobView | JSONResponse:
+    app = request.app.state
+    if spec.bundle and not app.bundles.exists(spec.bundle):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST,
+                            f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
+    if idempotency_key:
+        existing = await _job_by_key(request, idempotency_key)
+        if existing is not None:
+            return _replay(existing, spec, idempotency_key)
+    try:
+        async with app.store.write() as connection:
+            job_id = await insert_job(connection, spec, idempotency_key, time.time())
+    except IntegrityError:  # the same key, submitted concurrently
+        existing = await _job_by_key(request, idempotency_key or "")
+        if existing is None:
+            raise
+        return _replay(existing, spec, idempotency_key or "")
+    app.engine.wake()
+    return (await job_views(request, [job_id]))[0]
+
+
+def _replay(existing: JobView, spec: JobSpec, key: str) -> JSONResponse:
+    if existing.spec != spec:
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"idempotency key {key!r} was used for job {existing.id} with another spec")
+    return JSONResponse(existing.model_dump(mode="json"), status_code=status.HTTP_200_OK)
+
+
+async def _job_by_key(request: Request, key: str) -> JobView | None:
+    async with request.app.state.store.read() as connection:
+        job_id = (await connection.execute(select(jobs.c.id).where(jobs.c.idempotency_key == key))).scalar()
+    return (await job_views(request, [job_id]))[0] if job_id else None
+
+
+@router.get("", response_model=JobPage)
+async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
+                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1)) -> JobPage:
+    query = select(jobs.c.id).order_by(jobs.c.id.desc()).limit(limit + 1)
+    if state:
+        query = query.where(jobs.c.state.in_([str(s) for s in state]))
+    if cursor:
+        query = query.where(jobs.c.id < cursor)
+    async with request.app.state.store.read() as connection:
+        ids = list((await connection.execute(query)).scalars())
+    more = len(ids) > limit
+    ids = ids[:limit]
+    return JobPage(items=await job_views(request, ids), next_cursor=ids[-1] if more else None)
+
+
+@router.get("/{job_id}", response_model=JobView)
+async def get_job(job_id: int, request: Request) -> JobView:
+    return await _one(request, job_id)
+
+
+async def _one(request: Request, job_id: int) -> JobView:
+    views = await job_views(request, [job_id])
+    if not views:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
+    return views[0]
+
+
+@router.get("/{job_id}/tasks", response_model=list[TaskView])
+async def job_tasks(job_id: int, request: Request) -> list[TaskView]:
+    await _one(request, job_id)
+    async with request.app.state.store.read() as connection:
+        task_rows = (await connection.execute(
+            select(tasks).where(tasks.c.job_id == job_id).order_by(tasks.c.index))).all()
+        attempt_rows = (await connection.execute(
+            select(attempts).where(attempts.c.task_id.in_([t.id for t in task_rows]))
+            .order_by(attempts.c.task_id, attempts.c.attempt))).all()
+    by_task = defaultdict(list)
+    for row in attempt_rows:
+        by_task[row.task_id].append(AttemptView.model_validate(row, from_attributes=True))
+    return [
+        TaskView(id=t.id, index=t.index, state=t.state, attempt=t.attempt, worker_id=t.worker_id,
+                 gpu_ids=t.gpu_ids or [], failures=t.failures, preemptions=t.preemptions, exit_code=t.exit_code,
+                 reason=t.reason, state_since=t.state_since, attempts=by_task[t.id])
+        for t in task_rows
+    ]
+
+
+@router.get("/{job_id}/history", response_model=list[HistoryEntry])
+async def job_history(job_id: int, request: Request) -> list[HistoryEntry]:
+    await _one(request, job_id)
+    async with request.app.state.store.read() as connection:
+        rows = (await connection.execute(
+            select(history, tasks.c.index.label("task_index"))
+            .select_from(history.outerjoin(tasks, history.c.task_id == tasks.c.id))
+            .where(history.c.job_id == job_id).order_by(history.c.id))).all()
+    return [HistoryEntry.model_validate(row, from_attributes=True) for row in rows]
+
+
+@router.post("/{job_id}/cancel", response_model=JobView)
+async def cancel(job_id: int, request: Request) -> JobView:
+    app = request.app.state
+    try:
+        async with app.store.write() as connection:
+            await cancel_job(connection, job_id, time.time())
+    except NoSuchJob as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
+    except AlreadyEnded as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    app.engine.wake()
+    return await _one(request, job_id)
+
+
+async def job_views(request: Request, ids: list[int]) -> list[JobView]:
+    if not ids:
+        return []
+    async with request.app.state.store.read() as connection:
+        rows = {r.id: r for r in (await connection.execute(select(jobs).where(jobs.c.id.in_(ids)))).all()}
+        counts: dict[int, dict] = defaultdict(dict)
+        for r in (await connection.execute(
+            select(tasks.c.job_id, tasks.c.state, func.count().label("n"))
+            .where(tasks.c.job_id.in_(ids)).group_by(tasks.c.job_id, tasks.c.state)
+        )).all():
+            counts[r.job_id][r.state] = r.n
+    return [
+        JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
+                spec=JobSpec.model_validate(r.spec), pending_reason=r.pending_reason, created_at=r.created_at,
+                state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
+                idempotency_key=r.idempotency_key)
+        for r in (rows[i] for i in ids if i in rows)
+    ]

@@ -1,0 +1,80 @@
+"""A worker's orders, derived from stored state on every heartbeat reply.
+
+Because they are derived, not queued, an order lost with a reply or a controller restart is
+simply given again; the worker acts on each (task, attempt, action) once.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import and_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.protocol import BuildOrder, Order, StartOrder, StopOrder
+from corral.core.states import JobState, TaskState
+from corral.store.schema import jobs, tasks, workers
+
+T = TaskState
+GANG_BUILDS_IN = frozenset({JobState.PREPARING, JobState.PREPARED, JobState.STARTING, JobState.RUNNING})
+MASTER_PORT_BASE = 20000
+
+
+def master_port(job_id: int, attempt: int) -> int:
+    """A rendezvous port that differs between jobs and attempts on the same master host."""
+    return MASTER_PORT_BASE + (job_id * 131 + attempt) % 20000
+
+
+async def orders_for(connection: AsyncConnection, worker_id: str) -> list[Order]:
+    rows = (await connection.execute(
+        select(tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.gpu_ids,
+               jobs.c.spec, jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.replicas, jobs.c.cancelled)
+        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
+        .where(tasks.c.worker_id == worker_id,
+               tasks.c.state.in_([T.ASSIGNED, T.STARTING, T.TERMINATING]))
+        .order_by(tasks.c.id)
+    )).all()
+    builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)]
+    masters = await _gang_masters(connection, {r.job_id for r in builds if r.gang})
+    orders: list[Order] = []
+    for row in rows:
+        if row.state == T.STARTING:
+            orders.append(StartOrder(task_id=row.id, attempt=row.attempt))
+        elif row.state == T.TERMINATING:
+            orders.append(StopOrder(task_id=row.id, attempt=row.attempt,
+                                    grace_period=row.spec.get("grace_period", 15.0),
+                                    reason="cancelled" if row.cancelled else "job is ending"))
+    for row in builds:
+        spec = row.spec
+        orders.append(BuildOrder(
+            task_id=row.id, attempt=row.attempt, job_id=row.job_id, task_index=row.index,
+            command=spec["command"], env=task_env(row, spec, masters.get(row.job_id)),
+            bundle=spec.get("bundle"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
+            grace_period=spec.get("grace_period", 15.0),
+        ))
+    return orders
+
+
+def task_env(row, spec: dict, master_addr: str | None) -> dict[str, str]:
+    """The job's variables, then corral's own, then the rendezvous variables of a gang."""
+    env = dict(spec.get("env") or {})
+    env.update(
+        CORRAL_JOB_ID=str(row.job_id), CORRAL_TASK_INDEX=str(row.index),
+        CORRAL_NUM_TASKS=str(row.replicas), CORRAL_ATTEMPT=str(row.attempt),
+    )
+    if row.gang:
+        env.update(
+            MASTER_ADDR=master_addr or "127.0.0.1", MASTER_PORT=str(master_port(row.job_id, row.attempt)),
+            WORLD_SIZE=str(row.replicas), RANK=str(row.index),
+        )
+    return env
+
+
+async def _gang_masters(connection: AsyncConnection, job_ids: set[int]) -> dict[int, str]:
+    """Address of the worker that holds task 0 of each gang: its master."""
+    if not job_ids:
+        return {}
+    rows = (await connection.execute(
+        select(tasks.c.job_id, workers.c.address)
+        .select_from(tasks.join(workers, tasks.c.worker_id == workers.c.id))
+        .where(and_(tasks.c.job_id.in_(job_ids), tasks.c.index == 0))
+    )).all()
+    return {row.job_id: row.address for row in rows}

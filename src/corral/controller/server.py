@@ -1,0 +1,16 @@
+"""Serving the controller with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from corral.controller.app import create_app
+from corral.controller.settings import ControllerSettings
+
+
+def serve(settings: ControllerSettings) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+                access_log=False, timeout_keep_alive=75)

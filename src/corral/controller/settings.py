@@ -1,0 +1,64 @@
+"""The controller's settings, and the tokens it keeps under its data directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.store.database import sqlite_url
+
+
+@dataclass
+class ControllerSettings:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8265
+    db_url: str | None = None
+    loss_timeout: float = 30.0
+    heartbeat_interval: float = 2.0
+    admin_token: str | None = None
+    join_token: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or sqlite_url(self.data_dir / "corral.db")
+
+
+@dataclass(frozen=True)
+class Tokens:
+    admin: str
+    join: str
+
+
+def load_tokens(settings: ControllerSettings) -> Tokens:
+    """Tokens from the settings, else from `tokens.json` in the data directory, else new ones stored there."""
+    path = settings.data_dir / "tokens.json"
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    tokens = Tokens(
+        admin=settings.admin_token or stored.get("admin") or secrets.token_urlsafe(24),
+        join=settings.join_token or stored.get("join") or secrets.token_urlsafe(24),
+    )
+    if stored != {"admin": tokens.admin, "join": tokens.join}:
+        _write_private(path, {"admin": tokens.admin, "join": tokens.join})
+    return tokens
+
+
+def write_cluster_file(settings: ControllerSettings, tokens: Tokens) -> None:
+    """`cluster.json`: where clients of a local cluster find the controller and its tokens."""
+    _write_private(settings.data_dir / "cluster.json",
+                   {"url": settings.url, "admin_token": tokens.admin, "join_token": tokens.join})
+
+
+def _write_private(path: Path, content: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(content, indent=2))
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)

@@ -1,0 +1,86 @@
+"""/api/v1/workers: registration, the long-poll heartbeat, log uploads, and the worker list."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from sqlalchemy import func, select
+
+from corral.controller.auth import require_admin, require_worker
+from corral.controller.orders import orders_for
+from corral.controller.reports import UnknownWorker, ingest_heartbeat, register_worker
+from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
+from corral.core.states import TASK_HOLDS_RESOURCES
+from corral.core.views import WorkerView
+from corral.store.schema import tasks, workers
+
+router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
+
+
+@router.post("", response_model=RegisterReply, dependencies=[Depends(require_worker)])
+async def register(body: RegisterRequest, request: Request) -> RegisterReply:
+    app = request.app.state
+    async with app.store.write() as connection:
+        worker_id = await register_worker(connection, body, time.time())
+    app.engine.wake()  # new room: pending jobs may fit now
+    return RegisterReply(worker_id=worker_id, heartbeat_interval=app.settings.heartbeat_interval)
+
+
+@router.post("/{worker_id}/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
+async def heartbeat(worker_id: str, body: HeartbeatRequest, request: Request) -> HeartbeatReply:
+    """Apply the reports, then answer with orders, waiting up to `wait` seconds for some to appear."""
+    app = request.app.state
+    signal = app.signals.event(worker_id)
+    signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
+    try:
+        async with app.store.write() as connection:
+            changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time())
+            orders = await orders_for(connection, worker_id)
+    except UnknownWorker:
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"worker {worker_id} is not registered or was declared lost; register again") from None
+    if not changes.empty:
+        app.engine.wake()
+        app.signals.notify(changes.touched_workers - {worker_id})
+    if not orders and body.wait > 0:
+        try:
+            await asyncio.wait_for(signal.wait(), body.wait)
+        except TimeoutError:
+            pass
+        else:
+            async with app.store.read() as connection:
+                orders = await orders_for(connection, worker_id)
+    return HeartbeatReply(orders=orders, heartbeat_interval=app.settings.heartbeat_interval)
+
+
+@router.post("/{worker_id}/logs/{task_id}/{attempt}/{stream}", status_code=status.HTTP_204_NO_CONTENT,
+             dependencies=[Depends(require_worker)])
+async def upload_log(worker_id: str, task_id: int, attempt: int, stream: str, request: Request,
+                     offset: int = Query(..., ge=0)) -> None:
+    request.app.state.logs.write(task_id, attempt, stream, offset, await request.body())
+
+
+@router.get("", response_model=list[WorkerView], dependencies=[Depends(require_admin)])
+async def list_workers(request: Request) -> list[WorkerView]:
+    holding = [str(s) for s in TASK_HOLDS_RESOURCES]
+    async with request.app.state.store.read() as connection:
+        rows = (await connection.execute(select(workers).order_by(workers.c.registered_at))).all()
+        use = defaultdict(lambda: (0.0, 0, 0, 0))
+        for r in (await connection.execute(
+            select(tasks.c.worker_id, func.sum(tasks.c.cpu), func.sum(tasks.c.memory), func.sum(tasks.c.gpu),
+                   func.count()).where(tasks.c.state.in_(holding)).group_by(tasks.c.worker_id)
+        )).all():
+            use[r[0]] = tuple(r[1:])
+    return [
+        WorkerView(
+            id=w.id, name=w.name, address=w.address, state=w.state, labels=w.labels or {},
+            capacity={"cpu": w.cpu, "memory": w.memory, "gpu": w.gpu},
+            used={"cpu": use[w.id][0] or 0.0, "memory": use[w.id][1] or 0, "gpu": use[w.id][2] or 0},
+            gpu_names=w.gpu_names or [], last_heartbeat=w.last_heartbeat, registered_at=w.registered_at,
+            running_tasks=use[w.id][3] or 0,
+        )
+        for w in rows
+    ]

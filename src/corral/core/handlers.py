@@ -1,0 +1,233 @@
+"""The job handlers of the lifecycle engine (BEP-1030, adapted in DESIGN.md), as data plus pure code.
+
+Each handler names the targets it acts on, declares its transitions, and decides in memory.
+A gang job is one target carrying all its tasks; each task of an independent job is a
+target of its own, and its job's state is read from its tasks afterwards (Iris). The
+coordinator fetches targets, calls `execute`, judges the result and writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from corral.core.lifecycle import (
+    DERIVED,
+    HandlerResult,
+    MatchType,
+    StatusTransitions,
+    Target,
+    TransitionStatus,
+    matches,
+)
+from corral.core.outcomes import job_outcome
+from corral.core.states import (
+    TASK_BEFORE_PREPARED,
+    TASK_BEFORE_RUNNING,
+    TASK_TERMINAL,
+    JobState,
+    TaskState,
+)
+from corral.scheduling.placement import Assignment, Request, Unit, WorkerRoom, place
+
+J, T = JobState, TaskState
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What handlers need to know of a target's job beyond states."""
+
+    request: Request
+    max_task_failures: int
+    scheduling_timeout: float | None
+
+
+@dataclass
+class Snapshot:
+    """The world as one handler run sees it, read in one go before it decides."""
+
+    now: float
+    jobs: dict[int, JobFacts] = field(default_factory=dict)
+    rooms: list[WorkerRoom] = field(default_factory=list)
+
+
+@dataclass
+class Decision:
+    """A handler's result plus what it placed (ScheduleJobs only)."""
+
+    result: HandlerResult
+    assignments: list[Assignment] = field(default_factory=list)
+    waiting: dict = field(default_factory=dict)
+
+
+class Handler:
+    name: str = ""
+    job_states: frozenset[JobState] = frozenset()  # whole jobs in these states are targets
+    gang_only: bool = True  # ...if they are gangs (independent jobs take their state from tasks)
+    task_states: frozenset[TaskState] = frozenset()  # tasks of active independent jobs in these states
+    transitions: StatusTransitions = StatusTransitions()
+    max_tries: int | None = None
+    needs_rooms: bool = False
+
+    def timeout(self, facts: JobFacts) -> float | None:
+        """Seconds a target may stay in its state before it EXPIRES; None: forever."""
+        return None
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        raise NotImplementedError
+
+
+class ScheduleJobs(Handler):
+    name = "ScheduleJobs"
+    job_states = frozenset({J.PENDING})
+    task_states = frozenset({T.PENDING})
+    transitions = StatusTransitions(
+        success=TransitionStatus(job=J.SCHEDULED, task=T.ASSIGNED),
+        need_retry=None,
+        expired=TransitionStatus(job=J.UNSCHEDULABLE, task=T.UNSCHEDULABLE),
+        give_up=TransitionStatus(job=J.UNSCHEDULABLE, task=T.UNSCHEDULABLE),
+    )
+    needs_rooms = True
+
+    def timeout(self, facts: JobFacts) -> float | None:
+        return facts.scheduling_timeout
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        units = [
+            Unit(t.key, tuple(task.id for task in t.tasks if task.state is T.PENDING),
+                 snapshot.jobs[t.job_id].request)
+            for t in targets
+        ]
+        placement = place(units, snapshot.rooms)
+        result = HandlerResult(successes=list(placement.assignments), skipped=list(placement.waiting))
+        waiting: dict = placement.waiting
+        result.notes = {key: w.sentence() for key, w in waiting.items()}
+        assignments = [a for placed in placement.assignments.values() for a in placed]
+        return Decision(result, assignments, waiting)
+
+
+class PrepareJobs(Handler):
+    """Releases the build orders of a placed gang (independent tasks build as soon as ASSIGNED)."""
+
+    name = "PrepareJobs"
+    job_states = frozenset({J.SCHEDULED})
+    transitions = StatusTransitions(
+        success=TransitionStatus(job=J.PREPARING),
+        need_retry=None,
+        expired=TransitionStatus(job=J.PENDING, task=T.PENDING),
+        give_up=TransitionStatus(job=J.PENDING, task=T.PENDING),
+    )
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        return Decision(HandlerResult(successes=[t.key for t in targets]))
+
+
+class StartJobs(Handler):
+    """Orders the start of a PREPARED gang, every member at once, or of a PREPARED task."""
+
+    name = "StartJobs"
+    job_states = frozenset({J.PREPARED})
+    task_states = frozenset({T.PREPARED})
+    transitions = StatusTransitions(
+        success=TransitionStatus(job=J.STARTING, task=T.STARTING),
+        need_retry=None,
+        expired=TransitionStatus(job=J.PENDING, task=T.PENDING),
+        give_up=TransitionStatus(job=J.PENDING, task=T.PENDING),
+    )
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        return Decision(HandlerResult(successes=[t.key for t in targets]))
+
+
+class TerminateJobs(Handler):
+    """Orders every placed task of a TERMINATING job to stop; the worker confirms each exit.
+
+    Unlike BEP-1030 it declares no expiry to a terminal state: a job ends only through
+    PromoteToTerminated, once each task's exit is confirmed by its worker or its worker is
+    declared lost, so a job never reads as over while a process of it may still run, and a
+    dead worker bounds the wait by the loss timeout.
+    """
+
+    name = "TerminateJobs"
+    job_states = frozenset({J.TERMINATING})
+    gang_only = False
+    transitions = StatusTransitions(success=TransitionStatus(task=T.TERMINATING))
+    stoppable = frozenset({T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING})
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        return Decision(HandlerResult(
+            successes=[t.key for t in targets if any(task.state in self.stoppable for task in t.tasks)]
+        ))
+
+
+class PromotionHandler(Handler):
+    """Moves a gang job on when ALL / ANY / NOT_ANY of its tasks sit in `check`."""
+
+    check: frozenset[TaskState] = frozenset()
+    match: MatchType = MatchType.NOT_ANY
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        return Decision(HandlerResult(
+            successes=[t.key for t in targets if matches((x.state for x in t.tasks), self.check, self.match)]
+        ))
+
+
+class PromoteToPrepared(PromotionHandler):
+    name = "PromoteToPrepared"
+    job_states = frozenset({J.PREPARING})
+    check = TASK_BEFORE_PREPARED
+    match = MatchType.NOT_ANY
+    transitions = StatusTransitions(success=TransitionStatus(job=J.PREPARED))
+
+
+class PromoteToRunning(PromotionHandler):
+    name = "PromoteToRunning"
+    job_states = frozenset({J.STARTING})
+    check = TASK_BEFORE_RUNNING
+    match = MatchType.NOT_ANY
+    transitions = StatusTransitions(success=TransitionStatus(job=J.RUNNING))
+
+
+class DetectTermination(PromotionHandler):
+    """A gang whose members have started ending: terminate it once its outcome is decided.
+
+    Members that finish SUCCEEDED while others run are normal (ranks end at slightly
+    different times), so ANY terminal task only triggers when `job_outcome` has a verdict.
+    """
+
+    name = "DetectTermination"
+    job_states = frozenset({J.SCHEDULED, J.PREPARING, J.PREPARED, J.STARTING, J.RUNNING})
+    check = TASK_TERMINAL
+    match = MatchType.ANY
+    transitions = StatusTransitions(success=TransitionStatus(job=J.TERMINATING))
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        triggered = super().execute(targets, snapshot).result.successes
+        by_key = {t.key: t for t in targets}
+        decided = [
+            key for key in triggered
+            if job_outcome((task.state for task in by_key[key].tasks), gang=True, max_task_failures=0)
+        ]
+        return Decision(HandlerResult(successes=decided))
+
+
+class PromoteToTerminated(PromotionHandler):
+    name = "PromoteToTerminated"
+    job_states = frozenset({J.TERMINATING})
+    gang_only = False
+    check = frozenset(set(TaskState) - TASK_TERMINAL)
+    match = MatchType.NOT_ANY
+    transitions = StatusTransitions(success=TransitionStatus(job=DERIVED))
+
+
+# The order a pass runs them in: each one's successes are the next one's targets.
+JOB_HANDLERS: tuple[Handler, ...] = (
+    ScheduleJobs(),
+    PrepareJobs(),
+    PromoteToPrepared(),
+    StartJobs(),
+    PromoteToRunning(),
+    DetectTermination(),
+    TerminateJobs(),
+    PromoteToTerminated(),
+)

@@ -1,0 +1,116 @@
+"""What a worker and the controller say to each other, over the worker's outbound HTTP only.
+
+The worker registers once, then heartbeats. A heartbeat carries the worker's reports (task
+state changes, in the order they happened) and may wait (long-poll) for up to `wait`
+seconds until the controller has orders for it. Orders are derived from the stored state
+on every reply, so they repeat until the worker's reports show them done: the worker acts
+on each (task, attempt, action) once.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from corral.core.states import TaskState
+
+API = "/api/v1"
+
+
+class Capacity(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cpu: float = Field(..., ge=0)
+    memory: int = Field(..., ge=0)
+    gpu: int = Field(0, ge=0)
+
+
+class RegisterRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., min_length=1, max_length=200)
+    address: str = Field(..., min_length=1, description="where gang peers reach this machine")
+    capacity: Capacity
+    gpu_names: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    # Tasks the worker still runs from before (a re-registration after a controller restart).
+    running: list[TaskRef] = Field(default_factory=list)
+
+
+class RegisterReply(BaseModel):
+    worker_id: str
+    heartbeat_interval: float
+
+
+class TaskRef(BaseModel):
+    task_id: int
+    attempt: int
+
+
+class TaskReport(BaseModel):
+    """One state change of one attempt, as the worker saw it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: int
+    attempt: int
+    state: TaskState
+    exit_code: int | None = None
+    reason: str | None = None
+    at: float = Field(..., description="unix time on the worker")
+
+
+class HeartbeatRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reports: list[TaskReport] = Field(default_factory=list)
+    wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
+
+
+class BuildOrder(BaseModel):
+    """Prepare an attempt: make its directory, fetch and unpack its bundle. Start comes later.
+
+    `env` is complete as the controller composed it (the job's variables, CORRAL_* and, for
+    gangs, the rendezvous variables); the worker adds only what is its own to know
+    (CUDA_VISIBLE_DEVICES from `gpu_ids`).
+    """
+
+    action: Literal["build"] = "build"
+    task_id: int
+    attempt: int
+    job_id: int
+    task_index: int
+    command: list[str]
+    env: dict[str, str]
+    bundle: str | None = None
+    gpu_ids: list[int] = Field(default_factory=list)
+    time_limit: float | None = None
+    grace_period: float = 15.0
+
+
+class StartOrder(BaseModel):
+    action: Literal["start"] = "start"
+    task_id: int
+    attempt: int
+
+
+class StopOrder(BaseModel):
+    """Stop for good: SIGTERM to the process group, the grace period, then SIGKILL; report KILLED."""
+
+    action: Literal["stop"] = "stop"
+    task_id: int
+    attempt: int
+    grace_period: float = 15.0
+    reason: str = "cancelled"
+
+
+Order = Annotated[BuildOrder | StartOrder | StopOrder, Field(discriminator="action")]
+
+
+class HeartbeatReply(BaseModel):
+    orders: list[Order] = Field(default_factory=list)
+    heartbeat_interval: float
+
+
+RegisterRequest.model_rebuild()

@@ -1,0 +1,108 @@
+"""The job spec a user submits, validated with messages that name the field at fault."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+MAX_CPU = 4096.0
+MAX_MEMORY = 64 * 2**40  # 64 TiB
+MAX_GPU = 256
+MAX_REPLICAS = 10_000
+MAX_TIME_LIMIT = 365 * 86400.0
+
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_bytes(value: object) -> object:
+    """Accept 1073741824, "1G", "512Mi", "2.5g" (decimal k/M/G/T, binary Ki/Mi/Gi/Ti; a trailing B is optional)."""
+    if not isinstance(value, str):
+        return value
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?)?b?\s*", value.lower())
+    if not match:
+        raise ValueError(f"not a size: {value!r} (use bytes or a unit, e.g. 512M, 4Gi)")
+    if not match.group(2) and "." in match.group(1):
+        raise ValueError(f"not a whole number of bytes: {value!r} (give a unit for fractions, e.g. 1.5G)")
+    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
+
+
+def parse_duration(value: object) -> object:
+    """Accept seconds as a number, or "90s", "15m", "2h", "1d"."""
+    if not isinstance(value, str):
+        return value
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", value.lower())
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (use seconds or a unit, e.g. 90s, 15m, 2h)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class Resources(BaseModel):
+    """What one task reserves on its worker."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu: float = Field(1.0, ge=0, le=MAX_CPU, description="cores, fractional")
+    memory: Bytes = Field(0, ge=0, le=MAX_MEMORY, description="bytes")
+    gpu: int = Field(0, ge=0, le=MAX_GPU, description="whole devices")
+
+
+class JobSpec(BaseModel):
+    """A job as submitted: one command run by `replicas` tasks, independently or as a gang."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, max_length=200)
+    command: list[str] = Field(..., description="argv of each task's process")
+    env: dict[str, str] = Field(default_factory=dict)
+    bundle: str | None = Field(None, description="sha256 of the uploaded working directory archive")
+    resources: Resources = Field(default_factory=Resources)
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+    gang: bool = False
+    priority: int = Field(0, ge=-1000, le=1000)
+    max_retries_failure: int = Field(0, ge=0, le=1000)
+    max_retries_preemption: int = Field(100, ge=0, le=10_000)
+    max_task_failures: int = Field(0, ge=0)
+    time_limit: Seconds | None = Field(None, gt=0, le=MAX_TIME_LIMIT)
+    scheduling_timeout: Seconds | None = Field(None, gt=0, le=MAX_TIME_LIMIT)
+    grace_period: Seconds = Field(15.0, ge=0, le=3600)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_empty(cls, command: list[str]) -> list[str]:
+        if not command or not command[0].strip():
+            raise ValueError("command is empty: give the program to run")
+        return command
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for key in env:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"not an environment variable name: {key!r}")
+        return env
+
+    @field_validator("bundle")
+    @classmethod
+    def _bundle_digest(cls, bundle: str | None) -> str | None:
+        if bundle is not None and not re.fullmatch(r"[0-9a-f]{64}", bundle):
+            raise ValueError("bundle must be the sha256 hex digest of an uploaded archive")
+        return bundle
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        if self.max_task_failures >= self.replicas and self.max_task_failures:
+            raise ValueError(
+                f"max_task_failures ({self.max_task_failures}) must be below replicas ({self.replicas})"
+            )
+        if self.name is None:
+            self.name = self.command[0].rsplit("/", 1)[-1][:200]
+        return self

@@ -1,0 +1,86 @@
+"""What the API returns: the read models the CLI, the Python client and the dashboard share."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from corral.core.spec import JobSpec
+from corral.core.states import JobState, TaskState, WorkerState
+
+
+class AttemptView(BaseModel):
+    attempt: int
+    worker_id: str | None
+    state: TaskState
+    exit_code: int | None
+    reason: str | None
+    assigned_at: float | None
+    started_at: float | None
+    finished_at: float | None
+
+
+class TaskView(BaseModel):
+    id: int
+    index: int
+    state: TaskState
+    attempt: int
+    worker_id: str | None
+    gpu_ids: list[int]
+    failures: int
+    preemptions: int
+    exit_code: int | None
+    reason: str | None
+    state_since: float
+    attempts: list[AttemptView] = []
+
+
+class JobView(BaseModel):
+    id: int
+    name: str
+    state: JobState
+    gang: bool
+    priority: int
+    replicas: int
+    spec: JobSpec
+    pending_reason: str | None
+    created_at: float
+    state_since: float
+    finished_at: float | None
+    task_counts: dict[TaskState, int]
+    idempotency_key: str | None = None
+
+
+class JobPage(BaseModel):
+    items: list[JobView]
+    next_cursor: int | None
+
+
+class HistoryEntry(BaseModel):
+    at: float
+    job_id: int
+    task_id: int | None
+    task_index: int | None
+    attempt: int | None
+    handler: str
+    result: str
+    from_state: str | None
+    to_state: str | None
+    message: str | None
+
+
+class WorkerView(BaseModel):
+    id: str
+    name: str
+    address: str
+    state: WorkerState
+    labels: dict[str, str]
+    capacity: dict[str, float]
+    used: dict[str, float]
+    gpu_names: list[str]
+    last_heartbeat: float
+    registered_at: float
+    running_tasks: int
+
+
+class ErrorBody(BaseModel):
+    detail: str | list

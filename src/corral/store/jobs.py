@@ -1,0 +1,30 @@
+"""Creating a job: its row, one row per task, and the first history record, in one transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.spec import JobSpec
+from corral.core.states import JobState, TaskState
+from corral.store.schema import history, jobs, tasks
+
+
+async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key: str | None, now: float) -> int:
+    job_id = (await connection.execute(insert(jobs).values(
+        name=spec.name, spec=spec.model_dump(mode="json"), state=JobState.PENDING, gang=spec.gang,
+        priority=spec.priority, replicas=spec.replicas, max_task_failures=spec.max_task_failures,
+        max_retries_failure=spec.max_retries_failure, max_retries_preemption=spec.max_retries_preemption,
+        scheduling_timeout=spec.scheduling_timeout, cancelled=False, tries=0,
+        idempotency_key=idempotency_key, created_at=now, state_since=now,
+    ).returning(jobs.c.id))).scalar_one()
+    resources = spec.resources
+    await connection.execute(insert(tasks), [
+        dict(job_id=job_id, index=i, state=TaskState.PENDING, state_since=now, attempt=0, tries=0, failures=0,
+             preemptions=0, gpu_ids=[], cpu=resources.cpu, memory=resources.memory, gpu=resources.gpu)
+        for i in range(spec.replicas)
+    ])
+    await connection.execute(insert(history).values(
+        at=now, job_id=job_id, handler="Submit", result="SUCCESS", to_state=JobState.PENDING,
+        message=f"{spec.replicas} task(s){', gang' if spec.gang else ''}"))
+    return job_id

@@ -1,0 +1,119 @@
+"""The one schema both stores share. Alembic migrations create it; the code reads it from here."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("gang", Boolean, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("replicas", Integer, nullable=False),
+    Column("max_task_failures", Integer, nullable=False),
+    Column("max_retries_failure", Integer, nullable=False),
+    Column("max_retries_preemption", Integer, nullable=False),
+    Column("scheduling_timeout", Float),
+    # The terminal state a TERMINATING job is bound for; cancelled wins over it.
+    Column("outcome", String(20)),
+    Column("cancelled", Boolean, nullable=False, default=False),
+    Column("pending_reason", Text),
+    Column("tries", Integer, nullable=False, default=0),
+    Column("idempotency_key", String(200), unique=True),
+    Column("created_at", Float, nullable=False),
+    Column("state_since", Float, nullable=False),
+    Column("finished_at", Float),
+    Index("ix_jobs_state", "state"),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("index", Integer, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("state_since", Float, nullable=False),
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("tries", Integer, nullable=False, default=0),
+    Column("failures", Integer, nullable=False, default=0),
+    Column("preemptions", Integer, nullable=False, default=0),
+    Column("worker_id", String(64)),
+    Column("gpu_ids", JSON, nullable=False, default=list),
+    # The reservation, copied from the spec so capacity sums need no JSON parsing.
+    Column("cpu", Float, nullable=False),
+    Column("memory", BigInteger, nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("exit_code", Integer),
+    Column("reason", Text),
+    UniqueConstraint("job_id", "index"),
+    Index("ix_tasks_state", "state"),
+    Index("ix_tasks_worker_state", "worker_id", "state"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("task_id", Integer, ForeignKey("tasks.id"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("worker_id", String(64)),
+    Column("state", String(20), nullable=False),
+    Column("exit_code", Integer),
+    Column("reason", Text),
+    Column("assigned_at", Float),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+)
+
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("address", String(200), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("cpu", Float, nullable=False),
+    Column("memory", BigInteger, nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("gpu_names", JSON, nullable=False, default=list),
+    Column("labels", JSON, nullable=False, default=dict),
+    Column("last_heartbeat", Float, nullable=False),
+    Column("registered_at", Float, nullable=False),
+    Index("ix_workers_state", "state"),
+)
+
+history = Table(
+    "history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("job_id", Integer, nullable=False),
+    Column("task_id", Integer),
+    Column("attempt", Integer),
+    Column("handler", String(64), nullable=False),
+    Column("result", String(20), nullable=False),
+    Column("from_state", String(20)),
+    Column("to_state", String(20)),
+    Column("message", Text),
+    Index("ix_history_job", "job_id", "id"),
+)

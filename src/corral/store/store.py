@@ -1,0 +1,37 @@
+"""The store handle: one engine, short transactions, and one writer at a time on SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from corral.store.database import open_engine
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        # SQLite has one writer; queueing here is cheaper than its busy-wait.
+        self._write_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        return cls(await open_engine(url))
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A read-modify-write transaction: what it reads is what it writes against."""
+        async with self._write_lock, self.engine.begin() as connection:
+            yield connection
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as connection:
+            yield connection
+
+    async def close(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,310 @@
+"""The worker daemon: registers, heartbeats, runs what the controller orders, and ships logs.
+
+Everything goes over the worker's outbound HTTP. Two loops share one client: a poller that
+always has a long-poll heartbeat outstanding, so orders arrive as soon as the controller has
+them, and a reporter that sends state changes as soon as they happen, batching whatever
+accumulated while its previous request was in flight. A report leaves the outbox only once
+a reply confirms it arrived, so an unreachable controller delays reports but loses none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from corral.core.protocol import API, HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest, TaskReport
+from corral.worker.bundles import BundleCache, BundleError
+from corral.worker.logs import LogShipper
+from corral.worker.resources import detect_capacity
+from corral.worker.runner import Runner
+
+log = logging.getLogger("corral.worker")
+
+REQUEST_TIMEOUT = 30.0  # on top of a long-poll's own wait
+PACE_FIRST = 0.05  # first pause of the poller when a reply repeats only orders it already acts on
+
+
+def route_address(controller_url: str) -> str:
+    """An address of this host on the route to the controller: what gang peers can reach.
+
+    127.0.0.1 when the controller is on loopback (a one-machine cluster).
+    """
+    parts = urlsplit(controller_url)
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(parts.hostname or "127.0.0.1", parts.port or 80,
+                                                       type=socket.SOCK_DGRAM)[0]
+        if ipaddress.ip_address(sockaddr[0]).is_loopback:
+            return "127.0.0.1"
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(sockaddr)  # UDP: picks the route, sends nothing
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostname()
+
+
+@dataclass
+class WorkerOptions:
+    controller_url: str
+    token: str
+    name: str = field(default_factory=socket.gethostname)
+    address: str | None = None  # default: route_address(controller_url)
+    work_dir: Path = Path(".corral-worker")
+    cpus: float | None = None
+    memory: int | None = None
+    gpus: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    heartbeat_interval: float = 2.0
+
+
+class WorkerError(Exception):
+    """The controller refuses this worker (bad token, bad request): retrying would not help."""
+
+
+class _Unreachable(Exception):
+    """No answer, or a 5xx: the controller may come back; keep the tasks and retry."""
+
+
+class _Lost(Exception):
+    """409: the controller declared this worker lost and has given its tasks to others."""
+
+
+class _Backoff:
+    """Exponential retry delays, with one warning per outage rather than one per try."""
+
+    def __init__(self, what: str, cap: float, first: float = 0.2) -> None:
+        self.what, self.cap, self.first = what, cap, first
+        self.delay = first
+
+    async def wait(self, error: Exception) -> None:
+        if self.delay == self.first:
+            log.warning("%s: controller unreachable (%s); retrying", self.what, error)
+        await asyncio.sleep(self.delay)
+        self.delay = min(self.delay * 2, self.cap)
+
+    def reset(self) -> None:
+        if self.delay != self.first:
+            log.info("%s: controller answers again", self.what)
+        self.delay = self.first
+
+
+class Agent:
+    def __init__(self, options: WorkerOptions, http: httpx.AsyncClient) -> None:
+        self.options = options
+        self.http = http
+        work_dir = options.work_dir.resolve()
+        self.capacity, self.gpu_names = detect_capacity(options.cpus, options.memory, options.gpus)
+        self.shipper = LogShipper(self._send_log)
+        bundles = BundleCache(work_dir / "bundles", self._download)
+        self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
+                             flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu)
+        self.worker_id = ""
+        self.interval = options.heartbeat_interval
+        self._registered = asyncio.Event()  # clear while re-registering: the loops hold still
+        self._rejoin_lock = asyncio.Lock()
+        self._outbox: list[TaskReport] = []
+        self._outbox_generation = 0  # bumped when the outbox is dropped, so a late reply removes nothing
+        self._outbox_filled = asyncio.Event()
+
+    async def serve(self) -> None:
+        """Register, then heartbeat and ship logs until cancelled; raises WorkerError when refused."""
+        await self._register()
+        loops = [asyncio.create_task(loop()) for loop in (self._poll, self._deliver, self.shipper.run)]
+        try:
+            done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+
+    # registration ------------------------------------------------------------------------
+
+    async def _register(self) -> None:
+        options = self.options
+        request = RegisterRequest(
+            name=options.name, address=options.address or route_address(options.controller_url),
+            capacity=self.capacity, gpu_names=self.gpu_names, labels=options.labels, running=self.runner.running())
+        backoff = _Backoff("register", cap=2.0)
+        while True:
+            try:
+                response = await self._post(f"{API}/workers", json=request.model_dump(mode="json"))
+                break
+            except _Unreachable as error:
+                await backoff.wait(error)
+            except _Lost as error:
+                raise WorkerError(f"registration refused: {error}") from None
+        reply = RegisterReply.model_validate(response.json())
+        self.worker_id, self.interval = reply.worker_id, reply.heartbeat_interval
+        self._registered.set()
+        log.info("registered worker_id=%s name=%s address=%s cpu=%s memory=%s gpus=%s", reply.worker_id,
+                 request.name, request.address, self.capacity.cpu, self.capacity.memory, self.gpu_names)
+
+    async def _rejoin(self, stale_id: str) -> None:
+        """The controller gave up on us: kill our tasks, forget their reports, and register anew."""
+        async with self._rejoin_lock:
+            if self.worker_id != stale_id:
+                return  # the other loop already did it
+            log.warning("controller declared worker_id=%s lost: killing its tasks and registering again", stale_id)
+            self._registered.clear()
+            await self.runner.shutdown()
+            self._outbox.clear()
+            self._outbox_generation += 1
+            await self._register()
+
+    # the two heartbeat loops -------------------------------------------------------------
+
+    async def _poll(self) -> None:
+        """Keep one long-poll outstanding, so orders arrive as soon as the controller has them."""
+        backoff = _Backoff("heartbeat", cap=1.0)
+        pace = PACE_FIRST
+        while True:
+            await self._registered.wait()
+            worker_id = self.worker_id
+            try:
+                reply = await self._heartbeat(worker_id, [], self.interval)
+            except _Unreachable as error:
+                await backoff.wait(error)
+                continue
+            except _Lost:
+                await self._rejoin(worker_id)
+                continue
+            backoff.reset()
+            if self._dispatch(worker_id, reply) or not reply.orders:
+                pace = PACE_FIRST
+            else:
+                # Orders repeat until our reports show them done (a stop during its grace period), and the
+                # controller answers at once while any is pending: slow down instead of spinning.
+                await asyncio.sleep(pace)
+                pace = min(pace * 2, self.interval)
+
+    async def _deliver(self) -> None:
+        """Send reports as soon as there are some, in order; they leave the outbox once a reply confirms them."""
+        backoff = _Backoff("report", cap=1.0)
+        while True:
+            await self._outbox_filled.wait()
+            self._outbox_filled.clear()
+            await self._registered.wait()
+            if not self._outbox:
+                continue
+            worker_id, generation, batch = self.worker_id, self._outbox_generation, list(self._outbox)
+            try:
+                reply = await self._heartbeat(worker_id, batch, 0.0)
+            except _Unreachable as error:
+                self._outbox_filled.set()
+                await backoff.wait(error)
+                continue
+            except _Lost:
+                await self._rejoin(worker_id)
+                continue
+            backoff.reset()
+            if generation == self._outbox_generation:
+                del self._outbox[:len(batch)]
+            self._dispatch(worker_id, reply)
+
+    def _queue(self, report: TaskReport) -> None:
+        log.info("task=%s attempt=%s report %s", report.task_id, report.attempt, report.state)
+        self._outbox.append(report)
+        self._outbox_filled.set()
+
+    def _dispatch(self, worker_id: str, reply: HeartbeatReply) -> bool:
+        """Hand the reply's orders to the runner; True if any was new."""
+        self.interval = reply.heartbeat_interval
+        if worker_id != self.worker_id or not self._registered.is_set():
+            return False  # orders for an identity we no longer have
+        new = False
+        for order in reply.orders:
+            if self.runner.submit(order):
+                log.info("task=%s attempt=%s order %s", order.task_id, order.attempt, order.action)
+                new = True
+        return new
+
+    # HTTP --------------------------------------------------------------------------------
+
+    async def _heartbeat(self, worker_id: str, reports: list[TaskReport], wait: float) -> HeartbeatReply:
+        body = HeartbeatRequest(reports=reports, wait=wait).model_dump(mode="json")
+        response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
+                                    timeout=wait + REQUEST_TIMEOUT)
+        return HeartbeatReply.model_validate(response.json())
+
+    async def _post(self, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self.http.post(path, **kwargs)
+        except httpx.TransportError as error:
+            raise _Unreachable(f"{type(error).__name__}: {error}") from None
+        if response.status_code >= 500:
+            raise _Unreachable(f"HTTP {response.status_code}")
+        if response.status_code == 409:
+            raise _Lost(response.text)
+        if response.status_code >= 400:
+            raise WorkerError(f"the controller refused POST {path}: HTTP {response.status_code} {response.text}")
+        return response
+
+    async def _send_log(self, task_id: int, attempt: int, stream: str, offset: int, data: bytes) -> None:
+        path = f"{API}/workers/{self.worker_id}/logs/{task_id}/{attempt}/{stream}"
+        try:
+            await self._post(path, params={"offset": offset}, content=data,
+                             headers={"Content-Type": "application/octet-stream"})
+        except WorkerError as error:  # retrying a refused chunk would block the rest of the stream forever
+            log.warning("task=%s attempt=%s %s chunk at offset %s dropped: %s", task_id, attempt, stream, offset,
+                        error)
+
+    async def _download(self, digest: str) -> AsyncIterator[bytes]:
+        try:
+            async with self.http.stream("GET", f"{API}/bundles/{digest}") as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise BundleError(f"bundle {digest[:12]}: HTTP {response.status_code} {response.text}")
+                async for chunk in response.aiter_bytes():
+                    yield chunk
+        except httpx.TransportError as error:
+            raise BundleError(f"bundle {digest[:12]}: controller unreachable ({error})") from None
+
+
+async def run(options: WorkerOptions, stop: asyncio.Event) -> None:
+    """Run the worker until `stop` is set, then stop every task; raises WorkerError when the controller refuses it."""
+    headers = {"Authorization": f"Bearer {options.token}"}
+    async with httpx.AsyncClient(base_url=options.controller_url, headers=headers, timeout=REQUEST_TIMEOUT) as http:
+        agent = Agent(options, http)
+        serving = asyncio.create_task(agent.serve())
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (serving, stopping):
+                task.cancel()
+            await asyncio.gather(serving, stopping, return_exceptions=True)
+            log.info("shutting down: stopping %d task(s)", len(agent.runner.running()))
+            await agent.runner.shutdown()
+        error = None if serving.cancelled() else serving.exception()
+        if error is not None:
+            raise error
+
+
+def run_worker(options: WorkerOptions) -> None:
+    """The `corral worker` process: runs until SIGTERM or SIGINT, then stops its tasks and exits 0."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per heartbeat otherwise
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run(options, stop)
+
+    try:
+        asyncio.run(main())
+    except WorkerError as error:
+        log.error("%s", error)
+        raise SystemExit(f"corral worker: {error}") from None

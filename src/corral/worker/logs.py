@@ -1,0 +1,102 @@
+"""Ships each attempt's `stdout` and `stderr` files to the controller as they grow.
+
+The files on the worker are the truth; the shipper only remembers, per stream, how many
+bytes the controller has acknowledged, so a failed send is simply sent again from the same
+offset next round and the controller's copy never has a gap or a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("corral.worker.logs")
+
+SendLog = Callable[[int, int, str, int, bytes], Awaitable[None]]
+"""send(task_id, attempt, stream, offset, data): raises when the bytes did not arrive."""
+
+STREAMS = ("stdout", "stderr")
+CHUNK = 1 << 20
+
+
+@dataclass
+class _Attempt:
+    directory: Path
+    offsets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one sender per attempt: offsets stay ordered
+    final: bool = False  # flushed already: forget it once everything has arrived
+
+
+class LogShipper:
+    def __init__(self, send: SendLog, *, interval: float = 0.5, chunk: int = CHUNK,
+                 flush_timeout: float = 10.0) -> None:
+        self._send = send
+        self.interval = interval
+        self.chunk = chunk
+        self.flush_timeout = flush_timeout
+        self._attempts: dict[tuple[int, int], _Attempt] = {}
+
+    def watch(self, task_id: int, attempt: int, directory: Path) -> None:
+        """Start shipping `directory/stdout` and `directory/stderr` of this attempt."""
+        self._attempts.setdefault((task_id, attempt), _Attempt(directory))
+
+    async def run(self) -> None:
+        """Ship new bytes of every attempt every `interval` seconds, forever."""
+        while True:
+            await self.ship_once()
+            await asyncio.sleep(self.interval)
+
+    async def ship_once(self) -> None:
+        for key in list(self._attempts):
+            if await self._ship(key) and self._attempts[key].final:
+                del self._attempts[key]
+
+    async def flush(self, task_id: int, attempt: int) -> None:
+        """Ship everything the attempt wrote, retrying for up to `flush_timeout` seconds, then stop tracking it.
+
+        Past the timeout the rest is left to the periodic rounds, so a controller that is down
+        delays a task's final report by at most the timeout.
+        """
+        key = (task_id, attempt)
+        if key not in self._attempts:
+            return
+        self._attempts[key].final = True
+        deadline = time.monotonic() + self.flush_timeout
+        delay = 0.2
+        while not await self._ship(key):
+            if time.monotonic() + delay > deadline:
+                log.warning("task=%s attempt=%s logs not fully shipped at the end; still trying", task_id, attempt)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        self._attempts.pop(key, None)
+
+    async def _ship(self, key: tuple[int, int]) -> bool:
+        """Send what was appended since the last acknowledged offset; True when nothing is left behind."""
+        entry = self._attempts.get(key)
+        if entry is None:
+            return True
+        async with entry.lock:
+            for stream in STREAMS:
+                path = entry.directory / stream
+                try:
+                    with path.open("rb") as file:
+                        end = file.seek(0, 2)  # what exists now: a chatty task cannot keep a round going
+                        file.seek(entry.offsets[stream])
+                        while entry.offsets[stream] < end:
+                            data = file.read(min(self.chunk, end - entry.offsets[stream]))
+                            if not data:
+                                break
+                            await self._send(*key, stream, entry.offsets[stream], data)
+                            entry.offsets[stream] += len(data)
+                except FileNotFoundError:
+                    continue
+                except Exception as error:
+                    log.info("task=%s attempt=%s %s not shipped at offset %s, will retry: %s", *key, stream,
+                             entry.offsets[stream], error)
+                    return False
+        return True

@@ -1,0 +1,333 @@
+"""Runs task attempts as real processes: one directory and one process group per attempt.
+
+Orders repeat on every heartbeat until the reports show them done, so the runner acts on
+each (task, attempt, action) once and ignores the repeats. Each attempt's process is the
+leader of its own process group, which is how a stop reaches its grandchildren too, and
+dies with the worker (PR_SET_PDEATHSIG) so a crashed worker leaves no task behind it.
+Every attempt ends with exactly one terminal report, made only after its process group is
+gone and its logs are flushed, so the controller never frees resources still in use and
+never shows a finished task with half its output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from corral.core.protocol import BuildOrder, Order, StartOrder, StopOrder, TaskRef, TaskReport
+from corral.core.states import TaskState
+from corral.worker.bundles import extract
+
+log = logging.getLogger("corral.worker.runner")
+
+Report = Callable[[TaskReport], None]
+FetchBundle = Callable[[str], Awaitable[Path]]
+FlushLogs = Callable[[int, int], Awaitable[None]]
+WatchLogs = Callable[[int, int, Path], None]
+
+POLL = 0.05  # how often a terminating process group is checked for survivors
+REAP_TIMEOUT = 5.0  # how long SIGKILLed processes may take to vanish (a process in D state) before we move on
+PR_SET_PDEATHSIG = 1
+_PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # looked up before fork, not in the child
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """preexec_fn: the child gets SIGKILL when the worker dies, even if it died while forking."""
+
+    def preexec() -> None:
+        if _PRCTL is not None:
+            _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies waiting for a reaper do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for process in psutil.process_iter(["status"]):
+        try:
+            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone, or not ours to signal
+        os.killpg(pgid, sig)
+
+
+async def _wait_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(POLL)
+    return True
+
+
+async def _end_group(pgid: int, grace: float) -> None:
+    """SIGTERM, up to `grace` seconds to exit, then SIGKILL; returns when the group is gone."""
+    _signal_group(pgid, signal.SIGTERM)
+    if not await _wait_gone(pgid, grace):
+        await _kill_group(pgid)
+
+
+async def _kill_group(pgid: int) -> None:
+    if _group_alive(pgid):
+        _signal_group(pgid, signal.SIGKILL)
+        if not await _wait_gone(pgid, REAP_TIMEOUT):
+            log.error("process group %s survives SIGKILL after %ss", pgid, REAP_TIMEOUT)
+
+
+def _exit_status(returncode: int) -> tuple[int, str | None]:
+    """asyncio's returncode as a shell would say it: a death by signal N is 128+N."""
+    if returncode >= 0:
+        return returncode, None
+    return 128 - returncode, f"killed by signal {signal.Signals(-returncode).name}"
+
+
+@dataclass(eq=False)
+class _Attempt:
+    order: BuildOrder
+    directory: Path
+    lock: asyncio.Lock  # build, start and the end of a stop happen one at a time
+    prepared: bool = False
+    build: asyncio.Task | None = None
+    process: asyncio.subprocess.Process | None = None
+    supervisor: asyncio.Task | None = None
+    stopping: asyncio.Task | None = None
+    stop_reason: str | None = None
+    ended: bool = False
+    silent: bool = False  # ended by the worker's own shutdown: the controller learns from the worker's loss
+
+    @property
+    def ref(self) -> tuple[int, int]:
+        return self.order.task_id, self.order.attempt
+
+    @property
+    def cwd(self) -> Path:
+        return self.directory / "work" if self.order.bundle else self.directory
+
+
+class Runner:
+    """Acts on build, start and stop orders; reports every state change through `report`, in order."""
+
+    def __init__(self, work_dir: Path, *, report: Report, fetch_bundle: FetchBundle, flush_logs: FlushLogs,
+                 watch_logs: WatchLogs, gpus: int = 0) -> None:
+        self.work_dir = work_dir
+        self.gpus = gpus
+        self._report = report
+        self._fetch_bundle = fetch_bundle
+        self._flush_logs = flush_logs
+        self._watch_logs = watch_logs
+        self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._ended: set[tuple[int, int]] = set()
+        self._acted: set[tuple[int, int, str]] = set()
+        self._tasks: set[asyncio.Task] = set()
+
+    # orders ------------------------------------------------------------------------------
+
+    def submit(self, order: Order) -> bool:
+        """Act on `order` in the background; False when it is a repeat (or a start before its build)."""
+        if not self._claim(order):
+            return False
+        handlers = {"build": self._build, "start": self._start, "stop": self._stop}
+        self._spawn(handlers[order.action](order))
+        return True
+
+    async def build(self, order: BuildOrder) -> None:
+        if self._claim(order):
+            await self._build(order)
+
+    async def start(self, order: StartOrder) -> None:
+        if self._claim(order):
+            await self._start(order)
+
+    async def stop(self, order: StopOrder) -> None:
+        if self._claim(order):
+            await self._stop(order)
+
+    def running(self) -> list[TaskRef]:
+        """Attempts that hold something on this machine: building, prepared or with a live process."""
+        return [TaskRef(task_id=t, attempt=a) for (t, a), att in self._attempts.items() if not att.ended]
+
+    async def shutdown(self) -> None:
+        """Stop every attempt (SIGTERM, its grace period, SIGKILL) without reporting them.
+
+        Used when the worker goes away or was declared lost: the controller accounts for
+        these attempts through the worker's loss, which lets them be retried; a KILLED report
+        would end them for good.
+        """
+        while live := [att for att in self._attempts.values() if not att.ended]:
+            for att in live:
+                att.silent = True
+            await asyncio.gather(*(self._halt(att, "worker shutting down", att.order.grace_period)
+                                   for att in live))
+
+    # the actions -------------------------------------------------------------------------
+
+    def _claim(self, order: Order) -> bool:
+        key = (order.task_id, order.attempt, order.action)
+        if key in self._acted:
+            return False
+        if order.action == "start" and (order.task_id, order.attempt) not in self._attempts:
+            return False  # not built here: not claimed, so a start repeated after a build still counts
+        self._acted.add(key)
+        return True
+
+    async def _build(self, order: BuildOrder) -> None:
+        ref = (order.task_id, order.attempt)
+        if ref in self._ended or ref in self._attempts:
+            return  # stopped before it was built
+        directory = self.work_dir / "tasks" / f"{order.task_id}-{order.attempt}"
+        att = self._attempts[ref] = _Attempt(order, directory, asyncio.Lock())
+        att.build = self._spawn(self._prepare(att))  # its own task, so a stop can cancel it alone
+        await asyncio.wait([att.build])
+
+    async def _prepare(self, att: _Attempt) -> None:
+        async with att.lock:
+            self._emit(att.ref, TaskState.BUILDING)
+            try:
+                att.directory.mkdir(parents=True, exist_ok=True)
+                if att.order.bundle:
+                    archive = await self._fetch_bundle(att.order.bundle)
+                    await asyncio.to_thread(extract, archive, att.cwd)
+            except Exception as error:
+                log.warning("task=%s attempt=%s build failed: %s", *att.ref, error)
+                await self._end(att, TaskState.FAILED, reason=f"build failed: {error}")
+                return
+            att.prepared = True
+            self._emit(att.ref, TaskState.PREPARED)
+
+    async def _start(self, order: StartOrder) -> None:
+        att = self._attempts.get((order.task_id, order.attempt))
+        if att is None:
+            return
+        async with att.lock:
+            if att.ended or not att.prepared:
+                return
+            command = att.order.command
+            env = {**os.environ, **att.order.env}
+            if self.gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
+            try:
+                with (att.directory / "stdout").open("wb") as out, (att.directory / "stderr").open("wb") as err:
+                    att.process = await asyncio.create_subprocess_exec(
+                        *command, cwd=att.cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
+                        start_new_session=True, preexec_fn=_die_with(os.getpid()))
+            except Exception as error:
+                code = 127 if isinstance(error, FileNotFoundError) else 126 if isinstance(error, PermissionError) \
+                    else None
+                log.warning("task=%s attempt=%s cannot start %r: %s", *att.ref, command[:1], error)
+                await self._end(att, TaskState.FAILED, exit_code=code, reason=f"cannot start {command[:1]}: {error}")
+                return
+            self._watch_logs(*att.ref, att.directory)
+            log.info("task=%s attempt=%s running pid=%s", *att.ref, att.process.pid)
+            self._emit(att.ref, TaskState.RUNNING)
+            att.supervisor = self._spawn(self._supervise(att))
+
+    async def _stop(self, order: StopOrder) -> None:
+        ref = (order.task_id, order.attempt)
+        att = self._attempts.get(ref)
+        if att is not None:
+            await self._halt(att, order.reason, order.grace_period)
+        elif ref not in self._ended:  # never built here: there is nothing to stop
+            self._ended.add(ref)
+            self._emit(ref, TaskState.KILLED, reason=order.reason)
+
+    async def _halt(self, att: _Attempt, reason: str, grace: float) -> None:
+        """Bring an attempt to its end for `reason`, whatever it is doing; returns once it has ended."""
+        if att.build is not None and not att.build.done():
+            att.build.cancel()
+            await asyncio.wait([att.build])
+        async with att.lock:
+            if att.process is None:
+                await self._end(att, TaskState.KILLED, reason=reason)
+                return
+        self._terminate(att, reason, grace)
+        assert att.supervisor is not None
+        await asyncio.wait([att.supervisor])
+
+    def _terminate(self, att: _Attempt, reason: str, grace: float) -> None:
+        """Begin stopping a running process group, unless it is stopping or has exited on its own."""
+        assert att.process is not None
+        if att.stopping is None and att.process.returncode is None:
+            log.info("task=%s attempt=%s stopping (%s), grace %ss", *att.ref, reason, grace)
+            att.stop_reason = reason
+            att.stopping = self._spawn(_end_group(att.process.pid, grace))
+
+    async def _supervise(self, att: _Attempt) -> None:
+        """Wait for the process, enforce the time limit, clean up the group, and report the outcome."""
+        process = att.process
+        assert process is not None
+        try:
+            await asyncio.wait_for(process.wait(), att.order.time_limit)
+        except TimeoutError:
+            self._terminate(att, "time limit", att.order.grace_period)
+        returncode = await process.wait()
+        if att.stopping is not None:
+            await att.stopping
+        await _kill_group(process.pid)  # what the task left behind when it exited on its own
+        exit_code, signalled = _exit_status(returncode)
+        if att.stop_reason is not None:
+            await self._end(att, TaskState.KILLED, exit_code=exit_code, reason=att.stop_reason)
+        elif exit_code == 0:
+            await self._end(att, TaskState.SUCCEEDED, exit_code=0)
+        else:
+            await self._end(att, TaskState.FAILED, exit_code=exit_code, reason=signalled or f"exit code {exit_code}")
+
+    async def _end(self, att: _Attempt, state: TaskState, *, exit_code: int | None = None,
+                   reason: str | None = None) -> None:
+        """The one terminal report of an attempt, after its logs are flushed; later calls do nothing."""
+        if att.ended:
+            return
+        att.ended = True
+        self._ended.add(att.ref)
+        log.info("task=%s attempt=%s %s exit_code=%s reason=%s", *att.ref, state, exit_code, reason)
+
+        async def finish() -> None:
+            await self._flush_logs(*att.ref)
+            del self._attempts[att.ref]
+            if not att.silent:
+                self._emit(att.ref, state, exit_code=exit_code, reason=reason)
+
+        # Shielded: a stop that cancels a failing build must not swallow the build's FAILED report.
+        await asyncio.shield(self._spawn(finish()))
+
+    # plumbing ----------------------------------------------------------------------------
+
+    def _emit(self, ref: tuple[int, int], state: TaskState, *, exit_code: int | None = None,
+              reason: str | None = None) -> None:
+        self._report(TaskReport(task_id=ref[0], attempt=ref[1], state=state, exit_code=exit_code, reason=reason,
+                                at=time.time()))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("runner action failed", exc_info=task.exception())

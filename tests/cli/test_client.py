@@ -1,0 +1,135 @@
+"""The client against a fake controller (httpx.MockTransport): no server needed."""
+
+import hashlib
+import json
+
+import httpx
+import pytest
+
+from corral.client.errors import CorralError
+from corral.client.http import Client
+from tests.cli.conftest import job_view
+
+
+def client_for(handler) -> Client:
+    return Client("http://ctl:1", "tok", transport=httpx.MockTransport(handler))
+
+
+def test_a_422_lists_each_field_and_message():
+    detail = [{"loc": ["body", "resources", "cpu"], "msg": "Input should be less than or equal to 4096",
+               "type": "x"},
+              {"loc": ["body", "command"], "msg": "Value error, command is empty: give the program to run"}]
+    api = client_for(lambda request: httpx.Response(422, json={"detail": detail}))
+    with pytest.raises(CorralError) as raised:
+        api.get(1)
+    assert raised.value.status == 422
+    assert str(raised.value) == ("resources.cpu: Input should be less than or equal to 4096; "
+                                 "command: command is empty: give the program to run")
+
+
+def test_a_string_detail_is_the_message_and_the_token_is_sent():
+    seen = []
+
+    def handler(request):
+        seen.append(request.headers["authorization"])
+        return httpx.Response(404, json={"detail": "no job 9"})
+
+    with pytest.raises(CorralError, match="^no job 9$"):
+        client_for(handler).get(9)
+    assert seen == ["Bearer tok"]
+
+
+def test_an_unreachable_controller_is_named():
+    def handler(request):
+        raise httpx.ConnectError("refused")
+
+    with pytest.raises(CorralError, match="cannot reach the controller at http://ctl:1"):
+        client_for(handler).workers()
+
+
+def test_submit_sends_the_idempotency_key():
+    def handler(request):
+        assert request.headers["idempotency-key"] == "K"
+        return httpx.Response(201, json=job_view(5, state="PENDING").model_dump(mode="json"))
+
+    assert client_for(handler).submit({"command": ["true"]}, idempotency_key="K").id == 5
+
+
+def test_list_follows_cursors_and_stops_at_the_limit():
+    pages = {None: ([30, 29], 29), "29": ([28, 27], 27), "27": ([26], None)}
+    asked = []
+
+    def handler(request):
+        cursor = request.url.params.get("cursor")
+        asked.append((cursor, request.url.params.get_list("state")))
+        ids, nxt = pages[cursor]
+        return httpx.Response(200, json={"items": [job_view(i).model_dump(mode="json") for i in ids],
+                                         "next_cursor": nxt})
+
+    api = client_for(handler)
+    assert [j.id for j in api.list(states=["RUNNING"], limit=None)] == [30, 29, 28, 27, 26]
+    assert asked[0] == (None, ["RUNNING"])
+    asked.clear()
+    assert [j.id for j in api.list(limit=3)] == [30, 29, 28]
+    assert len(asked) == 2
+
+
+def test_logs_read_to_the_stored_size_then_stop():
+    log = b"x" * 10
+
+    def handler(request):
+        offset = int(request.url.params["offset"])
+        return httpx.Response(200, content=log[offset:offset + 4], headers={
+            "X-Corral-Attempt": "0", "X-Corral-Task-State": "RUNNING", "X-Corral-Log-Size": str(len(log))})
+
+    assert b"".join(client_for(handler).logs(1)) == log
+
+
+def test_follow_drains_the_old_attempt_then_reads_the_new_one_until_the_task_ends():
+    logs = {0: b"first\n", 1: b""}
+    calls = {"n": 0}
+
+    def handler(request):
+        calls["n"] += 1
+        current = 0 if calls["n"] < 3 else 1
+        if calls["n"] == 3:
+            logs[0] += b"late\n"  # reaches the controller as the retry begins: must still be read
+        if calls["n"] >= 5:
+            logs[1] = b"second\n"
+        attempt = int(request.url.params.get("attempt", current))
+        offset = int(request.url.params["offset"])
+        state = "SUCCEEDED" if calls["n"] >= 6 else "RUNNING"
+        data = logs[attempt][offset:]
+        return httpx.Response(200, content=data, headers={
+            "X-Corral-Attempt": str(attempt), "X-Corral-Task-State": state,
+            "X-Corral-Log-Size": str(len(logs[attempt]))})
+
+    switched = []
+    chunks = client_for(handler).logs(1, follow=True, poll=0, on_attempt=switched.append)
+    assert b"".join(chunks) == b"first\nlate\nsecond\n"
+    assert switched == [1]
+
+
+def test_upload_puts_only_a_missing_bundle(tmp_path):
+    (tmp_path / "f").write_text("x")
+    stored: dict[str, bytes] = {}
+
+    def handler(request):
+        digest = request.url.path.rsplit("/", 1)[1]
+        if request.method == "HEAD":
+            return httpx.Response(200 if digest in stored else 404)
+        assert hashlib.sha256(request.content).hexdigest() == digest
+        stored[digest] = request.content
+        return httpx.Response(201, json={"digest": digest})
+
+    api = client_for(handler)
+    digest = api.upload_bundle(tmp_path)
+    assert list(stored) == [digest]
+    stored[digest] = b"kept"
+    assert api.upload_bundle(tmp_path) == digest and stored[digest] == b"kept"
+
+
+def test_wait_times_out():
+    api = client_for(lambda request: httpx.Response(200, json=json.loads(job_view(3).model_dump_json())))
+    with pytest.raises(TimeoutError):
+        api.wait(3, timeout=0.05, poll=0.01)

@@ -1,0 +1,61 @@
+"""What the listing and info commands print, from views a fake client returns."""
+
+import json
+import time
+
+from corral.core.views import AttemptView, HistoryEntry, TaskView, WorkerView
+from tests.cli.conftest import job_view
+
+
+def test_jobs_table_shows_task_counts_age_and_the_pending_reason(cli, fake):
+    fake.jobs = [job_view(2, state="RUNNING", task_counts={"RUNNING": 3, "PENDING": 1}),
+                 job_view(1, pending_reason="needs 8 GPUs; largest free: 4 on w3")]
+    result = cli("jobs")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "STATE", "TASKS", "AGE"]
+    assert "3 RUNNING, 1 PENDING" in lines[1] and lines[1].rstrip().endswith("10s")
+    assert "needs 8 GPUs; largest free: 4 on w3" in result.output
+
+
+def test_jobs_json_and_limit(cli, fake):
+    fake.jobs = [job_view(3), job_view(2), job_view(1)]
+    assert [j["id"] for j in json.loads(cli("jobs", "--json", "--limit", "2").output)] == [3, 2]
+
+
+def test_an_unknown_state_is_a_usage_error(cli):
+    assert cli("jobs", "--state", "NAPPING").exit_code == 2
+
+
+def test_workers_show_use_over_capacity(cli, fake):
+    now = time.time()
+    fake.worker_views = [WorkerView(
+        id="w-1", name="gpu-box", address="10.0.0.2", state="ALIVE", labels={}, gpu_names=["H100"],
+        capacity={"cpu": 8, "memory": 16 * 10**9, "gpu": 1}, used={"cpu": 2, "memory": 10**9, "gpu": 0},
+        last_heartbeat=now - 1, registered_at=now - 100, running_tasks=2)]
+    out = cli("workers").output
+    for text in ("gpu-box", "10.0.0.2", "2.0/8", "1.0G/16G", "0/1", "1s ago"):
+        assert text in out
+
+
+def test_info_shows_spec_tasks_attempts_and_history(cli, fake):
+    now = time.time()
+    fake.jobs = [job_view(9, state="FAILED", finished_at=now)]
+    attempt = AttemptView(attempt=0, worker_id="w-1", state="FAILED", exit_code=3, reason="exit code 3",
+                          assigned_at=now - 9, started_at=now - 8, finished_at=now - 2)
+    fake.task_views = [TaskView(id=1, index=0, state="FAILED", attempt=0, worker_id="w-1", gpu_ids=[], failures=1,
+                                preemptions=0, exit_code=3, reason="exit code 3", state_since=now,
+                                attempts=[attempt])]
+    fake.history_entries = [HistoryEntry(at=now, job_id=9, task_id=1, task_index=0, attempt=0, handler="Reports",
+                                         result="SUCCESS", from_state="RUNNING", to_state="FAILED",
+                                         message="non-zero exit")]
+    result = cli("info", "9")
+    assert result.exit_code == 0, result.output
+    for text in ("echo hi", "cpu 1", "RUNNING -> FAILED", "non-zero exit", "Reports", "exit code 3", "6s"):
+        assert text in result.output
+    body = json.loads(cli("info", "9", "--json").output)
+    assert set(body) == {"job", "tasks", "history"} and body["tasks"][0]["attempts"][0]["exit_code"] == 3
+
+
+def test_cancel_prints_the_new_state(cli):
+    assert cli("cancel", "4").output == "TERMINATING\n"

@@ -1,0 +1,91 @@
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from corral.cli.submit import build_spec, load_spec_file
+
+
+def test_options_build_the_spec():
+    spec = build_spec(command=("python", "train.py"), cpus=2.5, memory="4G", gpus=1, replicas=4, gang=True,
+                      time_limit="2h", grace_period="30s", env={"A": "1"}, labels={"team": "ml"})
+    assert spec.command == ["python", "train.py"]
+    assert (spec.resources.cpu, spec.resources.memory, spec.resources.gpu) == (2.5, 4 * 10**9, 1)
+    assert (spec.replicas, spec.gang, spec.time_limit, spec.grace_period) == (4, True, 7200.0, 30.0)
+    assert (spec.env, spec.labels, spec.name) == ({"A": "1"}, {"team": "ml"}, "python")
+
+
+def test_options_override_the_file_and_the_rest_of_the_file_stays(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "name: from-file\ncommand: python run.py --epochs 3\nreplicas: 2\n"
+        "resources: {cpu: 4, memory: 8G, gpu: 2}\nenv: {PORT: 8080, MODE: fast}\nworkdir: src\n")
+    data, workdir = load_spec_file(path)
+    spec = build_spec(data, cpus=1.0, replicas=None, env={"MODE": "slow"}, name="cli")
+    assert spec.name == "cli"
+    assert spec.command == ["python", "run.py", "--epochs", "3"]
+    assert spec.replicas == 2
+    assert (spec.resources.cpu, spec.resources.memory, spec.resources.gpu) == (1.0, 8 * 10**9, 2)
+    assert spec.env == {"PORT": "8080", "MODE": "slow"}
+    assert workdir == tmp_path / "src"
+
+
+def test_the_command_line_command_replaces_the_files(tmp_path):
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"command": ["a"], "priority": 5}))
+    spec = build_spec(load_spec_file(path)[0], command=("b", "c"))
+    assert (spec.command, spec.priority) == (["b", "c"], 5)
+
+
+def test_a_bad_value_names_its_field():
+    with pytest.raises(ValidationError) as raised:
+        build_spec(command=("x",), memory="lots")
+    assert raised.value.errors()[0]["loc"] == ("resources", "memory")
+
+
+def test_submit_prints_only_the_job_id(cli, fake):
+    result = cli("submit", "--cpus", "2", "--env", "A=b=c", "--label", "k=v", "--idempotency-key", "K",
+                 "--", "python", "-c", "print(1)")
+    assert result.exit_code == 0, result.output
+    assert result.output == "42\n"
+    spec, key = fake.submitted[0]
+    assert spec.command == ["python", "-c", "print(1)"]
+    assert (spec.resources.cpu, spec.env, spec.labels, key) == (2.0, {"A": "b=c"}, {"k": "v"}, "K")
+
+
+def test_submit_json_prints_the_job_view(cli):
+    result = cli("submit", "--json", "--", "true")
+    assert json.loads(result.output)["id"] == 42
+
+
+def test_an_env_option_without_equals_is_a_usage_error(cli, fake):
+    result = cli("submit", "--env", "NOEQUALS", "--", "true")
+    assert result.exit_code == 2
+    assert "NOEQUALS" in result.output and not fake.submitted
+
+
+def test_a_bad_spec_is_an_error_naming_the_field(cli, fake):
+    result = cli("submit", "--memory", "lots", "--", "true")
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ") and "resources.memory" in result.output
+    assert not fake.submitted
+
+
+def test_no_command_is_a_usage_error(cli):
+    assert cli("submit", "--cpus", "1").exit_code == 2
+
+
+def test_workdir_is_uploaded_and_becomes_the_bundle(cli, fake, tmp_path):
+    result = cli("submit", "--workdir", str(tmp_path), "--", "true")
+    assert result.exit_code == 0, result.output
+    assert fake.uploaded == [tmp_path]
+    assert fake.submitted[0][0].bundle == "ab" * 32
+
+
+@pytest.mark.parametrize(("final", "code"), [("SUCCEEDED", 0), ("FAILED", 1)])
+def test_wait_exits_by_the_final_state(cli, fake, final, code):
+    fake.final_state = final
+    result = cli("submit", "--wait", "--", "true")
+    assert result.exit_code == code
+    assert result.stdout == "42\n"
+    assert final in result.stderr

@@ -1,0 +1,130 @@
+"""A real local cluster for end-to-end tests: a controller process and worker processes.
+
+Everything is started as the user would (`python -m corral controller|worker`), talks over
+real HTTP, and is waited on by condition with a deadline, never by a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from corral.core.states import JOB_TERMINAL
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Cluster:
+    def __init__(self, root: Path, *, loss_timeout: float = 3.0, heartbeat_interval: float = 0.5) -> None:
+        self.root = root
+        self.data_dir = root / "data"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.loss_timeout = loss_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.controller: subprocess.Popen | None = None
+        self.workers: dict[str, subprocess.Popen] = {}
+        self.http: httpx.Client | None = None
+
+    # processes -------------------------------------------------------------------------
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+        log = (self.root / f"{name}.log").open("ab")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        return subprocess.Popen([sys.executable, "-m", "corral", *args], stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+
+    def start_controller(self) -> None:
+        self.controller = self._spawn(
+            "controller", "controller", "--data-dir", str(self.data_dir), "--port", str(self.port),
+            "--loss-timeout", str(self.loss_timeout), "--heartbeat-interval", str(self.heartbeat_interval))
+        wait_for(self._healthy, 30, "the controller to answer /healthz")
+        tokens = json.loads((self.data_dir / "cluster.json").read_text())
+        self.admin_token, self.join_token = tokens["admin_token"], tokens["join_token"]
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.admin_token}"},
+                                 timeout=30)
+
+    def _healthy(self) -> bool:
+        if self.controller is not None and self.controller.poll() is not None:
+            raise AssertionError(f"controller exited: {self.log('controller')}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def start_worker(self, name: str, cpus: float = 4) -> None:
+        self.workers[name] = self._spawn(
+            name, "worker", "--controller", self.url, "--token", self.join_token, "--name", name,
+            "--work-dir", str(self.root / name), "--cpus", str(cpus), "--memory", "4G",
+            "--heartbeat-interval", str(self.heartbeat_interval))
+        wait_for(lambda: any(w["name"] == name and w["state"] == "ALIVE" for w in self.get("/api/v1/workers")),
+                 30, f"worker {name} to register")
+
+    def kill(self, process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        os.killpg(process.pid, sig)
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        for process in [*self.workers.values(), self.controller]:
+            if process is not None and process.poll() is None:
+                self.kill(process, signal.SIGTERM)
+        if self.http is not None:
+            self.http.close()
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    # API -------------------------------------------------------------------------------
+
+    def get(self, path: str, **params):
+        response = self.http.get(path, params=params)
+        response.raise_for_status()
+        return response.json()
+
+    def submit(self, **spec) -> int:
+        response = self.http.post("/api/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def job(self, job_id: int) -> dict:
+        return self.get(f"/api/v1/jobs/{job_id}")
+
+    def tasks(self, job_id: int) -> list[dict]:
+        return self.get(f"/api/v1/jobs/{job_id}/tasks")
+
+    def wait_state(self, job_id: int, *states: str, timeout: float = 30) -> dict:
+        return wait_for(lambda: (j := self.job(job_id))["state"] in states and j, timeout,
+                        f"job {job_id} to reach {states}")
+
+    def wait_end(self, job_id: int, timeout: float = 30) -> dict:
+        return self.wait_state(job_id, *JOB_TERMINAL, timeout=timeout)
+
+    def logs(self, job_id: int, task: int = 0, stream: str = "stdout") -> str:
+        response = self.http.get(f"/api/v1/jobs/{job_id}/tasks/{task}/logs", params={"stream": stream})
+        response.raise_for_status()
+        return response.text

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.cluster import Cluster
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A controller and two workers, as `corral up` would start them."""
+    running = Cluster(tmp_path)
+    running.start_controller()
+    running.start_worker("w1")
+    running.start_worker("w2")
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def bare_cluster(tmp_path):
+    """A controller with no worker yet: the test starts what it needs."""
+    running = Cluster(tmp_path)
+    running.start_controller()
+    yield running
+    running.stop()

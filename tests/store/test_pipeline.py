@@ -1,0 +1,226 @@
+"""The engine over a real store: placement, the gang barrier, budgets, loss, cancel, fencing."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from corral.controller.cancel import AlreadyEnded, cancel_job
+from corral.core.states import TaskState
+from corral.store.changes import ChangeSet, StaleWrite, TaskRow
+from corral.store.database import migrate
+from corral.store.schema import tasks
+from tests.store.helpers import (
+    NOW,
+    add_worker,
+    job,
+    job_history,
+    job_tasks,
+    reap,
+    report,
+    run_task,
+    settle,
+    submit,
+    task_attempts,
+)
+
+
+async def test_migrations_are_idempotent(store):
+    await migrate(store.engine)
+    await migrate(store.engine)
+    assert await submit(store) == 1
+
+
+async def test_a_job_runs_to_success_with_every_step_in_history(store):
+    worker = await add_worker(store)
+    job_id = await submit(store)
+    await settle(store)
+    (task,) = await job_tasks(store, job_id)
+    assert task.state == "ASSIGNED" and task.worker_id == worker
+    await run_task(store, worker, task)
+    assert (await job(store, job_id)).state == "SUCCEEDED"
+    steps = [(h.handler, h.from_state, h.to_state) for h in await job_history(store, job_id) if h.task_id]
+    assert steps == [
+        ("ScheduleJobs", "PENDING", "ASSIGNED"), ("Worker", "ASSIGNED", "BUILDING"),
+        ("Worker", "BUILDING", "PREPARED"), ("StartJobs", "PREPARED", "STARTING"),
+        ("Worker", "STARTING", "RUNNING"), ("Worker", "RUNNING", "SUCCEEDED"),
+    ]
+    (attempt,) = await task_attempts(store, task.id)
+    assert (attempt.state, attempt.exit_code, attempt.worker_id) == ("SUCCEEDED", 0, worker)
+
+
+async def test_placement_never_books_a_worker_twice_and_explains_the_wait(store):
+    await add_worker(store, cpu=2)
+    first = await submit(store, resources={"cpu": 2})
+    second = await submit(store, resources={"cpu": 1})
+    await settle(store)
+    await settle(store)  # a second pass must not place into room already taken
+    assert [t.state for t in await job_tasks(store, first)] == ["ASSIGNED"]
+    assert [t.state for t in await job_tasks(store, second)] == ["PENDING"]
+    waiting = await job(store, second)
+    assert waiting.pending_reason == "needs cpu 1; largest free: cpu 0, memory 8G on w0"
+    skipped = [h for h in await job_history(store, second) if h.result == "SKIPPED"]
+    assert len(skipped) == 1  # a wait is recorded once, not on every pass
+
+
+async def test_failure_budget_gives_three_attempts_then_failed(store):
+    worker = await add_worker(store)
+    job_id = await submit(store, max_retries_failure=2)
+    for _ in range(3):
+        await settle(store)
+        (task,) = await job_tasks(store, job_id)
+        await run_task(store, worker, task, exit_code=3)
+    (task,) = await job_tasks(store, job_id)
+    assert (task.state, task.failures, task.attempt) == ("FAILED", 3, 2)
+    assert [a.state for a in await task_attempts(store, task.id)] == ["FAILED"] * 3
+    assert (await job(store, job_id)).state == "FAILED"
+
+
+async def test_gang_starts_only_when_every_member_is_prepared(store):
+    worker = await add_worker(store)
+    job_id = await submit(store, replicas=2, gang=True)
+    await settle(store)
+    assert (await job(store, job_id)).state == "PREPARING"
+    first, second = await job_tasks(store, job_id)
+    await report(store, worker, (first.id, 0, "BUILDING"), (first.id, 0, "PREPARED"))
+    await settle(store)
+    assert [t.state for t in await job_tasks(store, job_id)] == ["PREPARED", "ASSIGNED"]
+    await report(store, worker, (second.id, 0, "BUILDING"), (second.id, 0, "PREPARED"))
+    await settle(store)
+    assert [t.state for t in await job_tasks(store, job_id)] == ["STARTING", "STARTING"]
+    assert (await job(store, job_id)).state == "STARTING"
+
+
+async def test_a_gang_that_does_not_fit_whole_is_not_placed_at_all(store):
+    await add_worker(store, cpu=1)
+    job_id = await submit(store, replicas=2, gang=True)
+    await settle(store)
+    assert [t.state for t in await job_tasks(store, job_id)] == ["PENDING", "PENDING"]
+    assert "gang of 2" in (await job(store, job_id)).pending_reason
+
+
+async def test_lost_worker_fails_its_tasks_which_retry_elsewhere(store):
+    lost = await add_worker(store, name="a", cpu=1)
+    job_id = await submit(store)
+    await settle(store)
+    (task,) = await job_tasks(store, job_id)
+    await report(store, lost, (task.id, 0, "BUILDING"), (task.id, 0, "PREPARED"))
+    await settle(store)
+    await report(store, lost, (task.id, 0, "RUNNING"))
+    other = await add_worker(store, name="b", cpu=1, now=NOW + 40)
+    await reap(store, now=NOW + 40)
+    await settle(store, now=NOW + 40)
+    (task,) = await job_tasks(store, job_id)
+    assert (task.state, task.worker_id, task.attempt, task.preemptions) == ("ASSIGNED", other, 1, 1)
+    assert [a.state for a in await task_attempts(store, task.id)] == ["WORKER_FAILED", "ASSIGNED"]
+
+
+async def test_cancel_kills_pending_tasks_and_stops_placed_ones(store):
+    worker = await add_worker(store, cpu=1)
+    job_id = await submit(store, replicas=2)
+    await settle(store)
+    async with store.write() as connection:
+        await cancel_job(connection, job_id, NOW)
+    await settle(store)
+    placed, queued = await job_tasks(store, job_id)
+    assert (placed.state, queued.state) == ("TERMINATING", "KILLED")
+    assert (await job(store, job_id)).state == "TERMINATING"
+    await report(store, worker, (placed.id, 0, "KILLED"))
+    await settle(store)
+    assert (await job(store, job_id)).state == "CANCELLED"
+    with pytest.raises(AlreadyEnded):
+        async with store.write() as connection:
+            await cancel_job(connection, job_id, NOW)
+
+
+async def test_stale_and_repeated_reports_change_nothing(store):
+    worker = await add_worker(store)
+    job_id = await submit(store)
+    await settle(store)
+    (task,) = await job_tasks(store, job_id)
+    await report(store, worker, (task.id, 7, "BUILDING"))  # an attempt that is not the current one
+    assert (await job_tasks(store, job_id))[0].state == "ASSIGNED"
+    await report(store, worker, (task.id, 0, "BUILDING"))
+    await report(store, worker, (task.id, 0, "BUILDING"))
+    assert len([h for h in await job_history(store, job_id) if h.to_state == "BUILDING"]) == 1
+
+
+async def test_a_write_against_a_stale_read_is_refused_whole(store):
+    await add_worker(store)
+    job_id = await submit(store, replicas=2)
+    first, second = await job_tasks(store, job_id)
+    changes = ChangeSet(NOW)
+    changes.task(TaskRow(first.id, job_id, 0, TaskState.PENDING, 0, None), TaskState.KILLED, handler="test")
+    changes.task(TaskRow(second.id, job_id, 1, TaskState.ASSIGNED, 0, "w"), TaskState.BUILDING, handler="test")
+    with pytest.raises(StaleWrite):
+        async with store.write() as connection:
+            await changes.flush(connection)
+    async with store.read() as connection:
+        states = (await connection.execute(select(tasks.c.state).where(tasks.c.job_id == job_id))).scalars().all()
+    assert states == ["PENDING", "PENDING"]
+
+
+async def test_unschedulable_after_the_scheduling_timeout(store):
+    job_id = await submit(store, scheduling_timeout=60)
+    await settle(store, now=NOW + 30)
+    assert (await job(store, job_id)).state == "PENDING"
+    await settle(store, now=NOW + 61)
+    assert (await job(store, job_id)).state == "UNSCHEDULABLE"
+    assert [t.state for t in await job_tasks(store, job_id)] == ["UNSCHEDULABLE"]
+
+
+async def test_a_failed_gang_member_stops_its_siblings_and_the_gang_fails(store):
+    worker = await add_worker(store)
+    job_id = await submit(store, replicas=2, gang=True, max_retries_failure=5)
+    await settle(store)
+    first, second = await job_tasks(store, job_id)
+    for task in (first, second):
+        await report(store, worker, (task.id, 0, "BUILDING"), (task.id, 0, "PREPARED"))
+    await settle(store)
+    await report(store, worker, (first.id, 0, "RUNNING"), (second.id, 0, "RUNNING"))
+    await settle(store)
+    assert (await job(store, job_id)).state == "RUNNING"
+    await report(store, worker, (first.id, 0, "FAILED", 1))
+    await settle(store)
+    assert [t.state for t in await job_tasks(store, job_id)] == ["FAILED", "TERMINATING"]
+    assert ((await job(store, job_id)).state, (await job(store, job_id)).outcome) == ("TERMINATING", "FAILED")
+    await report(store, worker, (second.id, 0, "KILLED"))
+    await settle(store)
+    assert (await job(store, job_id)).state == "FAILED"
+
+
+async def test_a_gang_whose_members_all_succeed_succeeds_even_if_they_end_apart(store):
+    worker = await add_worker(store)
+    job_id = await submit(store, replicas=2, gang=True)
+    await settle(store)
+    first, second = await job_tasks(store, job_id)
+    for task in (first, second):
+        await report(store, worker, (task.id, 0, "BUILDING"), (task.id, 0, "PREPARED"))
+    await settle(store)
+    await report(store, worker, (first.id, 0, "RUNNING"), (second.id, 0, "RUNNING"), (first.id, 0, "SUCCEEDED", 0))
+    await settle(store)
+    assert [t.state for t in await job_tasks(store, job_id)] == ["SUCCEEDED", "RUNNING"]
+    await report(store, worker, (second.id, 0, "SUCCEEDED", 0))
+    await settle(store)
+    assert (await job(store, job_id)).state == "SUCCEEDED"
+
+
+async def test_max_task_failures_fails_the_job_and_kills_the_rest(store):
+    worker = await add_worker(store, cpu=2)
+    job_id = await submit(store, replicas=4, max_task_failures=1)
+    await settle(store)
+    placed = [t for t in await job_tasks(store, job_id) if t.state == "ASSIGNED"]
+    assert len(placed) == 2
+    await run_task(store, worker, placed[0], exit_code=1)
+    assert (await job(store, job_id)).state == "RUNNING"  # one failure is tolerated
+    await settle(store)
+    placed = [t for t in await job_tasks(store, job_id) if t.state == "ASSIGNED"]
+    await run_task(store, worker, placed[0], exit_code=1)
+    states = [t.state for t in await job_tasks(store, job_id)]
+    assert (await job(store, job_id)).state == "TERMINATING"
+    assert states.count("FAILED") == 2 and "PENDING" not in states
+    for task in await job_tasks(store, job_id):
+        if task.state == "TERMINATING":
+            await report(store, worker, (task.id, task.attempt, "KILLED"))
+    await settle(store)
+    assert (await job(store, job_id)).state == "FAILED"

@@ -1,0 +1,333 @@
+"""The job handlers' declared tables against DESIGN.md, and each handler's pure `execute`."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.core.handlers import (
+    JOB_HANDLERS,
+    DetectTermination,
+    JobFacts,
+    PrepareJobs,
+    PromoteToPrepared,
+    PromoteToRunning,
+    PromoteToTerminated,
+    PromotionHandler,
+    ScheduleJobs,
+    Snapshot,
+    StartJobs,
+    TerminateJobs,
+)
+from corral.core.lifecycle import DERIVED, MatchType, SchedulingResult, Target, TaskView, TransitionStatus, judge
+from corral.core.states import TASK_TERMINAL, JobState, TaskState
+from corral.scheduling.placement import Request, WorkerRoom
+
+J, T = JobState, TaskState
+GiB = 2**30
+
+
+def ts(job=None, task=None):
+    return TransitionStatus(job=job, task=task)
+
+
+# DESIGN.md, "The lifecycle engine", job handler table, written out as data.
+# name -> (job states acted on, task states acted on (independent jobs), success, need_retry, expired, give_up)
+EXPECTED_TABLE = {
+    "ScheduleJobs": ({J.PENDING}, {T.PENDING},
+                     ts(J.SCHEDULED, T.ASSIGNED), None,
+                     ts(J.UNSCHEDULABLE, T.UNSCHEDULABLE), ts(J.UNSCHEDULABLE, T.UNSCHEDULABLE)),
+    "PrepareJobs": ({J.SCHEDULED}, set(),
+                    ts(J.PREPARING), None,
+                    ts(J.PENDING, T.PENDING), ts(J.PENDING, T.PENDING)),
+    "StartJobs": ({J.PREPARED}, {T.PREPARED},
+                  ts(J.STARTING, T.STARTING), None,
+                  ts(J.PENDING, T.PENDING), ts(J.PENDING, T.PENDING)),
+    # DESIGN.md says "expired / give_up: terminal"; the code deliberately declares no expiry (see
+    # TerminateJobs' docstring: a job ends only through PromoteToTerminated once every exit is confirmed).
+    "TerminateJobs": ({J.TERMINATING}, set(),
+                      ts(task=T.TERMINATING), None, None, None),
+    "PromoteToPrepared": ({J.PREPARING}, set(), ts(J.PREPARED), None, None, None),
+    "PromoteToRunning": ({J.STARTING}, set(), ts(J.RUNNING), None, None, None),
+    "DetectTermination": ({J.SCHEDULED, J.PREPARING, J.PREPARED, J.STARTING, J.RUNNING}, set(),
+                          ts(J.TERMINATING), None, None, None),
+    "PromoteToTerminated": ({J.TERMINATING}, set(), ts(DERIVED), None, None, None),
+}
+
+NON_TERMINAL = {T.PENDING, T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING, T.PREEMPTING, T.TERMINATING}
+EXPECTED_CHECKS = {
+    "PromoteToPrepared": ({T.PENDING, T.ASSIGNED, T.BUILDING}, MatchType.NOT_ANY),
+    "PromoteToRunning": ({T.PENDING, T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING}, MatchType.NOT_ANY),
+    "DetectTermination": ({T.SUCCEEDED, T.FAILED, T.KILLED, T.WORKER_FAILED, T.PREEMPTED, T.UNSCHEDULABLE},
+                          MatchType.ANY),
+    "PromoteToTerminated": (NON_TERMINAL, MatchType.NOT_ANY),
+}
+
+EXPECTED_ORDER = ["ScheduleJobs", "PrepareJobs", "PromoteToPrepared", "StartJobs", "PromoteToRunning",
+                  "DetectTermination", "TerminateJobs", "PromoteToTerminated"]
+
+BY_NAME = {h.name: h for h in JOB_HANDLERS}
+
+
+# --- the declared tables ---------------------------------------------------------------------------
+
+
+def test_job_handlers_order():
+    assert [h.name for h in JOB_HANDLERS] == EXPECTED_ORDER
+    assert len({type(h) for h in JOB_HANDLERS}) == len(JOB_HANDLERS)
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_TABLE))
+def test_declared_table_equals_designs(name):
+    handler = BY_NAME[name]
+    job_states, task_states, success, need_retry, expired, give_up = EXPECTED_TABLE[name]
+    assert handler.job_states == job_states
+    assert handler.task_states == task_states
+    t = handler.transitions
+    assert (t.success, t.need_retry, t.expired, t.give_up) == (success, need_retry, expired, give_up)
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_CHECKS))
+def test_promotion_checks_equal_designs(name):
+    handler = BY_NAME[name]
+    assert isinstance(handler, PromotionHandler)
+    check, match = EXPECTED_CHECKS[name]
+    assert handler.check == check
+    assert handler.match is match
+
+
+def test_only_promotion_handlers_have_checks():
+    promotions = {h.name for h in JOB_HANDLERS if isinstance(h, PromotionHandler)}
+    assert promotions == set(EXPECTED_CHECKS)
+
+
+def test_who_acts_on_independent_jobs():
+    # Gang-only handlers act on whole gangs; TerminateJobs and PromoteToTerminated on every job.
+    assert {h.name for h in JOB_HANDLERS if not h.gang_only} == {"TerminateJobs", "PromoteToTerminated"}
+    assert {h.name for h in JOB_HANDLERS if h.needs_rooms} == {"ScheduleJobs"}
+
+
+def test_timeouts():
+    facts = JobFacts(Request(1, 0, 0), 0, scheduling_timeout=300.0)
+    assert BY_NAME["ScheduleJobs"].timeout(facts) == 300.0
+    assert BY_NAME["ScheduleJobs"].timeout(JobFacts(Request(1, 0, 0), 0, None)) is None
+    for name in EXPECTED_ORDER[1:]:
+        assert BY_NAME[name].timeout(facts) is None, name
+
+
+def test_no_handler_has_a_retry_limit():
+    assert all(h.max_tries is None for h in JOB_HANDLERS)
+
+
+def test_each_success_feeds_the_next_handler():
+    """A gang's job state after each handler's success is a state some later handler acts on."""
+    for handler in JOB_HANDLERS:
+        after = handler.transitions.success.job
+        if after is None or after is DERIVED:
+            continue
+        assert any(after in h.job_states for h in JOB_HANDLERS), handler.name
+
+
+# --- execute over hand-built targets ---------------------------------------------------------------
+
+NOW = 1000.0
+
+
+def gang(job_id: int, *states: TaskState, job_state: str = "PENDING", since: float = NOW) -> Target:
+    tasks = tuple(TaskView(id=job_id * 100 + i, index=i, state=s) for i, s in enumerate(states))
+    return Target(job_id, True, job_state, since, 0, tasks)
+
+
+def one_task(job_id: int, task_id: int, state: TaskState = T.PENDING, index: int = 0) -> Target:
+    return Target(job_id, False, str(state), NOW, 0, (TaskView(task_id, index, state),))
+
+
+def room(id_: str, cpu: float, memory: int = 64 * GiB, gpus: int = 0, name: str | None = None) -> WorkerRoom:
+    return WorkerRoom(id_, name or id_, cpu, memory, gpus, cpu, memory, list(range(gpus)))
+
+
+def snapshot(rooms, **requests: Request) -> Snapshot:
+    jobs = {int(k[1:]): JobFacts(r, 0, None) for k, r in requests.items()}
+    return Snapshot(NOW, jobs, list(rooms))
+
+
+def test_schedule_places_a_gang_whole():
+    target = gang(1, T.PENDING, T.PENDING)
+    snap = snapshot([room("w1", 4, gpus=2), room("w2", 4, gpus=2)], j1=Request(2, GiB, 2))
+    decision = ScheduleJobs().execute([target], snap)
+    assert decision.result.successes == [(1, None)]
+    assert decision.result.skipped == [] and decision.result.failures == []
+    assert sorted((a.task_id, a.worker_id, a.gpu_ids) for a in decision.assignments) == [
+        (100, "w1", (0, 1)), (101, "w2", (0, 1)),
+    ]
+    assert decision.waiting == {}
+    # The snapshot's rooms are not consumed by a decision.
+    assert snap.rooms[0].free_gpu_ids == [0, 1] and snap.rooms[0].free_cpu == 4
+
+
+def test_schedule_skips_a_gang_when_only_one_fits():
+    target = gang(1, T.PENDING, T.PENDING)
+    snap = snapshot([room("w1", 4, gpus=2, name="node-a"), room("w2", 4, gpus=1)], j1=Request(2, GiB, 2))
+    decision = ScheduleJobs().execute([target], snap)
+    assert decision.result.successes == []
+    assert decision.result.skipped == [(1, None)]
+    assert decision.assignments == []
+    note = decision.result.notes[(1, None)]
+    assert "gang of 2" in note and "only 1 fit now" in note and "node-a" in note
+    assert decision.waiting[(1, None)].placeable == 1
+    # Judged: SKIPPED, no state change; with its scheduling timeout passed it would expire.
+    outcome, = judge([target], decision.result, ScheduleJobs.transitions, now=NOW, max_tries=None)
+    assert (outcome.result, outcome.transition, outcome.note) == (SchedulingResult.SKIPPED, None, note)
+
+
+def test_schedule_places_only_pending_tasks_of_a_gang():
+    target = gang(1, T.PENDING, T.ASSIGNED, T.PENDING)
+    decision = ScheduleJobs().execute([target], snapshot([room("w1", 8)], j1=Request(1, 0, 0)))
+    assert sorted(a.task_id for a in decision.assignments) == [100, 102]
+
+
+def test_schedule_places_independent_tasks_as_room_allows():
+    targets = [one_task(3, 30 + i, index=i) for i in range(3)]
+    snap = snapshot([room("w1", 2, name="alpha")], j3=Request(1, GiB, 0))
+    decision = ScheduleJobs().execute(targets, snap)
+    assert decision.result.successes == [(3, 30), (3, 31)]
+    assert decision.result.skipped == [(3, 32)]
+    assert [(a.task_id, a.worker_id) for a in decision.assignments] == [(30, "w1"), (31, "w1")]
+    assert set(decision.result.notes) == {(3, 32)}
+    note = decision.result.notes[(3, 32)]
+    assert note.startswith("needs cpu 1, memory 1G;") and "on alpha" in note
+
+
+def test_schedule_notes_a_task_no_worker_can_hold():
+    targets = [one_task(4, 40)]
+    decision = ScheduleJobs().execute(targets, snapshot([room("w1", 2)], j4=Request(64, 0, 0)))
+    assert decision.result.skipped == [(4, 40)]
+    assert "no alive worker is that large" in decision.result.notes[(4, 40)]
+
+
+def test_schedule_with_no_workers():
+    decision = ScheduleJobs().execute([gang(1, T.PENDING)], snapshot([], j1=Request(1, 0, 0)))
+    assert decision.result.skipped == [(1, None)]
+    assert decision.result.notes[(1, None)] == "no worker is alive; waiting for one to register"
+
+
+def test_prepare_and_start_succeed_every_target():
+    targets = [gang(1, T.ASSIGNED, T.ASSIGNED, job_state="SCHEDULED"), gang(2, T.ASSIGNED, job_state="SCHEDULED")]
+    assert PrepareJobs().execute(targets, Snapshot(NOW)).result.successes == [(1, None), (2, None)]
+    starts = [gang(1, T.PREPARED, T.PREPARED, job_state="PREPARED"), one_task(5, 50, T.PREPARED)]
+    assert StartJobs().execute(starts, Snapshot(NOW)).result.successes == [(1, None), (5, 50)]
+    assert PrepareJobs().execute([], Snapshot(NOW)).result.successes == []
+
+
+@pytest.mark.parametrize(("states", "promoted"), [
+    ((T.PREPARED, T.PREPARED), True),
+    ((T.PREPARED, T.BUILDING), False),
+    ((T.PREPARED, T.ASSIGNED), False),
+    ((T.PENDING, T.PREPARED), False),
+    ((T.PREPARED, T.STARTING), True),
+    ((T.PREPARED, T.FAILED), True),  # a failed member is DetectTermination's business
+])
+def test_promote_to_prepared(states, promoted):
+    target = gang(1, *states, job_state="PREPARING")
+    assert PromoteToPrepared().execute([target], Snapshot(NOW)).result.successes == ([(1, None)] if promoted else [])
+
+
+@pytest.mark.parametrize(("states", "promoted"), [
+    ((T.RUNNING, T.RUNNING), True),
+    ((T.RUNNING, T.STARTING), False),
+    ((T.PREPARED, T.RUNNING), False),
+    ((T.RUNNING, T.SUCCEEDED), True),
+])
+def test_promote_to_running(states, promoted):
+    target = gang(1, *states, job_state="STARTING")
+    assert PromoteToRunning().execute([target], Snapshot(NOW)).result.successes == ([(1, None)] if promoted else [])
+
+
+@pytest.mark.parametrize(("states", "triggered"), [
+    ((T.RUNNING, T.RUNNING), False),
+    ((T.SUCCEEDED, T.RUNNING), False),  # ranks end at slightly different times
+    ((T.SUCCEEDED, T.SUCCEEDED), True),
+    ((T.FAILED, T.RUNNING), True),
+    ((T.KILLED, T.RUNNING), True),
+    ((T.WORKER_FAILED, T.RUNNING), True),
+    ((T.PREEMPTED, T.RUNNING), True),
+    ((T.SUCCEEDED, T.FAILED), True),
+    ((T.UNSCHEDULABLE, T.PENDING), True),
+])
+def test_detect_termination(states, triggered):
+    target = gang(1, *states, job_state="RUNNING")
+    assert DetectTermination().execute([target], Snapshot(NOW)).result.successes == ([(1, None)] if triggered else [])
+
+
+def test_detect_termination_over_several_gangs():
+    targets = [gang(1, T.SUCCEEDED, T.RUNNING, job_state="RUNNING"),
+               gang(2, T.FAILED, T.RUNNING, job_state="RUNNING"),
+               gang(3, T.RUNNING, T.RUNNING, job_state="RUNNING"),
+               gang(4, T.WORKER_FAILED, T.BUILDING, job_state="PREPARING")]
+    assert DetectTermination().execute(targets, Snapshot(NOW)).result.successes == [(2, None), (4, None)]
+
+
+def test_terminate_selects_only_jobs_with_stoppable_tasks():
+    targets = [
+        gang(1, T.RUNNING, T.SUCCEEDED, job_state="TERMINATING"),
+        gang(2, T.TERMINATING, T.KILLED, job_state="TERMINATING"),  # already told
+        gang(3, T.PENDING, T.FAILED, job_state="TERMINATING"),  # nothing placed
+        gang(4, T.ASSIGNED, job_state="TERMINATING"),
+        gang(5, T.BUILDING, job_state="TERMINATING"),
+        gang(6, T.PREPARED, job_state="TERMINATING"),
+        gang(7, T.STARTING, job_state="TERMINATING"),
+        gang(8, T.PREEMPTING, job_state="TERMINATING"),  # already stopping for a preemption
+        gang(9, T.SUCCEEDED, T.WORKER_FAILED, job_state="TERMINATING"),
+    ]
+    assert TerminateJobs().execute(targets, Snapshot(NOW)).result.successes == [
+        (1, None), (4, None), (5, None), (6, None), (7, None),
+    ]
+    assert TerminateJobs.stoppable == {T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING}
+
+
+@pytest.mark.parametrize(("states", "done"), [
+    ((T.KILLED, T.SUCCEEDED), True),
+    ((T.KILLED, T.TERMINATING), False),
+    ((T.PREEMPTING, T.FAILED), False),
+    ((T.PENDING,), False),
+    ((), True),
+])
+def test_promote_to_terminated(states, done):
+    target = gang(1, *states, job_state="TERMINATING")
+    assert PromoteToTerminated().execute([target], Snapshot(NOW)).result.successes == ([(1, None)] if done else [])
+
+
+def test_promote_to_terminated_check_is_complement_of_terminal():
+    assert PromoteToTerminated.check | TASK_TERMINAL == set(TaskState)
+    assert PromoteToTerminated.check & TASK_TERMINAL == set()
+
+
+
+# --- every declared task move is a row of TASK_TRANSITIONS --------------------------------------------
+
+# The task states each handler's declared task moves start from.
+TASKS_MOVED_FROM = {
+    ("ScheduleJobs", "success"): {T.PENDING},
+    ("ScheduleJobs", "expired"): {T.PENDING},
+    ("ScheduleJobs", "give_up"): {T.PENDING},
+    ("PrepareJobs", "expired"): {T.ASSIGNED},
+    ("PrepareJobs", "give_up"): {T.ASSIGNED},
+    ("StartJobs", "success"): {T.PREPARED},
+    ("StartJobs", "expired"): {T.PREPARED},
+    ("StartJobs", "give_up"): {T.PREPARED},
+    ("TerminateJobs", "success"): set(TerminateJobs.stoppable),
+}
+
+
+def test_declared_task_moves_are_legal():
+    from corral.core.states import TASK_TRANSITIONS
+
+    declared = {}
+    for handler in JOB_HANDLERS:
+        for kind in ("success", "need_retry", "expired", "give_up"):
+            status = getattr(handler.transitions, kind)
+            if status is not None and status.task is not None:
+                declared[(handler.name, kind)] = status.task
+    assert set(declared) == set(TASKS_MOVED_FROM)
+    for (name, kind), to in declared.items():
+        for start in TASKS_MOVED_FROM[(name, kind)]:
+            assert (start, to) in TASK_TRANSITIONS, (name, kind, start, to)

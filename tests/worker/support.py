@@ -1,0 +1,72 @@
+"""Helpers for the worker tests: wait on a condition with a deadline, never a fixed sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from corral.core.protocol import BuildOrder, TaskReport
+from corral.worker.runner import Runner
+
+
+async def wait_until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+    return value
+
+
+def gone(pid: int) -> bool:
+    """The process no longer runs: it does not exist, or is a zombie waiting for a reaper."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def build_order(command: list[str], task_id: int = 1, attempt: int = 0, **fields) -> BuildOrder:
+    return BuildOrder(task_id=task_id, attempt=attempt, job_id=1, task_index=0, command=command,
+                      env=fields.pop("env", {}), **fields)
+
+
+class Harness:
+    """A Runner on real processes, with its reports, bundle fetches and log flushes recorded."""
+
+    def __init__(self, work_dir: Path, gpus: int = 0, bundles: dict[str, Path] | None = None) -> None:
+        self.reports: list[TaskReport] = []
+        self.flushed: list[tuple[int, int, int]] = []  # (task, attempt, reports made before the flush)
+        self.bundles = bundles or {}
+        self.runner = Runner(work_dir, report=self.reports.append, fetch_bundle=self._fetch,
+                             flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus)
+        self.work_dir = work_dir
+
+    async def _fetch(self, digest: str) -> Path:
+        return self.bundles[digest]
+
+    async def _flush(self, task_id: int, attempt: int) -> None:
+        self.flushed.append((task_id, attempt, len(self.reports)))
+
+    def states(self, task_id: int = 1, attempt: int = 0) -> list[str]:
+        return [r.state for r in self.reports if (r.task_id, r.attempt) == (task_id, attempt)]
+
+    def last(self, task_id: int = 1, attempt: int = 0) -> TaskReport:
+        return [r for r in self.reports if (r.task_id, r.attempt) == (task_id, attempt)][-1]
+
+    def attempt_dir(self, task_id: int = 1, attempt: int = 0) -> Path:
+        return self.work_dir / "tasks" / f"{task_id}-{attempt}"
+
+    async def ended(self, task_id: int = 1, attempt: int = 0, timeout: float = 5.0) -> TaskReport:
+        terminal = {"SUCCEEDED", "FAILED", "KILLED"}
+        await wait_until(lambda: terminal & set(self.states(task_id, attempt)), timeout, f"task {task_id} to end")
+        return self.last(task_id, attempt)

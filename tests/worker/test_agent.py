@@ -1,0 +1,226 @@
+"""The agent against a fake controller speaking the real protocol over httpx, with real task processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import defaultdict
+
+import httpx
+import pytest
+
+from corral.core.protocol import (
+    BuildOrder,
+    HeartbeatReply,
+    HeartbeatRequest,
+    RegisterReply,
+    RegisterRequest,
+    StartOrder,
+    StopOrder,
+    TaskReport,
+)
+from corral.core.states import TASK_TERMINAL
+from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address
+from tests.worker.support import gone, wait_until
+
+URL = "http://127.0.0.1:9"
+
+
+class FakeController:
+    """Just enough controller: registrations, task states driven by reports, orders derived from them."""
+
+    def __init__(self) -> None:
+        self.registrations: list[tuple[str, RegisterRequest]] = []
+        self.reports: list[tuple[str, TaskReport]] = []
+        self.logs: defaultdict[tuple[int, int, str], bytes] = defaultdict(bytes)
+        self.logs_at_end: dict[int, dict] = {}
+        self.tasks: dict[int, dict] = {}  # task id -> {"state", "worker", "build"}
+        self.lost: set[str] = set()
+        self.down = False
+        self.down_after_orders = False  # go down right after a reply that carries orders
+        self.missed = 0  # requests that found the controller down
+        self.missed_reports = 0  # heartbeats with reports that found the controller down
+        self.status: int | None = None  # answer everything with this status
+        self.changed = asyncio.Event()
+
+    def assign(self, task_id: int, worker: str, command: list[str]) -> None:
+        build = BuildOrder(task_id=task_id, attempt=0, job_id=1, task_index=0, command=command, env={},
+                           grace_period=0.5)
+        self.tasks[task_id] = {"state": "ASSIGNED", "worker": worker, "build": build}
+        self.changed.set()
+
+    def stop(self, task_id: int) -> None:
+        self.tasks[task_id]["state"] = "TERMINATING"
+        self.changed.set()
+
+    def orders(self, worker: str) -> list:
+        orders = []
+        for task_id, task in self.tasks.items():
+            if task["worker"] != worker:
+                continue
+            if task["state"] == "ASSIGNED":
+                orders.append(task["build"])
+            elif task["state"] == "STARTING":
+                orders.append(StartOrder(task_id=task_id, attempt=0))
+            elif task["state"] == "TERMINATING":
+                orders.append(StopOrder(task_id=task_id, attempt=0, grace_period=0.5))
+        return orders
+
+    def states(self, task_id: int) -> list[str]:
+        return [r.state for _, r in self.reports if r.task_id == task_id]
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if self.status is not None:
+            return httpx.Response(self.status, text="no")
+        path = request.url.path.removeprefix("/api/v1/workers")
+        if self.down:
+            self.missed += 1
+            if path.endswith("/heartbeat") and json.loads(request.content)["reports"]:
+                self.missed_reports += 1
+            raise httpx.ConnectError("connection refused", request=request)
+        assert request.headers["authorization"] == "Bearer secret"
+        if path == "":
+            worker = f"w{len(self.registrations) + 1}"
+            self.registrations.append((worker, RegisterRequest.model_validate_json(request.content)))
+            return httpx.Response(200, json=RegisterReply(worker_id=worker, heartbeat_interval=0.1).model_dump())
+        worker, kind, *rest = path.strip("/").split("/")
+        if kind == "logs":
+            task_id, attempt, stream = rest
+            key = (int(task_id), int(attempt), stream)
+            assert int(request.url.params["offset"]) == len(self.logs[key])
+            self.logs[key] += request.content
+            return httpx.Response(204)
+        if worker in self.lost:
+            return httpx.Response(409, text=f"worker {worker} was declared lost")
+        body = HeartbeatRequest.model_validate_json(request.content)
+        for report in body.reports:
+            self.reports.append((worker, report))
+            task = self.tasks[report.task_id]
+            task["state"] = "STARTING" if report.state == "PREPARED" else report.state
+            if report.state in TASK_TERMINAL:
+                self.logs_at_end[report.task_id] = dict(self.logs)
+        orders = self.orders(worker)
+        if not orders and body.wait:
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), body.wait)
+            orders = self.orders(worker)
+        self.down = self.down_after_orders and bool(orders)
+        return httpx.Response(200, json=HeartbeatReply(orders=orders, heartbeat_interval=0.1).model_dump())
+
+
+@contextlib.asynccontextmanager
+async def running_agent(controller: FakeController, tmp_path):
+    options = WorkerOptions(controller_url=URL, token="secret", name="box", work_dir=tmp_path, cpus=3,
+                            memory=2**30, gpus=0, labels={"zone": "a"}, heartbeat_interval=0.1)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(controller.handle), base_url=URL,
+                                 headers={"Authorization": "Bearer secret"}) as http:
+        agent = Agent(options, http)
+        serving = asyncio.create_task(agent.serve())
+        try:
+            yield agent, serving
+        finally:
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
+            await agent.runner.shutdown()
+
+
+@pytest.fixture
+def controller():
+    return FakeController()
+
+
+def pids_in(path) -> list[int] | None:
+    values = path.read_text().split() if path.exists() else []
+    return [int(v) for v in values] if len(values) == 2 else None
+
+
+async def test_a_task_runs_from_order_to_report_with_its_logs_there_before_its_end(controller, tmp_path):
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: controller.registrations, what="registration")
+        worker, request = controller.registrations[0]
+        assert (request.name, request.address, request.labels) == ("box", "127.0.0.1", {"zone": "a"})
+        assert (request.capacity.cpu, request.capacity.memory, request.capacity.gpu) == (3, 2**30, 0)
+        controller.assign(1, worker, ["sh", "-c", "echo hello; echo warn >&2"])
+        await wait_until(lambda: "SUCCEEDED" in controller.states(1), what="the task to succeed")
+    assert controller.states(1) == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
+    assert controller.logs_at_end[1] == {(1, 0, "stdout"): b"hello\n", (1, 0, "stderr"): b"warn\n"}
+
+
+async def test_registration_waits_for_a_controller_that_is_down(controller, tmp_path):
+    controller.down = True
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: controller.missed >= 3, what="registration attempts to fail")
+        assert controller.registrations == []
+        controller.down = False
+        await wait_until(lambda: controller.registrations, what="registration once the controller is back")
+
+
+@pytest.mark.parametrize("status", [401, 403, 422])
+async def test_a_refusal_stops_the_worker_with_a_clear_error(controller, tmp_path, status):
+    controller.status = status
+    async with running_agent(controller, tmp_path) as (_, serving):
+        with pytest.raises(WorkerError, match=f"HTTP {status}"):
+            await asyncio.wait_for(serving, 5)
+
+
+async def test_reports_made_during_an_outage_are_delivered_after_it_in_order_and_once(controller, tmp_path):
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.down_after_orders = True
+        controller.assign(1, "w1", ["true"])
+        await wait_until(lambda: controller.missed_reports >= 2, what="reports to meet the outage")
+        assert controller.reports == []
+        controller.down_after_orders = controller.down = False
+        await wait_until(lambda: "SUCCEEDED" in controller.states(1), what="the reports after the outage")
+    assert controller.states(1) == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
+    assert {w for w, _ in controller.reports} == {"w1"} and len(controller.registrations) == 1
+
+
+async def test_a_task_keeps_running_through_an_outage_and_its_end_is_reported_after(controller, tmp_path):
+    go = tmp_path / "go"
+    async with running_agent(controller, tmp_path) as (agent, _):
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; echo done"])
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        controller.down = True
+        go.touch()
+        stdout = tmp_path / "tasks" / "1-0" / "stdout"
+        await wait_until(lambda: stdout.read_bytes() == b"done\n" and controller.missed >= 3, what="the outage")
+        controller.down = False
+        await wait_until(lambda: "SUCCEEDED" in controller.states(1), what="the report after the outage")
+    assert controller.logs_at_end[1][(1, 0, "stdout")] == b"done\n"
+    assert {w for w, _ in controller.reports} == {"w1"} and len(controller.registrations) == 1
+
+
+async def test_a_worker_declared_lost_kills_its_tasks_and_registers_again(controller, tmp_path):
+    pids = tmp_path / "pids"
+    async with running_agent(controller, tmp_path) as (agent, _):
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sh", "-c", f"sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"])
+        grandchild, child = await wait_until(lambda: pids_in(pids), what="the task to start")
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        controller.lost.add("w1")
+        await wait_until(lambda: len(controller.registrations) == 2, what="a new registration")
+        assert gone(child) and gone(grandchild)
+        assert controller.registrations[1][1].running == []
+        controller.assign(2, "w2", ["true"])
+        await wait_until(lambda: "SUCCEEDED" in controller.states(2), what="work under the new identity")
+    assert controller.states(1) == ["BUILDING", "PREPARED", "RUNNING"]  # no report of the old task's end
+    assert agent.worker_id == "w2"
+
+
+async def test_a_stop_order_reaches_the_running_task(controller, tmp_path):
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sleep", "100"])
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        controller.stop(1)
+        await wait_until(lambda: "KILLED" in controller.states(1), what="the task to be killed")
+    assert controller.reports[-1][1].reason == "cancelled"
+
+
+def test_the_address_on_a_loopback_controller_is_loopback():
+    assert route_address("http://localhost:8265") == "127.0.0.1"
+    assert route_address("http://127.0.0.1:8265") == "127.0.0.1"

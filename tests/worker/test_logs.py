@@ -1,0 +1,106 @@
+"""The log shipper: appended bytes in order, at the right offsets, resumed after failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.worker.logs import LogShipper
+
+
+class Controller:
+    """Receives log chunks; fails the sends it is told to fail."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[int, int, str, int, bytes]] = []
+        self.failures = 0
+
+    async def send(self, task_id: int, attempt: int, stream: str, offset: int, data: bytes) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("controller unreachable")
+        self.chunks.append((task_id, attempt, stream, offset, data))
+
+    def received(self, stream: str = "stdout") -> bytes:
+        """The stream as the controller would assemble it, checking that every chunk lands at its end."""
+        data = b""
+        for *_, name, offset, chunk in self.chunks:
+            if name == stream:
+                assert offset == len(data), f"chunk at {offset} after {len(data)} bytes"
+                data += chunk
+        return data
+
+
+@pytest.fixture
+def controller():
+    return Controller()
+
+
+def append(path, data: bytes) -> None:
+    with path.open("ab") as file:
+        file.write(data)
+
+
+async def test_appended_bytes_are_shipped_in_order_from_the_last_offset(tmp_path, controller):
+    shipper = LogShipper(controller.send)
+    shipper.watch(3, 1, tmp_path)
+    append(tmp_path / "stdout", b"abc")
+    await shipper.ship_once()
+    append(tmp_path / "stdout", b"de")
+    append(tmp_path / "stderr", b"oops")
+    await shipper.ship_once()
+    await shipper.ship_once()  # nothing new: nothing sent
+    assert controller.chunks == [(3, 1, "stdout", 0, b"abc"), (3, 1, "stdout", 3, b"de"), (3, 1, "stderr", 0, b"oops")]
+
+
+async def test_a_failed_send_is_retried_from_the_same_offset(tmp_path, controller):
+    shipper = LogShipper(controller.send)
+    shipper.watch(1, 0, tmp_path)
+    append(tmp_path / "stdout", b"first ")
+    await shipper.ship_once()
+    append(tmp_path / "stdout", b"second")
+    controller.failures = 1
+    await shipper.ship_once()
+    assert controller.received() == b"first "
+    await shipper.ship_once()
+    assert controller.received() == b"first second"
+    assert [c[3] for c in controller.chunks] == [0, 6]
+
+
+async def test_chunks_are_at_most_the_chunk_size(tmp_path, controller):
+    shipper = LogShipper(controller.send, chunk=4)
+    shipper.watch(1, 0, tmp_path)
+    append(tmp_path / "stdout", b"0123456789")
+    await shipper.ship_once()
+    assert [(c[3], c[4]) for c in controller.chunks] == [(0, b"0123"), (4, b"4567"), (8, b"89")]
+
+
+async def test_flush_retries_until_shipped_then_stops_tracking(tmp_path, controller):
+    shipper = LogShipper(controller.send, flush_timeout=5)
+    shipper.watch(1, 0, tmp_path)
+    append(tmp_path / "stdout", b"last words")
+    controller.failures = 2
+    await shipper.flush(1, 0)
+    assert controller.received() == b"last words"
+    append(tmp_path / "stdout", b" after the end")
+    await shipper.ship_once()
+    assert controller.received() == b"last words"
+
+
+async def test_a_flush_that_times_out_leaves_the_rest_to_the_rounds(tmp_path, controller):
+    shipper = LogShipper(controller.send, flush_timeout=0)
+    shipper.watch(1, 0, tmp_path)
+    append(tmp_path / "stdout", b"late")
+    controller.failures = 1
+    await shipper.flush(1, 0)
+    assert controller.received() == b""
+    await shipper.ship_once()
+    assert controller.received() == b"late"
+    append(tmp_path / "stdout", b" more")
+    await shipper.ship_once()  # shipped in full after its flush: no longer tracked
+    assert controller.received() == b"late"
+
+
+async def test_flush_of_an_attempt_with_no_files_returns_at_once(controller):
+    shipper = LogShipper(controller.send)
+    await shipper.flush(9, 9)
+    assert controller.chunks == []

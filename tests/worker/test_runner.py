@@ -1,0 +1,250 @@
+"""The runner on real processes: outcomes, logs, time limits, stops, process groups, idempotence."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+from corral.core.protocol import StartOrder, StopOrder
+from tests.worker.support import Harness, build_order, gone, wait_until
+
+PY = sys.executable
+
+
+@pytest.fixture
+def harness(tmp_path):
+    return Harness(tmp_path)
+
+
+async def run_to_end(harness: Harness, command: list[str], **fields):
+    await harness.runner.build(build_order(command, **fields))
+    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    return await harness.ended()
+
+
+def pids_in(path) -> list[int] | None:
+    """The pids a task wrote, once it has written both of them."""
+    values = path.read_text().split() if path.exists() else []
+    return [int(v) for v in values] if len(values) == 2 else None
+
+
+async def test_exit_zero_succeeds_and_its_output_is_in_the_attempt_files(harness):
+    report = await run_to_end(harness, ["sh", "-c", "echo out; echo err >&2"])
+    assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
+    assert (report.exit_code, report.reason) == (0, None)
+    assert (harness.attempt_dir() / "stdout").read_text() == "out\n"
+    assert (harness.attempt_dir() / "stderr").read_text() == "err\n"
+    assert harness.flushed == [(1, 0, 3)]  # logs flushed after RUNNING, before the terminal report
+
+
+async def test_non_zero_exit_fails_with_its_exit_code(harness):
+    report = await run_to_end(harness, ["sh", "-c", "echo bad >&2; exit 3"])
+    assert (report.state, report.exit_code, report.reason) == ("FAILED", 3, "exit code 3")
+    assert (harness.attempt_dir() / "stderr").read_text() == "bad\n"
+
+
+async def test_a_death_by_signal_is_128_plus_the_signal(harness):
+    report = await run_to_end(harness, ["sh", "-c", "kill -9 $$"])
+    assert (report.state, report.exit_code, report.reason) == ("FAILED", 137, "killed by signal SIGKILL")
+
+
+async def test_a_command_not_found_fails_with_127_and_never_runs(harness):
+    report = await run_to_end(harness, ["corral-no-such-command"])
+    assert harness.states() == ["BUILDING", "PREPARED", "FAILED"]
+    assert report.exit_code == 127 and "corral-no-such-command" in report.reason
+
+
+async def test_the_time_limit_kills_the_whole_process_group(harness):
+    pids = harness.work_dir / "pids"
+    script = f"sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"
+    await harness.runner.build(build_order(["sh", "-c", script], time_limit=0.5, grace_period=5))
+    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    grandchild, child = await wait_until(lambda: pids_in(pids), what="the task to write its pids")
+    report = await harness.ended()
+    assert (report.state, report.reason) == ("KILLED", "time limit")
+    assert gone(child) and gone(grandchild)
+
+
+async def test_a_stop_kills_a_group_that_ignores_sigterm_after_the_grace_period(harness):
+    pids = harness.work_dir / "pids"
+    script = f"trap '' TERM; sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"
+    await harness.runner.build(build_order(["sh", "-c", script]))
+    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    grandchild, child = await wait_until(lambda: pids_in(pids), what="the task to write its pids")
+    began = time.monotonic()
+    stop = StopOrder(task_id=1, attempt=0, grace_period=0.5, reason="cancelled")
+    await asyncio.wait_for(harness.runner.stop(stop), 10)
+    report = harness.last()
+    assert (report.state, report.reason) == ("KILLED", "cancelled")
+    assert time.monotonic() - began >= 0.5  # SIGTERM was ignored: only SIGKILL after the grace ended it
+    assert gone(child) and gone(grandchild)
+
+
+async def test_a_stop_does_not_wait_out_the_grace_period_of_a_task_that_obeys_sigterm(harness):
+    await harness.runner.build(build_order(["sleep", "100"]))
+    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    began = time.monotonic()
+    stop = StopOrder(task_id=1, attempt=0, grace_period=30, reason="job is ending")
+    await asyncio.wait_for(harness.runner.stop(stop), 10)
+    assert time.monotonic() - began < 5
+    report = harness.last()
+    assert (report.state, report.exit_code, report.reason) == ("KILLED", 143, "job is ending")
+
+
+async def test_a_task_that_exited_on_its_own_keeps_its_outcome_when_the_stop_comes_late(harness):
+    await run_to_end(harness, ["sh", "-c", "exit 4"])
+    await harness.runner.stop(StopOrder(task_id=1, attempt=0, grace_period=1))
+    assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "FAILED"]
+
+
+async def test_repeated_orders_are_acted_on_once(harness):
+    count = harness.work_dir / "count"
+    order = build_order(["sh", "-c", f"echo run >> {count}"])
+    assert harness.runner.submit(order) and not harness.runner.submit(order)
+    await wait_until(lambda: "PREPARED" in harness.states(), what="the build")
+    start = StartOrder(task_id=1, attempt=0)
+    assert harness.runner.submit(start) and not harness.runner.submit(start)
+    await harness.ended()
+    for repeat in (order, start, start):
+        assert not harness.runner.submit(repeat)
+    await harness.runner.build(order)
+    await harness.runner.start(start)
+    await harness.runner.stop(StopOrder(task_id=1, attempt=0))
+    await harness.runner.stop(StopOrder(task_id=1, attempt=0))
+    assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
+    assert count.read_text() == "run\n"
+
+
+async def test_a_start_before_its_build_is_ignored_and_counts_once_built(harness):
+    start = StartOrder(task_id=1, attempt=0)
+    assert not harness.runner.submit(start)
+    await harness.runner.build(build_order(["true"]))
+    assert harness.runner.submit(start)
+    assert (await harness.ended()).state == "SUCCEEDED"
+
+
+async def test_a_stop_of_an_attempt_never_built_here_is_killed_at_once_and_never_built(harness):
+    await harness.runner.stop(StopOrder(task_id=7, attempt=2, reason="cancelled"))
+    report = harness.last(7, 2)
+    assert (report.state, report.reason) == ("KILLED", "cancelled")
+    await harness.runner.build(build_order(["true"], task_id=7, attempt=2))
+    assert harness.states(7, 2) == ["KILLED"]
+    assert not harness.attempt_dir(7, 2).exists()
+
+
+async def test_a_stop_of_a_prepared_attempt_kills_it_without_a_process(harness):
+    await harness.runner.build(build_order(["true"]))
+    await harness.runner.stop(StopOrder(task_id=1, attempt=0, reason="cancelled"))
+    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    assert harness.states() == ["BUILDING", "PREPARED", "KILLED"]
+    assert not (harness.attempt_dir() / "stdout").exists()
+
+
+def make_bundle(path, files: dict[str, bytes]):
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+async def test_a_build_with_a_bundle_unpacks_it_and_the_task_runs_inside(tmp_path):
+    bundle = make_bundle(tmp_path / "b.tar.gz", {"data/hello.txt": b"hello from the bundle\n"})
+    harness = Harness(tmp_path / "worker", bundles={"a" * 64: bundle})
+    report = await run_to_end(harness, ["cat", "data/hello.txt"], bundle="a" * 64)
+    assert report.state == "SUCCEEDED"
+    assert (harness.attempt_dir() / "stdout").read_text() == "hello from the bundle\n"
+    assert (harness.attempt_dir() / "work" / "data" / "hello.txt").exists()
+
+
+async def test_a_bundle_with_a_path_outside_fails_the_build(tmp_path):
+    bundle = make_bundle(tmp_path / "b.tar.gz", {"ok.txt": b"fine", "../x": b"escaped"})
+    harness = Harness(tmp_path / "worker", bundles={"b" * 64: bundle})
+    await harness.runner.build(build_order(["true"], bundle="b" * 64))
+    report = harness.last()
+    assert harness.states() == ["BUILDING", "FAILED"]
+    assert report.reason.startswith("build failed: ") and "../x" in report.reason
+    assert not (harness.attempt_dir() / "x").exists() and not (harness.attempt_dir() / "work" / "ok.txt").exists()
+
+
+async def test_a_bundle_that_cannot_be_fetched_fails_the_build(tmp_path):
+    harness = Harness(tmp_path)
+    await harness.runner.build(build_order(["true"], bundle="c" * 64))
+    assert harness.states() == ["BUILDING", "FAILED"]
+    assert harness.last().reason.startswith("build failed: ")
+
+
+async def test_env_is_overlaid_and_cuda_visible_devices_comes_from_gpu_ids(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORRAL_TEST_INHERITED", "yes")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    script = 'echo "$CORRAL_TEST_INHERITED $FOO [${CUDA_VISIBLE_DEVICES-unset}]"'
+    cases = [(2, [1, 0], "yes bar [1,0]\n"), (2, [], "yes bar []\n"), (0, [], "yes bar [unset]\n")]
+    for index, (gpus, gpu_ids, expected) in enumerate(cases):
+        harness = Harness(tmp_path / str(index), gpus=gpus)
+        await run_to_end(harness, ["sh", "-c", script], env={"FOO": "bar"}, gpu_ids=gpu_ids)
+        assert (harness.attempt_dir() / "stdout").read_text() == expected
+
+
+async def test_shutdown_stops_every_attempt_without_reporting_them(harness):
+    pids = harness.work_dir / "pids"
+    await harness.runner.build(build_order(["sh", "-c", f"sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"]))
+    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.runner.build(build_order(["true"], task_id=2))
+    grandchild, child = await wait_until(lambda: pids_in(pids), what="the task to write its pids")
+    assert {(r.task_id, r.attempt) for r in harness.runner.running()} == {(1, 0), (2, 0)}
+    await asyncio.wait_for(harness.runner.shutdown(), 10)
+    assert harness.runner.running() == []
+    assert gone(child) and gone(grandchild)
+    assert harness.states(1) == ["BUILDING", "PREPARED", "RUNNING"] and harness.states(2) == ["BUILDING", "PREPARED"]
+
+
+async def test_a_task_s_leftover_background_processes_die_with_it(harness):
+    pids = harness.work_dir / "pids"
+    report = await run_to_end(harness, ["sh", "-c", f"sleep 100 & echo $! > {pids}; echo $$ >> {pids}"])
+    assert report.state == "SUCCEEDED"
+    assert all(gone(pid) for pid in pids_in(pids))
+
+
+WORKER = """
+import asyncio, sys
+from pathlib import Path
+from corral.core.protocol import BuildOrder, StartOrder
+from corral.worker.runner import Runner
+
+async def main():
+    async def nothing(*_):
+        pass
+    runner = Runner(Path(sys.argv[1]), report=print, fetch_bundle=nothing, flush_logs=nothing,
+                    watch_logs=lambda *_: None)
+    await runner.build(BuildOrder(task_id=1, attempt=0, job_id=1, task_index=0, env={},
+                                  command=["sh", "-c", f"echo $$ > {sys.argv[2]}; exec sleep 100"]))
+    await runner.start(StartOrder(task_id=1, attempt=0))
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_task_does_not_outlive_a_worker_killed_outright(tmp_path):
+    pid_file = tmp_path / "pid"
+    worker = subprocess.Popen([PY, "-c", WORKER, str(tmp_path / "work"), str(pid_file)], start_new_session=True)
+    try:
+        task = int(await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the task"))
+        assert not gone(task)
+    finally:
+        worker.kill()
+        worker.wait()
+    try:
+        await wait_until(lambda: gone(task), what="the task to die with its worker")
+    finally:
+        if not gone(task):
+            os.kill(task, signal.SIGKILL)

@@ -155,3 +155,17 @@ def test_malformed_bodies_and_wrong_tokens_are_refused(bare_cluster):
 def test_openapi_document_is_served(bare_cluster):
     document = bare_cluster.get("/api/v1/openapi.json")
     assert "/api/v1/jobs" in document["paths"] and "/api/v1/workers/{worker_id}/heartbeat" in document["paths"]
+
+
+def test_metrics_parse_and_count_the_handlers_that_ran(cluster):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cluster.wait_end(cluster.submit(command=["true"]))
+    response = cluster.http.get("/metrics")
+    assert response.status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    outcomes = {(s.labels["handler"], s.labels["result"]): s.value
+                for s in families["corral_handler_outcomes"].samples if s.name.endswith("_total")}
+    assert outcomes[("ScheduleJobs", "SUCCESS")] >= 1 and outcomes[("StartJobs", "SUCCESS")] >= 1
+    assert any(s.value > 0 for s in families["corral_heartbeat_ingest_seconds"].samples
+               if s.name.endswith("_count"))

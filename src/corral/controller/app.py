@@ -7,11 +7,12 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from corral.controller import files_api, jobs_api, workers_api
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.files import BundleStore, LogFiles
+from corral.controller.metrics import exposition
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
 from corral.store.store import Store
 
@@ -52,6 +53,11 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:
         return {"ok": True}
+
+    @app.get("/metrics", tags=["health"])
+    async def metrics() -> Response:
+        body, content_type = exposition()
+        return Response(body, media_type=content_type)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def home() -> str:

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from corral.controller.metrics import TRANSITIONS
 from corral.controller.settle import settle_jobs
 from corral.core.handlers import Handler, JobFacts, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
@@ -58,6 +59,7 @@ async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
         assignments = {a.task_id: a for a in decision.assignments}
         for outcome in outcomes:
             _apply(outcome, handler, changes, job_info, task_rows, assignments)
+            TRANSITIONS.labels(handler.name, outcome.result).inc()
         if changes.empty:
             return RunReport(outcomes=outcomes)
         await changes.flush(connection)

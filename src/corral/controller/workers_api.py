@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from sqlalchemy import func, select
 
 from corral.controller.auth import require_admin, require_worker
+from corral.controller.metrics import HEARTBEAT_SECONDS
 from corral.controller.orders import orders_for
 from corral.controller.reports import UnknownWorker, ingest_heartbeat, register_worker
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
@@ -36,9 +37,10 @@ async def heartbeat(worker_id: str, body: HeartbeatRequest, request: Request) ->
     signal = app.signals.event(worker_id)
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
     try:
-        async with app.store.write() as connection:
-            changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time())
-            orders = await orders_for(connection, worker_id)
+        with HEARTBEAT_SECONDS.time():
+            async with app.store.write() as connection:
+                changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time())
+                orders = await orders_for(connection, worker_id)
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None

@@ -6,9 +6,7 @@ import pytest
 
 from corral.core.handlers import (
     JOB_HANDLERS,
-    CompleteDrain,
     DetectTermination,
-    ForceDrain,
     JobFacts,
     PrepareJobs,
     PromoteToPrepared,

@@ -121,7 +121,7 @@ def test_completion_fails_a_gang_with_a_member_out_of_budget():
     verdict = drain_verdict(members, BUDGETS)
     assert not verdict.requeue and "task 1 used up its preemption budget" in verdict.reason
     verdict = drain_verdict([Member(0, T.FAILED, failures=3), Member(1, T.PREEMPTED)], BUDGETS)
-    assert "task 0 used up its failure budget (3 failures, 2 retries allowed)" == verdict.reason
+    assert verdict.reason == "task 0 used up its failure budget (3 failures, 2 retries allowed)"
 
 
 def test_completion_waits_for_every_preempting_member():

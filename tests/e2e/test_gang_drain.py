@@ -71,6 +71,13 @@ def test_a_failed_member_drains_the_gang_which_resumes_from_its_checkpoints(clus
     assert cluster3.logs(job_id, task=2) == "attempt 1 done\n"
     steps = [(h["handler"], h["result"], h["to_state"]) for h in history(cluster3, job_id) if h["task_id"] is None]
     assert ("DrainGang", "SUCCESS", "DRAINING") in steps and ("CompleteDrain", "SUCCESS", "PENDING") in steps
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = {s.name + str(sorted(s.labels.items())): s.value
+               for f in text_string_to_metric_families(cluster3.http.get("/metrics").text) for s in f.samples}
+    assert metrics["corral_gangs_preempted_total[]"] == 1
+    assert metrics["corral_gang_preemptions_completed_total[('outcome', 'requeued')]"] == 1
+    assert metrics["corral_gang_drain_seconds_count[]"] == 1
     # One grep of the job id tells the story, each line with the epoch.
     story = [line for line in cluster3.log("controller").splitlines() if f"job={job_id} " in line]
     for step in ("gang drain started", "task preempted", "gang drain completed", "gang placed"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from corral.controller.drain import drain_gang
 from corral.controller.orders import orders_for
 from corral.controller.preemption import JobRef, NotCurrent, preempt_tasks, record_checkpoint
 from corral.core.states import JobState, TaskState
@@ -212,3 +213,21 @@ async def test_preempting_an_independent_task_retries_it_within_its_preemption_b
     (task,) = await job_tasks(store, job_id)
     assert (task.state, task.preemptions) == (end, 1)
     assert (await job(store, job_id)).state == ("RUNNING" if budget else "LOST")
+
+
+async def test_a_whole_gang_drained_to_make_room_comes_back_with_every_attempt_refunded(store):
+    job_id, workers, members = await running_gang(store, replicas=2)
+    async with store.write() as connection:
+        rows = (await connection.execute(select(tasks).where(tasks.c.job_id == job_id).order_by(tasks.c.index))).all()
+        changes = ChangeSet(NOW)
+        epoch = drain_gang(changes, JobRef(job_id, JobState.RUNNING, 0), [task_row(r) for r in rows],
+                           cause="room for a higher priority")
+        await changes.flush(connection)
+    assert epoch == 1 and await states(store, job_id) == ["PREEMPTING", "PREEMPTING"]
+    assert ((await job(store, job_id)).state, (await job(store, job_id)).drain_trigger) == ("DRAINING", None)
+    for member in members:
+        await acknowledge(store, member.worker_id, member)
+    await settle(store)
+    after = await job_tasks(store, job_id)
+    assert [(t.state, t.attempt, t.preemptions) for t in after] == [("ASSIGNED", 1, 0), ("ASSIGNED", 1, 0)]
+    assert [(await task_attempts(store, t.id))[0].refunded for t in after] == [True, True]

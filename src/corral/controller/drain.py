@@ -19,11 +19,11 @@ from corral.controller.attempts import requeue
 from corral.controller.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED, GANGS_PREEMPTED
 from corral.controller.preemption import JobRef, preempt_tasks
 from corral.controller.settle import task_columns
-from corral.core.drain import DRAINABLE_JOB_STATES, Budgets, Member, plan_drain
+from corral.core.drain import DRAINABLE_JOB_STATES, Budgets, Member, plan_drain, preemption_move
 from corral.core.handlers import Snapshot
 from corral.core.lifecycle import Outcome, SchedulingResult
 from corral.core.states import JobState, TaskState
-from corral.store.changes import ChangeSet
+from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row
 from corral.store.schema import jobs, tasks
 
@@ -63,23 +63,34 @@ async def start_drains(connection: AsyncConnection, triggers: Mapping[int, Seque
                           ended, budgets)
         first = rows[plan.trigger]
         cause = f"task {plan.trigger} {first.state}" + (f" ({reasons[plan.trigger]})" if reasons[plan.trigger] else "")
-        epoch = job.preemption_epoch + 1
-        changes.job(job.id, state, JobState.DRAINING, handler=HANDLER, drain_trigger=plan.trigger,
-                    message=f"gang drain started (epoch {epoch}): {cause}; {len(plan.preempt)} to preempt, "
-                            f"{len(plan.release)} released")
         for index in plan.requeue:
             row = rows[index]
             requeue(changes, row, handler=HANDLER,
                     message=f"attempt {row.attempt} {row.state}; back to PENDING with its gang "
                             f"(budget used: {row.failures} failures, {row.preemptions} preemptions)")
-        preempt_tasks(changes, JobRef(job.id, JobState.DRAINING, job.preemption_epoch),
-                      [rows[i] for i in (*plan.preempt, *plan.release)], handler=HANDLER,
-                      reason=f"gang drain: {cause}")
-        GANGS_PREEMPTED.inc()
-        log.info("gang drain started job=%s epoch=%s trigger_task=%s cause=%r preempting=%d released=%d",
-                 job.id, epoch, plan.trigger, cause, len(plan.preempt), len(plan.release))
+        drain_gang(changes, JobRef(job.id, state, job.preemption_epoch),
+                   [rows[i] for i in (*plan.preempt, *plan.release)], cause=cause, trigger=plan.trigger)
     await changes.flush(connection)
     return changes
+
+
+def drain_gang(changes: ChangeSet, job: JobRef, rows: Sequence[TaskRow], *, cause: str,
+               trigger: int | None = None) -> int:
+    """Put a placed gang in DRAINING under a new epoch and preempt `rows`; returns the epoch.
+
+    For a member's end (`trigger`, its index) or to make room for other work (no trigger):
+    ForceDrain and CompleteDrain take it from there, and every stopped member is refunded.
+    """
+    stopping = sum(1 for row in rows if preemption_move(row.state) is TaskState.PREEMPTING)
+    changes.job(job.id, job.state, JobState.DRAINING, handler=HANDLER, drain_trigger=trigger,
+                message=f"gang drain started (epoch {job.epoch + 1}): {cause}; {stopping} to preempt, "
+                        f"{len(rows) - stopping} released")
+    epoch = preempt_tasks(changes, JobRef(job.id, JobState.DRAINING, job.epoch), rows, handler=HANDLER,
+                          reason=f"gang drain: {cause}")
+    GANGS_PREEMPTED.inc()
+    log.info("gang drain started job=%s epoch=%s trigger_task=%s cause=%r preempting=%d released=%d",
+             job.id, epoch, trigger, cause, stopping, len(rows) - stopping)
+    return epoch
 
 
 def observe(handler: str, outcomes: Sequence[Outcome], snapshot: Snapshot) -> None:

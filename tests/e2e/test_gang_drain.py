@@ -129,6 +129,15 @@ def test_a_task_ignoring_sigterm_is_killed_after_the_grace_and_stale_epochs_get_
     too_big = cluster3.http.post(f"{base}/checkpoint", params={"attempt": 0, "epoch": epoch},
                                  content=b"x" * (64 * 2**20 + 1))
     assert too_big.status_code == 413 and "over the limit" in too_big.json()["detail"]
+    no_epoch = cluster3.http.post(f"{base}/preempted", json={"attempt": 0})
+    assert no_epoch.status_code == 422 and "epoch" in str(no_epoch.json()["detail"])
+    unknown = cluster3.http.post(f"/api/v1/workers/{stuck['worker_id']}/tasks/99999/preempted",
+                                 json={"attempt": 0, "epoch": epoch})
+    assert unknown.status_code == 404 and "no task 99999" in unknown.json()["detail"]
+    assert cluster3.http.get(f"{base}/checkpoint").status_code == 404  # nothing saved yet
+    anonymous = cluster3.http.post(f"{base}/preempted", json={"attempt": 0, "epoch": epoch},
+                                   headers={"Authorization": "Bearer wrong"})
+    assert anonymous.status_code == 401
     assert cluster3.tasks(job_id)[0]["state"] == "PREEMPTING"  # the refusals changed nothing
     assert cluster3.tasks(job_id)[0]["checkpoint_epoch"] is None
     job = cluster3.wait_end(job_id, timeout=60)

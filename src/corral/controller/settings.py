@@ -8,6 +8,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.controller.checkpoints import DEFAULT_LIMIT
 from corral.store.database import sqlite_url
 
 
@@ -21,6 +22,7 @@ class ControllerSettings:
     heartbeat_interval: float = 2.0
     admin_token: str | None = None
     join_token: str | None = None
+    checkpoint_limit: int = DEFAULT_LIMIT  # bytes one task's checkpoint may hold
 
     @property
     def url(self) -> str:

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from corral.controller.metrics import TRANSITIONS
+from corral.controller.metrics import PLACEMENTS, TRANSITIONS
 from corral.controller.settle import settle_jobs
 from corral.core.handlers import Handler, JobFacts, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
@@ -142,6 +142,7 @@ def _move_task(row: TaskRow, new: TaskState, outcome: Outcome, handler: Handler,
     changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note, **columns)
     if new is TaskState.ASSIGNED:
         changes.new_attempt(row, worker)
+        PLACEMENTS.inc()
     elif new is TaskState.PENDING:
         changes.attempt(row.id, row.attempt, reason="returned to the queue", finished_at=changes.now)
         row.attempt += 1

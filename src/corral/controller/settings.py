@@ -21,6 +21,7 @@ class ControllerSettings:
     heartbeat_interval: float = 2.0
     admin_token: str | None = None
     join_token: str | None = None
+    event_retention: float = 7 * 86400.0  # seconds events of ended jobs and of workers are kept
 
     @property
     def url(self) -> str:

@@ -107,7 +107,7 @@ history = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("at", Float, nullable=False),
-    Column("job_id", Integer, nullable=False),
+    Column("job_id", Integer),  # None for a worker's own events
     Column("task_id", Integer),
     Column("attempt", Integer),
     Column("handler", String(64), nullable=False),
@@ -115,5 +115,7 @@ history = Table(
     Column("from_state", String(20)),
     Column("to_state", String(20)),
     Column("message", Text),
+    Column("worker_id", String(64)),  # set on a worker's own events (registered, lost)
     Index("ix_history_job", "job_id", "id"),
+    Index("ix_history_at", "at"),
 )

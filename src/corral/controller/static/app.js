@@ -423,17 +423,18 @@ function tasksTable(taskList) {
   for (const task of taskList) {
     body.append(h("tr", {"data-task": task.index}, h("td", {class: "num"}, task.index), h("td", {}, badge(task.state)),
       h("td", {class: "num"}, task.attempt), h("td", {}, task.worker_id ?? "-"), h("td", {class: "num"}, task.exit_code ?? "-"),
+      h("td", {}, `${task.state.toLowerCase()} for ${since(task.state_since)}`),
       h("td", {class: "num"}, `${task.failures} / ${task.preemptions}`), h("td", {}, task.reason ?? "")));
     for (const a of task.attempts) {
-      const ran = a.started_at && a.finished_at ? age(a.finished_at - a.started_at) : "-";
+      const ran = a.started_at && a.finished_at ? `, ran ${age(a.finished_at - a.started_at)}` : "";
       body.append(h("tr", {class: "attempt"}, h("td", {}), h("td", {}, badge(a.state), a.state === "WORKER_FAILED" ? " (worker failure)" : ""),
         h("td", {class: "num"}, `#${a.attempt}`), h("td", {}, a.worker_id ?? "-"), h("td", {class: "num"}, a.exit_code ?? "-"),
-        h("td", {}, `assigned ${clock(a.assigned_at)}, started ${clock(a.started_at)}, finished ${clock(a.finished_at)}; ran ${ran}`),
-        h("td", {}, a.reason ?? "")));
+        h("td", {}, `assigned ${clock(a.assigned_at)}, started ${clock(a.started_at)}, ended ${clock(a.finished_at)}${ran}`),
+        h("td", {}), h("td", {}, a.reason ?? "")));
     }
   }
   return h("table", {"aria-label": "tasks"}, h("thead", {}, h("tr", {}, ["task", "state", "attempt", "worker", "exit",
-    "failures / preemptions", "reason"].map((c) => h("th", {scope: "col"}, c)))), body);
+    "times", "failures / preemptions", "reason"].map((c) => h("th", {scope: "col"}, c)))), body);
 }
 
 function timelineList(history) {

@@ -1,4 +1,4 @@
-"""event stream: worker events in history, and an index for pruning it by age
+"""event stream: worker events in history, an index for pruning it by age, jobs sortable by name
 
 Revision ID: 0005
 Revises: 0001
@@ -16,9 +16,13 @@ def upgrade() -> None:
         batch_op.alter_column('job_id', existing_type=sa.Integer(), nullable=True)
         batch_op.add_column(sa.Column('worker_id', sa.String(length=64), nullable=True))
         batch_op.create_index('ix_history_at', ['at'], unique=False)
+    with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.create_index('ix_jobs_name', ['name'], unique=False)
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.drop_index('ix_jobs_name')
     with op.batch_alter_table('history', schema=None) as batch_op:
         batch_op.drop_index('ix_history_at')
         batch_op.drop_column('worker_id')

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from corral.client.events import parse_sse
-from tests.e2e.cluster import wait_for
+from tests.e2e.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -57,6 +57,8 @@ def test_a_reconnect_with_last_event_id_receives_exactly_what_it_missed(cluster)
     assert before + after == everything[:len(before) + len(after)]
     assert after[0]["id"] == before[-1]["id"] + 1
     assert {e["type"] for e in before} >= {"worker.registered", "job.submitted", "task.state_changed"}
+    wait_for(lambda: "corral_event_subscribers 0.0" in cluster.http.get("/metrics").text, 10,
+             "the controller to let go of the closed streams")
 
 
 def test_a_burst_of_a_thousand_events_reaches_a_live_subscriber_in_order(bare_cluster):
@@ -133,3 +135,22 @@ def test_following_events_from_the_cli_sees_a_new_job(cluster):
     finally:
         follower.terminate()
         follower.wait(10)
+
+
+def test_json_logs_carry_the_ids_a_line_is_about(tmp_path):
+    cluster = Cluster(tmp_path, controller_args=("--log-format", "json"))
+    try:
+        cluster.start_controller()
+        cluster.start_worker("w1")
+        (worker,) = cluster.get("/api/v1/workers")
+        cluster.kill(cluster.workers["w1"])
+
+        def lost_line():
+            log = (tmp_path / "controller.log").read_text()
+            lines = [json.loads(line) for line in log.splitlines() if line.strip()]  # every line is JSON
+            return next((line for line in lines if line.get("worker_id") == worker["id"]), None)
+
+        line = wait_for(lost_line, 30, "the controller to log the lost worker")
+        assert line["level"] == "warning" and "LOST" in line["message"] and line["logger"] == "corral.reports"
+    finally:
+        cluster.stop()

@@ -49,9 +49,9 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
     from corral.controller.server import serve
     from corral.controller.settings import ControllerSettings
 
-    configure_logging(log_format)
     serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
-                             heartbeat_interval=heartbeat_interval, event_retention=event_retention))
+                             heartbeat_interval=heartbeat_interval, event_retention=event_retention,
+                             log_format=log_format))
 
 
 def default_address(controller_url: str) -> str:

@@ -22,6 +22,7 @@ class ControllerSettings:
     admin_token: str | None = None
     join_token: str | None = None
     event_retention: float = 7 * 86400.0  # seconds events of ended jobs and of workers are kept
+    log_format: str = "text"  # or "json": one object per line (corral.log_format)
 
     @property
     def url(self) -> str:

@@ -162,7 +162,8 @@ class ChangeSet:
             )
             await connection.execute(statement, rows)
         if self._history:
-            await connection.execute(insert(history), self._history)
+            columns = set().union(*self._history)  # one statement needs every row to name every column
+            await connection.execute(insert(history), [dict.fromkeys(columns) | row for row in self._history])
 
 
 async def _verify(connection: AsyncConnection, table, rows: list[dict]) -> None:

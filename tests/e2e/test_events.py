@@ -48,6 +48,14 @@ def ended(job_id):
 
 
 def test_a_reconnect_with_last_event_id_receives_exactly_what_it_missed(cluster):
+    check_resume(cluster)
+
+
+def test_the_stream_resumes_exactly_on_the_postgresql_store(postgres_cluster):
+    check_resume(postgres_cluster)
+
+
+def check_resume(cluster):
     first = cluster.submit(command=["true"])
     before = read_stream(cluster, ended(first))
     missed_job = cluster.submit(command=[PY, "-c", "print('while away')"])  # happens while disconnected

@@ -585,6 +585,10 @@ function startApp() {
 document.addEventListener("DOMContentLoaded", () => {
   $("#login-form").addEventListener("submit", (e) => { e.preventDefault(); signIn($("#token").value.trim()); });
   $("#logout").addEventListener("click", () => signOut());
-  window.addEventListener("hashchange", () => { if (token.get()) route(); });
+  window.addEventListener("hashchange", () => {
+    if (!token.get()) return;
+    route();
+    $("#main").focus({preventScroll: true}); // keyboard and screen reader users start at the new page
+  });
   if (token.get()) startApp(); else showLogin();
 });

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test bench lint install clean
+.PHONY: up test bench lint install clean chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,22 @@ install: $(STAMP)
 up: $(STAMP)
 	$(BIN)/corral up --workers 2 --data-dir .corral
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/pytest -q
 
-bench: $(STAMP)
+# The dashboard tests drive the system's chromium (Debian's package), never a downloaded browser.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || [ -n "$$CORRAL_CHROMIUM" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the dashboard tests"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	elif [ -n "$$CI" ]; then echo "chromium is missing and cannot be installed (not root)"; exit 1; \
+	else echo "chromium is missing (install it, or run make test as root): the dashboard tests will be skipped"; fi
+
+bench: $(STAMP) chromium
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/gang_drain.py
+	$(BIN)/python bench/dashboard_jobs.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

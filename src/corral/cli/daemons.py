@@ -13,7 +13,22 @@ import click
 
 from corral.cli.common import parse_pairs
 from corral.client.discovery import DEFAULT_DATA_DIR
-from corral.core.spec import parse_bytes
+from corral.core.spec import parse_bytes, parse_duration
+from corral.log_format import configure_logging
+
+log_format_option = click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+                                 show_default=True, help="json: one object per line, with job/task/worker ids.")
+
+
+def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """Click callback: "7d" -> seconds; zero, negative or malformed is a usage error."""
+    try:
+        seconds = float(parse_duration(value))
+    except (TypeError, ValueError) as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} must be longer than zero", ctx=ctx, param=param)
+    return seconds
 
 
 @click.command()
@@ -25,14 +40,18 @@ from corral.core.spec import parse_bytes
 @click.option("--loss-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds without a heartbeat before a worker is declared lost.")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+@click.option("--event-retention", default="7d", show_default=True, callback=duration_option,
+              help="How long events of ended jobs and of workers are kept (e.g. 12h, 30d).")
+@log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
-               heartbeat_interval: float) -> None:
+               heartbeat_interval: float, event_retention: float, log_format: str) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
     from corral.controller.settings import ControllerSettings
 
     serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
-                             heartbeat_interval=heartbeat_interval))
+                             heartbeat_interval=heartbeat_interval, event_retention=event_retention,
+                             log_format=log_format))
 
 
 def default_address(controller_url: str) -> str:
@@ -67,10 +86,14 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--gpus", type=click.IntRange(min=0), help="GPUs to offer (default: detected through NVML).")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+@log_format_option
 def worker(controller_url: str, token: str, name: str, address: str | None, work_dir: Path, cpus: float | None,
-           memory: int | None, gpus: int | None, labels: dict[str, str], heartbeat_interval: float) -> None:
+           memory: int | None, gpus: int | None, labels: dict[str, str], heartbeat_interval: float,
+           log_format: str) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
+
+    configure_logging(log_format)
 
     run_worker(WorkerOptions(
         controller_url=controller_url.rstrip("/"), token=token, name=name,

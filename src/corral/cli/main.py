@@ -9,6 +9,7 @@ from corral.cli.actions import cancel, logs
 from corral.cli.checkpoint import checkpoint
 from corral.cli.common import CliError
 from corral.cli.daemons import controller, worker
+from corral.cli.events import events
 from corral.cli.info import info
 from corral.cli.listing import jobs, workers
 from corral.cli.submit import submit
@@ -39,5 +40,5 @@ def main() -> None:
     """
 
 
-for command in (up, submit, jobs, info, logs, cancel, workers, controller, worker, checkpoint):
+for command in (up, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint):
     main.add_command(command)

@@ -6,6 +6,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -14,10 +15,11 @@ from pydantic import TypeAdapter
 from corral.client.bundle import make_bundle
 from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
+from corral.client.events import stream_events
 from corral.client.logs import follow_logs, read_logs
 from corral.core.spec import JobSpec
 from corral.core.states import JOB_TERMINAL, JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
+from corral.core.views import EventView, HistoryEntry, JobPage, JobView, TaskView, WorkerView
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -63,6 +65,19 @@ class Client:
         if response.status_code >= 400 and response.status_code not in ok:
             raise CorralError(response.status_code, _message(response))
         return response
+
+    @contextmanager
+    def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
+        """A response read as it arrives, with no read timeout (streams stay quiet between events)."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        try:
+            with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise CorralError(response.status_code, _message(response))
+                yield response
+        except httpx.ConnectError as error:
+            raise CorralError(None, f"cannot reach the controller at {self.url}: {error}") from None
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
@@ -134,6 +149,14 @@ class Client:
         if attempt is not None:
             params["attempt"] = attempt
         return self.request("GET", f"{API}/jobs/{job_id}/tasks/{task}/logs", params=params)
+
+    def events(self, job_id: int | None = None, after: int | None = None, last: int | None = None,
+               follow: bool = False) -> Iterator[EventView]:
+        """State changes in order: those kept (or the `last` N, or those after id `after`), then new ones
+        as they happen with `follow`, across reconnects."""
+        params: dict[str, Any] = {k: v for k, v in (("job", job_id), ("after", after), ("last", last))
+                                  if v is not None}
+        return stream_events(self, params, follow)
 
     # workers and bundles -----------------------------------------------------------------
 

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import Response
 
-from corral.controller import files_api, jobs_api, preemption_api, workers_api
+from corral.controller import dashboard, dashboard_api, events_api, files_api, jobs_api, preemption_api, workers_api
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.engine import Engine, WorkerSignals
+from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
-from corral.controller.metrics import exposition
+from corral.controller.metrics import CLUSTER, exposition
+from corral.controller.overview import summarize
+from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
 from corral.store.store import Store
-
-HOME = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>corral</title></head>
-<body><h1>corral</h1><p>The controller is up. API: <a href="/api/v1/docs">/api/v1/docs</a>.</p></body></html>"""
 
 
 def create_app(settings: ControllerSettings) -> FastAPI:
@@ -34,14 +35,23 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state.logs = LogFiles(settings.data_dir / "logs" / "tasks")
         state.bundles = BundleStore(settings.data_dir / "bundles")
         state.checkpoints = CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit)
-        loop_task = asyncio.create_task(state.engine.run(), name="engine")
+        state.events = EventHub()
+        state.store.on_commit.append(state.events.ring)
+        state.samples = Samples()
+        loop_tasks = [
+            asyncio.create_task(state.engine.run(), name="engine"),
+            asyncio.create_task(prune_loop(state.store, settings.event_retention), name="prune-events"),
+            asyncio.create_task(state.samples.run(state.store), name="samples"),
+        ]
         write_cluster_file(settings, state.tokens)
         try:
             yield
         finally:
-            loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task
+            for loop_task in loop_tasks:
+                loop_task.cancel()
+            for loop_task in loop_tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
             await state.store.close()
             # A stopped cluster leaves no address behind for clients to find and fail on.
             (settings.data_dir / "cluster.json").unlink(missing_ok=True)
@@ -52,6 +62,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(workers_api.router)
     app.include_router(files_api.router)
     app.include_router(preemption_api.router)
+    app.include_router(events_api.router)
+    app.include_router(dashboard_api.router)
+    app.include_router(dashboard.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:
@@ -59,11 +72,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
 
     @app.get("/metrics", tags=["health"])
     async def metrics() -> Response:
+        async with app.state.store.read() as connection:
+            CLUSTER.summary = await summarize(connection, time.time())
         body, content_type = exposition()
         return Response(body, media_type=content_type)
-
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def home() -> str:
-        return HOME
 
     return app

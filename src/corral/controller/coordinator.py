@@ -13,7 +13,7 @@ from itertools import groupby
 
 from corral.controller.attempts import end_attempt, requeue
 from corral.controller.drain import observe
-from corral.controller.metrics import TRANSITIONS
+from corral.controller.metrics import PLACEMENTS, TRANSITIONS
 from corral.controller.settle import settle_jobs
 from corral.core.handlers import Handler, JobFacts, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
@@ -160,6 +160,7 @@ def _move_task(row: TaskRow, new: TaskState, outcome: Outcome, handler: Handler,
         changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note,
                      worker_id=assignment.worker_id, gpu_ids=list(assignment.gpu_ids))
         changes.new_attempt(row, assignment.worker_id)
+        PLACEMENTS.inc()
     else:
         changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note)
         changes.attempt(row.id, row.attempt, state=new)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from typing import Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse
@@ -12,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from corral.controller.auth import require_admin
 from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
+from corral.controller.job_query import JobFilter, SortKey, UnknownFilter, count_query, page_query
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
@@ -59,17 +61,26 @@ async def _job_by_key(request: Request, key: str) -> JobView | None:
 
 @router.get("", response_model=JobPage)
 async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
-                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1)) -> JobPage:
-    query = select(jobs.c.id).order_by(jobs.c.id.desc()).limit(limit + 1)
-    if state:
-        query = query.where(jobs.c.state.in_([str(s) for s in state]))
-    if cursor:
-        query = query.where(jobs.c.id < cursor)
+                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1),
+                    name: str | None = Query(None, max_length=200, description="A part of the name, any case."),
+                    project: str | None = Query(None, max_length=200), pool: str | None = Query(None, max_length=200),
+                    sort: SortKey = Query("id"), order: Literal["asc", "desc"] = Query("desc"),
+                    offset: int = Query(0, ge=0, le=10_000_000),
+                    count: bool = Query(False, description="Also count the jobs that match (`total`).")) -> JobPage:
+    if cursor is not None and (sort != "id" or offset):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "cursor pages only by id: drop sort or offset, or the cursor")
+    where = JobFilter(state, name, project, pool)
+    try:
+        query = page_query(where, sort, order == "desc", limit, offset, cursor)
+    except UnknownFilter as error:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
     async with request.app.state.store.read() as connection:
         ids = list((await connection.execute(query)).scalars())
+        total = (await connection.execute(count_query(where))).scalar_one() if count else None
     more = len(ids) > limit
     ids = ids[:limit]
-    return JobPage(items=await job_views(request, ids), next_cursor=ids[-1] if more else None)
+    return JobPage(items=await job_views(request, ids), next_cursor=ids[-1] if more and sort == "id" else None,
+                   total=total)
 
 
 @router.get("/{job_id}", response_model=JobView)

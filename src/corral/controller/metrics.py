@@ -7,7 +7,13 @@ update from this module.
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from corral.controller.overview import ClusterSummary
 
 REGISTRY = CollectorRegistry()
 
@@ -30,6 +36,53 @@ DRAINS_COMPLETED = Counter(
 DRAIN_SECONDS = Histogram(
     "corral_gang_drain_seconds", "Time from a gang drain's start to its completion.",
     registry=REGISTRY, buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
+PLACEMENTS = Counter("corral_placements", "Tasks placed on a worker by the scheduler.", registry=REGISTRY)
+EVENTS_SENT = Counter("corral_events_sent", "Events sent to event stream subscribers.", registry=REGISTRY)
+EVENTS_PRUNED = Counter("corral_events_pruned", "Events deleted for being older than the retention window.",
+                        registry=REGISTRY)
+EVENT_SUBSCRIBERS = Gauge("corral_event_subscribers", "Clients following the event stream now.", registry=REGISTRY)
+
+
+class ClusterCollector:
+    """Gauges read from the store at scrape time (the /metrics route sets `summary` just before)."""
+
+    def __init__(self) -> None:
+        self.summary: ClusterSummary | None = None
+
+    def collect(self):
+        summary = self.summary
+        if summary is None:
+            return
+        yield _family("corral_jobs", "Jobs by state.", ["state"], [((k,), v) for k, v in summary.jobs.items()])
+        yield _family("corral_tasks", "Tasks by state.", ["state"], [((k,), v) for k, v in summary.tasks.items()])
+        yield _family("corral_workers", "Workers by state.", ["state"],
+                      [((k,), v) for k, v in summary.workers.items()])
+        yield _family("corral_queue_jobs", "Jobs with tasks waiting to be placed, per pool.", ["pool"],
+                      [((q.pool,), q.jobs) for q in summary.queue])
+        yield _family("corral_queue_tasks", "Tasks waiting to be placed, per pool.", ["pool"],
+                      [((q.pool,), q.tasks) for q in summary.queue])
+        yield _family("corral_queue_oldest_seconds", "Age of the oldest job waiting to be placed, per pool.",
+                      ["pool"], [((q.pool,), q.oldest_seconds) for q in summary.queue])
+        yield _family("corral_pool_capacity", "Capacity of the alive workers per pool and resource "
+                      "(cpu in cores, memory in bytes, gpu in devices).", ["pool", "resource"],
+                      [((p.pool, k), v) for p in summary.pools for k, v in p.capacity.items()])
+        yield _family("corral_pool_used", "Resources reserved by tasks per pool and resource.", ["pool", "resource"],
+                      [((p.pool, k), v) for p in summary.pools for k, v in p.used.items()])
+        yield _family("corral_worker_capacity", "Capacity per worker and resource.", ["worker", "resource"],
+                      [((w.id, k), v) for w in summary.per_worker for k, v in w.capacity.items()])
+        yield _family("corral_worker_used", "Resources reserved per worker and resource.", ["worker", "resource"],
+                      [((w.id, k), v) for w in summary.per_worker for k, v in w.used.items()])
+
+
+def _family(name: str, documentation: str, labels: list[str], samples) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=labels)
+    for values, value in samples:
+        family.add_metric(list(values), float(value))
+    return family
+
+
+CLUSTER = ClusterCollector()
+REGISTRY.register(CLUSTER)
 
 
 def exposition() -> tuple[bytes, str]:

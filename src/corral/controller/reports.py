@@ -36,6 +36,12 @@ async def register_worker(connection: AsyncConnection, request: RegisterRequest,
         cpu=request.capacity.cpu, memory=request.capacity.memory, gpu=request.capacity.gpu,
         gpu_names=request.gpu_names, labels=request.labels, last_heartbeat=now, registered_at=now,
     ))
+    registered = ChangeSet(now)
+    capacity = request.capacity
+    registered.worker(worker_id, "Register", None, WorkerState.ALIVE,
+                      f"{request.name} at {request.address}: {capacity.cpu:g} CPU, {capacity.memory} B memory, "
+                      f"{capacity.gpu} GPU")
+    await registered.flush(connection)
     return worker_id
 
 
@@ -106,7 +112,10 @@ async def reap_lost_workers(connection: AsyncConnection, now: float, loss_timeou
     triggers: dict[int, list[int]] = defaultdict(list)
     await connection.execute(update(workers).where(workers.c.id.in_(lost_ids)).values(state=WorkerState.LOST))
     for worker in lost:
-        log.warning("worker %s (%s) missed heartbeats for %.0fs: LOST", worker.id, worker.name, loss_timeout)
+        log.warning("worker %s (%s) missed heartbeats for %.0fs: LOST", worker.id, worker.name, loss_timeout,
+                    extra={"worker_id": worker.id})
+        changes.worker(worker.id, "Reaper", WorkerState.ALIVE, WorkerState.LOST,
+                       f"no heartbeat for {loss_timeout:g}s")
     for row in (await connection.execute(
         select(*task_columns(), *JOB_BUDGET_COLUMNS)
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))

@@ -23,6 +23,8 @@ class ControllerSettings:
     admin_token: str | None = None
     join_token: str | None = None
     checkpoint_limit: int = DEFAULT_LIMIT  # bytes one task's checkpoint may hold
+    event_retention: float = 7 * 86400.0  # seconds events of ended jobs and of workers are kept
+    log_format: str = "text"  # or "json": one object per line (corral.log_format)
 
     @property
     def url(self) -> str:

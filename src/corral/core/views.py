@@ -59,6 +59,7 @@ class JobView(BaseModel):
 class JobPage(BaseModel):
     items: list[JobView]
     next_cursor: int | None
+    total: int | None = None  # how many jobs match, when asked for
 
 
 class HistoryEntry(BaseModel):
@@ -90,3 +91,21 @@ class WorkerView(BaseModel):
 
 class ErrorBody(BaseModel):
     detail: str | list
+
+
+class EventView(BaseModel):
+    """One entry of the event stream: a history row, typed (see corral.core.events)."""
+
+    id: int
+    type: str
+    at: float
+    job_id: int | None
+    task_id: int | None
+    task_index: int | None
+    attempt: int | None
+    worker_id: str | None
+    handler: str
+    result: str
+    from_state: str | None
+    to_state: str | None
+    message: str | None

@@ -124,7 +124,14 @@ class ChangeSet:
         self._history.append(dict(
             at=self.now, job_id=job_id, task_id=task.id if task else None,
             attempt=task.attempt if task else None, handler=handler, result=result,
-            from_state=from_state, to_state=to_state, message=message,
+            from_state=from_state, to_state=to_state, message=message, worker_id=task.worker_id if task else None,
+        ))
+
+    def worker(self, worker_id: str, handler: str, from_state: str | None, to_state: str, message: str) -> None:
+        """A history record of a worker's own state change (it has no job)."""
+        self._history.append(dict(
+            at=self.now, job_id=None, task_id=None, attempt=None, handler=handler, result="SUCCESS",
+            from_state=from_state, to_state=to_state, message=message, worker_id=worker_id,
         ))
 
     @property
@@ -155,7 +162,8 @@ class ChangeSet:
             )
             await connection.execute(statement, rows)
         if self._history:
-            await connection.execute(insert(history), self._history)
+            columns = set().union(*self._history)  # one statement needs every row to name every column
+            await connection.execute(insert(history), [dict.fromkeys(columns) | row for row in self._history])
 
 
 async def _verify(connection: AsyncConnection, table, rows: list[dict]) -> None:

@@ -50,6 +50,7 @@ jobs = Table(
     Column("drain_trigger", Integer),
     Column("grace_period", Float, nullable=False, default=15.0, server_default="15"),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_name", "name"),  # the dashboard sorts 100k jobs by name
 )
 
 tasks = Table(
@@ -120,7 +121,7 @@ history = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("at", Float, nullable=False),
-    Column("job_id", Integer, nullable=False),
+    Column("job_id", Integer),  # None for a worker's own events
     Column("task_id", Integer),
     Column("attempt", Integer),
     Column("handler", String(64), nullable=False),
@@ -128,5 +129,7 @@ history = Table(
     Column("from_state", String(20)),
     Column("to_state", String(20)),
     Column("message", Text),
+    Column("worker_id", String(64)),  # set on a worker's own events (registered, lost)
     Index("ix_history_job", "job_id", "id"),
+    Index("ix_history_at", "at"),
 )

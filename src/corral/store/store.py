@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -17,6 +17,8 @@ class Store:
         self.is_sqlite = engine.dialect.name == "sqlite"
         # SQLite has one writer; queueing here is cheaper than its busy-wait.
         self._write_lock = asyncio.Lock()
+        # Called after each committed write: how in-process readers (the event stream) learn of changes.
+        self.on_commit: list[Callable[[], None]] = []
 
     @classmethod
     async def open(cls, url: str) -> Store:
@@ -27,6 +29,8 @@ class Store:
         """A read-modify-write transaction: what it reads is what it writes against."""
         async with self._write_lock, self.engine.begin() as connection:
             yield connection
+        for listener in self.on_commit:
+            listener()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

@@ -1,0 +1,86 @@
+"""Following the event stream: subscribers woken by this controller's commits, and the retention pruner.
+
+A subscriber never polls the store in a tight loop: it sleeps until a write commits here (the
+store's on-commit hook rings the hub), and otherwise re-reads every SAFETY_POLL seconds, which
+is how it hears of writes made by another controller sharing the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from corral.controller.metrics import EVENTS_PRUNED
+from corral.core.events import GAP_SETTLE_SECONDS
+from corral.core.views import EventView
+from corral.store.events import PAGE, prune_events, read_events, safe_horizon
+from corral.store.store import Store
+
+log = logging.getLogger("corral.events")
+
+SAFETY_POLL = 2.0  # seconds between reads when nothing rang
+COALESCE = 0.05  # after a ring, wait this long so a burst of commits costs one read
+PRUNE_EVERY = 60.0
+
+
+class EventHub:
+    """A bell rung after every commit; each ring replaces the event, so a waiter never misses one."""
+
+    def __init__(self) -> None:
+        self._rung = asyncio.Event()
+
+    def ring(self) -> None:
+        self._rung.set()
+        self._rung = asyncio.Event()
+
+    def current(self) -> asyncio.Event:
+        """Take this before reading: a commit after the read then rings what the reader waits on."""
+        return self._rung
+
+
+async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | None = None, *,
+                        follow: bool = True, idle: float = SAFETY_POLL) -> AsyncIterator[list[EventView]]:
+    """Batches of events above `after`, in id order; an empty batch when idle for `idle` seconds.
+
+    Without `follow`, ends once caught up.
+    """
+    while True:
+        rung = hub.current()
+        async with store.read() as connection:
+            horizon = await safe_horizon(connection, after, time.time(), GAP_SETTLE_SECONDS)
+            batch = await read_events(connection, after, job_id, PAGE, horizon)
+        if batch:
+            after = batch[-1].id
+            yield batch
+            if len(batch) == PAGE:
+                continue
+        if horizon is not None:  # every row of the page up to the horizon has been read
+            after = max(after, horizon)
+        if not follow and horizon is None:
+            return
+        if horizon is not None:
+            await asyncio.sleep(COALESCE * 10)  # a gap still filling: look again shortly
+            continue
+        try:
+            await asyncio.wait_for(rung.wait(), idle)
+        except TimeoutError:
+            if not batch:
+                yield []
+            continue
+        await asyncio.sleep(COALESCE)
+
+
+async def prune_loop(store: Store, retention: float, every: float = PRUNE_EVERY) -> None:
+    """Delete events older than the retention window, every `every` seconds."""
+    while True:
+        try:
+            async with store.write() as connection:
+                pruned = await prune_events(connection, time.time() - retention)
+            if pruned:
+                EVENTS_PRUNED.inc(pruned)
+                log.info("pruned %d events older than %.0fs", pruned, retention)
+        except Exception:
+            log.exception("pruning events failed; will try again")
+        await asyncio.sleep(every)

@@ -1,0 +1,76 @@
+"""/api/v1/events: every state change as server-sent events, resumable with Last-Event-ID."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+
+from corral.controller.auth import require_admin
+from corral.controller.events import follow_events
+from corral.controller.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
+from corral.core.views import EventView
+from corral.store.events import before_last, latest_id
+from corral.store.schema import jobs
+
+router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(require_admin)])
+
+KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxies from closing the stream
+RETRY_MS = 2000  # how soon a disconnected EventSource should come back
+
+
+def sse(event: EventView) -> str:
+    """One event in the text/event-stream format: its id, its type, its JSON on one data line."""
+    return f"id: {event.id}\nevent: {event.type}\ndata: {json.dumps(event.model_dump(mode='json'))}\n\n"
+
+
+@router.get("/events", response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
+async def events(
+    request: Request,
+    after: int | None = Query(None, ge=0, description="Send events with a higher id (Last-Event-ID wins)."),
+    last: int | None = Query(None, ge=1, le=10_000, description="Start with the last N events."),
+    job: int | None = Query(None, ge=1, description="Only this job's events."),
+    follow: bool = Query(True, description="Keep the stream open for new events; false: end once caught up."),
+    last_event_id: str | None = Header(None, alias="Last-Event-ID"),
+) -> StreamingResponse:
+    """Without `after`, `last` or Last-Event-ID, the stream starts with the oldest event kept."""
+    app = request.app.state
+    start = after
+    if last_event_id is not None:
+        if not last_event_id.strip().isdigit():
+            raise HTTPException(status.HTTP_400_BAD_REQUEST,
+                                f"Last-Event-ID must be an event id (a non-negative integer), not {last_event_id!r}")
+        start = int(last_event_id)
+    async with app.store.read() as connection:
+        if job is not None and (await connection.execute(select(jobs.c.id).where(jobs.c.id == job))).first() is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
+        if start is None:
+            start = await before_last(connection, last, job) if last else 0
+        newest = await latest_id(connection)
+    if start > newest:
+        # Ids only grow: an id from the future means a different store, so replay all that is kept.
+        start = 0
+    return StreamingResponse(_stream(request, start, job, follow), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _stream(request: Request, after: int, job: int | None, follow: bool) -> AsyncIterator[str]:
+    app = request.app.state
+    EVENT_SUBSCRIBERS.inc()
+    try:
+        yield f"retry: {RETRY_MS}\n\n"
+        quiet_since = time.monotonic()
+        async for batch in follow_events(app.store, app.events, after, job, follow=follow):
+            if batch:
+                EVENTS_SENT.inc(len(batch))
+                yield "".join(sse(event) for event in batch)
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= KEEPALIVE:
+                yield ": keepalive\n\n"
+                quiet_since = time.monotonic()
+    finally:
+        EVENT_SUBSCRIBERS.dec()

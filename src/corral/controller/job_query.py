@@ -1,0 +1,61 @@
+"""The job list's filters and orders, turned into one query that pages on the server.
+
+The dashboard pages 100k jobs by offset in any order it offers; the CLI pages newest first by
+cursor. Filters on columns this schema does not have (project, pool) are refused by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlalchemy import Select, func, select
+
+from corral.core.states import JobState
+from corral.store.schema import jobs
+
+SortKey = Literal["id", "name", "state", "priority", "created_at", "state_since"]
+
+
+class UnknownFilter(ValueError):
+    """A filter on a field that jobs do not carry here."""
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    states: list[JobState] = field(default_factory=list)
+    name: str | None = None  # a case-insensitive part of the name
+    project: str | None = None
+    pool: str | None = None
+
+    def apply(self, query: Select) -> Select:
+        if self.states:
+            query = query.where(jobs.c.state.in_([str(s) for s in self.states]))
+        if self.name:
+            escaped = self.name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            query = query.where(jobs.c.name.ilike(f"%{escaped}%", escape="\\"))
+        for column_name, value in (("project", self.project), ("pool", self.pool)):
+            if value is None:
+                continue
+            column = jobs.c.get(column_name)
+            if column is None:
+                raise UnknownFilter(f"jobs have no {column_name} on this controller; drop the {column_name} filter")
+            query = query.where(column == value)
+        return query
+
+
+def page_query(where: JobFilter, sort: SortKey, descending: bool, limit: int, offset: int,
+               cursor: int | None) -> Select:
+    """Ids of one page (one more than `limit`, to tell whether another page follows)."""
+    column = jobs.c[sort]
+    order = [column.desc() if descending else column.asc()]
+    if sort != "id":
+        order.append(jobs.c.id.desc() if descending else jobs.c.id.asc())  # a stable order among equals
+    query = where.apply(select(jobs.c.id)).order_by(*order).limit(limit + 1).offset(offset)
+    if cursor is not None:
+        query = query.where(jobs.c.id < cursor if descending else jobs.c.id > cursor)
+    return query
+
+
+def count_query(where: JobFilter) -> Select:
+    return where.apply(select(func.count()).select_from(jobs))

@@ -1,0 +1,64 @@
+"""The event stream's vocabulary: what each history row is called, and which rows are safe to send.
+
+Every state change is already a history row with an increasing id; the event stream is those
+rows, typed. A row's subject follows from its shape (a worker's own row has no job; a task's has
+a task id); milestones recorded under a handler's name get their own type from one table, so a
+new kind of event is one line there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# (subject, handler) or (subject, handler, result) -> event type. Rows not named here are
+# "<subject>.state_changed" when they carry a new state, else "<subject>.<result>" (a judged wait).
+EVENT_TYPES: dict[tuple[str, ...], str] = {
+    ("job", "Submit"): "job.submitted",
+    ("job", "RetryJobs", "SUCCESS"): "job.retry_scheduled",
+    ("job", "RetryJobs", "GIVE_UP"): "job.retry_exhausted",
+    ("worker", "Register"): "worker.registered",
+    ("worker", "Reaper"): "worker.lost",
+}
+
+# A row that follows a gap in the ids may belong after a transaction that has not committed yet
+# (several writers on PostgreSQL); it is held back until it is this old, then the gap is skipped.
+GAP_SETTLE_SECONDS = 5.0
+
+
+def subject(job_id: int | None, task_id: int | None) -> str:
+    if job_id is None:
+        return "worker"
+    return "task" if task_id is not None else "job"
+
+
+def event_type(job_id: int | None, task_id: int | None, handler: str, result: str, to_state: str | None) -> str:
+    kind = subject(job_id, task_id)
+    named = EVENT_TYPES.get((kind, handler, result)) or EVENT_TYPES.get((kind, handler))
+    if named:
+        return named
+    return f"{kind}.state_changed" if to_state else f"{kind}.{result.lower()}"
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The two facts about a row the gap rule needs."""
+
+    id: int
+    at: float
+
+
+def ready(after: int, rows: Sequence[Stamp], now: float, settle: float = GAP_SETTLE_SECONDS) -> int:
+    """How many of `rows` (ascending ids, all above `after`) can be sent now without skipping a later commit.
+
+    1. A row right after the previous one is ready.
+    2. A row after a gap is ready once it is `settle` seconds old: the gap is a rolled-back
+       transaction or pruned rows, not one still committing.
+    3. Otherwise stop there; the next read starts from the last row sent.
+    """
+    previous = after
+    for count, row in enumerate(rows):
+        if row.id != previous + 1 and row.at > now - settle:
+            return count
+        previous = row.id
+    return len(rows)

@@ -1,0 +1,82 @@
+"""Reading the event stream out of the history table, and pruning it to the retention window."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.events import Stamp, event_type, ready
+from corral.core.states import JOB_TERMINAL
+from corral.core.views import EventView
+from corral.store.schema import history, jobs, tasks
+
+PAGE = 500  # rows per read; a subscriber that is behind reads page after page
+
+
+async def read_events(connection: AsyncConnection, after: int, job_id: int | None = None,
+                      limit: int = PAGE, upto: int | None = None) -> list[EventView]:
+    """Events with an id above `after` (and at most `upto`), oldest first."""
+    query = (
+        select(history, tasks.c.index.label("task_index"))
+        .select_from(history.outerjoin(tasks, history.c.task_id == tasks.c.id))
+        .where(history.c.id > after).order_by(history.c.id).limit(limit)
+    )
+    if upto is not None:
+        query = query.where(history.c.id <= upto)
+    if job_id is not None:
+        query = query.where(history.c.job_id == job_id)
+    return [
+        EventView(id=r.id, type=event_type(r.job_id, r.task_id, r.handler, r.result, r.to_state), at=r.at,
+                  job_id=r.job_id, task_id=r.task_id, task_index=r.task_index, attempt=r.attempt,
+                  worker_id=r.worker_id, handler=r.handler, result=r.result, from_state=r.from_state,
+                  to_state=r.to_state, message=r.message)
+        for r in (await connection.execute(query)).all()
+    ]
+
+
+async def latest_id(connection: AsyncConnection) -> int:
+    return (await connection.execute(select(func.max(history.c.id)))).scalar() or 0
+
+
+async def before_last(connection: AsyncConnection, count: int, job_id: int | None = None) -> int:
+    """The id to start after so that the last `count` events (of a job) are read."""
+    query = select(history.c.id).order_by(history.c.id.desc()).limit(count)
+    if job_id is not None:
+        query = query.where(history.c.job_id == job_id)
+    ids = list((await connection.execute(query)).scalars())
+    return min(ids) - 1 if ids else await latest_id(connection)
+
+
+async def prune_events(connection: AsyncConnection, older_than: float) -> int:
+    """Delete events older than `older_than`, except those of jobs still active and the newest one.
+
+    The newest row stays so that ids never restart (SQLite reuses max(id) + 1), and an active job
+    keeps its whole story for `corral info`.
+    """
+    ended = select(jobs.c.id).where(jobs.c.state.in_([str(s) for s in JOB_TERMINAL]))
+    newest = select(func.max(history.c.id)).scalar_subquery()
+    result = await connection.execute(
+        delete(history).where(
+            history.c.at < older_than, history.c.id < newest,
+            or_(history.c.job_id.is_(None), history.c.job_id.in_(ended)),
+        )
+    )
+    return max(result.rowcount or 0, 0)
+
+
+async def safe_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> int | None:
+    """The highest id that can be sent without skipping a transaction still committing; None: no limit.
+
+    Only rows younger than `settle` can follow a gap that is still filling, so only they are read.
+    """
+    young = (await connection.execute(
+        select(history.c.id, history.c.at).where(history.c.id > after, history.c.at > now - settle)
+        .order_by(history.c.id)
+    )).all()
+    if not young:
+        return None
+    before = (await connection.execute(
+        select(func.max(history.c.id)).where(history.c.id < young[0].id))).scalar() or 0
+    base = max(before, after)
+    count = ready(base, [Stamp(r.id, r.at) for r in young], now, settle)
+    return None if count == len(young) else (young[count - 1].id if count else base)

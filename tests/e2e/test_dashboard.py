@@ -1,0 +1,134 @@
+"""End to end in a real headless Chromium: the dashboard of a live local cluster.
+
+Jobs are submitted through the CLI, as a user would, and the page must follow them without
+a reload. Each page's screenshot is left in the test artefacts (test-artifacts/ by default).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.browser import launch, screenshot, unavailable
+from tests.e2e.cluster import Cluster
+
+pytestmark = pytest.mark.e2e
+PY = sys.executable
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("dashboard"))
+    cluster.start_controller()
+    cluster.start_worker("w1")
+    cluster.start_worker("w2")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("playwright is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as playwright:
+        opened = launch(playwright)
+        yield opened
+        opened.close()
+
+
+@pytest.fixture
+def page(browser, live):
+    """A signed-in tab; fails the test on any script error in the page."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    tab = context.new_page()
+    tab.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.goto(live.url + "/")
+    tab.get_by_label("Admin token").fill(live.admin_token)
+    tab.get_by_role("button", name="Sign in").click()
+    tab.get_by_role("heading", name="Overview").wait_for()
+    yield tab
+    context.close()
+    assert not errors, errors
+
+
+def corral(live, *args: str) -> str:
+    env = {**os.environ, "CORRAL_URL": live.url, "CORRAL_TOKEN": live.admin_token}
+    result = subprocess.run([PY, "-m", "corral", *args], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_a_wrong_token_is_refused_at_the_login_form(browser, live):
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.goto(live.url + "/")
+    tab.get_by_label("Admin token").fill("not-the-token")
+    tab.get_by_role("button", name="Sign in").click()
+    tab.get_by_role("alert").filter(has_text="That token was refused").wait_for()
+    assert tab.get_by_role("heading", name="Sign in").is_visible()
+    screenshot(tab, "login")
+    context.close()
+
+
+def test_a_job_submitted_from_the_cli_appears_and_succeeds_without_a_reload(page, live):
+    page.goto(live.url + "/#/jobs")
+    page.wait_for_selector("table[aria-label=jobs]")
+    page.evaluate("window.notReloaded = true")
+    job_id = corral(live, "submit", "--name", "hello", "--", "sh", "-c", "sleep 1; echo hello from corral")
+    row = page.locator(f'tr[data-job="{job_id}"]')
+    row.wait_for()
+    row.locator(".s-succeeded").wait_for()
+    assert page.evaluate("window.notReloaded") is True
+    screenshot(page, "jobs")
+
+    row.get_by_role("link", name="hello").click()
+    page.locator("pre.log").filter(has_text="hello from corral").wait_for()
+    page.get_by_role("list", name="transitions").filter(has_text="ScheduleJobs").wait_for()
+    assert page.locator("h1 .muted").inner_text() == f"#{job_id}"
+    screenshot(page, "job")
+
+
+def test_a_running_job_is_cancelled_from_its_page_after_a_confirmation(page, live):
+    job_id = int(corral(live, "submit", "--name", "long", "--", "sh", "-c", "echo working; sleep 300"))
+    live.wait_state(job_id, "RUNNING")
+    page.goto(f"{live.url}/#/jobs/{job_id}")
+    page.locator("pre.log").filter(has_text="working").wait_for()
+    page.get_by_role("button", name="Cancel job").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("button", name="Keep it running").click()
+    assert live.job(job_id)["state"] == "RUNNING"
+    page.get_by_role("button", name="Cancel job").click()
+    dialog.get_by_role("button", name="Cancel job").click()
+    page.locator(".head .s-cancelled").wait_for()
+    assert live.job(job_id)["state"] == "CANCELLED"
+
+
+def test_every_page_renders_live_data(page, live):
+    corral(live, "submit", "--name", "too-big", "--cpus", "64", "--", "true")
+    failing = int(corral(live, "submit", "--name", "fails", "--", "sh", "-c", "exit 3"))
+    page.goto(live.url + "/#/queue")
+    page.locator("table[aria-label=queue]").filter(has_text="too-big").wait_for()
+    page.get_by_text("no alive worker").first.wait_for()
+    screenshot(page, "queue")
+    page.goto(live.url + "/#/workers")
+    page.locator("tr[data-worker]").nth(1).wait_for()
+    assert page.locator("tr[data-worker] .badge").count() == 2  # alive, unless this machine stalled one
+    screenshot(page, "workers")
+    page.goto(live.url + "/#/")
+    page.get_by_role("meter", name="cpu").first.wait_for()
+    page.get_by_role("img").first.wait_for()
+    screenshot(page, "overview")
+    live.wait_end(failing)
+    page.goto(live.url + "/#/jobs?state=PENDING")
+    page.locator("tr[data-job]").filter(has_text="too-big").wait_for()
+    assert page.locator("tr[data-job]").count() == 1
+    page.get_by_role("button", name="Name").click()  # sort by name, on the server
+    page.wait_for_function("location.hash.includes('sort=name')")

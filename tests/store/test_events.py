@@ -1,0 +1,95 @@
+"""The event stream read out of the history table, on both stores: typing, ranges, gaps and pruning."""
+
+from __future__ import annotations
+
+from sqlalchemy import insert
+
+from corral.controller.cancel import cancel_job
+from corral.core.states import TaskState
+from corral.store.events import before_last, latest_id, prune_events, read_events, safe_horizon
+from corral.store.schema import history
+from tests.store.helpers import NOW, add_worker, job, job_tasks, reap, report, settle, submit
+
+
+async def _events(store, after=0, job_id=None, upto=None):
+    async with store.read() as connection:
+        return await read_events(connection, after, job_id, upto=upto)
+
+
+async def test_a_job_story_and_its_workers_arrive_typed_and_in_order(store):
+    worker = await add_worker(store)
+    job_id = await submit(store)
+    await settle(store)
+    (task,) = await job_tasks(store, job_id)
+    await report(store, worker, (task.id, 0, TaskState.BUILDING), (task.id, 0, TaskState.PREPARED))
+    await settle(store)
+    events = await _events(store)
+    assert [e.id for e in events] == sorted(e.id for e in events)
+    assert events[0].type == "worker.registered" and events[0].worker_id == worker and events[0].job_id is None
+    assert events[1].type == "job.submitted" and events[1].job_id == job_id
+    assigned = next(e for e in events if e.to_state == TaskState.ASSIGNED)
+    assert (assigned.type, assigned.task_index, assigned.attempt, assigned.worker_id) == (
+        "task.state_changed", 0, 0, worker)
+    assert {e.type for e in events} >= {"task.state_changed", "job.state_changed"}
+
+
+async def test_a_lost_worker_is_an_event_before_the_failures_it_causes(store):
+    worker = await add_worker(store)
+    job_id = await submit(store)
+    await settle(store)
+    await reap(store, NOW + 100)
+    events = await _events(store)
+    lost = next(e for e in events if e.type == "worker.lost")
+    failed = next(e for e in events if e.to_state == TaskState.WORKER_FAILED)
+    assert (lost.worker_id, lost.from_state, lost.to_state) == (worker, "ALIVE", "LOST")
+    assert lost.id < failed.id and failed.job_id == job_id
+
+
+async def test_reads_resume_after_an_id_and_filter_by_job(store):
+    first, second = await submit(store), await submit(store)
+    every = await _events(store)
+    assert [e.job_id for e in every] == [first, second]
+    assert [e.job_id for e in await _events(store, after=every[0].id)] == [second]
+    assert [e.job_id for e in await _events(store, job_id=first)] == [first]
+    assert await _events(store, upto=every[0].id) == every[:1]
+    async with store.read() as connection:
+        assert await latest_id(connection) == every[-1].id
+        assert await before_last(connection, 1) == every[-1].id - 1
+        assert await before_last(connection, 1, first) == every[0].id - 1
+        assert await before_last(connection, 50) == every[0].id - 1
+
+
+async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):
+    await submit(store)
+    async with store.read() as connection:
+        newest = await latest_id(connection)
+        assert await safe_horizon(connection, 0, NOW, 5.0) is None  # contiguous
+    async with store.write() as connection:
+        await connection.execute(insert(history).values(
+            id=newest + 2, at=NOW, job_id=None, handler="Test", result="SUCCESS"))
+    async with store.read() as connection:
+        assert await safe_horizon(connection, 0, NOW + 1, 5.0) == newest
+        assert await safe_horizon(connection, 0, NOW + 10, 5.0) is None  # settled: the gap is skipped
+
+
+async def test_pruning_keeps_active_jobs_and_the_newest_row_and_ids_keep_growing(store):
+    await add_worker(store, cpu=1)
+    ended = await submit(store, resources={"cpu": 64})  # never fits; cancelled while PENDING, it ends at once
+    active = await submit(store, resources={"cpu": 64})
+    await settle(store)
+    async with store.write() as connection:
+        await cancel_job(connection, ended, NOW)
+    assert (await job(store, ended)).state == "CANCELLED"
+    async with store.read() as connection:
+        newest = await latest_id(connection)
+    async with store.write() as connection:
+        pruned = await prune_events(connection, NOW + 3600)
+    left = await _events(store)
+    assert pruned > 0
+    assert {e.job_id for e in left} == {active, ended} and [e.id for e in left if e.job_id == ended] == [newest]
+    assert not any(e.type == "worker.registered" for e in left)
+    async with store.write() as connection:
+        assert await prune_events(connection, NOW - 3600) == 0  # nothing that old
+    await submit(store)
+    async with store.read() as connection:
+        assert await latest_id(connection) > newest

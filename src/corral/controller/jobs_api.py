@@ -10,15 +10,17 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from corral.controller.auth import require_admin
 from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
+from corral.controller.job_tokens import authorize
+from corral.controller.launches import launch_name
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.store.jobs import insert_job
+from corral.store.launches import subtree_ids
 from corral.store.schema import attempts, history, jobs, tasks
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authorize)])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
@@ -32,9 +34,11 @@ async def submit(spec: JobSpec, request: Request,
         existing = await _job_by_key(request, idempotency_key)
         if existing is not None:
             return _replay(existing, spec, idempotency_key)
+    launcher = request.state.caller.job_id
     try:
         async with app.store.write() as connection:
-            job_id = await insert_job(connection, spec, idempotency_key, time.time())
+            name = await launch_name(connection, launcher, spec.name or "")
+            job_id = await insert_job(connection, spec, idempotency_key, time.time(), name=name, launched_by=launcher)
     except IntegrityError:  # the same key, submitted concurrently
         existing = await _job_by_key(request, idempotency_key or "")
         if existing is None:
@@ -59,8 +63,13 @@ async def _job_by_key(request: Request, key: str) -> JobView | None:
 
 @router.get("", response_model=JobPage)
 async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
-                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1)) -> JobPage:
+                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1),
+                    launched_by: int | None = Query(None, ge=1)) -> JobPage:
     query = select(jobs.c.id).order_by(jobs.c.id.desc()).limit(limit + 1)
+    if request.state.caller.job_id is not None:  # a task sees its own launch tree only
+        query = query.where(jobs.c.id.in_(subtree_ids(request.state.caller.job_id)))
+    if launched_by is not None:
+        query = query.where(jobs.c.launched_by == launched_by)
     if state:
         query = query.where(jobs.c.state.in_([str(s) for s in state]))
     if cursor:
@@ -144,6 +153,6 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
         JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
                 spec=JobSpec.model_validate(r.spec), pending_reason=r.pending_reason, created_at=r.created_at,
                 state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
-                idempotency_key=r.idempotency_key)
+                idempotency_key=r.idempotency_key, launched_by=r.launched_by)
         for r in (rows[i] for i in ids if i in rows)
     ]

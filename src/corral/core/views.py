@@ -48,6 +48,7 @@ class JobView(BaseModel):
     finished_at: float | None
     task_counts: dict[TaskState, int]
     idempotency_key: str | None = None
+    launched_by: int | None = None  # the job whose task submitted this one
 
 
 class JobPage(BaseModel):

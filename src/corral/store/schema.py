@@ -43,7 +43,10 @@ jobs = Table(
     Column("created_at", Float, nullable=False),
     Column("state_since", Float, nullable=False),
     Column("finished_at", Float),
+    # The job whose task submitted this one (corral.current()); the cancel cascade follows it.
+    Column("launched_by", Integer),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_launched_by", "launched_by"),
 )
 
 tasks = Table(

@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,11 @@ def route_address(controller_url: str) -> str:
             return probe.getsockname()[0]
     except OSError:
         return socket.gethostname()
+
+
+def task_env(controller_url: str) -> dict[str, str]:
+    """How code in a task reaches the controller (with its job's CORRAL_TOKEN) and runs Python functions."""
+    return {"CORRAL_URL": controller_url.rstrip("/"), "CORRAL_PYTHON": sys.executable}
 
 
 @dataclass
@@ -106,7 +112,8 @@ class Agent:
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
         self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
-                             flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu)
+                             flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu,
+                             task_env=task_env(options.controller_url))
         self.worker_id = ""
         self.interval = options.heartbeat_interval
         self._registered = asyncio.Event()  # clear while re-registering: the loops hold still

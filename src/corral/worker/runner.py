@@ -133,9 +133,10 @@ class Runner:
     """Acts on build, start and stop orders; reports every state change through `report`, in order."""
 
     def __init__(self, work_dir: Path, *, report: Report, fetch_bundle: FetchBundle, flush_logs: FlushLogs,
-                 watch_logs: WatchLogs, gpus: int = 0) -> None:
+                 watch_logs: WatchLogs, gpus: int = 0, task_env: dict[str, str] | None = None) -> None:
         self.work_dir = work_dir
         self.gpus = gpus
+        self.task_env = task_env or {}  # what every task learns from this worker (under the order's env)
         self._report = report
         self._fetch_bundle = fetch_bundle
         self._flush_logs = flush_logs
@@ -227,7 +228,7 @@ class Runner:
             if att.ended or not att.prepared:
                 return
             command = att.order.command
-            env = {**os.environ, **att.order.env}
+            env = {**os.environ, **self.task_env, **att.order.env}
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
             try:

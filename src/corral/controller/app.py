@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 
-from corral.controller import files_api, jobs_api, workers_api
+from corral.controller import files_api, jobs_api, results_api, workers_api
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.metrics import exposition
@@ -49,6 +49,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
     app.include_router(files_api.router)
+    app.include_router(results_api.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

@@ -49,7 +49,8 @@ def run(payload: bytes) -> dict:
     try:
         return {"value": function(*args, **kwargs)}
     except BaseException as error:  # noqa: B036  the caller gets whatever the function raised, SystemExit included
-        return error_envelope(error)
+        assert error.__traceback__ is not None
+        return error_envelope(error.with_traceback(error.__traceback__.tb_next))  # from the function's frame on
 
 
 def encode(envelope: dict) -> bytes:

@@ -18,6 +18,7 @@ router = APIRouter(prefix="/api/v1/jobs/{job_id}/tasks/{index}/result", tags=["f
                    dependencies=[Depends(authorize)])
 
 POLL = 0.03  # how often a waiting reader looks for the result or the task's end
+DRAIN_LIMIT = 16 * MAX_RESULT
 
 
 def _files(request: Request) -> ResultFiles:
@@ -40,12 +41,7 @@ async def put_result(job_id: int, index: int, request: Request, attempt: int = Q
     caller = request.state.caller
     if not caller.admin and caller.job_id != job_id:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"only a task of job {job_id} stores its results")
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_RESULT:
-        raise _too_large(int(declared))
-    data = await request.body()
-    if len(data) > MAX_RESULT:
-        raise _too_large(len(data))
+    data = await _bounded_body(request)
     task = await _task(request, job_id, index)
     if task.attempt != attempt:
         raise HTTPException(status.HTTP_409_CONFLICT,
@@ -53,9 +49,24 @@ async def put_result(job_id: int, index: int, request: Request, attempt: int = Q
     _files(request).write(task.id, attempt, data)
 
 
+async def _bounded_body(request: Request) -> bytes:
+    """The body, or 413 once it passes the limit. The rest is read and dropped (up to DRAIN_LIMIT), since
+    a reply sent while the client still sends reaches it as a reset connection, not as the 413."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= MAX_RESULT:
+            chunks.append(chunk)
+        elif size > DRAIN_LIMIT:
+            break
+    if size > MAX_RESULT:
+        raise _too_large(size)
+    return b"".join(chunks)
+
+
 def _too_large(size: int) -> HTTPException:
-    return HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-                         f"the result is {size} bytes, over the limit of {MAX_RESULT // 2**20} MiB; "
+    return HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
+                         f"the result ({size} bytes or more) is over the limit of {MAX_RESULT // 2**20} MiB; "
                          "write large outputs to shared storage and return their location")
 
 

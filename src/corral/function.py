@@ -9,11 +9,12 @@ imported here: this process's start-up time is most of a small function's round 
 
 from __future__ import annotations
 
+import http.client
 import os
 import sys
+import time
 import traceback
-import urllib.error
-import urllib.request
+from urllib.parse import urlsplit
 
 import cloudpickle
 
@@ -61,25 +62,31 @@ def encode(envelope: dict) -> bytes:
 
 
 def upload(data: bytes, env: dict) -> int:
-    """PUT the result; returns the HTTP status (413 when over the limit)."""
-    url = (f"{env['CORRAL_URL']}/api/v1/jobs/{env['CORRAL_JOB_ID']}/tasks/{env['CORRAL_TASK_INDEX']}/result"
-           f"?attempt={env['CORRAL_ATTEMPT']}")
-    request = urllib.request.Request(url, data=data, method="PUT", headers={
-        "Authorization": f"Bearer {env['CORRAL_TOKEN']}", "Content-Type": "application/octet-stream"})
+    """PUT the result; returns the HTTP status (413 when over the limit), 0 when the controller is unreachable."""
+    url = urlsplit(env["CORRAL_URL"])
+    path = (f"{url.path.rstrip('/')}/api/v1/jobs/{env['CORRAL_JOB_ID']}/tasks/{env['CORRAL_TASK_INDEX']}/result"
+            f"?attempt={env['CORRAL_ATTEMPT']}")
+    headers = {"Authorization": f"Bearer {env['CORRAL_TOKEN']}", "Content-Type": "application/octet-stream"}
+    connection_type = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
     for remaining in reversed(range(UPLOAD_TRIES)):
+        connection = connection_type(url.hostname or "127.0.0.1", url.port, timeout=60)
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            if error.code < 500 or not remaining:
-                if error.code != 413:
-                    print(f"corral: storing the result failed: HTTP {error.code} {error.read().decode()}",
-                          file=sys.stderr)
-                return error.code
+            connection.request("PUT", path, body=data, headers=headers)
+            response = connection.getresponse()
+            body = response.read()
         except OSError as error:
             if not remaining:
                 print(f"corral: cannot reach the controller to store the result: {error}", file=sys.stderr)
                 return 0
+            time.sleep(0.2 * (UPLOAD_TRIES - remaining))
+            continue
+        finally:
+            connection.close()
+        if response.status < 500 or not remaining:
+            if response.status >= 300 and response.status != 413:
+                print(f"corral: storing the result failed: HTTP {response.status} {body.decode(errors='replace')}",
+                      file=sys.stderr)
+            return response.status
     return 0
 
 

@@ -23,3 +23,14 @@ def bare_cluster(tmp_path):
     running.start_controller()
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory):
+    """One cluster for a whole module whose tests only add jobs, so they do not disturb each other."""
+    running = Cluster(tmp_path_factory.mktemp("cluster"))
+    running.start_controller()
+    running.start_worker("w1")
+    running.start_worker("w2")
+    yield running
+    running.stop()

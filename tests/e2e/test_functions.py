@@ -13,7 +13,7 @@ import pytest
 
 import corral
 from corral import AsyncClient, Client, CorralError
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import wait_for
 
 pytestmark = pytest.mark.e2e
 # The workers cannot import this test module: ship its functions by value, as a script's would be.
@@ -21,14 +21,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One cluster for the module: these tests only add jobs, so they do not disturb each other."""
-    running = Cluster(tmp_path_factory.mktemp("functions"))
-    running.start_controller()
-    running.start_worker("w1")
-    running.start_worker("w2")
-    yield running
-    running.stop()
+def cluster(module_cluster):
+    return module_cluster
 
 
 @pytest.fixture

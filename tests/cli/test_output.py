@@ -59,3 +59,11 @@ def test_info_shows_spec_tasks_attempts_and_history(cli, fake):
 
 def test_cancel_prints_the_new_state(cli):
     assert cli("cancel", "4").output == "TERMINATING\n"
+
+
+def test_info_names_the_job_that_launched_it(cli, fake):
+    fake.jobs = [job_view(12, launched_by=9, name="driver/step")]
+    result = cli("info", "12")
+    assert "launched by" in result.output and "job 9" in result.output and "driver/step" in result.output
+    fake.jobs = [job_view(13)]
+    assert "launched by" not in cli("info", "13").output

@@ -45,7 +45,7 @@ def identify(request: Request) -> Caller:
     match = _FORM.fullmatch(token)
     if match and hmac.compare_digest(token, mint(admin, int(match.group(1)))):
         return Caller(int(match.group(1)))
-    raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong token: neither the admin token nor a job's token")
+    raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong token")
 
 
 async def authorize(request: Request) -> Caller:

@@ -193,6 +193,7 @@ def sse_server():
 
     def handler(request):
         resume = request.headers.get("last-event-id")
+        assert request.url.params.get("last_event_id") == resume
         connections.append((request.url.params.get("job"), resume))
         start = int(resume or 0) + 1
         body = "".join(f'id: {i}\nevent: job\ndata: {{"n": {i}}}\n\n' for i in range(start, start + 2))

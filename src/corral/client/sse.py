@@ -57,11 +57,12 @@ class EventParser:
 
 
 def stream_request(job: int | None, last_event_id: str | None) -> tuple[dict, dict]:
-    """The query parameters and headers of a (re)connection."""
-    params = {"job": job} if job is not None else {}
+    """The query parameters and headers of a (re)connection; the id to resume after goes both ways."""
+    params: dict = {"job": job} if job is not None else {}
     headers = {"Accept": "text/event-stream"}
     if last_event_id is not None:
         headers["Last-Event-ID"] = last_event_id
+        params["last_event_id"] = last_event_id
     return params, headers
 
 

@@ -67,6 +67,14 @@ def sleeping_driver():
     time.sleep(600)
 
 
+def failing_driver():
+    here = corral.current()
+    child = here.client.submit(sleeper)
+    while here.client.get(child.id).state != "RUNNING":
+        time.sleep(0.05)
+    raise RuntimeError("the driver gives up")
+
+
 def token_facts(other_job: int):
     """What a task's token may and may not do."""
     here = corral.current()
@@ -138,6 +146,16 @@ def test_cancelling_the_driver_cancels_its_children_and_their_processes(client):
     assert client.wait(job.id, timeout=60).state == "CANCELLED"
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_failing_driver_cancels_its_running_child(client):
+    job = client.submit(failing_driver)
+    with pytest.raises(RuntimeError, match="the driver gives up"):
+        job.result(timeout=60)
+    (child,) = list(client.list(launched_by=job.id))
+    assert client.wait(child.id, timeout=60).state == "CANCELLED"
+    causes = [h.message for h in client.history(child.id) if h.handler == "CancelLaunched"]
+    assert causes == [f"cancelled: the job that launched it (job {job.id}) ended FAILED"]
 
 
 def test_a_tasks_token_reaches_its_own_launch_tree_only(client, cluster):

@@ -13,6 +13,7 @@ from corral.controller import files_api, jobs_api, results_api, workers_api
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.metrics import exposition
+from corral.controller.results import ResultFiles
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
 from corral.store.store import Store
 
@@ -32,6 +33,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state.engine = Engine(state.store, state.signals, settings.loss_timeout)
         state.logs = LogFiles(settings.data_dir / "logs" / "tasks")
         state.bundles = BundleStore(settings.data_dir / "bundles")
+        state.results = ResultFiles(settings.data_dir / "results")
         loop_task = asyncio.create_task(state.engine.run(), name="engine")
         write_cluster_file(settings, state.tokens)
         try:

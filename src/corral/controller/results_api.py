@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
@@ -17,12 +16,12 @@ from corral.store.schema import tasks
 router = APIRouter(prefix="/api/v1/jobs/{job_id}/tasks/{index}/result", tags=["functions"],
                    dependencies=[Depends(authorize)])
 
-POLL = 0.03  # how often a waiting reader looks for the result or the task's end
+POLL = 0.1  # how often a waiting reader looks for the task's end (a written result wakes it at once)
 DRAIN_LIMIT = 16 * MAX_RESULT
 
 
 def _files(request: Request) -> ResultFiles:
-    return ResultFiles(request.app.state.settings.data_dir / "results")
+    return request.app.state.results
 
 
 async def _task(request: Request, job_id: int, index: int):
@@ -87,7 +86,7 @@ async def get_result(job_id: int, index: int, request: Request, attempt: int | N
         ended = TaskState(task.state) in TASK_TERMINAL
         if (data is not None and (ended or not final)) or ended or time.monotonic() >= deadline:
             break
-        await asyncio.sleep(POLL)
+        await files.written(min(POLL, max(0.0, deadline - time.monotonic())))
     headers = {"X-Corral-Attempt": str(chosen), "X-Corral-Task-State": task.state}
     if data is not None:
         return Response(data, media_type="application/octet-stream", headers=headers)

@@ -87,6 +87,11 @@ async def test_results_are_stored_per_attempt_by_the_jobs_own_token(api):
         assert (missing.status_code, missing.json()["detail"]) == (404, f"job {job['id']} has no task 5")
     async with api.job(other["id"]) as stranger:
         assert (await stranger.put(url, params={"attempt": 0}, content=b"x")).status_code == 403
+    async with api.job(job["id"]) as task:
+        child = await submit(task)
+        refused = await task.put(f"/api/v1/jobs/{child['id']}/tasks/0/result", params={"attempt": 0}, content=b"x")
+        assert (refused.status_code, refused.json()["detail"]) == (
+            403, f"only a task of job {child['id']} stores its results")  # a launcher reads them, never writes
     async with api.admin() as admin:
         assert (await admin.get(url)).content == b"envelope"  # the refusals changed nothing
 

@@ -109,6 +109,8 @@ def test_a_spec_takes_no_function_options():
         sync.submit({"command": ["true"]}, replicas=2)
     with pytest.raises(TypeError, match="submit takes a JobSpec, a dict or a function"):
         sync.submit(42)
+    with pytest.raises(TypeError, match="options cannot set command: a function job runs its function"):
+        sync.submit(print, options={"command": ["true"]})
 
 
 def result_server(responses):

@@ -39,6 +39,10 @@ class RemoteError(CorralError):
 
 def function_spec(function: Callable, digest: str, resources: Resources | Mapping | None, replicas: int | None,
                   options: Mapping[str, Any] | None) -> JobSpec:
+    taken = {"command", "bundle"} & set(options or {})
+    if taken:
+        raise TypeError(f"options cannot set {', '.join(sorted(taken))}: a function job runs its function "
+                        "(use workdir= to ship a directory with it)")
     fields: dict[str, Any] = {"name": getattr(function, "__qualname__", None) or "function", **(options or {})}
     fields.update(command=COMMAND, bundle=digest)
     if resources is not None:

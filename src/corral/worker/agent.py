@@ -53,7 +53,7 @@ def route_address(controller_url: str) -> str:
         return socket.gethostname()
 
 
-def task_env(controller_url: str) -> dict[str, str]:
+def worker_env(controller_url: str) -> dict[str, str]:
     """How code in a task reaches the controller (with its job's CORRAL_TOKEN) and runs Python functions."""
     return {"CORRAL_URL": controller_url.rstrip("/"), "CORRAL_PYTHON": sys.executable}
 
@@ -113,7 +113,7 @@ class Agent:
         bundles = BundleCache(work_dir / "bundles", self._download)
         self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
                              flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu,
-                             task_env=task_env(options.controller_url))
+                             task_env=worker_env(options.controller_url))
         self.worker_id = ""
         self.interval = options.heartbeat_interval
         self._registered = asyncio.Event()  # clear while re-registering: the loops hold still

@@ -211,6 +211,6 @@ def test_the_async_client_and_the_sync_client_give_the_same_results(client, clus
 def test_the_cli_inside_a_task_launches_children_of_its_job(client, cluster):
     job_id = cluster.submit(command=[sys.executable, "-m", "corral", "submit", "--name", "inner", "--", "true"],
                             name="outer")
-    assert cluster.wait_end(job_id, timeout=60)["state"] == "SUCCEEDED", cluster.logs(job_id, stream="stderr")
+    assert cluster.wait_end(job_id, timeout=120)["state"] == "SUCCEEDED", cluster.logs(job_id, stream="stderr")
     (child,) = list(client.list(launched_by=job_id))
     assert child.name == "outer/inner"

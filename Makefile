@@ -33,6 +33,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/gang_drain.py
 	$(BIN)/python bench/dashboard_jobs.py
+	$(BIN)/python bench/function_roundtrip.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -74,3 +74,11 @@ def test_info_shows_the_epoch_the_drain_trigger_checkpoints_and_refunds(cli, fak
 
 def test_cancel_prints_the_new_state(cli):
     assert cli("cancel", "4").output == "TERMINATING\n"
+
+
+def test_info_names_the_job_that_launched_it(cli, fake):
+    fake.jobs = [job_view(12, launched_by=9, name="driver/step")]
+    result = cli("info", "12")
+    assert "launched by" in result.output and "job 9" in result.output and "driver/step" in result.output
+    fake.jobs = [job_view(13)]
+    assert "launched by" not in cli("info", "13").output

@@ -38,3 +38,14 @@ async def postgres_cluster(tmp_path):
             yield running
         finally:
             running.stop()
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory):
+    """One cluster for a whole module whose tests only add jobs, so they do not disturb each other."""
+    running = Cluster(tmp_path_factory.mktemp("cluster"))
+    running.start_controller()
+    running.start_worker("w1")
+    running.start_worker("w2")
+    yield running
+    running.stop()

@@ -55,6 +55,10 @@ EXPECTED_TABLE = {
     # gangs and for independent tasks); a drained gang goes back to PENDING as a unit, or ends FAILED.
     "ForceDrain": ({J.DRAINING}, {T.PREEMPTING}, None, None, ts(task=T.PREEMPTED), None),
     "CompleteDrain": ({J.DRAINING}, set(), ts(J.PENDING, T.PENDING), None, None, ts(J.FAILED, T.KILLED)),
+    # DESIGN.md, "Job states": a launcher that ends other than SUCCEEDED cancels what it launched (Iris).
+    "CancelLaunched": (set(JobState) - {J.TERMINATING, J.SUCCEEDED, J.FAILED, J.CANCELLED, J.UNSCHEDULABLE,
+                                        J.LOST}, set(),
+                       TransitionStatus(job=J.TERMINATING, cancel=True), None, None, None),
 }
 
 NON_TERMINAL = {T.PENDING, T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING, T.PREEMPTING, T.TERMINATING}
@@ -67,7 +71,8 @@ EXPECTED_CHECKS = {
 }
 
 EXPECTED_ORDER = ["ScheduleJobs", "PrepareJobs", "PromoteToPrepared", "StartJobs", "PromoteToRunning",
-                  "DetectTermination", "TerminateJobs", "PromoteToTerminated", "ForceDrain", "CompleteDrain"]
+                  "DetectTermination", "CancelLaunched", "TerminateJobs", "PromoteToTerminated", "ForceDrain",
+                  "CompleteDrain"]
 
 BY_NAME = {h.name: h for h in JOB_HANDLERS}
 
@@ -106,7 +111,9 @@ def test_only_promotion_handlers_have_checks():
 
 def test_who_acts_on_independent_jobs():
     # Gang-only handlers act on whole gangs; TerminateJobs and PromoteToTerminated on every job.
-    assert {h.name for h in JOB_HANDLERS if not h.gang_only} == {"TerminateJobs", "PromoteToTerminated"}
+    assert {h.name for h in JOB_HANDLERS if not h.gang_only} == {"TerminateJobs", "PromoteToTerminated",
+                                                                "CancelLaunched"}
+    assert {h.name for h in JOB_HANDLERS if h.launcher_states} == {"CancelLaunched"}
     assert {h.name for h in JOB_HANDLERS if h.needs_rooms} == {"ScheduleJobs"}
 
 

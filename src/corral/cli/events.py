@@ -10,6 +10,7 @@ from rich.text import Text
 from corral.cli.common import client, console
 from corral.cli.format import format_time
 from corral.cli.listing import state_text
+from corral.client.events import stream_events
 from corral.core.views import EventView
 
 
@@ -25,7 +26,8 @@ def events(job_id: int | None, last: int | None, follow: bool, as_json: bool) ->
         last = 20
     out = console()
     try:
-        for event in client().events(job_id=job_id, last=last, follow=follow):
+        params = {k: v for k, v in (("job", job_id), ("last", last)) if v is not None}
+        for event in stream_events(client(), params, follow):
             if as_json:
                 click.echo(json.dumps(event.model_dump(mode="json")))
             else:

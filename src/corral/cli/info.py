@@ -56,6 +56,8 @@ def job_summary(job: JobView, now: float) -> Table:
         ("job", f"{job.id} ({job.name})"),
         ("state", state_text(job.state) + Text(f" for {age_since(job.state_since, now)}")),
     ]
+    if job.launched_by is not None:
+        rows.append(("launched by", f"job {job.launched_by}"))
     if job.pending_reason:
         rows.append(("pending", Text(job.pending_reason, style="magenta")))
     rows += [

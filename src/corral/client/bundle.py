@@ -9,6 +9,7 @@ import gzip
 import io
 import os
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from corral.client.errors import CorralError
@@ -17,16 +18,22 @@ MAX_BUNDLE = 100 * 2**20  # the controller refuses larger bodies
 SKIPPED_DIRS = frozenset({".git", ".venv", "__pycache__"})
 
 
-def make_bundle(directory: str | os.PathLike, max_size: int = MAX_BUNDLE) -> bytes:
-    """Archive `directory`: sorted entries, mtime 0, owner 0, skipping VCS, virtualenv and bytecode folders."""
-    root = Path(directory)
-    if not root.is_dir():
+def make_bundle(directory: str | os.PathLike | None, max_size: int = MAX_BUNDLE,
+                extra: Mapping[str, bytes] | None = None) -> bytes:
+    """Archive `directory` (if any): sorted entries, mtime 0, owner 0, skipping VCS, virtualenv and bytecode
+    folders; then the `extra` files, given as name -> content (a function job's payload)."""
+    root = Path(directory) if directory is not None else None
+    if root is not None and not root.is_dir():
         raise CorralError(None, f"--workdir {root}: not a directory")
-    buffer = _LimitedBuffer(max_size, root)
+    buffer = _LimitedBuffer(max_size, root or Path("the function's payload"))
     with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as zipped, \
             tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for path in _walk(root):
+        for path in _walk(root) if root is not None else ():
             _add(archive, root, path)
+        for name, content in sorted((extra or {}).items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), 0o644
+            archive.addfile(info, io.BytesIO(content))
     return buffer.getvalue()
 
 

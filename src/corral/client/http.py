@@ -1,32 +1,43 @@
-"""The Python client of the controller's REST API: what the CLI uses, and what scripts can use."""
+"""The sync Python client of the controller's REST API: what the CLI uses, and what scripts can use.
+
+Every operation is a plan from `plans` (or `functions`, `logs`); this class only sends its
+requests, sleeps its pauses and hands out its items. `AsyncClient` drives the same plans.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, overload
 
 import httpx
-from pydantic import TypeAdapter
 
+from corral.client import functions, logs, plans
 from corral.client.bundle import make_bundle
 from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
-from corral.client.events import stream_events
-from corral.client.logs import follow_logs, read_logs
-from corral.core.spec import JobSpec
-from corral.core.states import JOB_TERMINAL, JobState
-from corral.core.views import EventView, HistoryEntry, JobPage, JobView, TaskView, WorkerView
+from corral.client.jobs import FunctionJob
+from corral.client.plans import Call, Item, Plan, Sleep
+from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, EventParser, reconnect_delay, stream_request
+from corral.core.spec import JobSpec, Resources
+from corral.core.states import JobState
+from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
 
-API = "/api/v1"
-PAGE_SIZE = 500  # the controller accepts up to 1000
 
-_tasks = TypeAdapter(list[TaskView])
-_history = TypeAdapter(list[HistoryEntry])
-_workers = TypeAdapter(list[WorkerView])
+def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
+    """(url, token, where they were found); without `url`, as `discover` finds them (env, then data dir)."""
+    if url is None:
+        found = discover()
+        return found.url, token or found.token, found.source
+    return url.rstrip("/"), token, "the arguments"
+
+
+def unreachable(url: str, source: str, error: Exception) -> CorralError:
+    hint = "" if source in ("CORRAL_URL", "the arguments") else \
+        f" (found in {source}; is `corral up` still running?)"
+    return CorralError(None, f"cannot reach the controller at {url}{hint}: {error}")
 
 
 class Client:
@@ -34,12 +45,7 @@ class Client:
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        source = "the arguments"
-        if url is None:
-            endpoint = discover()
-            url, token, source = endpoint.url, token or endpoint.token, endpoint.source
-        self.url = url.rstrip("/")
-        self._source = source
+        self.url, token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 
@@ -52,18 +58,16 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    # transport ---------------------------------------------------------------------------
+    # driving plans -----------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, ok: Iterable[int] = (), **kwargs: Any) -> httpx.Response:
         """Send one request; any status >= 400 not in `ok` becomes a CorralError with the server's message."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
-            hint = "" if self._source in ("CORRAL_URL", "the arguments") else \
-                f" (found in {self._source}; is `corral up` still running?)"
-            raise CorralError(None, f"cannot reach the controller at {self.url}{hint}: {error}") from None
+            raise unreachable(self.url, self._source, error) from None
         if response.status_code >= 400 and response.status_code not in ok:
-            raise CorralError(response.status_code, _message(response))
+            raise CorralError(response.status_code, message(response))
         return response
 
     @contextmanager
@@ -74,66 +78,101 @@ class Client:
             with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise CorralError(response.status_code, _message(response))
+                    raise CorralError(response.status_code, message(response))
                 yield response
         except httpx.ConnectError as error:
             raise CorralError(None, f"cannot reach the controller at {self.url}: {error}") from None
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self.request(method, path, **kwargs).json()
+    def _send(self, call: Call) -> httpx.Response:
+        kwargs = dict(call.kwargs)
+        if call.timeout is not None:
+            kwargs["timeout"] = call.timeout
+        return self.request(call.method, call.path, ok=call.ok, **kwargs)
+
+    def _run(self, plan: Plan) -> Any:
+        reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = self._step(step)
+
+    def _iterate(self, plan: Plan) -> Iterator:
+        reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Item):
+                reply = None
+                yield step.value
+            else:
+                reply = self._step(step)
+
+    def _step(self, step: Call | Sleep) -> httpx.Response | None:
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
+        return self._send(step)
 
     # jobs --------------------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec | dict, idempotency_key: str | None = None) -> JobView:
-        """Validate locally first, so a bad spec fails with the field named before any network round trip."""
-        spec = spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec)
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return JobView.model_validate(
-            self._json("POST", f"{API}/jobs", json=spec.model_dump(mode="json"), headers=headers))
+    @overload
+    def submit(self, target: JobSpec | dict, *, idempotency_key: str | None = None) -> JobView: ...
+
+    @overload
+    def submit(self, target: Callable, *args: Any, resources: Resources | Mapping | None = None,
+               replicas: int | None = None, workdir: str | os.PathLike | None = None,
+               options: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+               **kwargs: Any) -> FunctionJob: ...
+
+    def submit(self, target, *args, resources=None, replicas=None, workdir=None, options=None,
+               idempotency_key=None, **kwargs):
+        """Submit a job spec (returns its JobView), or a function to run as a job (returns a FunctionJob).
+
+        A function is shipped with `args` and `kwargs` (cloudpickle), with `workdir` as its bundle when
+        given; `resources` and `replicas` size it, `options` sets any other JobSpec field (name, env,
+        priority, max_retries_failure, time_limit, ...).
+        """
+        if isinstance(target, JobSpec | dict):
+            if args or kwargs or resources or replicas or workdir or options:
+                raise TypeError("a job spec carries its own options: pass only idempotency_key with it")
+            return self._run(plans.submit(target, idempotency_key))
+        view = self._run(functions.submit_function(
+            target, args, kwargs, resources=resources, replicas=replicas, workdir=workdir, options=options,
+            idempotency_key=idempotency_key))
+        return FunctionJob(self, view)
 
     def get(self, job_id: int) -> JobView:
-        return JobView.model_validate(self._json("GET", f"{API}/jobs/{job_id}"))
+        return self._run(plans.get(job_id))
 
     def list_page(self, states: Iterable[JobState | str] | None = None, limit: int = 100,
-                  cursor: int | None = None) -> JobPage:
-        params: dict[str, Any] = {"limit": limit, "state": [str(s) for s in states or ()]}
-        if cursor is not None:
-            params["cursor"] = cursor
-        return JobPage.model_validate(self._json("GET", f"{API}/jobs", params=params))
+                  cursor: int | None = None, launched_by: int | None = None) -> JobPage:
+        return self._run(plans.list_page(states, limit, cursor, launched_by))
 
-    def list(self, states: Iterable[JobState | str] | None = None, limit: int | None = 100) -> Iterator[JobView]:
-        """Jobs newest first, across pages, at most `limit` of them (None: all)."""
-        states = list(states or ())
-        cursor, left = None, limit
-        while left is None or left > 0:
-            page = self.list_page(states, min(PAGE_SIZE, left or PAGE_SIZE), cursor)
-            items = page.items if left is None else page.items[:left]
-            yield from items
-            if left is not None:
-                left -= len(items)
-            if page.next_cursor is None or not page.items:
-                return
-            cursor = page.next_cursor
+    def list(self, states: Iterable[JobState | str] | None = None, limit: int | None = 100,
+             launched_by: int | None = None) -> Iterator[JobView]:
+        """Jobs newest first, across pages, at most `limit` of them (None: all); `launched_by`: a job's children."""
+        return self._iterate(plans.list_jobs(states, limit, launched_by))
 
     def tasks(self, job_id: int) -> list[TaskView]:
-        return _tasks.validate_python(self._json("GET", f"{API}/jobs/{job_id}/tasks"))
+        return self._run(plans.tasks(job_id))
 
     def history(self, job_id: int) -> list[HistoryEntry]:
-        return _history.validate_python(self._json("GET", f"{API}/jobs/{job_id}/history"))
+        return self._run(plans.history(job_id))
 
     def cancel(self, job_id: int) -> JobView:
-        return JobView.model_validate(self._json("POST", f"{API}/jobs/{job_id}/cancel"))
+        return self._run(plans.cancel(job_id))
 
     def wait(self, job_id: int, timeout: float | None = None, poll: float = 0.2) -> JobView:
         """Poll until the job is terminal; TimeoutError after `timeout` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = self.get(job_id)
-            if job.state in JOB_TERMINAL:
-                return job
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
-            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+        return self._run(plans.wait(job_id, timeout, poll))
+
+    def results(self, job_id: int, timeout: float | None = None) -> list:
+        """A function job's return values, one per task in order; raises what the first failed task raised."""
+        return self._run(functions.results(job_id, None, timeout))
 
     def logs(self, job_id: int, task: int = 0, stream: str = "stdout", attempt: int | None = None,
              follow: bool = False, poll: float = 0.5,
@@ -141,46 +180,54 @@ class Client:
         """A task's log as byte chunks. With `follow`, keeps polling until the task ends and its log is drained;
         following the current attempt moves on to the next attempt of a retried task (`on_attempt` is told)."""
         if follow:
-            return follow_logs(self, job_id, task, stream, attempt, poll, on_attempt)
-        return read_logs(self, job_id, task, stream, attempt)
+            return self._iterate(logs.follow_logs(job_id, task, stream, attempt, poll, on_attempt))
+        return self._iterate(logs.read_logs(job_id, task, stream, attempt))
 
-    def log_chunk(self, job_id: int, task: int, stream: str, attempt: int | None, offset: int) -> httpx.Response:
-        params: dict[str, Any] = {"stream": stream, "offset": offset}
-        if attempt is not None:
-            params["attempt"] = attempt
-        return self.request("GET", f"{API}/jobs/{job_id}/tasks/{task}/logs", params=params)
-
-    def events(self, job_id: int | None = None, after: int | None = None, last: int | None = None,
-               follow: bool = False) -> Iterator[EventView]:
-        """State changes in order: those kept (or the `last` N, or those after id `after`), then new ones
-        as they happen with `follow`, across reconnects."""
-        params: dict[str, Any] = {k: v for k, v in (("job", job_id), ("after", after), ("last", last))
-                                  if v is not None}
-        return stream_events(self, params, follow)
+    def events(self, job: int | None = None, last_event_id: str | None = None) -> Iterator[Event]:
+        """The controller's event stream (server-sent events), resumed from the last id seen if it drops."""
+        parser = EventParser()
+        parser.last_id = last_event_id
+        failures = 0
+        while True:
+            params, headers = stream_request(job, parser.last_id)
+            try:
+                with self._http.stream("GET", EVENTS_PATH, params=params, headers=headers,
+                                       timeout=httpx.Timeout(30.0, read=None)) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        raise CorralError(response.status_code, message(response))
+                    failures = 0
+                    for line in response.iter_lines():
+                        event = parser.feed(line)
+                        if event is not None:
+                            yield event
+            except httpx.TransportError as error:
+                failures += 1
+                if failures > RECONNECTS:
+                    raise unreachable(self.url, self._source, error) from None
+            time.sleep(reconnect_delay(failures))
 
     # workers and bundles -----------------------------------------------------------------
 
     def workers(self) -> list[WorkerView]:
-        return _workers.validate_python(self._json("GET", f"{API}/workers"))
+        return self._run(plans.workers())
 
     def upload_bundle(self, directory: str | os.PathLike) -> str:
         """Archive `directory` and upload it unless the controller has it already; returns its sha256."""
-        data = make_bundle(directory)
-        digest = hashlib.sha256(data).hexdigest()
-        if self.request("HEAD", f"{API}/bundles/{digest}", ok=(404,)).status_code == 404:
-            self.request("PUT", f"{API}/bundles/{digest}", content=data,
-                         headers={"Content-Type": "application/gzip"})
-        return digest
+        return self._run(plans.upload_bundle(make_bundle(directory)))
 
 
-def _message(response: httpx.Response) -> str:
+def message(response: httpx.Response) -> str:
+    """The server's `detail`, as a sentence; a 401 says where the token came from."""
     try:
         detail = response.json().get("detail")
     except (ValueError, AttributeError):
         detail = None
     if detail is None:
         detail = response.text.strip() or response.reason_phrase or f"HTTP {response.status_code}"
-    message = format_detail(detail)
+    text = format_detail(detail)
     if response.status_code == 401:
-        message += " (check CORRAL_TOKEN, or the data directory's cluster.json)"
-    return message
+        text = f"authentication failed: {text} (check CORRAL_TOKEN, or the data directory's cluster.json)"
+    elif response.status_code == 404 and response.request.url.path == EVENTS_PATH:
+        text = f"this controller has no event stream ({EVENTS_PATH}): {text}"
+    return text

@@ -10,13 +10,23 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi.responses import Response
 
-from corral.controller import dashboard, dashboard_api, events_api, files_api, jobs_api, preemption_api, workers_api
+from corral.controller import (
+    dashboard,
+    dashboard_api,
+    events_api,
+    files_api,
+    jobs_api,
+    preemption_api,
+    results_api,
+    workers_api,
+)
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.metrics import CLUSTER, exposition
 from corral.controller.overview import summarize
+from corral.controller.results import ResultFiles
 from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
 from corral.store.store import Store
@@ -43,6 +53,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             asyncio.create_task(prune_loop(state.store, settings.event_retention), name="prune-events"),
             asyncio.create_task(state.samples.run(state.store), name="samples"),
         ]
+        state.results = ResultFiles(settings.data_dir / "results")
         write_cluster_file(settings, state.tokens)
         try:
             yield
@@ -65,6 +76,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(events_api.router)
     app.include_router(dashboard_api.router)
     app.include_router(dashboard.router)
+    app.include_router(results_api.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

@@ -15,7 +15,7 @@ from corral.controller.attempts import end_attempt, requeue
 from corral.controller.drain import observe
 from corral.controller.metrics import PLACEMENTS, TRANSITIONS
 from corral.controller.settle import settle_jobs
-from corral.core.handlers import Handler, JobFacts, Snapshot
+from corral.core.handlers import Handler, JobFacts, Launcher, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import TASK_TERMINAL, JobState, TaskState, is_legal
@@ -61,7 +61,8 @@ class _Job:
 
 async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
     async with store.write() as connection:
-        rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states)
+        rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
+                                 handler.launcher_states)
         if not rows:
             return RunReport()
         targets, job_info, task_rows = _targets(rows, handler)
@@ -92,7 +93,8 @@ def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dic
         first = group[0]
         facts = JobFacts(Request(first.cpu, first.memory, first.gpu), first.max_task_failures,
                          first.scheduling_timeout, first.max_retries_failure, first.max_retries_preemption,
-                         first.grace_period, first.preemption_epoch)
+                         first.grace_period, first.preemption_epoch,
+                         _launcher(first) if handler.launcher_states else None)
         job_info[job_id] = _Job(JobState(first.job_state), first.gang, facts, first.pending_reason, first.outcome,
                                 first.cancelled)
         views = [TaskView(r.id, r.index, TaskState(r.state), r.worker_id, r.failures, r.preemptions) for r in group]
@@ -105,6 +107,11 @@ def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dic
             targets.append(Target(job_id, False, row.state, row.state_since, row.tries, (view,),
                                   handler.timeout(facts)))
     return targets, job_info, task_rows
+
+
+def _launcher(row) -> Launcher:
+    outcome = JobState(row.launcher_outcome) if row.launcher_outcome else None
+    return Launcher(row.launcher_id, JobState(row.launcher_state), bool(row.launcher_cancelled), outcome)
 
 
 def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dict[int, _Job],
@@ -134,6 +141,8 @@ def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dic
                 max_task_failures=job.facts.max_task_failures,
                 outcome=JobState(job.outcome) if job.outcome else None, cancelled=job.cancelled)
         extra = {"pending_reason": None} if new is not JobState.PENDING else {}
+        if transition.cancel:
+            extra["cancelled"] = True
         changes.job(target.job_id, job.state, new, handler=handler.name, result=outcome.result,
                     message=outcome.note, **extra)
         job.state = new

@@ -5,14 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from sqlalchemy import select
 
-from corral.controller.auth import require_admin, require_worker
+from corral.controller.auth import require_worker
 from corral.controller.files import MAX_BUNDLE
+from corral.controller.job_tokens import authorize
 from corral.store.schema import tasks
 
 router = APIRouter(prefix="/api/v1", tags=["files"])
 
 
-@router.get("/jobs/{job_id}/tasks/{index}/logs", dependencies=[Depends(require_admin)])
+@router.get("/jobs/{job_id}/tasks/{index}/logs", dependencies=[Depends(authorize)])
 async def task_logs(job_id: int, index: int, request: Request, stream: str = Query("stdout"),
                     attempt: int | None = Query(None, ge=0), offset: int = Query(0, ge=0)) -> Response:
     app = request.app.state
@@ -31,13 +32,13 @@ async def task_logs(job_id: int, index: int, request: Request, stream: str = Que
         "X-Corral-Attempt": str(chosen), "X-Corral-Task-State": task.state, "X-Corral-Log-Size": str(size)})
 
 
-@router.head("/bundles/{digest}", dependencies=[Depends(require_admin)])
+@router.head("/bundles/{digest}", dependencies=[Depends(authorize)])
 async def has_bundle(digest: str, request: Request) -> Response:
     found = _checked(request, digest).exists()
     return Response(status_code=status.HTTP_200_OK if found else status.HTTP_404_NOT_FOUND)
 
 
-@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED, dependencies=[Depends(require_admin)])
+@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED, dependencies=[Depends(authorize)])
 async def put_bundle(digest: str, request: Request) -> dict:
     _checked(request, digest)
     data = await request.body()

@@ -12,6 +12,7 @@ from typing import Literal
 from sqlalchemy import Select, func, select
 
 from corral.core.states import JobState
+from corral.store.launches import subtree_ids
 from corral.store.schema import jobs
 
 SortKey = Literal["id", "name", "state", "priority", "created_at", "state_since"]
@@ -27,8 +28,14 @@ class JobFilter:
     name: str | None = None  # a case-insensitive part of the name
     project: str | None = None
     pool: str | None = None
+    launched_by: int | None = None
+    within: int | None = None  # only this job and those launched from it (what a task may see)
 
     def apply(self, query: Select) -> Select:
+        if self.within is not None:
+            query = query.where(jobs.c.id.in_(subtree_ids(self.within)))
+        if self.launched_by is not None:
+            query = query.where(jobs.c.launched_by == self.launched_by)
         if self.states:
             query = query.where(jobs.c.state.in_([str(s) for s in self.states]))
         if self.name:

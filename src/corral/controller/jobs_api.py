@@ -11,16 +11,17 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from corral.controller.auth import require_admin
 from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.controller.job_query import JobFilter, SortKey, UnknownFilter, count_query, page_query
+from corral.controller.job_tokens import authorize
+from corral.controller.launches import launch_name
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.store.jobs import insert_job
 from corral.store.schema import attempts, history, jobs, tasks
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authorize)])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
@@ -34,9 +35,11 @@ async def submit(spec: JobSpec, request: Request,
         existing = await _job_by_key(request, idempotency_key)
         if existing is not None:
             return _replay(existing, spec, idempotency_key)
+    launcher = request.state.caller.job_id
     try:
         async with app.store.write() as connection:
-            job_id = await insert_job(connection, spec, idempotency_key, time.time())
+            name = await launch_name(connection, launcher, spec.name or "")
+            job_id = await insert_job(connection, spec, idempotency_key, time.time(), name=name, launched_by=launcher)
     except IntegrityError:  # the same key, submitted concurrently
         existing = await _job_by_key(request, idempotency_key or "")
         if existing is None:
@@ -66,10 +69,11 @@ async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
                     project: str | None = Query(None, max_length=200), pool: str | None = Query(None, max_length=200),
                     sort: SortKey = Query("id"), order: Literal["asc", "desc"] = Query("desc"),
                     offset: int = Query(0, ge=0, le=10_000_000),
-                    count: bool = Query(False, description="Also count the jobs that match (`total`).")) -> JobPage:
+                    count: bool = Query(False, description="Also count the jobs that match (`total`)."),
+                    launched_by: int | None = Query(None, ge=1)) -> JobPage:
     if cursor is not None and (sort != "id" or offset):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "cursor pages only by id: drop sort or offset, or the cursor")
-    where = JobFilter(state, name, project, pool)
+    where = JobFilter(state, name, project, pool, launched_by, within=request.state.caller.job_id)
     try:
         query = page_query(where, sort, order == "desc", limit, offset, cursor)
     except UnknownFilter as error:
@@ -156,6 +160,7 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
         JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
                 spec=JobSpec.model_validate(r.spec), pending_reason=r.pending_reason, created_at=r.created_at,
                 state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
-                idempotency_key=r.idempotency_key, preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger)
+                idempotency_key=r.idempotency_key, preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger,
+                launched_by=r.launched_by)
         for r in (rows[i] for i in ids if i in rows)
     ]

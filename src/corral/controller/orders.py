@@ -6,6 +6,8 @@ simply given again; the worker acts on each (task, attempt, action) once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -23,7 +25,8 @@ def master_port(job_id: int, attempt: int) -> int:
     return MASTER_PORT_BASE + (job_id * 131 + attempt) % 20000
 
 
-async def orders_for(connection: AsyncConnection, worker_id: str) -> list[Order]:
+async def orders_for(connection: AsyncConnection, worker_id: str,
+                     job_token: Callable[[int], str] | None = None) -> list[Order]:
     rows = (await connection.execute(
         select(tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.gpu_ids,
                tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
@@ -50,20 +53,26 @@ async def orders_for(connection: AsyncConnection, worker_id: str) -> list[Order]
         spec = row.spec
         orders.append(BuildOrder(
             task_id=row.id, attempt=row.attempt, job_id=row.job_id, task_index=row.index,
-            command=spec["command"], env=task_env(row, spec, masters.get(row.job_id)),
+            command=spec["command"], env=task_env(row, spec, masters.get(row.job_id), job_token),
             bundle=spec.get("bundle"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
             grace_period=spec.get("grace_period", 15.0), checkpoint=row.checkpoint_epoch is not None,
         ))
     return orders
 
 
-def task_env(row, spec: dict, master_addr: str | None) -> dict[str, str]:
-    """The job's variables, then corral's own, then the rendezvous variables of a gang."""
+def task_env(row, spec: dict, master_addr: str | None,
+             job_token: Callable[[int], str] | None = None) -> dict[str, str]:
+    """The job's variables, then corral's own, then the rendezvous variables of a gang.
+
+    `CORRAL_TOKEN` is the job's own token (see job_tokens), so code in a task can reach its job.
+    """
     env = dict(spec.get("env") or {})
     env.update(
         CORRAL_JOB_ID=str(row.job_id), CORRAL_TASK_INDEX=str(row.index),
         CORRAL_NUM_TASKS=str(row.replicas), CORRAL_ATTEMPT=str(row.attempt),
     )
+    if job_token is not None:
+        env["CORRAL_TOKEN"] = job_token(row.job_id)
     if row.gang:
         env.update(
             MASTER_ADDR=master_addr or "127.0.0.1", MASTER_PORT=str(master_port(row.job_id, row.attempt)),

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from sqlalchemy import func, select
 
 from corral.controller.auth import require_admin, require_worker
+from corral.controller.job_tokens import mint
 from corral.controller.metrics import HEARTBEAT_SECONDS
 from corral.controller.orders import orders_for
 from corral.controller.reports import UnknownWorker, ingest_heartbeat, register_worker
@@ -35,12 +36,16 @@ async def heartbeat(worker_id: str, body: HeartbeatRequest, request: Request) ->
     """Apply the reports, then answer with orders, waiting up to `wait` seconds for some to appear."""
     app = request.app.state
     signal = app.signals.event(worker_id)
+
+    def job_token(job_id: int) -> str:
+        return mint(app.tokens.admin, job_id)
+
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
     try:
         with HEARTBEAT_SECONDS.time():
             async with app.store.write() as connection:
                 changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time())
-                orders = await orders_for(connection, worker_id)
+                orders = await orders_for(connection, worker_id, job_token)
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None
@@ -54,7 +59,7 @@ async def heartbeat(worker_id: str, body: HeartbeatRequest, request: Request) ->
             pass
         else:
             async with app.store.read() as connection:
-                orders = await orders_for(connection, worker_id)
+                orders = await orders_for(connection, worker_id, job_token)
     return HeartbeatReply(orders=orders, heartbeat_interval=app.settings.heartbeat_interval)
 
 

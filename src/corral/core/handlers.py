@@ -23,6 +23,8 @@ from corral.core.lifecycle import (
 )
 from corral.core.outcomes import job_outcome
 from corral.core.states import (
+    JOB_ACTIVE,
+    JOB_TERMINAL,
     TASK_BEFORE_PREPARED,
     TASK_BEFORE_RUNNING,
     TASK_TERMINAL,
@@ -32,6 +34,28 @@ from corral.core.states import (
 from corral.scheduling.placement import Assignment, Request, Unit, WorkerRoom, place
 
 J, T = JobState, TaskState
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """The job whose task submitted a target's job, as the cancel cascade needs it."""
+
+    job_id: int
+    state: JobState
+    cancelled: bool
+    outcome: JobState | None
+
+    def ends_unsuccessfully(self) -> bool:
+        """Ended other than SUCCEEDED, or TERMINATING and bound for such an end (a cancel, a failure)."""
+        if self.state in JOB_TERMINAL:
+            return self.state is not J.SUCCEEDED
+        return self.state is J.TERMINATING and (self.cancelled or self.outcome not in (None, J.SUCCEEDED))
+
+    def cause(self) -> str:
+        if self.cancelled and self.state is not J.SUCCEEDED:
+            return f"cancelled: the job that launched it (job {self.job_id}) was cancelled"
+        ending = self.state if self.state in JOB_TERMINAL else self.outcome
+        return f"cancelled: the job that launched it (job {self.job_id}) ended {ending}"
 
 
 @dataclass(frozen=True)
@@ -45,6 +69,7 @@ class JobFacts:
     max_retries_preemption: int = 100
     grace_period: float = 15.0
     preemption_epoch: int = 0
+    launcher: Launcher | None = None  # read only for handlers that declare `launcher_states`
 
 
 @dataclass
@@ -70,6 +95,7 @@ class Handler:
     job_states: frozenset[JobState] = frozenset()  # whole jobs in these states are targets
     gang_only: bool = True  # ...if they are gangs (independent jobs take their state from tasks)
     task_states: frozenset[TaskState] = frozenset()  # tasks of active independent jobs in these states
+    launcher_states: frozenset[JobState] = frozenset()  # if set: only jobs launched by a job in one of these
     transitions: StatusTransitions = StatusTransitions()
     max_tries: int | None = None
     needs_rooms: bool = False
@@ -163,6 +189,30 @@ class TerminateJobs(Handler):
         return Decision(HandlerResult(
             successes=[t.key for t in targets if any(task.state in self.stoppable for task in t.tasks)]
         ))
+
+
+class CancelLaunched(Handler):
+    """The cascade of Iris: a launcher that ends other than SUCCEEDED cancels the jobs it launched.
+
+    Runs before TerminateJobs, so a cancelled child's tasks get their stop in the same pass;
+    the child, now TERMINATING and cancelled, is a launcher bound for CANCELLED on the next
+    pass, which is how the cascade reaches grandchildren.
+    """
+
+    name = "CancelLaunched"
+    job_states = frozenset(JOB_ACTIVE - {J.TERMINATING})
+    gang_only = False
+    launcher_states = frozenset(JOB_TERMINAL - {J.SUCCEEDED} | {J.TERMINATING})
+    transitions = StatusTransitions(success=TransitionStatus(job=J.TERMINATING, cancel=True))
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        result = HandlerResult()
+        for target in targets:
+            launcher = snapshot.jobs[target.job_id].launcher
+            if launcher is not None and launcher.ends_unsuccessfully():
+                result.successes.append(target.key)
+                result.notes[target.key] = launcher.cause()
+        return Decision(result)
 
 
 class PromotionHandler(Handler):
@@ -280,6 +330,7 @@ JOB_HANDLERS: tuple[Handler, ...] = (
     StartJobs(),
     PromoteToRunning(),
     DetectTermination(),
+    CancelLaunched(),
     TerminateJobs(),
     PromoteToTerminated(),
     ForceDrain(),

@@ -39,6 +39,7 @@ class TransitionStatus:
 
     job: JobState | Derived | None = None
     task: TaskState | None = None
+    cancel: bool = False  # the job is marked cancelled: it ends CANCELLED whatever its tasks do
 
 
 @dataclass(frozen=True)

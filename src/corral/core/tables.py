@@ -18,7 +18,8 @@ def _states(states) -> str:
 def _transition(status: TransitionStatus | None) -> str:
     if status is None:
         return "(stay)"
-    parts = [f"job {status.job}" if status.job else "", f"tasks {status.task}" if status.task else ""]
+    parts = [f"job {status.job}" if status.job else "", f"tasks {status.task}" if status.task else "",
+             "cancelled" if status.cancel else ""]
     return "; ".join(p for p in parts if p) or "(stay)"
 
 
@@ -46,6 +47,8 @@ def render() -> str:
         target = f"{kinds} {_states(handler.job_states)}"
         if handler.task_states:
             target += f"; tasks {_states(handler.task_states)} of independent jobs"
+        if handler.launcher_states:
+            target += f" launched by a job {_states(handler.launcher_states)}"
         if isinstance(handler, PromotionHandler):
             target += f" when {handler.match} task in {_states(handler.check)}"
         t = handler.transitions

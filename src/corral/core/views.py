@@ -54,6 +54,7 @@ class JobView(BaseModel):
     idempotency_key: str | None = None
     preemption_epoch: int = 0
     drain_trigger: int | None = None  # the index of the task whose end started the last gang drain
+    launched_by: int | None = None  # the job whose task submitted this one
 
 
 class JobPage(BaseModel):

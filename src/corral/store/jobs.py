@@ -10,13 +10,15 @@ from corral.core.states import JobState, TaskState
 from corral.store.schema import history, jobs, tasks
 
 
-async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key: str | None, now: float) -> int:
+async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key: str | None, now: float,
+                     *, name: str | None = None, launched_by: int | None = None) -> int:
+    """`name` overrides the spec's (a launched job's carries its launcher's as a prefix)."""
     job_id = (await connection.execute(insert(jobs).values(
-        name=spec.name, spec=spec.model_dump(mode="json"), state=JobState.PENDING, gang=spec.gang,
+        name=name or spec.name, spec=spec.model_dump(mode="json"), state=JobState.PENDING, gang=spec.gang,
         priority=spec.priority, replicas=spec.replicas, max_task_failures=spec.max_task_failures,
         max_retries_failure=spec.max_retries_failure, max_retries_preemption=spec.max_retries_preemption,
         scheduling_timeout=spec.scheduling_timeout, grace_period=spec.grace_period, cancelled=False, tries=0,
-        idempotency_key=idempotency_key, created_at=now, state_since=now,
+        idempotency_key=idempotency_key, created_at=now, state_since=now, launched_by=launched_by,
     ).returning(jobs.c.id))).scalar_one()
     resources = spec.resources
     await connection.execute(insert(tasks), [
@@ -26,5 +28,6 @@ async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key
     ])
     await connection.execute(insert(history).values(
         at=now, job_id=job_id, handler="Submit", result="SUCCESS", to_state=JobState.PENDING,
-        message=f"{spec.replicas} task(s){', gang' if spec.gang else ''}"))
+        message=f"{spec.replicas} task(s){', gang' if spec.gang else ''}"
+                + (f", launched by job {launched_by}" if launched_by else "")))
     return job_id

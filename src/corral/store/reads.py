@@ -32,8 +32,12 @@ async def target_rows(
     job_states: Collection[JobState],
     gang_only: bool,
     task_states: Collection[TaskState],
+    launcher_states: Collection[JobState] = (),
 ) -> list:
-    """Rows (job columns + task columns) of whole-job targets and of task targets, in submission order."""
+    """Rows (job columns + task columns) of whole-job targets and of task targets, in submission order.
+
+    With `launcher_states`, only jobs launched by a job in one of them, with that job's columns.
+    """
     whole = and_(jobs.c.state.in_([str(s) for s in job_states]), jobs.c.gang if gang_only else true())
     per_task = and_(
         jobs.c.gang.is_(False),
@@ -47,6 +51,12 @@ async def target_rows(
         .order_by(jobs.c.id, tasks.c.index)
         .limit(BATCH_ROWS)
     )
+    if launcher_states:
+        launcher = jobs.alias("launcher")
+        query = query.join(launcher, jobs.c.launched_by == launcher.c.id).add_columns(
+            launcher.c.id.label("launcher_id"), launcher.c.state.label("launcher_state"),
+            launcher.c.cancelled.label("launcher_cancelled"), launcher.c.outcome.label("launcher_outcome"),
+        ).where(launcher.c.state.in_([str(s) for s in launcher_states]))
     rows = (await connection.execute(query)).all()
     if len(rows) == BATCH_ROWS and rows[0].job_id != rows[-1].job_id:
         last = rows[-1].job_id  # its tasks may be cut off: leave the whole job to the next pass

@@ -49,7 +49,10 @@ jobs = Table(
     Column("preemption_epoch", Integer, nullable=False, default=0, server_default="0"),
     Column("drain_trigger", Integer),
     Column("grace_period", Float, nullable=False, default=15.0, server_default="15"),
+    # The job whose task submitted this one (corral.current()); the cancel cascade follows it.
+    Column("launched_by", Integer),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_launched_by", "launched_by"),
     Index("ix_jobs_name", "name"),  # the dashboard sorts 100k jobs by name
 )
 

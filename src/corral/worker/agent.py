@@ -16,6 +16,7 @@ import ipaddress
 import logging
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,11 @@ def route_address(controller_url: str) -> str:
             return probe.getsockname()[0]
     except OSError:
         return socket.gethostname()
+
+
+def worker_env(controller_url: str) -> dict[str, str]:
+    """How code in a task reaches the controller (with its job's CORRAL_TOKEN) and runs Python functions."""
+    return {"CORRAL_URL": controller_url.rstrip("/"), "CORRAL_PYTHON": sys.executable}
 
 
 @dataclass
@@ -119,7 +125,8 @@ class Agent:
         bundles = BundleCache(work_dir / "bundles", self._download)
         self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
                              flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu,
-                             fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint)
+                             fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
+                             task_env=worker_env(options.controller_url))
         self.worker_id = ""
         self.interval = options.heartbeat_interval
         self._registered = asyncio.Event()  # clear while re-registering: the loops hold still

@@ -182,11 +182,13 @@ class Runner:
 
     def __init__(self, work_dir: Path, *, report: Report, fetch_bundle: FetchBundle, flush_logs: FlushLogs,
                  watch_logs: WatchLogs, gpus: int = 0, fetch_checkpoint: FetchCheckpoint | None = None,
-                 save_checkpoint: SaveCheckpoint | None = None) -> None:
+                 save_checkpoint: SaveCheckpoint | None = None,
+                 task_env: dict[str, str] | None = None) -> None:
         self.work_dir = work_dir
         self.gpus = gpus
         self._fetch_checkpoint = fetch_checkpoint
         self._save_checkpoint = save_checkpoint
+        self.task_env = task_env or {}  # what every task learns from this worker (under the order's env)
         self._report = report
         self._fetch_bundle = fetch_bundle
         self._flush_logs = flush_logs
@@ -284,7 +286,7 @@ class Runner:
             if att.ended or not att.prepared:
                 return
             command = att.order.command
-            env = {**os.environ, **att.order.env}
+            env = {**os.environ, **self.task_env, **att.order.env}
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
             env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)

@@ -1,0 +1,174 @@
+"""The async Python client: the same operations as `Client`, awaited, over httpx.AsyncClient.
+
+It drives the very plans the sync client drives (see `plans`), so both return the same
+models and raise the same errors for the same answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, overload
+
+import httpx
+
+from corral.client import functions, logs, plans
+from corral.client.bundle import make_bundle
+from corral.client.errors import CorralError
+from corral.client.http import endpoint, message, unreachable
+from corral.client.jobs import AsyncFunctionJob
+from corral.client.plans import Call, Item, Plan, Sleep
+from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, EventParser, reconnect_delay, stream_request
+from corral.core.spec import JobSpec, Resources
+from corral.core.states import JobState
+from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
+
+
+class AsyncClient:
+    """`async with AsyncClient() as client: job = await client.submit(fn)`."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.url, token, self._source = endpoint(url, token)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    # driving plans -----------------------------------------------------------------------
+
+    async def request(self, method: str, path: str, *, ok: Iterable[int] = (), **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise unreachable(self.url, self._source, error) from None
+        if response.status_code >= 400 and response.status_code not in ok:
+            raise CorralError(response.status_code, message(response))
+        return response
+
+    async def _step(self, step: Call | Sleep) -> httpx.Response | None:
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        kwargs = dict(step.kwargs)
+        if step.timeout is not None:
+            kwargs["timeout"] = step.timeout
+        return await self.request(step.method, step.path, ok=step.ok, **kwargs)
+
+    async def _run(self, plan: Plan) -> Any:
+        reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = await self._step(step)
+
+    async def _iterate(self, plan: Plan) -> AsyncIterator:
+        reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Item):
+                reply = None
+                yield step.value
+            else:
+                reply = await self._step(step)
+
+    # jobs --------------------------------------------------------------------------------
+
+    @overload
+    async def submit(self, target: JobSpec | dict, *, idempotency_key: str | None = None) -> JobView: ...
+
+    @overload
+    async def submit(self, target: Callable, *args: Any, resources: Resources | Mapping | None = None,
+                     replicas: int | None = None, workdir: str | os.PathLike | None = None,
+                     options: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                     **kwargs: Any) -> AsyncFunctionJob: ...
+
+    async def submit(self, target, *args, resources=None, replicas=None, workdir=None, options=None,
+                     idempotency_key=None, **kwargs):
+        """As `Client.submit`: a spec gives its JobView, a function an AsyncFunctionJob."""
+        if isinstance(target, JobSpec | dict):
+            if args or kwargs or resources or replicas or workdir or options:
+                raise TypeError("a job spec carries its own options: pass only idempotency_key with it")
+            return await self._run(plans.submit(target, idempotency_key))
+        view = await self._run(functions.submit_function(
+            target, args, kwargs, resources=resources, replicas=replicas, workdir=workdir, options=options,
+            idempotency_key=idempotency_key))
+        return AsyncFunctionJob(self, view)
+
+    async def get(self, job_id: int) -> JobView:
+        return await self._run(plans.get(job_id))
+
+    async def list_page(self, states: Iterable[JobState | str] | None = None, limit: int = 100,
+                        cursor: int | None = None, launched_by: int | None = None) -> JobPage:
+        return await self._run(plans.list_page(states, limit, cursor, launched_by))
+
+    def list(self, states: Iterable[JobState | str] | None = None, limit: int | None = 100,
+             launched_by: int | None = None) -> AsyncIterator[JobView]:
+        return self._iterate(plans.list_jobs(states, limit, launched_by))
+
+    async def tasks(self, job_id: int) -> list[TaskView]:
+        return await self._run(plans.tasks(job_id))
+
+    async def history(self, job_id: int) -> list[HistoryEntry]:
+        return await self._run(plans.history(job_id))
+
+    async def cancel(self, job_id: int) -> JobView:
+        return await self._run(plans.cancel(job_id))
+
+    async def wait(self, job_id: int, timeout: float | None = None, poll: float = 0.2) -> JobView:
+        return await self._run(plans.wait(job_id, timeout, poll))
+
+    async def results(self, job_id: int, timeout: float | None = None) -> list:
+        return await self._run(functions.results(job_id, None, timeout))
+
+    def logs(self, job_id: int, task: int = 0, stream: str = "stdout", attempt: int | None = None,
+             follow: bool = False, poll: float = 0.5,
+             on_attempt: Callable[[int], None] | None = None) -> AsyncIterator[bytes]:
+        if follow:
+            return self._iterate(logs.follow_logs(job_id, task, stream, attempt, poll, on_attempt))
+        return self._iterate(logs.read_logs(job_id, task, stream, attempt))
+
+    async def events(self, job: int | None = None, last_event_id: str | None = None) -> AsyncIterator[Event]:
+        """As `Client.events`, as an async iterator."""
+        parser = EventParser()
+        parser.last_id = last_event_id
+        failures = 0
+        while True:
+            params, headers = stream_request(job, parser.last_id)
+            try:
+                async with self._http.stream("GET", EVENTS_PATH, params=params, headers=headers,
+                                             timeout=httpx.Timeout(30.0, read=None)) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise CorralError(response.status_code, message(response))
+                    failures = 0
+                    async for line in response.aiter_lines():
+                        event = parser.feed(line)
+                        if event is not None:
+                            yield event
+            except httpx.TransportError as error:
+                failures += 1
+                if failures > RECONNECTS:
+                    raise unreachable(self.url, self._source, error) from None
+            await asyncio.sleep(reconnect_delay(failures))
+
+    # workers and bundles -----------------------------------------------------------------
+
+    async def workers(self) -> list[WorkerView]:
+        return await self._run(plans.workers())
+
+    async def upload_bundle(self, directory: str | os.PathLike) -> str:
+        return await self._run(plans.upload_bundle(make_bundle(directory)))

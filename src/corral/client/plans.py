@@ -1,0 +1,133 @@
+"""The API's operations, written once for the sync and the async client, as plans.
+
+A plan is a generator that yields what to do next: a `Call` (it is sent the response back),
+a `Sleep`, or an `Item` to hand to the caller of an iterating operation; its return value is
+the operation's result. `Client` and `AsyncClient` only drive plans, so both give the same
+results by construction, and no I/O happens in this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter
+
+from corral.core.spec import JobSpec
+from corral.core.states import JOB_TERMINAL, JobState
+from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
+
+API = "/api/v1"
+PAGE_SIZE = 500  # the controller accepts up to 1000
+
+T = TypeVar("T")
+
+
+class Call:
+    """One request; `ok` lists statuses >= 400 that are answers, not errors; `timeout` None: the client's."""
+
+    def __init__(self, method: str, path: str, *, ok: Iterable[int] = (), timeout: float | None = None,
+                 **kwargs: Any) -> None:
+        self.method, self.path, self.ok, self.timeout, self.kwargs = method, path, tuple(ok), timeout, kwargs
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Item:
+    value: Any
+
+
+Plan = Generator[Call | Sleep | Item, Any, T]
+
+_tasks = TypeAdapter(list[TaskView])
+_history = TypeAdapter(list[HistoryEntry])
+_workers = TypeAdapter(list[WorkerView])
+
+
+def submit(spec: JobSpec | dict, idempotency_key: str | None = None) -> Plan[JobView]:
+    """Validated locally first, so a bad spec fails with the field named before any network round trip."""
+    spec = spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec)
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    response = yield Call("POST", f"{API}/jobs", json=spec.model_dump(mode="json"), headers=headers)
+    return JobView.model_validate(response.json())
+
+
+def get(job_id: int) -> Plan[JobView]:
+    response = yield Call("GET", f"{API}/jobs/{job_id}")
+    return JobView.model_validate(response.json())
+
+
+def tasks(job_id: int) -> Plan[list[TaskView]]:
+    response = yield Call("GET", f"{API}/jobs/{job_id}/tasks")
+    return _tasks.validate_python(response.json())
+
+
+def history(job_id: int) -> Plan[list[HistoryEntry]]:
+    response = yield Call("GET", f"{API}/jobs/{job_id}/history")
+    return _history.validate_python(response.json())
+
+
+def cancel(job_id: int) -> Plan[JobView]:
+    response = yield Call("POST", f"{API}/jobs/{job_id}/cancel")
+    return JobView.model_validate(response.json())
+
+
+def workers() -> Plan[list[WorkerView]]:
+    response = yield Call("GET", f"{API}/workers")
+    return _workers.validate_python(response.json())
+
+
+def list_page(states: Iterable[JobState | str] | None = None, limit: int = 100, cursor: int | None = None,
+              launched_by: int | None = None) -> Plan[JobPage]:
+    params: dict[str, Any] = {"limit": limit, "state": [str(s) for s in states or ()]}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if launched_by is not None:
+        params["launched_by"] = launched_by
+    response = yield Call("GET", f"{API}/jobs", params=params)
+    return JobPage.model_validate(response.json())
+
+
+def list_jobs(states: Iterable[JobState | str] | None = None, limit: int | None = 100,
+              launched_by: int | None = None) -> Plan[None]:
+    """Jobs newest first, across pages, at most `limit` of them (None: all)."""
+    states = list(states or ())
+    cursor, left = None, limit
+    while left is None or left > 0:
+        page = yield from list_page(states, min(PAGE_SIZE, left or PAGE_SIZE), cursor, launched_by)
+        items = page.items if left is None else page.items[:left]
+        for item in items:
+            yield Item(item)
+        if left is not None:
+            left -= len(items)
+        if page.next_cursor is None or not page.items:
+            return
+        cursor = page.next_cursor
+
+
+def wait(job_id: int, timeout: float | None = None, poll: float = 0.2) -> Plan[JobView]:
+    """Poll until the job is terminal; TimeoutError after `timeout` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        job = yield from get(job_id)
+        if job.state in JOB_TERMINAL:
+            return job
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
+        yield Sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+
+
+def upload_bundle(data: bytes) -> Plan[str]:
+    """Upload an archive unless the controller has it already; returns its sha256."""
+    digest = hashlib.sha256(data).hexdigest()
+    response = yield Call("HEAD", f"{API}/bundles/{digest}", ok=(404,))
+    if response.status_code == 404:
+        yield Call("PUT", f"{API}/bundles/{digest}", content=data, headers={"Content-Type": "application/gzip"})
+    return digest

@@ -1,0 +1,257 @@
+"""The Python API without a server: plans driven by both clients, function payloads, results, events."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import json
+import tarfile
+
+import cloudpickle
+import httpx
+import pytest
+
+import corral
+from corral.client.aio import AsyncClient
+from corral.client.errors import CorralError
+from corral.client.functions import COMMAND, RemoteError
+from corral.client.http import Client
+from corral.client.sse import EventParser
+from corral.context import current
+from corral.function import PAYLOAD, encode, error_envelope
+from tests.cli.conftest import job_view
+
+
+def both(handler):
+    """The same fake controller behind a sync and an async client."""
+    return (Client("http://ctl:1", "tok", transport=httpx.MockTransport(handler)),
+            AsyncClient("http://ctl:1", "tok", transport=httpx.MockTransport(handler)))
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_the_package_exports_the_api():
+    assert corral.Client is Client and corral.AsyncClient is AsyncClient and corral.current is current
+    with pytest.raises(AttributeError):
+        corral.Nope  # noqa: B018
+
+
+def test_sync_and_async_clients_give_the_same_pages_waits_and_logs():
+    states = iter(["PENDING", "RUNNING", "SUCCEEDED"] * 2)
+    log = b"0123456789"
+
+    def handler(request):
+        path = request.url.path
+        if path == "/api/v1/jobs":
+            cursor = request.url.params.get("cursor")
+            ids, nxt = {None: ([9, 8], 8), "8": ([7], None)}[cursor]
+            return httpx.Response(200, json={"items": [job_view(i).model_dump(mode="json") for i in ids],
+                                             "next_cursor": nxt})
+        if path == "/api/v1/jobs/5":
+            return httpx.Response(200, json=job_view(5, state=next(states)).model_dump(mode="json"))
+        offset = int(request.url.params["offset"])
+        return httpx.Response(200, content=log[offset:offset + 3], headers={
+            "X-Corral-Attempt": "0", "X-Corral-Task-State": "RUNNING", "X-Corral-Log-Size": str(len(log))})
+
+    sync, aio = both(handler)
+    expected = ([j.id for j in sync.list(limit=None)], sync.wait(5, poll=0).state, b"".join(sync.logs(5)))
+
+    async def scenario():
+        async with aio:
+            return ([j.id async for j in aio.list(limit=None)], (await aio.wait(5, poll=0)).state,
+                    b"".join([chunk async for chunk in aio.logs(5)]))
+
+    assert expected == ([9, 8, 7], "SUCCEEDED", log)
+    assert run(scenario()) == expected
+
+
+def test_errors_name_the_problem_in_both_clients():
+    sync, aio = both(lambda request: httpx.Response(401, json={"detail": "wrong token"}))
+    with pytest.raises(CorralError, match="^authentication failed: wrong token") as raised:
+        sync.get(1)
+    with pytest.raises(CorralError, match="^authentication failed: wrong token") as raised_async:
+        run(aio.get(1))
+    assert raised.value.status == raised_async.value.status == 401
+
+
+def test_a_function_is_shipped_as_a_bundle_holding_its_payload(tmp_path):
+    (tmp_path / "data.txt").write_text("shipped")
+    seen = {}
+
+    def handler(request):
+        if request.method == "HEAD":
+            return httpx.Response(404)
+        if request.method == "PUT":
+            seen["bundle"] = request.content
+            return httpx.Response(201, json={})
+        seen["spec"] = json.loads(request.content)
+        return httpx.Response(201, json=job_view(3).model_dump(mode="json"))
+
+    sync, _ = both(handler)
+    job = sync.submit(divmod, 7, 2, resources={"gpu": 1}, replicas=2, workdir=tmp_path,
+                      options={"name": "div", "priority": 5})
+    assert job.id == 3
+    spec = seen["spec"]
+    assert (spec["command"], spec["name"], spec["replicas"], spec["resources"]["gpu"], spec["priority"]) == (
+        COMMAND, "div", 2, 1, 5)
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(seen["bundle"]))) as archive:
+        assert sorted(archive.getnames()) == sorted([PAYLOAD, "data.txt"])
+        function, args, kwargs = cloudpickle.loads(archive.extractfile(PAYLOAD).read())
+    assert function(*args, **kwargs) == (3, 1)
+
+
+def test_a_spec_takes_no_function_options():
+    sync, _ = both(lambda request: httpx.Response(500))
+    with pytest.raises(TypeError, match="a job spec carries its own options"):
+        sync.submit({"command": ["true"]}, replicas=2)
+    with pytest.raises(TypeError, match="submit takes a JobSpec, a dict or a function"):
+        sync.submit(42)
+    with pytest.raises(TypeError, match="options cannot set command: a function job runs its function"):
+        sync.submit(print, options={"command": ["true"]})
+
+
+def result_server(responses):
+    """Answers result requests from a script: (status, envelope or None, task state)."""
+    script = iter(responses)
+    asked = []
+
+    def handler(request):
+        if request.url.path == "/api/v1/jobs/4":
+            return httpx.Response(200, json=job_view(4).model_dump(mode="json"))
+        asked.append(request.url.params["final"])
+        status, envelope, state = next(script)
+        headers = {"X-Corral-Task-State": state, "X-Corral-Attempt": "0"}
+        if status == 200:
+            return httpx.Response(200, content=encode(envelope), headers=headers)
+        return httpx.Response(status, json={"detail": f"task 0 of job 4 ended {state} without a result"},
+                              headers=headers)
+
+    return handler, asked
+
+
+def failure(error):
+    try:
+        raise error
+    except Exception as raised:
+        return error_envelope(raised)
+
+
+def test_a_result_is_waited_for_then_returned_by_both_clients():
+    script = [(202, None, "RUNNING"), (200, {"value": {"a": 1}}, "RUNNING")]
+    sync, _ = both(result_server(script)[0])
+    _, aio = both(result_server(script)[0])
+    assert sync.results(4) == [{"a": 1}] == run(aio.results(4))
+
+
+def test_a_failure_is_raised_only_once_the_task_has_ended_since_it_may_be_retried():
+    handler, asked = result_server([
+        (200, failure(KeyError("first try")), "RUNNING"),  # stored while the attempt still exits
+        (200, {"value": "second try"}, "SUCCEEDED"),  # the retry succeeded
+    ])
+    sync, _ = both(handler)
+    assert sync.results(4) == ["second try"]
+    assert asked == ["false", "true"]
+    handler, _ = result_server([(200, failure(KeyError("for good")), "FAILED")])
+    with pytest.raises(KeyError, match="for good") as raised:
+        both(handler)[0].results(4)
+    assert "KeyError" in raised.value.remote_traceback
+
+
+def test_an_exception_that_does_not_unpickle_arrives_as_a_remote_error():
+    class Local(Exception):
+        def __reduce__(self):
+            raise TypeError("no pickling")
+
+    envelope = failure(Local("odd"))
+    assert envelope["error"] is None
+    handler, _ = result_server([(200, envelope, "FAILED")])
+    with pytest.raises(RemoteError, match="Local: odd") as raised:
+        both(handler)[0].results(4)
+    assert "raise error" in raised.value.remote_traceback
+
+
+def test_a_task_that_ended_without_a_result_is_an_error_naming_it():
+    handler, _ = result_server([(404, None, "KILLED")])
+    with pytest.raises(CorralError, match="task 0 of job 4 ended KILLED without a result"):
+        both(handler)[0].results(4)
+
+
+def test_the_event_parser_follows_the_format():
+    parser = EventParser()
+    lines = [": keep-alive", "id: 7", "event: job", 'data: {"job": 1,', 'data: "state": "RUNNING"}', "",
+             "data: plain text", "", "id: 8", ""]
+    events = [e for e in map(parser.feed, lines) if e is not None]
+    assert [(e.id, e.type, e.data) for e in events] == [
+        ("7", "job", {"job": 1, "state": "RUNNING"}), ("7", "message", "plain text")]
+    assert parser.last_id == "8"
+
+
+def sse_server():
+    """A fake event stream that drops after two events; the reconnection must resume after the last id."""
+    connections = []
+
+    def handler(request):
+        resume = request.headers.get("last-event-id")
+        assert request.url.params.get("last_event_id") == resume
+        connections.append((request.url.params.get("job"), resume))
+        start = int(resume or 0) + 1
+        body = "".join(f'id: {i}\nevent: job\ndata: {{"n": {i}}}\n\n' for i in range(start, start + 2))
+        return httpx.Response(200, content=body.encode(), headers={"Content-Type": "text/event-stream"})
+
+    return handler, connections
+
+
+def test_events_resume_from_the_last_id_in_both_clients():
+    handler, connections = sse_server()
+    sync, _ = both(handler)
+    stream = sync.events(job=5)
+    got = [next(stream).data["n"] for _ in range(3)]
+    assert got == [1, 2, 3]
+    assert connections == [("5", None), ("5", "2")]
+
+    handler, connections = sse_server()
+    _, aio = both(handler)
+
+    async def scenario():
+        stream = aio.events(job=5, last_event_id="10")
+        return [(await anext(stream)).data["n"] for _ in range(3)]
+
+    assert run(scenario()) == [11, 12, 13]
+    assert connections == [("5", "10"), ("5", "12")]
+
+
+def test_a_controller_without_an_event_stream_says_so():
+    sync, _ = both(lambda request: httpx.Response(404, json={"detail": "Not Found"}))
+    with pytest.raises(CorralError, match=r"this controller has no event stream \(/api/v1/events\)"):
+        next(sync.events())
+
+
+def test_current_outside_and_inside_a_task():
+    with pytest.raises(RuntimeError, match="not inside a corral task: CORRAL_JOB_ID"):
+        current({})
+    here = current({"CORRAL_JOB_ID": "4", "CORRAL_TASK_INDEX": "1", "CORRAL_NUM_TASKS": "2", "CORRAL_ATTEMPT": "0",
+                    "CORRAL_URL": "http://ctl:1/", "CORRAL_TOKEN": "cj_4_x"})
+    assert (here.job_id, here.task_index, here.num_tasks, here.attempt, here.url) == (4, 1, 2, 0, "http://ctl:1")
+    assert "cj_4_x" not in repr(here)
+
+
+def test_remote_functions_run_locally_and_submit_with_their_options():
+    submitted = []
+
+    class Recorder:
+        def submit(self, function, *args, **kwargs):
+            submitted.append((function, args, kwargs))
+
+    @corral.remote(gpus=1, cpus=2, replicas=4, time_limit="1h")
+    def train(lr, epochs=1):
+        return lr * epochs
+
+    assert train(0.5, epochs=2) == 1.0 and train.__name__ == "train"
+    train.options(gpus=2).submit(0.1, epochs=3, client=Recorder())
+    function, args, kwargs = submitted[0]
+    assert function is train.function and args == (0.1,)
+    assert kwargs == {"resources": {"gpu": 2, "cpu": 2}, "replicas": 4, "workdir": None,
+                      "options": {"time_limit": "1h"}, "epochs": 3}

@@ -25,14 +25,16 @@ from corral.core.spec import parse_bytes
 @click.option("--loss-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds without a heartbeat before a worker is declared lost.")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A YAML config file (its retry_policy: is the cluster's default retry policy).")
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
-               heartbeat_interval: float) -> None:
+               heartbeat_interval: float, config_file: Path | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
     from corral.controller.settings import ControllerSettings
 
     serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
-                             heartbeat_interval=heartbeat_interval))
+                             heartbeat_interval=heartbeat_interval, config_file=config_file))
 
 
 def default_address(controller_url: str) -> str:

@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 
-from corral.controller import files_api, jobs_api, workers_api
+from corral.controller import files_api, jobs_api, retry_api, workers_api
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.metrics import exposition
+from corral.controller.retry_defaults import load_config_default
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
 from corral.store.store import Store
 
@@ -27,6 +28,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state = app.state
         state.settings = settings
         state.tokens = load_tokens(settings)
+        state.retry_config = load_config_default(settings.config_file)
         state.store = await Store.open(settings.database_url)
         state.signals = WorkerSignals()
         state.engine = Engine(state.store, state.signals, settings.loss_timeout)
@@ -49,6 +51,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
     app.include_router(files_api.router)
+    app.include_router(retry_api.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

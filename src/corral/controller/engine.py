@@ -10,6 +10,7 @@ from collections import defaultdict
 
 from corral.controller.coordinator import run_handler
 from corral.controller.reports import reap_lost_workers
+from corral.controller.retries import run_retries
 from corral.core.handlers import JOB_HANDLERS
 from corral.store.store import Store
 
@@ -42,6 +43,7 @@ class Engine:
         # Silence while this controller was down is not a worker's fault: reap only after
         # the workers have had one loss timeout to reach us.
         self.reap_after = time.time() + loss_timeout
+        self.retry_due: float | None = None  # the earliest scheduled job retry: the loop wakes for it
 
     def wake(self) -> None:
         self._woken.set()
@@ -52,7 +54,12 @@ class Engine:
             if changed:
                 continue  # one handler's successes are the next one's targets
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._woken.wait(), PERIOD)
+                await asyncio.wait_for(self._woken.wait(), self._idle_timeout())
+
+    def _idle_timeout(self) -> float:
+        if self.retry_due is None:
+            return PERIOD
+        return min(PERIOD, max(0.0, self.retry_due - time.time()))
 
     async def run_pass(self) -> bool:
         self._woken.clear()
@@ -67,6 +74,13 @@ class Engine:
             if report.changed:
                 changed = True
                 self.signals.notify(report.workers)
+        try:
+            retries = await run_retries(self.store, time.time())
+            self.retry_due = retries.next_due
+            changed |= retries.changed
+        except Exception:
+            self.retry_due = None  # wake on the period, not in a tight loop over a failing run
+            log.exception("handler RetryJobs failed; its transaction was rolled back")
         if time.time() < self.reap_after:
             return changed
         try:

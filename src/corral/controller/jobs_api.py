@@ -12,6 +12,8 @@ from sqlalchemy.exc import IntegrityError
 
 from corral.controller.auth import require_admin
 from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
+from corral.controller.retry_defaults import retry_columns
+from corral.controller.retry_views import retry_fields
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
@@ -34,7 +36,8 @@ async def submit(spec: JobSpec, request: Request,
             return _replay(existing, spec, idempotency_key)
     try:
         async with app.store.write() as connection:
-            job_id = await insert_job(connection, spec, idempotency_key, time.time())
+            retry = await retry_columns(connection, spec, app.retry_config)
+            job_id = await insert_job(connection, spec, idempotency_key, time.time(), **retry)
     except IntegrityError:  # the same key, submitted concurrently
         existing = await _job_by_key(request, idempotency_key or "")
         if existing is None:
@@ -140,10 +143,11 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
             .where(tasks.c.job_id.in_(ids)).group_by(tasks.c.job_id, tasks.c.state)
         )).all():
             counts[r.job_id][r.state] = r.n
+        retry = await retry_fields(connection, list(rows.values()))
     return [
         JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
                 spec=JobSpec.model_validate(r.spec), pending_reason=r.pending_reason, created_at=r.created_at,
                 state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
-                idempotency_key=r.idempotency_key)
+                idempotency_key=r.idempotency_key, **retry[r.id])
         for r in (rows[i] for i in ids if i in rows)
     ]

@@ -21,6 +21,7 @@ class ControllerSettings:
     heartbeat_interval: float = 2.0
     admin_token: str | None = None
     join_token: str | None = None
+    config_file: Path | None = None  # YAML; its `retry_policy:` key is the cluster's default retry policy
 
     @property
     def url(self) -> str:

@@ -10,13 +10,15 @@ from corral.core.states import JobState, TaskState
 from corral.store.schema import history, jobs, tasks
 
 
-async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key: str | None, now: float) -> int:
+async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key: str | None, now: float, *,
+                     created_by: str = "Submit", note: str | None = None, **columns) -> int:
+    """`columns`: further job columns (a retry's chain columns); `created_by` and `note` head its history."""
     job_id = (await connection.execute(insert(jobs).values(
         name=spec.name, spec=spec.model_dump(mode="json"), state=JobState.PENDING, gang=spec.gang,
         priority=spec.priority, replicas=spec.replicas, max_task_failures=spec.max_task_failures,
         max_retries_failure=spec.max_retries_failure, max_retries_preemption=spec.max_retries_preemption,
         scheduling_timeout=spec.scheduling_timeout, cancelled=False, tries=0,
-        idempotency_key=idempotency_key, created_at=now, state_since=now,
+        idempotency_key=idempotency_key, created_at=now, state_since=now, **columns,
     ).returning(jobs.c.id))).scalar_one()
     resources = spec.resources
     await connection.execute(insert(tasks), [
@@ -25,6 +27,6 @@ async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key
         for i in range(spec.replicas)
     ])
     await connection.execute(insert(history).values(
-        at=now, job_id=job_id, handler="Submit", result="SUCCESS", to_state=JobState.PENDING,
-        message=f"{spec.replicas} task(s){', gang' if spec.gang else ''}"))
+        at=now, job_id=job_id, handler=created_by, result="SUCCESS", to_state=JobState.PENDING,
+        message=note or f"{spec.replicas} task(s){', gang' if spec.gang else ''}"))
     return job_id

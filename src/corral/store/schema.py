@@ -16,6 +16,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 metadata = MetaData()
@@ -43,7 +44,20 @@ jobs = Table(
     Column("created_at", Float, nullable=False),
     Column("state_since", Float, nullable=False),
     Column("finished_at", Float),
+    # The retry chain (core/retries.py): the job a retry was created from, the chain's first job,
+    # this job's place in it, its effective policy, and when its own retry is due.
+    Column("parent_job_id", Integer),
+    Column("retry_root_id", Integer),
+    Column("retry_count", Integer, nullable=False, default=0, server_default="0"),
+    Column("max_retries", Integer, nullable=False, default=0, server_default="0"),
+    Column("retry_policy", JSON),
+    Column("retry_cause", String(32)),
+    Column("retry_state", String(16)),
+    Column("retry_due_at", Float),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_retry", "retry_state", "retry_due_at"),
+    Index("ix_jobs_retry_root", "retry_root_id"),
+    Index("ix_jobs_parent", "parent_job_id"),
 )
 
 tasks = Table(
@@ -83,6 +97,7 @@ attempts = Table(
     Column("assigned_at", Float),
     Column("started_at", Float),
     Column("finished_at", Float),
+    Column("oom_killed", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 workers = Table(
@@ -116,4 +131,27 @@ history = Table(
     Column("to_state", String(20)),
     Column("message", Text),
     Index("ix_history_job", "job_id", "id"),
+)
+
+# Retry policy defaults set by an admin: kind "cluster" (name "") or "project" (name = the project).
+retry_defaults = Table(
+    "retry_defaults",
+    metadata,
+    Column("kind", String(16), primary_key=True),
+    Column("name", String(200), primary_key=True),
+    Column("policy", JSON, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+# Actions the controller took on its own or an admin took, kept for people to audit.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("job_id", Integer),
+    Column("detail", JSON, nullable=False),
+    Index("ix_audit_job", "job_id", "id"),
 )

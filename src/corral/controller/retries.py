@@ -1,0 +1,122 @@
+"""Runs RetryJobs: reads its targets, decides in memory, and writes every outcome in one transaction.
+
+Each decision leaves a history record of the handler RetryJobs on the job it concerns, which
+is how it reaches `corral info` and the event stream:
+
+    result NEED_RETRY  job.retry_scheduled   "attempt 1 of 4 ended FAILED (nonzero_exit); retry scheduled ..."
+    result GIVE_UP     job.retry_exhausted   "attempt 4 of 4 ended FAILED (nonzero_exit); no retry left"
+    result SKIPPED     not retried           "attempt 1 of 4 ended FAILED (user_cancelled); ... is not retried"
+    result SUCCESS     retry dispatched      "retry 1 of 3 created as job 12"
+
+A dispatched child is created with the key `<key>:retry:<n>`, so a replayed pass or a second
+controller can never create it twice: the key is unique, and the parent moves from
+SCHEDULED to RETRIED under a fenced update in the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.controller.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
+from corral.core.lifecycle import SchedulingResult
+from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
+from corral.core.spec import JobSpec
+from corral.store.jobs import insert_job
+from corral.store.retries import add_audit, next_due, retry_targets, set_retry_state
+from corral.store.schema import history, jobs
+from corral.store.store import Store
+
+log = logging.getLogger("corral.retries")
+
+RESULTS = {Verdict.SCHEDULED: SchedulingResult.NEED_RETRY, Verdict.EXHAUSTED: SchedulingResult.GIVE_UP,
+           Verdict.NOT_RETRIED: SchedulingResult.SKIPPED, Verdict.DISPATCH: SchedulingResult.SUCCESS,
+           Verdict.DONE: SchedulingResult.SUCCESS}
+
+
+@dataclass
+class RetryReport:
+    changed: bool = False
+    created: list[int] = field(default_factory=list)  # child job ids
+    next_due: float | None = None  # when the earliest scheduled retry is due
+
+
+async def run_retries(store: Store, now: float, rng: random.Random | None = None) -> RetryReport:
+    """One RetryJobs run. A child key already taken (a second controller was first) rolls the run back."""
+    try:
+        async with store.write() as connection:
+            decisions = [d for t in await retry_targets(connection, now) if (d := decide(t, now, rng))]
+            report = RetryReport(changed=bool(decisions))
+            audits, records = [], []
+            for decision in decisions:
+                child = await _apply(connection, decision, now, audits, records)
+                if child is not None:
+                    report.created.append(child)
+            if records:
+                await connection.execute(history.insert(), records)
+            await add_audit(connection, audits)
+            report.next_due = await next_due(connection)
+    except IntegrityError:
+        log.info("a retry child was created by another controller; re-reading")
+        return RetryReport(changed=True)
+    for decision in decisions:
+        _count(decision)
+    return report
+
+
+async def _apply(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,
+                 records: list) -> int | None:
+    target = decision.target
+    columns: dict = {"retry_state": decision.new_state}
+    if decision.cause is not None:
+        columns["retry_cause"] = decision.cause
+    if decision.verdict is Verdict.SCHEDULED:
+        columns["retry_due_at"] = decision.due_at
+    child = await _create_child(connection, decision, now, audits) if decision.verdict is Verdict.DISPATCH else None
+    await set_retry_state(connection, target.job_id, target.retry_state, **columns)
+    if decision.verdict is not Verdict.DONE or target.retry_count > 0:
+        message = decision.message() + (f" as job {child}" if child is not None else "")
+        records.append(dict(at=now, job_id=target.job_id, task_id=None, attempt=None, handler=NAME,
+                            result=RESULTS[decision.verdict], from_state=target.state, to_state=None,
+                            message=message))
+    log.info("job=%s retry %s: %s", target.job_id, decision.verdict, decision.message())
+    return child
+
+
+async def _create_child(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list) -> int:
+    """The child: the parent's spec and policy, one further down the chain, keyed to be created once."""
+    parent = (await connection.execute(
+        select(jobs.c.id, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
+               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause)
+        .where(jobs.c.id == decision.target.job_id)
+    )).one()
+    root_id = parent.retry_root_id or parent.id
+    root_key = parent.idempotency_key if parent.retry_root_id is None else (await connection.execute(
+        select(jobs.c.idempotency_key).where(jobs.c.id == root_id))).scalar()
+    count = parent.retry_count + 1
+    key = child_key(root_key, root_id, count)
+    note = (f"retry {count} of {parent.max_retries} of job {parent.id} ({parent.retry_cause}); "
+            f"attempt {count + 1} of {parent.max_retries + 1}")
+    child_id = await insert_job(
+        connection, JobSpec.model_validate(parent.spec), key, now, created_by=NAME, note=note,
+        parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
+        retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)
+    audits.append(dict(at=now, actor="controller", action="job.retry_dispatched", job_id=child_id, detail=dict(
+        auto=True, parent_job_id=parent.id, cause=parent.retry_cause, attempt=count + 1,
+        attempts=parent.max_retries + 1, due_at=decision.target.due_at, idempotency_key=key)))
+    return child_id
+
+
+def _count(decision: RetryDecision) -> None:
+    cause = str(decision.cause)
+    if decision.verdict is Verdict.SCHEDULED:
+        RETRY_SCHEDULED.labels(cause).inc()
+    elif decision.verdict is Verdict.EXHAUSTED:
+        RETRY_EXHAUSTED.labels(cause).inc()
+    elif decision.verdict is Verdict.DONE and decision.target.retry_count > 0:
+        RETRY_SUCCEEDED.inc()

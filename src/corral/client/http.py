@@ -17,7 +17,7 @@ from corral.client.errors import CorralError, format_detail
 from corral.client.logs import follow_logs, read_logs
 from corral.core.spec import JobSpec
 from corral.core.states import JOB_TERMINAL, JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
+from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkerView
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -25,6 +25,7 @@ PAGE_SIZE = 500  # the controller accepts up to 1000
 _tasks = TypeAdapter(list[TaskView])
 _history = TypeAdapter(list[HistoryEntry])
 _workers = TypeAdapter(list[WorkerView])
+_retry_attempts = TypeAdapter(list[RetryAttemptView])
 
 
 class Client:
@@ -105,6 +106,10 @@ class Client:
 
     def history(self, job_id: int) -> list[HistoryEntry]:
         return _history.validate_python(self._json("GET", f"{API}/jobs/{job_id}/history"))
+
+    def attempts(self, job_id: int) -> list[RetryAttemptView]:
+        """The job's retry chain, oldest first: each job's state and failure cause."""
+        return _retry_attempts.validate_python(self._json("GET", f"{API}/jobs/{job_id}/attempts"))
 
     def cancel(self, job_id: int) -> JobView:
         return JobView.model_validate(self._json("POST", f"{API}/jobs/{job_id}/cancel"))

@@ -8,15 +8,17 @@ from sqlalchemy import select
 
 from corral.controller.cancel import cancel_job
 from corral.controller.metrics import REGISTRY
+from corral.controller.reports import ingest_heartbeat
 from corral.controller.retries import run_retries
 from corral.controller.retry_defaults import retry_columns
+from corral.core.protocol import TaskReport
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
 from corral.store.jobs import insert_job
 from corral.store.retries import chain_ids, store_default
 from corral.store.schema import audit, jobs
 from corral.store.store import Store
-from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, run_task, settle
+from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, reap, report, run_task, settle
 
 POLICY = {"max_retries": 2, "retry_delay": 5, "jitter": "none"}
 
@@ -154,3 +156,39 @@ async def test_two_controllers_dispatching_the_same_retry_create_one_child(store
     for _ in range(2):  # whoever lost the race re-reads and finds nothing left to do
         await run_retries(store, NOW + 5)
     assert len(await children(store, first)) == 1, reports
+
+
+async def ended_cause(store, job_id, now) -> str:
+    await run_retries(store, now)
+    return (await job(store, job_id)).retry_cause
+
+
+async def test_the_cause_is_read_from_what_the_job_recorded(store):
+    worker = await add_worker(store, cpu=8)
+    build, oom = [await submit(store, retry_policy=POLICY) for _ in range(2)]
+    lost = await submit(store, retry_policy=POLICY, max_retries_preemption=0)
+    await settle(store)
+    tasks = {j: (await job_tasks(store, j))[0] for j in (build, oom, lost)}
+    await report(store, worker, (tasks[build].id, 0, "BUILDING"), (tasks[build].id, 0, "FAILED"))
+    await report(store, worker, (tasks[oom].id, 0, "BUILDING"), (tasks[oom].id, 0, "PREPARED"),
+                 (tasks[lost].id, 0, "BUILDING"), (tasks[lost].id, 0, "PREPARED"))
+    await settle(store)
+    async with store.write() as connection:
+        await ingest_heartbeat(connection, worker, [
+            TaskReport(task_id=tasks[oom].id, attempt=0, state="RUNNING", at=NOW),
+            TaskReport(task_id=tasks[oom].id, attempt=0, state="FAILED", exit_code=137, oom_killed=True, at=NOW,
+                       reason="out of memory")], NOW)
+    await settle(store)
+    await reap(store, NOW + 100)
+    await settle(store, NOW + 100)
+    assert [(await job(store, j)).state for j in (build, oom, lost)] == ["FAILED", "FAILED", "LOST"]
+    assert [await ended_cause(store, j, NOW + 100) for j in (build, oom, lost)] == [
+        "build_failure", "oom_killed", "agent_transient"]
+
+
+async def test_a_job_not_placed_in_time_is_retried_as_a_scheduler_timeout(store):
+    first = await submit(store, retry_policy=POLICY, scheduling_timeout=10)
+    await settle(store, NOW + 11)
+    assert (await job(store, first)).state == "UNSCHEDULABLE"
+    assert await ended_cause(store, first, NOW + 11) == "scheduler_timeout"
+    assert (await job(store, first)).retry_state == "scheduled"

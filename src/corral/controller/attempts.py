@@ -21,13 +21,14 @@ def end_attempt(
     handler: str,
     exit_code: int | None = None,
     reason: str | None = None,
+    oom_killed: bool = False,
 ) -> None:
     """Record `ended` for the task's current attempt; an independent task with budget left goes back to PENDING."""
     ever_ran = row.state is not TaskState.ASSIGNED
     message = reason or (f"exit code {exit_code}" if exit_code is not None else None)
     changes.task(row, ended, handler=handler, message=message, exit_code=exit_code, reason=reason)
     changes.attempt(row.id, row.attempt, state=ended, exit_code=exit_code, reason=reason,
-                    finished_at=changes.now)
+                    finished_at=changes.now, **({"oom_killed": True} if oom_killed else {}))
     assert ended in TASK_TERMINAL
     if job.gang or JobState(job.job_state) not in RETRYABLE_JOB_STATES or job.cancelled:
         return

@@ -68,7 +68,7 @@ async def ingest_heartbeat(
             continue
         if report.state in TASK_TERMINAL:
             end_attempt(changes, row, report.state, job=rows[report.task_id], handler="Worker",
-                        exit_code=report.exit_code, reason=report.reason)
+                        exit_code=report.exit_code, reason=report.reason, oom_killed=report.oom_killed)
             continue
         changes.task(row, report.state, handler="Worker", message=report.reason)
         started = {"started_at": report.at} if report.state is TaskState.RUNNING else {}

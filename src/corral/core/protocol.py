@@ -59,6 +59,7 @@ class TaskReport(BaseModel):
     exit_code: int | None = None
     reason: str | None = None
     at: float = Field(..., description="unix time on the worker")
+    oom_killed: bool = Field(False, description="the process was killed for memory (the worker's cgroup says so)")
 
 
 class HeartbeatRequest(BaseModel):

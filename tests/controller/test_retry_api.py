@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from corral.controller.app import create_app
 from corral.controller.retry_defaults import ConfigError
 from corral.controller.settings import ControllerSettings
+from tests.e2e.cluster import wait_for
 
 
 @pytest.fixture
@@ -93,3 +94,18 @@ def test_a_bad_config_file_stops_the_controller_naming_the_field(tmp_path):
     settings = ControllerSettings(data_dir=tmp_path / "data", admin_token="t", config_file=config)
     with pytest.raises(ConfigError, match="jitter"), TestClient(create_app(settings)):
         pass
+
+
+def test_cancelling_an_ended_job_stops_its_scheduled_retry(api):
+    """No worker: the job is not placed within its scheduling timeout, which schedules a retry an hour away."""
+    job = submit(api, scheduling_timeout=0.1, retry_policy={"max_retries": 2, "retry_delay": "1h"})
+    scheduled = wait_for(lambda: (j := api.get(f"/api/v1/jobs/{job['id']}").json())["retry_due_at"] and j)
+    assert (scheduled["state"], scheduled["retry_cause"]) == ("UNSCHEDULABLE", "scheduler_timeout")
+    assert scheduled["retry_state"].startswith("retry scheduled at ")
+    response = api.post(f"/api/v1/jobs/{job['id']}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json()["retry_state"] == "attempt 1 of 3; not retried"
+    again = api.post(f"/api/v1/jobs/{job['id']}/cancel")
+    assert again.status_code == 409 and "already ended UNSCHEDULABLE" in again.json()["detail"]
+    history = api.get(f"/api/v1/jobs/{job['id']}/history").json()
+    assert history[-1]["message"] == "its scheduled retry was cancelled by a user"

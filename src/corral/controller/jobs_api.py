@@ -18,6 +18,7 @@ from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.store.jobs import insert_job
+from corral.store.retries import cancel_scheduled_retry
 from corral.store.schema import attempts, history, jobs, tasks
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(require_admin)])
@@ -127,7 +128,9 @@ async def cancel(job_id: int, request: Request) -> JobView:
     except NoSuchJob as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
     except AlreadyEnded as error:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+        async with app.store.write() as connection:  # an ended job may still have a retry to stop
+            if not await cancel_scheduled_retry(connection, job_id, time.time()):
+                raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     app.engine.wake()
     return await _one(request, job_id)
 

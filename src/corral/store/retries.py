@@ -86,6 +86,20 @@ async def set_retry_state(connection: AsyncConnection, job_id: int, expected: Re
         raise StaleWrite(f"job {job_id}: its retry state changed under us")
 
 
+async def cancel_scheduled_retry(connection: AsyncConnection, job_id: int, now: float) -> bool:
+    """Stop an ended job's pending retry (and so its chain); False when none is pending."""
+    result = await connection.execute(
+        update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state == RetryState.SCHEDULED)
+        .values(retry_state=RetryState.NOT_RETRIED))
+    if result.rowcount != 1:
+        return False
+    state = (await connection.execute(select(jobs.c.state).where(jobs.c.id == job_id))).scalar()
+    await connection.execute(insert(history).values(
+        at=now, job_id=job_id, handler="Cancel", result="SKIPPED", from_state=state,
+        message="its scheduled retry was cancelled by a user"))
+    return True
+
+
 async def chain_ids(connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, list[int]]:
     """For each job, the ids of its retry chain from the first job to the newest (its own included)."""
     rows = (await connection.execute(

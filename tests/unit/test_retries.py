@@ -7,6 +7,7 @@ import pytest
 from corral.core.failure import JobEnd, TaskEnd
 from corral.core.retries import (
     MAX_KEY_LENGTH,
+    VERDICTS,
     RetryState,
     RetryTarget,
     Verdict,
@@ -32,7 +33,7 @@ def test_a_failure_with_retries_left_is_scheduled_after_the_delay_from_its_end()
     decision = decide(target(), NOW)
     assert (decision.verdict, decision.cause, decision.due_at) == (Verdict.SCHEDULED, FailureCause.NONZERO_EXIT,
                                                                    NOW - 4 + 10)
-    assert decision.new_state is RetryState.SCHEDULED
+    assert decision.effect.retry_state is RetryState.SCHEDULED
     assert decision.message() == "attempt 1 of 4 ended FAILED (nonzero_exit); retry scheduled in 10.000s"
 
 
@@ -65,13 +66,13 @@ def test_a_never_retried_cause_wins_even_over_exhaustion():
 
 def test_success_ends_the_chain():
     decision = decide(target(state=J.SUCCEEDED, end=JobEnd(J.SUCCEEDED, False), retry_count=2), NOW)
-    assert (decision.verdict, decision.new_state) == (Verdict.DONE, RetryState.DONE)
+    assert (decision.verdict, decision.effect.retry_state) == (Verdict.DONE, RetryState.DONE)
 
 
 def test_a_scheduled_retry_is_dispatched_once_due_and_not_before():
     assert decide(target(retry_state=RetryState.SCHEDULED, end=None, due_at=NOW + 0.001), NOW) is None
     decision = decide(target(retry_state=RetryState.SCHEDULED, end=None, due_at=NOW), NOW)
-    assert (decision.verdict, decision.new_state) == (Verdict.DISPATCH, RetryState.RETRIED)
+    assert (decision.verdict, decision.effect.retry_state) == (Verdict.DISPATCH, RetryState.RETRIED)
 
 
 @pytest.mark.parametrize("retry_state", [RetryState.RETRIED, RetryState.EXHAUSTED, RetryState.NOT_RETRIED,
@@ -95,3 +96,10 @@ def test_retry_state_in_words():
     assert retry_state_text(RetryState.SCHEDULED, 1, 3, 0.25, None) == \
         "retry scheduled at 1970-01-01T00:00:00.250+00:00"
     assert retry_state_text(RetryState.EXHAUSTED, 3, 3, None, None) == "exhausted"
+
+
+def test_every_verdict_has_its_effect_and_the_two_events_are_named_once():
+    assert set(VERDICTS) == set(Verdict)
+    assert {v: e.event for v, e in VERDICTS.items() if e.event} == {
+        Verdict.SCHEDULED: "job.retry_scheduled", Verdict.EXHAUSTED: "job.retry_exhausted"}
+    assert len({(e.result, e.event) for e in VERDICTS.values() if e.event}) == 2

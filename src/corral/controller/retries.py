@@ -1,12 +1,12 @@
 """Runs RetryJobs: reads its targets, decides in memory, and writes every outcome in one transaction.
 
-Each decision leaves a history record of the handler RetryJobs on the job it concerns, which
-is how it reaches `corral info` and the event stream:
+Each decision leaves a history record of the handler RetryJobs on the job it concerns (the
+table VERDICTS of core/retries.py), which is how it reaches `corral info` and the event stream:
 
-    result NEED_RETRY  job.retry_scheduled   "attempt 1 of 4 ended FAILED (nonzero_exit); retry scheduled ..."
+    result NEED_RETRY  job.retry_scheduled   "attempt 1 of 4 ended FAILED (nonzero_exit); retry scheduled in 0.500s"
     result GIVE_UP     job.retry_exhausted   "attempt 4 of 4 ended FAILED (nonzero_exit); no retry left"
-    result SKIPPED     not retried           "attempt 1 of 4 ended FAILED (user_cancelled); ... is not retried"
-    result SUCCESS     retry dispatched      "retry 1 of 3 created as job 12"
+    result SKIPPED     not retried           "attempt 1 of 4 ended CANCELLED (user_cancelled); ... is not retried"
+    result SUCCESS     retry dispatched      "retry 1 of 3 created as job 12"  (or "attempt 3 of 4 succeeded")
 
 A dispatched child is created with the key `<key>:retry:<n>`, so a replayed pass or a second
 controller can never create it twice: the key is unique, and the parent moves from
@@ -24,7 +24,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
-from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
 from corral.core.spec import JobSpec
 from corral.store.jobs import insert_job
@@ -33,10 +32,6 @@ from corral.store.schema import history, jobs
 from corral.store.store import Store
 
 log = logging.getLogger("corral.retries")
-
-RESULTS = {Verdict.SCHEDULED: SchedulingResult.NEED_RETRY, Verdict.EXHAUSTED: SchedulingResult.GIVE_UP,
-           Verdict.NOT_RETRIED: SchedulingResult.SKIPPED, Verdict.DISPATCH: SchedulingResult.SUCCESS,
-           Verdict.DONE: SchedulingResult.SUCCESS}
 
 
 @dataclass
@@ -72,17 +67,17 @@ async def run_retries(store: Store, now: float, rng: random.Random | None = None
 async def _apply(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,
                  records: list) -> int | None:
     target = decision.target
-    columns: dict = {"retry_state": decision.new_state}
+    columns: dict = {"retry_state": decision.effect.retry_state}
     if decision.cause is not None:
         columns["retry_cause"] = decision.cause
     if decision.verdict is Verdict.SCHEDULED:
         columns["retry_due_at"] = decision.due_at
     child = await _create_child(connection, decision, now, audits) if decision.verdict is Verdict.DISPATCH else None
     await set_retry_state(connection, target.job_id, target.retry_state, **columns)
-    if decision.verdict is not Verdict.DONE or target.retry_count > 0:
+    if decision.recorded:
         message = decision.message() + (f" as job {child}" if child is not None else "")
         records.append(dict(at=now, job_id=target.job_id, task_id=None, attempt=None, handler=NAME,
-                            result=RESULTS[decision.verdict], from_state=target.state, to_state=None,
+                            result=decision.effect.result, from_state=target.state, to_state=None,
                             message=message))
     log.info("job=%s retry %s: %s", target.job_id, decision.verdict, decision.message())
     return child

@@ -23,6 +23,7 @@ from enum import StrEnum
 
 from corral.core.backoff import retry_delay
 from corral.core.failure import JobEnd, classify_failure
+from corral.core.lifecycle import SchedulingResult
 from corral.core.retry_policy import NEVER_RETRIED, FailureCause, RetryPolicy
 from corral.core.states import JobState
 
@@ -50,6 +51,25 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True)
+class VerdictEffect:
+    """What a verdict does: the retry state it leaves, its history record's result, the event it is."""
+
+    retry_state: RetryState
+    result: SchedulingResult
+    event: str | None = None
+
+
+# The verdicts as data: the code applies this table, and docs/states.md renders it.
+VERDICTS: dict[Verdict, VerdictEffect] = {
+    Verdict.DONE: VerdictEffect(RetryState.DONE, SchedulingResult.SUCCESS),
+    Verdict.NOT_RETRIED: VerdictEffect(RetryState.NOT_RETRIED, SchedulingResult.SKIPPED),
+    Verdict.EXHAUSTED: VerdictEffect(RetryState.EXHAUSTED, SchedulingResult.GIVE_UP, "job.retry_exhausted"),
+    Verdict.SCHEDULED: VerdictEffect(RetryState.SCHEDULED, SchedulingResult.NEED_RETRY, "job.retry_scheduled"),
+    Verdict.DISPATCH: VerdictEffect(RetryState.RETRIED, SchedulingResult.SUCCESS),
+}
+
+
+@dataclass(frozen=True)
 class RetryTarget:
     """A job as RetryJobs sees it; `end` is read only for an ARMED job that has ended."""
 
@@ -71,10 +91,13 @@ class RetryDecision:
     due_at: float | None = None
 
     @property
-    def new_state(self) -> RetryState:
-        return {Verdict.DONE: RetryState.DONE, Verdict.NOT_RETRIED: RetryState.NOT_RETRIED,
-                Verdict.EXHAUSTED: RetryState.EXHAUSTED, Verdict.SCHEDULED: RetryState.SCHEDULED,
-                Verdict.DISPATCH: RetryState.RETRIED}[self.verdict]
+    def effect(self) -> VerdictEffect:
+        return VERDICTS[self.verdict]
+
+    @property
+    def recorded(self) -> bool:
+        """Every verdict is a history record, but a success only ends a chain for a retry."""
+        return self.verdict is not Verdict.DONE or self.target.retry_count > 0
 
     def message(self) -> str:
         """The sentence of the history record (the event's text)."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+import httpx
 import pytest
 from pydantic import ValidationError
 
 from corral.cli.submit import build_spec, load_spec_file
+from corral.client.http import Client
 from tests.cli.conftest import job_view
 
 
@@ -57,3 +61,27 @@ def test_jobs_marks_retries_and_retried_jobs(cli, fake):
     assert "retry 2/3" in lines[1]
     assert "retried" in lines[2] and "retried" in lines[3]
     assert "retr" not in lines[4]
+
+
+def test_the_python_client_sends_the_policy_and_reads_the_chain():
+    sent = []
+
+    def handler(request):
+        if request.method == "POST":
+            sent.append(json.loads(request.content))
+            return httpx.Response(201, json=job_view(5).model_dump(mode="json"))
+        assert request.url.path == "/api/v1/jobs/5/attempts"
+        return httpx.Response(200, json=[
+            {"id": 5, "retry_count": 0, "state": "FAILED", "retry_cause": "oom_killed",
+             "retry_state": "attempt 1 of 2; retried as job 6", "created_at": 1.0, "finished_at": 2.0},
+            {"id": 6, "retry_count": 1, "state": "RUNNING", "retry_cause": "oom_killed",
+             "retry_state": "attempt 2 of 2", "created_at": 3.0, "finished_at": None}])
+
+    api = Client("http://ctl:1", "tok", transport=httpx.MockTransport(handler))
+    api.submit({"command": ["train"], "retry_policy": {"max_retries": 1, "retry_delay": "10s"}})
+    assert sent[0]["retry_policy"]["max_retries"] == 1 and sent[0]["retry_policy"]["retry_delay"] == 10
+    with pytest.raises(ValidationError):  # refused before any request
+        api.submit({"command": ["train"], "retry_policy": {"max_retries": -1}})
+    assert len(sent) == 1
+    assert [(a.id, a.state, a.retry_cause) for a in api.attempts(5)] == [(5, "FAILED", "oom_killed"),
+                                                                        (6, "RUNNING", "oom_killed")]

@@ -69,7 +69,7 @@ def test_a_cancelled_job_is_never_retried(cluster):
 
 def test_a_controller_killed_while_a_retry_waits_creates_the_child_once_after_restart(cluster):
     first = cluster.submit(command=["sh", "-c", "exit 1"],
-                           retry_policy={"max_retries": 1, "retry_delay": 3, "jitter": "none"})
+                           retry_policy={"max_retries": 1, "retry_delay": 5, "jitter": "none"})
     wait_for(lambda: (cluster.job(first)["retry_state"] or "").startswith("retry scheduled"), 30,
              "the retry to be scheduled")
     killed_at = time.time()

@@ -192,3 +192,18 @@ async def test_a_job_not_placed_in_time_is_retried_as_a_scheduler_timeout(store)
     assert (await job(store, first)).state == "UNSCHEDULABLE"
     assert await ended_cause(store, first, NOW + 11) == "scheduler_timeout"
     assert (await job(store, first)).retry_state == "scheduled"
+
+
+async def test_a_retry_key_taken_by_a_job_submitted_by_hand_is_never_taken_over(store):
+    worker = await add_worker(store)
+    first = await submit(store, key="nightly", retry_policy=POLICY)
+    squatter = await submit(store, key="nightly:retry:1")
+    await fail(store, worker, first)
+    await run_retries(store, NOW)
+    assert (await run_retries(store, NOW + 5)).created == []
+    assert not (await run_retries(store, NOW + 5)).changed  # settled: no pass spins on it
+    assert (await job(store, first)).retry_state == "not_retried"
+    assert (await job(store, squatter)).parent_job_id is None
+    last = (await job_history(store, first))[-1]
+    assert (last.result, last.message) == ("SKIPPED", f"its retry key 'nightly:retry:1' is taken by job {squatter}; "
+                                                      "not retried")

@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
+from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
 from corral.core.spec import JobSpec
 from corral.store.jobs import insert_job
@@ -42,7 +43,7 @@ class RetryReport:
 
 
 async def run_retries(store: Store, now: float, rng: random.Random | None = None) -> RetryReport:
-    """One RetryJobs run. A child key already taken (a second controller was first) rolls the run back."""
+    """One RetryJobs run. A child created meanwhile by a second controller rolls the run back: re-read."""
     try:
         async with store.write() as connection:
             decisions = [d for t in await retry_targets(connection, now) if (d := decide(t, now, rng))]
@@ -66,24 +67,24 @@ async def run_retries(store: Store, now: float, rng: random.Random | None = None
 
 async def _apply(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,
                  records: list) -> int | None:
+    """Write one decision; returns the child created by a dispatch."""
     target = decision.target
+    log.info("job=%s retry %s: %s", target.job_id, decision.verdict, decision.message())
+    if decision.verdict is Verdict.DISPATCH:
+        return await _dispatch(connection, decision, now, audits, records)
     columns: dict = {"retry_state": decision.effect.retry_state}
     if decision.cause is not None:
         columns["retry_cause"] = decision.cause
     if decision.verdict is Verdict.SCHEDULED:
         columns["retry_due_at"] = decision.due_at
-    child = await _create_child(connection, decision, now, audits) if decision.verdict is Verdict.DISPATCH else None
     await set_retry_state(connection, target.job_id, target.retry_state, **columns)
     if decision.recorded:
-        message = decision.message() + (f" as job {child}" if child is not None else "")
-        records.append(dict(at=now, job_id=target.job_id, task_id=None, attempt=None, handler=NAME,
-                            result=decision.effect.result, from_state=target.state, to_state=None,
-                            message=message))
-    log.info("job=%s retry %s: %s", target.job_id, decision.verdict, decision.message())
-    return child
+        records.append(_record(now, decision, decision.effect.result, decision.message()))
+    return None
 
 
-async def _create_child(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list) -> int:
+async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,
+                    records: list) -> int | None:
     """The child: the parent's spec and policy, one further down the chain, keyed to be created once."""
     parent = (await connection.execute(
         select(jobs.c.id, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
@@ -95,16 +96,29 @@ async def _create_child(connection: AsyncConnection, decision: RetryDecision, no
         select(jobs.c.idempotency_key).where(jobs.c.id == root_id))).scalar()
     count = parent.retry_count + 1
     key = child_key(root_key, root_id, count)
+    taken = (await connection.execute(select(jobs.c.id).where(jobs.c.idempotency_key == key))).scalar()
+    if taken is not None:  # a job submitted by hand with this very key: never take it over
+        await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.NOT_RETRIED)
+        records.append(_record(now, decision, SchedulingResult.SKIPPED,
+                               f"its retry key {key!r} is taken by job {taken}; not retried"))
+        return None
     note = (f"retry {count} of {parent.max_retries} of job {parent.id} ({parent.retry_cause}); "
             f"attempt {count + 1} of {parent.max_retries + 1}")
     child_id = await insert_job(
         connection, JobSpec.model_validate(parent.spec), key, now, created_by=NAME, note=note,
         parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
         retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)
+    await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.RETRIED)
+    records.append(_record(now, decision, decision.effect.result, f"{decision.message()} as job {child_id}"))
     audits.append(dict(at=now, actor="controller", action="job.retry_dispatched", job_id=child_id, detail=dict(
         auto=True, parent_job_id=parent.id, cause=parent.retry_cause, attempt=count + 1,
         attempts=parent.max_retries + 1, due_at=decision.target.due_at, idempotency_key=key)))
     return child_id
+
+
+def _record(now: float, decision: RetryDecision, result: SchedulingResult, message: str) -> dict:
+    return dict(at=now, job_id=decision.target.job_id, task_id=None, attempt=None, handler=NAME, result=result,
+                from_state=decision.target.state, to_state=None, message=message)
 
 
 def _count(decision: RetryDecision) -> None:

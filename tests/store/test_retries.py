@@ -15,7 +15,7 @@ from corral.core.protocol import TaskReport
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
 from corral.store.jobs import insert_job
-from corral.store.retries import chain_ids, store_default
+from corral.store.retries import chain_ids, retry_targets, store_default
 from corral.store.schema import audit, jobs
 from corral.store.store import Store
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, reap, report, run_task, settle
@@ -207,3 +207,15 @@ async def test_a_retry_key_taken_by_a_job_submitted_by_hand_is_never_taken_over(
     last = (await job_history(store, first))[-1]
     assert (last.result, last.message) == ("SKIPPED", f"its retry key 'nightly:retry:1' is taken by job {squatter}; "
                                                       "not retried")
+
+
+async def test_a_gang_expired_by_its_scheduling_timeout_reads_as_ended_by_expiry(store):
+    gang = await submit(store, retry_policy=POLICY, scheduling_timeout=10, gang=True, replicas=2)
+    plain = await submit(store, retry_policy=POLICY, command=["true"])
+    async with store.write() as connection:
+        await cancel_job(connection, plain, NOW)
+    await settle(store, NOW + 11)
+    async with store.read() as connection:
+        ends = {t.job_id: t.end for t in await retry_targets(connection, NOW + 11)}
+    assert (ends[gang].state, ends[gang].expired) == ("UNSCHEDULABLE", True)
+    assert (ends[plain].state, ends[plain].expired) == ("CANCELLED", False)

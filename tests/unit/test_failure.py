@@ -14,6 +14,7 @@ from corral.core.states import TaskState as T
     (JobEnd(J.CANCELLED, True, (TaskEnd(T.KILLED, T.RUNNING, 143),)), C.USER_CANCELLED),
     (JobEnd(J.FAILED, True, (TaskEnd(T.FAILED, T.RUNNING, 1),)), C.USER_CANCELLED),
     (JobEnd(J.UNSCHEDULABLE, False, (TaskEnd(T.UNSCHEDULABLE, T.PENDING),)), C.SCHEDULER_TIMEOUT),
+    (JobEnd(J.FAILED, False, (TaskEnd(T.KILLED, T.TERMINATING),), expired=True), C.SCHEDULER_TIMEOUT),
     (JobEnd(J.FAILED, False, (TaskEnd(T.FAILED, T.RUNNING, 137, oom_killed=True),)), C.OOM_KILLED),
     (JobEnd(J.FAILED, False, (TaskEnd(T.FAILED, T.BUILDING),)), C.BUILD_FAILURE),
     (JobEnd(J.FAILED, False, (TaskEnd(T.FAILED, T.RUNNING, 3),)), C.NONZERO_EXIT),

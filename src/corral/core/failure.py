@@ -25,13 +25,14 @@ class JobEnd:
     state: JobState
     cancelled: bool
     tasks: tuple[TaskEnd, ...] = ()
+    expired: bool = False  # a handler's phase timeout moved it to its end (an EXPIRED history record)
 
 
 def classify_failure(end: JobEnd) -> FailureCause:
     """The cause of a job's failure, checked in this order, the first that holds deciding:
 
     1. cancelled by a user                                  -> user_cancelled
-    2. not placed in time (UNSCHEDULABLE job or task)       -> scheduler_timeout
+    2. not placed in time (UNSCHEDULABLE), or a phase expiry -> scheduler_timeout
     3. a task's worker reported an OOM kill                  -> oom_killed
     4. a task failed while BUILDING                          -> build_failure
     5. a task FAILED with a non-zero exit code              -> nonzero_exit
@@ -41,7 +42,7 @@ def classify_failure(end: JobEnd) -> FailureCause:
     tasks = end.tasks
     if end.cancelled or end.state is JobState.CANCELLED:
         return C.USER_CANCELLED
-    if end.state is JobState.UNSCHEDULABLE or any(t.state is T.UNSCHEDULABLE for t in tasks):
+    if end.expired or end.state is JobState.UNSCHEDULABLE or any(t.state is T.UNSCHEDULABLE for t in tasks):
         return C.SCHEDULER_TIMEOUT
     if any(t.oom_killed for t in tasks):
         return C.OOM_KILLED

@@ -1,7 +1,7 @@
 """RetryJobs: the lifecycle handler that re-creates failed jobs as a chain of fresh child jobs.
 
-A job that carries a retry policy (max_retries > 0) is ARMED. Once it has ended, the
-handler decides, in this order:
+A job that carries a retry policy (max_retries > 0) is ARMED. Once it has ended (FAILED,
+LOST, UNSCHEDULABLE, CANCELLED or SUCCEEDED), the handler decides, in this order:
 
 1. it SUCCEEDED                                   -> DONE (a retry that succeeded is counted)
 2. its cause is never retried, or not eligible    -> NOT_RETRIED

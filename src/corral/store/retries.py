@@ -9,6 +9,7 @@ from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.failure import JobEnd, TaskEnd
+from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import RetryState, RetryTarget
 from corral.core.retry_policy import RetryPolicy
 from corral.core.states import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState
@@ -33,11 +34,12 @@ async def retry_targets(connection: AsyncConnection, now: float) -> list[RetryTa
     )).all()
     ended = [r.id for r in rows if r.retry_state == RetryState.ARMED and r.state != JobState.SUCCEEDED]
     task_ends = await _task_ends(connection, ended)
+    expired = await _ended_by_expiry(connection, ended)
     return [
         RetryTarget(
             job_id=r.id, state=JobState(r.state), retry_state=RetryState(r.retry_state), retry_count=r.retry_count,
             policy=RetryPolicy.model_validate(r.retry_policy), finished_at=r.finished_at, due_at=r.retry_due_at,
-            end=JobEnd(JobState(r.state), r.cancelled, tuple(task_ends[r.id]))
+            end=JobEnd(JobState(r.state), r.cancelled, tuple(task_ends[r.id]), r.id in expired)
             if r.retry_state == RetryState.ARMED else None)
         for r in rows
     ]
@@ -69,6 +71,22 @@ async def _task_ends(connection: AsyncConnection, job_ids: list[int]) -> dict[in
         ends[row.job_id].append(TaskEnd(TaskState(row.state), TaskState(source) if source else None, row.exit_code,
                                         bool(row.oom_killed)))
     return ends
+
+
+async def _ended_by_expiry(connection: AsyncConnection, job_ids: list[int]) -> set[int]:
+    """Jobs whose move into their terminal state was a handler's EXPIRED outcome."""
+    if not job_ids:
+        return set()
+    last = (
+        select(func.max(history.c.id).label("id"))
+        .where(history.c.job_id.in_(job_ids), history.c.task_id.is_(None),
+               history.c.to_state.in_([str(s) for s in JOB_TERMINAL]))
+        .group_by(history.c.job_id).subquery()
+    )
+    return set((await connection.execute(
+        select(history.c.job_id).join(last, history.c.id == last.c.id)
+        .where(history.c.result == SchedulingResult.EXPIRED)
+    )).scalars())
 
 
 async def next_due(connection: AsyncConnection) -> float | None:

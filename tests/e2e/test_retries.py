@@ -67,7 +67,9 @@ def test_a_cancelled_job_is_never_retried(cluster):
     assert len(cluster.get("/api/v1/jobs")["items"]) == 1
 
 
-def test_a_controller_killed_while_a_retry_waits_creates_the_child_once_after_restart(cluster):
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_a_controller_killed_while_a_retry_waits_creates_the_child_once_after_restart(store, request):
+    cluster = request.getfixturevalue("cluster" if store == "sqlite" else "postgres_cluster")
     first = cluster.submit(command=["sh", "-c", "exit 1"],
                            retry_policy={"max_retries": 1, "retry_delay": 5, "jitter": "none"})
     wait_for(lambda: (cluster.job(first)["retry_state"] or "").startswith("retry scheduled"), 30,

@@ -219,3 +219,14 @@ async def test_a_gang_expired_by_its_scheduling_timeout_reads_as_ended_by_expiry
         ends = {t.job_id: t.end for t in await retry_targets(connection, NOW + 11)}
     assert (ends[gang].state, ends[gang].expired) == ("UNSCHEDULABLE", True)
     assert (ends[plain].state, ends[plain].expired) == ("CANCELLED", False)
+
+
+async def test_a_retry_already_due_when_decided_is_created_in_the_same_run(store):
+    worker = await add_worker(store)
+    first = await submit(store, retry_policy=POLICY)
+    await fail(store, worker, first)
+    (second,) = (await run_retries(store, NOW + 60)).created  # decided late: due since NOW + 5
+    assert (await job(store, second)).parent_job_id == first
+    assert [h.result for h in await job_history(store, first) if h.handler == "RetryJobs"] == [
+        "NEED_RETRY", "SUCCESS"]
+    assert not (await run_retries(store, NOW + 60)).changed

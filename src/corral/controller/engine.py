@@ -65,6 +65,13 @@ class Engine:
         self._woken.clear()
         self.passes += 1
         changed = False
+        try:  # first, so that the children it creates are placed in this same pass
+            retries = await run_retries(self.store, time.time())
+            self.retry_due = retries.next_due
+            changed |= retries.changed
+        except Exception:
+            self.retry_due = None  # wake on the period, not in a tight loop over a failing run
+            log.exception("handler RetryJobs failed; its transaction was rolled back")
         for handler in JOB_HANDLERS:
             try:
                 report = await run_handler(self.store, handler, time.time())
@@ -74,13 +81,6 @@ class Engine:
             if report.changed:
                 changed = True
                 self.signals.notify(report.workers)
-        try:
-            retries = await run_retries(self.store, time.time())
-            self.retry_due = retries.next_due
-            changed |= retries.changed
-        except Exception:
-            self.retry_due = None  # wake on the period, not in a tight loop over a failing run
-            log.exception("handler RetryJobs failed; its transaction was rolled back")
         if time.time() < self.reap_after:
             return changed
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -47,6 +47,8 @@ async def run_retries(store: Store, now: float, rng: random.Random | None = None
     try:
         async with store.write() as connection:
             decisions = [d for t in await retry_targets(connection, now) if (d := decide(t, now, rng))]
+            # A retry already due when it is scheduled (decided late, or no delay) is created in the same run.
+            decisions += [d for s in decisions if (d := _dispatch_if_due(s, now))]
             report = RetryReport(changed=bool(decisions))
             audits, records = [], []
             for decision in decisions:
@@ -63,6 +65,13 @@ async def run_retries(store: Store, now: float, rng: random.Random | None = None
     for decision in decisions:
         _count(decision)
     return report
+
+
+def _dispatch_if_due(decision: RetryDecision, now: float) -> RetryDecision | None:
+    if decision.verdict is not Verdict.SCHEDULED:
+        return None
+    scheduled = replace(decision.target, retry_state=RetryState.SCHEDULED, due_at=decision.due_at, end=None)
+    return decide(scheduled, now)
 
 
 async def _apply(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,

@@ -61,18 +61,23 @@ class Engine:
             return PERIOD
         return min(PERIOD, max(0.0, self.retry_due - time.time()))
 
-    async def run_pass(self) -> bool:
-        self._woken.clear()
-        self.passes += 1
-        changed = False
-        try:  # first, so that the children it creates are placed in this same pass
+    async def _run_retries(self) -> bool:
+        try:
             retries = await run_retries(self.store, time.time())
-            self.retry_due = retries.next_due
-            changed |= retries.changed
         except Exception:
             self.retry_due = None  # wake on the period, not in a tight loop over a failing run
             log.exception("handler RetryJobs failed; its transaction was rolled back")
+            return False
+        self.retry_due = retries.next_due
+        return retries.changed
+
+    async def run_pass(self) -> bool:
+        self._woken.clear()
+        self.passes += 1
+        changed = await self._run_retries()  # first, so that the children it creates are placed in this pass
         for handler in JOB_HANDLERS:
+            if self.retry_due is not None and time.time() >= self.retry_due:
+                changed |= await self._run_retries()  # fell due during the pass: it does not wait for the pass
             try:
                 report = await run_handler(self.store, handler, time.time())
             except Exception:

@@ -22,7 +22,7 @@ CLUSTER = ("cluster", "")
 
 
 async def retry_targets(connection: AsyncConnection, now: float) -> list[RetryTarget]:
-    """Armed jobs that have ended, and scheduled retries that are due, in one query each way round."""
+    """Armed jobs that have ended and scheduled retries that are due (one query), with how the failed ones ended."""
     rows = (await connection.execute(
         select(jobs.c.id, jobs.c.state, jobs.c.cancelled, jobs.c.retry_state, jobs.c.retry_count,
                jobs.c.retry_policy, jobs.c.finished_at, jobs.c.retry_due_at)

@@ -34,6 +34,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/gang_drain.py
 	$(BIN)/python bench/dashboard_jobs.py
 	$(BIN)/python bench/function_roundtrip.py
+	$(BIN)/python bench/retry_delay.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -40,18 +40,21 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> f
 @click.option("--loss-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds without a heartbeat before a worker is declared lost.")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A YAML config file (its retry_policy: is the cluster's default retry policy).")
 @click.option("--event-retention", default="7d", show_default=True, callback=duration_option,
               help="How long events of ended jobs and of workers are kept (e.g. 12h, 30d).")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
-               heartbeat_interval: float, event_retention: float, log_format: str) -> None:
+               heartbeat_interval: float, event_retention: float, log_format: str,
+               config_file: Path | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
     from corral.controller.settings import ControllerSettings
 
     serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
                              heartbeat_interval=heartbeat_interval, event_retention=event_retention,
-                             log_format=log_format))
+                             log_format=log_format, config_file=config_file))
 
 
 def default_address(controller_url: str) -> str:

@@ -60,6 +60,7 @@ def job_summary(job: JobView, now: float) -> Table:
         rows.append(("launched by", f"job {job.launched_by}"))
     if job.pending_reason:
         rows.append(("pending", Text(job.pending_reason, style="magenta")))
+    rows += retry_rows(job)
     rows += [
         ("tasks", task_summary(job.task_counts)),
         ("command", Text(format_command(spec.command))),
@@ -90,6 +91,23 @@ def job_summary(job: JobView, now: float) -> Table:
     for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def retry_rows(job: JobView) -> list[tuple[str, Text | str]]:
+    """"attempt N of M" with the cause, the links to the parent and the child, and the whole chain."""
+    if job.retry_state is None and job.parent_job_id is None:
+        return []
+    rows: list[tuple[str, Text | str]] = [("retry", Text(job.retry_state or ""))]
+    if job.retry_cause:
+        rows.append(("retry cause", str(job.retry_cause)))
+    if job.parent_job_id is not None:
+        rows.append(("parent", f"job {job.parent_job_id}"))
+    later = job.retry_chain[job.retry_chain.index(job.id) + 1:] if job.id in job.retry_chain else []
+    if later:
+        rows.append(("child", f"job {later[0]}"))
+    if len(job.retry_chain) > 1:
+        rows.append(("retry chain", " -> ".join(map(str, job.retry_chain))))
+    return rows
 
 
 def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:

@@ -43,9 +43,19 @@ def jobs_table(found: list[JobView], now: float) -> Table:
         state = state_text(job.state)
         if job.state == JobState.PENDING and job.pending_reason:
             state.append(f"\n{job.pending_reason}", style="dim")
-        table.add_row(str(job.id), Text(job.name), state, task_summary(job.task_counts),
+        table.add_row(str(job.id), Text(job.name) + retry_mark(job), state, task_summary(job.task_counts),
                       format_age(now - job.created_at))
     return table
+
+
+def retry_mark(job: JobView) -> Text:
+    """" retry 2/3" on a job that is a retry, " retried" on a first job whose retry is scheduled or created."""
+    if job.retry_count:
+        return Text(f" retry {job.retry_count}/{job.max_retries}", style="yellow")
+    has_child = bool(job.retry_chain) and job.retry_chain[-1] != job.id
+    if has_child or job.retry_due_at is not None:
+        return Text(" retried", style="yellow")
+    return Text()
 
 
 @click.command()

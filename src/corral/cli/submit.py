@@ -12,6 +12,7 @@ import yaml
 
 from corral.cli.common import CliError, client, json_option, parse_pairs, print_json
 from corral.cli.format import task_summary
+from corral.core.retry_policy import RETRIABLE_CAUSES, Backoff, Jitter
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 
@@ -20,6 +21,10 @@ TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max
              "max_task_failures", "time_limit", "scheduling_timeout", "grace_period")
 # Options that set a field of `resources`.
 RESOURCES = {"cpus": "cpu", "memory": "memory", "gpus": "gpu"}
+# Options that set a field of `retry_policy`.
+RETRY = {"retry_max": "max_retries", "retry_delay": "retry_delay", "retry_backoff": "backoff",
+         "retry_multiplier": "backoff_multiplier", "retry_max_delay": "max_retry_delay", "retry_jitter": "jitter",
+         "retry_jitter_ratio": "jitter_ratio", "retry_on": "eligible_causes"}
 
 
 def load_spec_file(path: Path) -> tuple[dict[str, Any], Path | None]:
@@ -56,11 +61,17 @@ def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tupl
             resources[field] = options[option]
     if resources:
         data["resources"] = resources
+    retry = dict(data.get("retry_policy") or {})
+    for option, field in RETRY.items():
+        if options.get(option) not in (None, ()):
+            retry[field] = list(options[option]) if option == "retry_on" else options[option]
+    if retry:
+        data["retry_policy"] = retry
     for field, given in (("env", env), ("labels", labels)):
         merged = {**_strings(data.get(field)), **(given or {})}
         if merged:
             data[field] = merged
-    unknown = set(options) - set(TOP_LEVEL) - set(RESOURCES)
+    unknown = set(options) - set(TOP_LEVEL) - set(RESOURCES) - set(RETRY)
     if unknown:
         raise TypeError(f"unknown spec options: {sorted(unknown)}")
     return data
@@ -95,6 +106,15 @@ def _strings(mapping: object) -> dict:
 @click.option("--time-limit", help="e.g. 90s, 15m, 2h.")
 @click.option("--scheduling-timeout", help="Give up (UNSCHEDULABLE) if not placed within this, e.g. 10m.")
 @click.option("--grace-period", help="Between SIGTERM and SIGKILL, e.g. 15s.")
+@click.option("--retry-max", type=int, help="Re-create the job up to this many times when it fails.")
+@click.option("--retry-delay", help="Wait before the first retry, e.g. 30s.")
+@click.option("--retry-backoff", type=click.Choice([b.value for b in Backoff]), help="How the delay grows.")
+@click.option("--retry-multiplier", type=float, help="Exponential backoff factor.")
+@click.option("--retry-max-delay", help="Longest wait between retries (at most 24h).")
+@click.option("--retry-jitter", type=click.Choice([j.value for j in Jitter]))
+@click.option("--retry-jitter-ratio", type=float, help="Jitter adds up to this fraction of the delay.")
+@click.option("--retry-on", multiple=True, type=click.Choice(sorted(c.value for c in RETRIABLE_CAUSES)),
+              help="A failure cause to retry (repeatable; default: all).")
 @click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V", help="Environment variable.")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
 @click.option("--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path),

@@ -22,7 +22,7 @@ from corral.client.plans import Call, Item, Plan, Sleep
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, EventParser, reconnect_delay, stream_request
 from corral.core.spec import JobSpec, Resources
 from corral.core.states import JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
+from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkerView
 
 
 class AsyncClient:
@@ -124,6 +124,10 @@ class AsyncClient:
 
     async def history(self, job_id: int) -> list[HistoryEntry]:
         return await self._run(plans.history(job_id))
+
+    async def attempts(self, job_id: int) -> list[RetryAttemptView]:
+        """The job's retry chain, oldest first: each job's state and failure cause."""
+        return await self._run(plans.attempts(job_id))
 
     async def cancel(self, job_id: int) -> JobView:
         return await self._run(plans.cancel(job_id))

@@ -23,7 +23,7 @@ from corral.client.plans import Call, Item, Plan, Sleep
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, EventParser, reconnect_delay, stream_request
 from corral.core.spec import JobSpec, Resources
 from corral.core.states import JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
+from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkerView
 
 
 def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
@@ -162,6 +162,10 @@ class Client:
 
     def history(self, job_id: int) -> list[HistoryEntry]:
         return self._run(plans.history(job_id))
+
+    def attempts(self, job_id: int) -> list[RetryAttemptView]:
+        """The job's retry chain, oldest first: each job's state and failure cause."""
+        return self._run(plans.attempts(job_id))
 
     def cancel(self, job_id: int) -> JobView:
         return self._run(plans.cancel(job_id))

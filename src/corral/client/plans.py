@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 
 from corral.core.spec import JobSpec
 from corral.core.states import JOB_TERMINAL, JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
+from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkerView
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -49,6 +49,7 @@ Plan = Generator[Call | Sleep | Item, Any, T]
 _tasks = TypeAdapter(list[TaskView])
 _history = TypeAdapter(list[HistoryEntry])
 _workers = TypeAdapter(list[WorkerView])
+_retry_attempts = TypeAdapter(list[RetryAttemptView])
 
 
 def submit(spec: JobSpec | dict, idempotency_key: str | None = None) -> Plan[JobView]:
@@ -72,6 +73,12 @@ def tasks(job_id: int) -> Plan[list[TaskView]]:
 def history(job_id: int) -> Plan[list[HistoryEntry]]:
     response = yield Call("GET", f"{API}/jobs/{job_id}/history")
     return _history.validate_python(response.json())
+
+
+def attempts(job_id: int) -> Plan[list[RetryAttemptView]]:
+    """The job's retry chain, oldest first: each job's state and failure cause."""
+    response = yield Call("GET", f"{API}/jobs/{job_id}/attempts")
+    return _retry_attempts.validate_python(response.json())
 
 
 def cancel(job_id: int) -> Plan[JobView]:

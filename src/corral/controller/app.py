@@ -18,6 +18,7 @@ from corral.controller import (
     jobs_api,
     preemption_api,
     results_api,
+    retry_api,
     workers_api,
 )
 from corral.controller.checkpoints import CheckpointFiles
@@ -27,6 +28,7 @@ from corral.controller.files import BundleStore, LogFiles
 from corral.controller.metrics import CLUSTER, exposition
 from corral.controller.overview import summarize
 from corral.controller.results import ResultFiles
+from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
 from corral.store.store import Store
@@ -39,6 +41,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state = app.state
         state.settings = settings
         state.tokens = load_tokens(settings)
+        state.retry_config = load_config_default(settings.config_file)
         state.store = await Store.open(settings.database_url)
         state.signals = WorkerSignals()
         state.engine = Engine(state.store, state.signals, settings.loss_timeout)
@@ -77,6 +80,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(dashboard_api.router)
     app.include_router(dashboard.router)
     app.include_router(results_api.router)
+    app.include_router(retry_api.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

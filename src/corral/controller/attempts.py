@@ -23,6 +23,7 @@ def end_attempt(
     result: str = "SUCCESS",
     exit_code: int | None = None,
     reason: str | None = None,
+    oom_killed: bool = False,
 ) -> None:
     """Record `ended` for the task's current attempt and charge it to the task's budget.
 
@@ -35,7 +36,7 @@ def end_attempt(
     message = reason or (f"exit code {exit_code}" if exit_code is not None else None)
     changes.task(row, ended, handler=handler, result=result, message=message, exit_code=exit_code, reason=reason)
     changes.attempt(row.id, row.attempt, state=ended, exit_code=exit_code, reason=reason,
-                    finished_at=changes.now)
+                    finished_at=changes.now, **({"oom_killed": True} if oom_killed else {}))
     assert ended in TASK_TERMINAL
     if job.gang and was is TaskState.PREEMPTING:
         changes.attempt(row.id, row.attempt, refunded=True)

@@ -10,6 +10,7 @@ from collections import defaultdict
 
 from corral.controller.coordinator import run_handler
 from corral.controller.reports import reap_lost_workers
+from corral.controller.retries import run_retries
 from corral.core.handlers import JOB_HANDLERS
 from corral.store.store import Store
 
@@ -42,6 +43,7 @@ class Engine:
         # Silence while this controller was down is not a worker's fault: reap only after
         # the workers have had one loss timeout to reach us.
         self.reap_after = time.time() + loss_timeout
+        self.retry_due: float | None = None  # the earliest scheduled job retry: the loop wakes for it
 
     def wake(self) -> None:
         self._woken.set()
@@ -52,13 +54,30 @@ class Engine:
             if changed:
                 continue  # one handler's successes are the next one's targets
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._woken.wait(), PERIOD)
+                await asyncio.wait_for(self._woken.wait(), self._idle_timeout())
+
+    def _idle_timeout(self) -> float:
+        if self.retry_due is None:
+            return PERIOD
+        return min(PERIOD, max(0.0, self.retry_due - time.time()))
+
+    async def _run_retries(self) -> bool:
+        try:
+            retries = await run_retries(self.store, time.time())
+        except Exception:
+            self.retry_due = None  # wake on the period, not in a tight loop over a failing run
+            log.exception("handler RetryJobs failed; its transaction was rolled back")
+            return False
+        self.retry_due = retries.next_due
+        return retries.changed
 
     async def run_pass(self) -> bool:
         self._woken.clear()
         self.passes += 1
-        changed = False
+        changed = await self._run_retries()  # first, so that the children it creates are placed in this pass
         for handler in JOB_HANDLERS:
+            if self.retry_due is not None and time.time() >= self.retry_due:
+                changed |= await self._run_retries()  # fell due during the pass: it does not wait for the pass
             try:
                 report = await run_handler(self.store, handler, time.time())
             except Exception:

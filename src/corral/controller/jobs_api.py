@@ -15,10 +15,13 @@ from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.controller.job_query import JobFilter, SortKey, UnknownFilter, count_query, page_query
 from corral.controller.job_tokens import authorize
 from corral.controller.launches import launch_name
+from corral.controller.retry_defaults import retry_columns
+from corral.controller.retry_views import retry_fields
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.store.jobs import insert_job
+from corral.store.retries import cancel_scheduled_retry
 from corral.store.schema import attempts, history, jobs, tasks
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authorize)])
@@ -39,7 +42,9 @@ async def submit(spec: JobSpec, request: Request,
     try:
         async with app.store.write() as connection:
             name = await launch_name(connection, launcher, spec.name or "")
-            job_id = await insert_job(connection, spec, idempotency_key, time.time(), name=name, launched_by=launcher)
+            retry = await retry_columns(connection, spec, app.retry_config)
+            job_id = await insert_job(connection, spec, idempotency_key, time.time(), name=name,
+                                      launched_by=launcher, **retry)
     except IntegrityError:  # the same key, submitted concurrently
         existing = await _job_by_key(request, idempotency_key or "")
         if existing is None:
@@ -140,7 +145,9 @@ async def cancel(job_id: int, request: Request) -> JobView:
     except NoSuchJob as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
     except AlreadyEnded as error:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+        async with app.store.write() as connection:  # an ended job may still have a retry to stop
+            if not await cancel_scheduled_retry(connection, job_id, time.time()):
+                raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     app.engine.wake()
     return await _one(request, job_id)
 
@@ -156,11 +163,12 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
             .where(tasks.c.job_id.in_(ids)).group_by(tasks.c.job_id, tasks.c.state)
         )).all():
             counts[r.job_id][r.state] = r.n
+        retry = await retry_fields(connection, list(rows.values()))
     return [
         JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
                 spec=JobSpec.model_validate(r.spec), pending_reason=r.pending_reason, created_at=r.created_at,
                 state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
                 idempotency_key=r.idempotency_key, preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger,
-                launched_by=r.launched_by)
+                launched_by=r.launched_by, **retry[r.id])
         for r in (rows[i] for i in ids if i in rows)
     ]

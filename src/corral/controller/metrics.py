@@ -23,6 +23,13 @@ TRANSITIONS = Counter(
 HEARTBEAT_SECONDS = Histogram(
     "corral_heartbeat_ingest_seconds", "Time to apply a worker heartbeat's reports and read its orders.",
     registry=REGISTRY, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+RETRY_SCHEDULED = Counter(
+    "corral_job_retry_scheduled", "Failed jobs whose retry was scheduled, by failure cause.", ["cause"],
+    registry=REGISTRY)
+RETRY_EXHAUSTED = Counter(
+    "corral_job_retry_exhausted", "Failed jobs with no retry left, by failure cause.", ["cause"], registry=REGISTRY)
+RETRY_SUCCEEDED = Counter(
+    "corral_job_retry_succeeded", "Retry jobs (retry_count > 0) that succeeded.", registry=REGISTRY)
 
 GANGS_PREEMPTED = Counter(
     "corral_gangs_preempted", "Gang drains started: one per epoch, however many members failed at once.",

@@ -87,7 +87,7 @@ async def ingest_heartbeat(
             if starts_drain(gang=job.gang, job_state=job.job_state, was=row.state, ended=state):
                 triggers[row.job_id].append(row.id)
             end_attempt(changes, row, state, job=job, handler="Worker", exit_code=report.exit_code,
-                        reason=report.reason)
+                        reason=report.reason, oom_killed=report.oom_killed)
             continue
         changes.task(row, report.state, handler="Worker", message=report.reason)
         started = {"started_at": report.at} if report.state is TaskState.RUNNING else {}

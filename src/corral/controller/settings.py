@@ -25,6 +25,7 @@ class ControllerSettings:
     checkpoint_limit: int = DEFAULT_LIMIT  # bytes one task's checkpoint may hold
     event_retention: float = 7 * 86400.0  # seconds events of ended jobs and of workers are kept
     log_format: str = "text"  # or "json": one object per line (corral.log_format)
+    config_file: Path | None = None  # YAML; its `retry_policy:` key is the cluster's default retry policy
 
     @property
     def url(self) -> str:

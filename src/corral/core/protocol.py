@@ -60,6 +60,7 @@ class TaskReport(BaseModel):
     reason: str | None = None
     at: float = Field(..., description="unix time on the worker")
     epoch: int | None = Field(None, description="PREEMPTED only: the epoch of the preemption order it obeyed")
+    oom_killed: bool = Field(False, description="the process was killed for memory (the worker's cgroup says so)")
 
 
 class HeartbeatRequest(BaseModel):

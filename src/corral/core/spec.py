@@ -7,6 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from corral.core.retry_policy import RetryPolicy
+
 MAX_CPU = 4096.0
 MAX_MEMORY = 64 * 2**40  # 64 TiB
 MAX_GPU = 256
@@ -74,6 +76,8 @@ class JobSpec(BaseModel):
     scheduling_timeout: Seconds | None = Field(None, gt=0, le=MAX_TIME_LIMIT)
     grace_period: Seconds = Field(15.0, ge=0, le=3600)
     labels: dict[str, str] = Field(default_factory=dict)
+    project: str = Field("default", min_length=1, max_length=200)
+    retry_policy: RetryPolicy | None = Field(None, description="re-create the job when it fails (batch jobs)")
 
     @field_validator("command")
     @classmethod

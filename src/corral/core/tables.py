@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from corral.core.handlers import JOB_HANDLERS, PromotionHandler
 from corral.core.lifecycle import TransitionStatus
+from corral.core.retries import VERDICTS
 from corral.core.states import TASK_TRANSITIONS
 
 
@@ -54,6 +55,17 @@ def render() -> str:
         t = handler.transitions
         lines.append(f"| {handler.name} | {target} | {_transition(t.success)} | {_transition(t.need_retry)} | "
                      f"{_transition(t.expired)} | {_transition(t.give_up)} |")
+    lines += [
+        "",
+        "## RetryJobs: what becomes of a job with a retry policy once it has ended",
+        "",
+        "Each verdict is a history record of the handler RetryJobs on the job (`done` only for a retry);",
+        "a dispatch also heads the new child's history.",
+        "",
+        "| verdict | retry_state | history result | event |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {verdict} | {e.retry_state} | {e.result} | {e.event or '-'} |" for verdict, e in VERDICTS.items()]
     return "\n".join(lines) + "\n"
 
 

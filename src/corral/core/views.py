@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState, WorkerState
 
@@ -55,6 +56,27 @@ class JobView(BaseModel):
     preemption_epoch: int = 0
     drain_trigger: int | None = None  # the index of the task whose end started the last gang drain
     launched_by: int | None = None  # the job whose task submitted this one
+    # The retry chain (core/retries.py); a job without a retry policy keeps the defaults.
+    parent_job_id: int | None = None
+    retry_count: int = 0
+    max_retries: int = 0
+    retry_policy: RetryPolicy | None = None
+    retry_cause: FailureCause | None = None
+    retry_state: str | None = None
+    retry_due_at: float | None = None
+    retry_chain: list[int] = []
+
+
+class RetryAttemptView(BaseModel):
+    """One job of a retry chain, as GET /jobs/{id}/attempts lists it."""
+
+    id: int
+    retry_count: int
+    state: JobState
+    retry_cause: FailureCause | None
+    retry_state: str | None
+    created_at: float
+    finished_at: float | None
 
 
 class JobPage(BaseModel):

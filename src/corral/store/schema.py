@@ -51,9 +51,22 @@ jobs = Table(
     Column("grace_period", Float, nullable=False, default=15.0, server_default="15"),
     # The job whose task submitted this one (corral.current()); the cancel cascade follows it.
     Column("launched_by", Integer),
+    # The retry chain (core/retries.py): the job a retry was created from, the chain's first job,
+    # this job's place in it, its effective policy, and when its own retry is due.
+    Column("parent_job_id", Integer),
+    Column("retry_root_id", Integer),
+    Column("retry_count", Integer, nullable=False, default=0, server_default="0"),
+    Column("max_retries", Integer, nullable=False, default=0, server_default="0"),
+    Column("retry_policy", JSON),
+    Column("retry_cause", String(32)),
+    Column("retry_state", String(16)),
+    Column("retry_due_at", Float),
     Index("ix_jobs_state", "state"),
     Index("ix_jobs_launched_by", "launched_by"),
     Index("ix_jobs_name", "name"),  # the dashboard sorts 100k jobs by name
+    Index("ix_jobs_retry", "retry_state", "retry_due_at"),
+    Index("ix_jobs_retry_root", "retry_root_id"),
+    Index("ix_jobs_parent", "parent_job_id"),
 )
 
 tasks = Table(
@@ -100,6 +113,7 @@ attempts = Table(
     Column("finished_at", Float),
     # A stopped gang sibling's attempt costs no retry budget (the drain's refund rule).
     Column("refunded", Boolean, nullable=False, default=False, server_default=false()),
+    Column("oom_killed", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 workers = Table(
@@ -135,4 +149,27 @@ history = Table(
     Column("worker_id", String(64)),  # set on a worker's own events (registered, lost)
     Index("ix_history_job", "job_id", "id"),
     Index("ix_history_at", "at"),
+)
+
+# Retry policy defaults set by an admin: kind "cluster" (name "") or "project" (name = the project).
+retry_defaults = Table(
+    "retry_defaults",
+    metadata,
+    Column("kind", String(16), primary_key=True),
+    Column("name", String(200), primary_key=True),
+    Column("policy", JSON, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+# Actions the controller took on its own or an admin took, kept for people to audit.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("job_id", Integer),
+    Column("detail", JSON, nullable=False),
+    Index("ix_audit_job", "job_id", "id"),
 )

@@ -34,6 +34,7 @@ import psutil
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder, TaskRef, TaskReport
 from corral.core.states import TaskState
 from corral.worker.bundles import extract
+from corral.worker.oom import CgroupMemory, MemoryRecord, killed_for_memory
 
 log = logging.getLogger("corral.worker.runner")
 
@@ -163,6 +164,7 @@ class _Attempt:
     checkpoint_stat: tuple[int, int] | None = None  # the checkpoint file as the attempt received it
     ended: bool = False
     silent: bool = False  # ended by the worker's own shutdown: the controller learns from the worker's loss
+    memory_at_start: MemoryRecord = MemoryRecord()  # the cgroup's memory records when the process started
 
     @property
     def ref(self) -> tuple[int, int]:
@@ -183,12 +185,13 @@ class Runner:
     def __init__(self, work_dir: Path, *, report: Report, fetch_bundle: FetchBundle, flush_logs: FlushLogs,
                  watch_logs: WatchLogs, gpus: int = 0, fetch_checkpoint: FetchCheckpoint | None = None,
                  save_checkpoint: SaveCheckpoint | None = None,
-                 task_env: dict[str, str] | None = None) -> None:
+                 task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None) -> None:
         self.work_dir = work_dir
         self.gpus = gpus
         self._fetch_checkpoint = fetch_checkpoint
         self._save_checkpoint = save_checkpoint
         self.task_env = task_env or {}  # what every task learns from this worker (under the order's env)
+        self.memory = memory or CgroupMemory.of_this_process()
         self._report = report
         self._fetch_bundle = fetch_bundle
         self._flush_logs = flush_logs
@@ -290,6 +293,7 @@ class Runner:
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
             env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)
+            att.memory_at_start = self.memory.read()
             try:
                 argv, preexec = _launch(command, att.cwd, env)
                 with (att.directory / "stdout").open("wb") as out, (att.directory / "stderr").open("wb") as err:
@@ -368,11 +372,15 @@ class Runner:
             await self._end(att, TaskState.KILLED, exit_code=exit_code, reason=att.stop_reason)
         elif exit_code == 0:
             await self._end(att, TaskState.SUCCEEDED, exit_code=0)
+        elif killed_for_memory(exit_code, att.memory_at_start, self.memory.read()):
+            await self._end(att, TaskState.FAILED, exit_code=exit_code, oom_killed=True,
+                            reason=f"out of memory: {signalled or f'exit code {exit_code}'} "
+                                   "(per the worker's memory cgroup)")
         else:
             await self._end(att, TaskState.FAILED, exit_code=exit_code, reason=signalled or f"exit code {exit_code}")
 
     async def _end(self, att: _Attempt, state: TaskState, *, exit_code: int | None = None,
-                   reason: str | None = None) -> None:
+                   reason: str | None = None, oom_killed: bool = False) -> None:
         """The one terminal report of an attempt, after its logs are flushed; later calls do nothing."""
         if att.ended:
             return
@@ -388,7 +396,7 @@ class Runner:
             del self._attempts[att.ref]
             if not att.silent:
                 self._emit(att.ref, state, exit_code=exit_code, epoch=att.epoch,
-                           reason=f"{reason}; {problem}" if problem else reason)
+                           reason=f"{reason}; {problem}" if problem else reason, oom_killed=oom_killed)
 
         # Shielded: a stop that cancels a failing build must not swallow the build's FAILED report.
         await asyncio.shield(self._spawn(finish()))
@@ -416,9 +424,9 @@ class Runner:
     # plumbing ----------------------------------------------------------------------------
 
     def _emit(self, ref: tuple[int, int], state: TaskState, *, exit_code: int | None = None,
-              reason: str | None = None, epoch: int | None = None) -> None:
+              reason: str | None = None, epoch: int | None = None, oom_killed: bool = False) -> None:
         self._report(TaskReport(task_id=ref[0], attempt=ref[1], state=state, exit_code=exit_code, reason=reason,
-                                at=time.time(), epoch=epoch))
+                                at=time.time(), epoch=epoch, oom_killed=oom_killed))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.create_task(coroutine)

@@ -1,0 +1,140 @@
+"""Runs RetryJobs: reads its targets, decides in memory, and writes every outcome in one transaction.
+
+Each decision leaves a history record of the handler RetryJobs on the job it concerns (the
+table VERDICTS of core/retries.py), which is how it reaches `corral info` and the event stream:
+
+    result NEED_RETRY  job.retry_scheduled   "attempt 1 of 4 ended FAILED (nonzero_exit); retry scheduled in 0.500s"
+    result GIVE_UP     job.retry_exhausted   "attempt 4 of 4 ended FAILED (nonzero_exit); no retry left"
+    result SKIPPED     not retried           "attempt 1 of 4 ended CANCELLED (user_cancelled); ... is not retried"
+    result SUCCESS     retry dispatched      "retry 1 of 3 created as job 12"  (or "attempt 3 of 4 succeeded")
+
+A dispatched child is created with the key `<key>:retry:<n>`, so a replayed pass or a second
+controller can never create it twice: the key is unique, and the parent moves from
+SCHEDULED to RETRIED under a fenced update in the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field, replace
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.controller.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
+from corral.core.lifecycle import SchedulingResult
+from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
+from corral.core.spec import JobSpec
+from corral.store.jobs import insert_job
+from corral.store.retries import add_audit, next_due, retry_targets, set_retry_state
+from corral.store.schema import history, jobs
+from corral.store.store import Store
+
+log = logging.getLogger("corral.retries")
+
+
+@dataclass
+class RetryReport:
+    changed: bool = False
+    created: list[int] = field(default_factory=list)  # child job ids
+    next_due: float | None = None  # when the earliest scheduled retry is due
+
+
+async def run_retries(store: Store, now: float, rng: random.Random | None = None) -> RetryReport:
+    """One RetryJobs run. A child created meanwhile by a second controller rolls the run back: re-read."""
+    try:
+        async with store.write() as connection:
+            decisions = [d for t in await retry_targets(connection, now) if (d := decide(t, now, rng))]
+            # A retry already due when it is scheduled (decided late, or no delay) is created in the same run.
+            decisions += [d for s in decisions if (d := _dispatch_if_due(s, now))]
+            report = RetryReport(changed=bool(decisions))
+            audits, records = [], []
+            for decision in decisions:
+                child = await _apply(connection, decision, now, audits, records)
+                if child is not None:
+                    report.created.append(child)
+            if records:
+                await connection.execute(history.insert(), records)
+            await add_audit(connection, audits)
+            report.next_due = await next_due(connection)
+    except IntegrityError:
+        log.info("a retry child was created by another controller; re-reading")
+        return RetryReport(changed=True)
+    for decision in decisions:
+        _count(decision)
+    return report
+
+
+def _dispatch_if_due(decision: RetryDecision, now: float) -> RetryDecision | None:
+    if decision.verdict is not Verdict.SCHEDULED:
+        return None
+    scheduled = replace(decision.target, retry_state=RetryState.SCHEDULED, due_at=decision.due_at, end=None)
+    return decide(scheduled, now)
+
+
+async def _apply(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,
+                 records: list) -> int | None:
+    """Write one decision; returns the child created by a dispatch."""
+    target = decision.target
+    log.info("job=%s retry %s: %s", target.job_id, decision.verdict, decision.message())
+    if decision.verdict is Verdict.DISPATCH:
+        return await _dispatch(connection, decision, now, audits, records)
+    columns: dict = {"retry_state": decision.effect.retry_state}
+    if decision.cause is not None:
+        columns["retry_cause"] = decision.cause
+    if decision.verdict is Verdict.SCHEDULED:
+        columns["retry_due_at"] = decision.due_at
+    await set_retry_state(connection, target.job_id, target.retry_state, **columns)
+    if decision.recorded:
+        records.append(_record(now, decision, decision.effect.result, decision.message()))
+    return None
+
+
+async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,
+                    records: list) -> int | None:
+    """The child: the parent's spec and policy, one further down the chain, keyed to be created once."""
+    parent = (await connection.execute(
+        select(jobs.c.id, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
+               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause)
+        .where(jobs.c.id == decision.target.job_id)
+    )).one()
+    root_id = parent.retry_root_id or parent.id
+    root_key = parent.idempotency_key if parent.retry_root_id is None else (await connection.execute(
+        select(jobs.c.idempotency_key).where(jobs.c.id == root_id))).scalar()
+    count = parent.retry_count + 1
+    key = child_key(root_key, root_id, count)
+    taken = (await connection.execute(select(jobs.c.id).where(jobs.c.idempotency_key == key))).scalar()
+    if taken is not None:  # a job submitted by hand with this very key: never take it over
+        await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.NOT_RETRIED)
+        records.append(_record(now, decision, SchedulingResult.SKIPPED,
+                               f"its retry key {key!r} is taken by job {taken}; not retried"))
+        return None
+    note = (f"retry {count} of {parent.max_retries} of job {parent.id} ({parent.retry_cause}); "
+            f"attempt {count + 1} of {parent.max_retries + 1}")
+    child_id = await insert_job(
+        connection, JobSpec.model_validate(parent.spec), key, now, created_by=NAME, note=note,
+        parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
+        retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)
+    await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.RETRIED)
+    records.append(_record(now, decision, decision.effect.result, f"{decision.message()} as job {child_id}"))
+    audits.append(dict(at=now, actor="controller", action="job.retry_dispatched", job_id=child_id, detail=dict(
+        auto=True, parent_job_id=parent.id, cause=parent.retry_cause, attempt=count + 1,
+        attempts=parent.max_retries + 1, due_at=decision.target.due_at, idempotency_key=key)))
+    return child_id
+
+
+def _record(now: float, decision: RetryDecision, result: SchedulingResult, message: str) -> dict:
+    return dict(at=now, job_id=decision.target.job_id, task_id=None, attempt=None, handler=NAME, result=result,
+                from_state=decision.target.state, to_state=None, message=message)
+
+
+def _count(decision: RetryDecision) -> None:
+    cause = str(decision.cause)
+    if decision.verdict is Verdict.SCHEDULED:
+        RETRY_SCHEDULED.labels(cause).inc()
+    elif decision.verdict is Verdict.EXHAUSTED:
+        RETRY_EXHAUSTED.labels(cause).inc()
+    elif decision.verdict is Verdict.DONE and decision.target.retry_count > 0:
+        RETRY_SUCCEEDED.inc()

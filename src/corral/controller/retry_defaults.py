@@ -1,0 +1,58 @@
+"""The layers under a job's own retry policy: the project default, then the cluster default.
+
+The cluster default comes from the admin API (stored) over the controller's config file
+(its `retry_policy:` key); both may leave fields out. A job's effective policy is fixed
+when it is submitted, and its retries inherit it unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.retries import RetryState
+from corral.core.retry_policy import RetryPolicy, effective_policy
+from corral.core.spec import JobSpec
+from corral.store.retries import CLUSTER, stored_default
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config_default(path: Path | None) -> RetryPolicy | None:
+    """The `retry_policy:` mapping of the controller's YAML config file, validated; None if absent."""
+    if path is None:
+        return None
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"cannot read the config file {path}: {error}") from None
+    if not isinstance(data, dict) or data.get("retry_policy") is None:
+        return None
+    try:
+        return RetryPolicy.model_validate(data["retry_policy"])
+    except ValidationError as error:
+        raise ConfigError(f"{path}: retry_policy: {error}") from None
+
+
+async def cluster_layers(connection: AsyncConnection, config_default: RetryPolicy | None) -> list[RetryPolicy | None]:
+    return [await stored_default(connection, *CLUSTER), config_default]
+
+
+async def policy_layers(connection: AsyncConnection, project: str,
+                        config_default: RetryPolicy | None) -> list[RetryPolicy | None]:
+    """Project default, then the cluster's: what a job's own policy is merged over."""
+    return [await stored_default(connection, "project", project), *await cluster_layers(connection, config_default)]
+
+
+async def retry_columns(connection: AsyncConnection, spec: JobSpec, config_default: RetryPolicy | None) -> dict:
+    """The job columns of a new job's effective policy; none when it is not to be retried."""
+    policy = effective_policy([spec.retry_policy, *await policy_layers(connection, spec.project, config_default)])
+    if not policy.max_retries:
+        return {}
+    return {"max_retries": policy.max_retries, "retry_policy": policy.model_dump(mode="json"),
+            "retry_state": RetryState.ARMED}

@@ -1,0 +1,24 @@
+"""The retry fields of a job's view: its place in its chain, said for people and listed for programs."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.retries import RetryState, retry_state_text
+from corral.store.retries import chain_ids
+
+
+async def retry_fields(connection: AsyncConnection, rows: list) -> dict[int, dict]:
+    """JobView's retry fields for each job row (full `jobs` rows), with one query for all their chains."""
+    chains = await chain_ids(connection, [r.id for r in rows]) if rows else {}
+    fields = {}
+    for r in rows:
+        chain = chains.get(r.id, [r.id])
+        later = chain[chain.index(r.id) + 1:] if r.id in chain else []
+        state = RetryState(r.retry_state) if r.retry_state else None
+        fields[r.id] = dict(
+            parent_job_id=r.parent_job_id, retry_count=r.retry_count, max_retries=r.max_retries,
+            retry_policy=r.retry_policy, retry_cause=r.retry_cause, retry_due_at=r.retry_due_at, retry_chain=chain,
+            retry_state=retry_state_text(state, r.retry_count, r.max_retries, r.retry_due_at,
+                                         later[0] if later else None))
+    return fields

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 
-from corral.controller import files_api, jobs_api, workers_api
+from corral.controller import admin_api, files_api, jobs_api, placement_api, workers_api
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.metrics import exposition
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
+from corral.store.policy import apply_policy_file
 from corral.store.store import Store
 
 HOME = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>corral</title></head>
@@ -28,6 +30,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state.settings = settings
         state.tokens = load_tokens(settings)
         state.store = await Store.open(settings.database_url)
+        if settings.policy is not None:
+            async with state.store.write() as connection:
+                await apply_policy_file(connection, settings.policy, time.time())
         state.signals = WorkerSignals()
         state.engine = Engine(state.store, state.signals, settings.loss_timeout)
         state.logs = LogFiles(settings.data_dir / "logs" / "tasks")
@@ -49,6 +54,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
     app.include_router(files_api.router)
+    app.include_router(admin_api.router)
+    app.include_router(placement_api.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from corral.controller.admission import refusal
 from corral.controller.auth import require_admin
 from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.core.spec import JobSpec
@@ -32,6 +33,10 @@ async def submit(spec: JobSpec, request: Request,
         existing = await _job_by_key(request, idempotency_key)
         if existing is not None:
             return _replay(existing, spec, idempotency_key)
+    async with app.store.read() as connection:
+        refused = await refusal(connection, spec)
+    if refused:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, refused)
     try:
         async with app.store.write() as connection:
             job_id = await insert_job(connection, spec, idempotency_key, time.time())

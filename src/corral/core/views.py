@@ -80,6 +80,8 @@ class WorkerView(BaseModel):
     last_heartbeat: float
     registered_at: float
     running_tasks: int
+    pool: str = "default"
+    gpus: list[dict] = []  # per device: index, model, memory, uuid
 
 
 class ErrorBody(BaseModel):

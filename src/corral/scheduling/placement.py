@@ -221,16 +221,18 @@ class _Pass:
     # 5 -------------------------------------------------------------------------------------
 
     def _no_room(self, unit: Unit, group: Group, placeable: int) -> NoRoom:
-        rooms, need = self.book.rooms, unit.request.amounts()
-        for resource, amount in need.items():
-            if amount <= 0:
-                continue
-            most = max(group.members, key=lambda i: rooms[i].free(resource))
-            if amount > rooms[most].free(resource) + EPS:
-                free = rooms[most].free(resource)
-                return NoRoom(unit.pool, need, len(unit.task_ids), placeable, resource, free,
-                              rooms[most].name if free > EPS else "")
-        return NoRoom(unit.pool, need, len(unit.task_ids), placeable, None)
+        rooms, need, tasks = self.book.rooms, unit.request.amounts(), len(unit.task_ids)
+        wanted = [resource for resource, amount in need.items() if amount > 0]
+        most_free = {r: max(group.members, key=lambda i, r=r: rooms[i].free(r)) for r in wanted}
+        # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
+        binding = next((r for r in wanted if need[r] > rooms[most_free[r]].free(r) + EPS), None)
+        if binding is None and tasks > 1 and wanted:
+            binding = wanted[0]
+        if binding is None:
+            return NoRoom(unit.pool, need, tasks, placeable, None)
+        free = rooms[most_free[binding]].free(binding)
+        return NoRoom(unit.pool, need, tasks, placeable, binding, free,
+                      rooms[most_free[binding]].name if free > EPS else "")
 
     def _preempt(self, unit: Unit, group: Group) -> Reason | None:
         if unit.priority <= self.lowest_running.get(unit.pool, unit.priority):

@@ -139,7 +139,8 @@ class ScheduleJobs(Handler):
     @staticmethod
     def _unit(target: Target, job: JobPlacement, snapshot: Snapshot, since: float) -> Unit:
         pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
-        avoid = frozenset().union(*(snapshot.cluster.avoid.get(task_id, frozenset()) for task_id in pending))
+        failed_on = snapshot.cluster.avoid
+        avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
         base = snapshot.jobs[target.job_id].request
         return Unit(target.key, pending, Request(base.cpu, base.memory, base.gpu, job.custom), pool=job.pool,
                     constraints=job.constraints, spread=job.spread, priority=job.priority, project=job.project,

@@ -113,7 +113,7 @@ class _Pass:
             while (unit := queue.next()) is not None:
                 reason = self._offer(unit, pool_policy)
                 if reason is None:
-                    queue.charge(unit, unit.request.amounts(len(unit.task_ids)))
+                    queue.charge(unit)
                 else:
                     self.result.waiting[unit.key] = reason
         return self.result
@@ -136,8 +136,9 @@ class _Pass:
         assignments, placeable = self._fit(unit, group, pool_policy)
         if assignments is not None:
             self.result.assignments[unit.key] = assignments
-            for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
-                self.quota_use[unit.project][resource] += amount
+            if unit.project in self.policy.quotas:
+                for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
+                    self.quota_use[unit.project][resource] += amount
             return None
         # 5. It waits; those behind it go on.
         reason = self._no_room(unit, group, placeable)
@@ -204,8 +205,8 @@ class _Pass:
         taken: list[tuple[int, int, list[int]]] = []
         used: set[int] = set()
         for task_id in unit.task_ids:
-            exclude = used if unit.spread else set()
-            i = book.choose(group, request, pool_policy.strategy, exclude | avoid) if avoid else None
+            exclude = used if unit.spread else ()
+            i = book.choose(group, request, pool_policy.strategy, avoid.union(exclude)) if avoid else None
             if i is None:
                 i = book.choose(group, request, pool_policy.strategy, exclude)
             if i is None:

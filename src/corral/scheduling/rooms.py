@@ -54,12 +54,12 @@ class WorkerRoom:
     free_custom: dict[str, float] = field(default_factory=dict)
 
     def fits(self, request: Request) -> bool:
-        return (
-            request.cpu <= self.free_cpu + EPS
-            and request.memory <= self.free_memory
-            and request.gpu <= len(self.free_gpu_ids)
-            and all(amount <= self.free_custom.get(name, 0.0) + EPS for name, amount in request.custom)
-        )
+        if request.cpu > self.free_cpu + EPS or request.memory > self.free_memory:
+            return False
+        if request.gpu > len(self.free_gpu_ids):
+            return False
+        return not request.custom or all(amount <= self.free_custom.get(name, 0.0) + EPS
+                                         for name, amount in request.custom)
 
     def could_ever_fit(self, request: Request) -> bool:
         return (

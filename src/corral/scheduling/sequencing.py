@@ -38,9 +38,10 @@ class Queue:
             return self._fair.next()
         return self._plain.popleft() if self._plain else None
 
-    def charge(self, unit, amounts: Mapping[str, float]) -> None:
+    def charge(self, unit) -> None:
+        """The unit was placed: under fair share, its project's share grows by what it took."""
         if self.sequencer is Sequencer.FAIR_SHARE:
-            self._fair.charge(unit.project, amounts)
+            self._fair.charge(unit.project, unit.request.amounts(len(unit.task_ids)))
 
 
 def dominant_share(usage: Mapping[str, float], capacity: Mapping[str, float]) -> float:

@@ -17,7 +17,7 @@ from corral.client.errors import CorralError, format_detail
 from corral.client.logs import follow_logs, read_logs
 from corral.core.spec import JobSpec
 from corral.core.states import JOB_TERMINAL, JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, TaskView, WorkerView
+from corral.core.views import HistoryEntry, JobPage, JobView, PlacementAnalysis, TaskView, WorkerView
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -105,6 +105,10 @@ class Client:
 
     def history(self, job_id: int) -> list[HistoryEntry]:
         return _history.validate_python(self._json("GET", f"{API}/jobs/{job_id}/history"))
+
+    def placement(self, job_id: int) -> PlacementAnalysis:
+        """The placement analysis: each worker, and why it can or cannot take a task of the job now."""
+        return PlacementAnalysis.model_validate(self._json("GET", f"{API}/jobs/{job_id}/placement"))
 
     def cancel(self, job_id: int) -> JobView:
         return JobView.model_validate(self._json("POST", f"{API}/jobs/{job_id}/cancel"))

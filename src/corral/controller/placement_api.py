@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
-from pydantic import BaseModel
 from sqlalchemy import select
 
 from corral.controller.auth import require_admin
+from corral.core.views import PlacementAnalysis, WorkerFit
 from corral.scheduling.analysis import judge_workers, quota_use
 from corral.scheduling.rooms import Request as TaskRequest
 from corral.scheduling.snapshot import JobPlacement, gate
@@ -16,25 +16,6 @@ from corral.store.scheduling_reads import read_cluster
 from corral.store.schema import jobs, tasks
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(require_admin)])
-
-
-class WorkerFit(BaseModel):
-    worker_id: str
-    name: str
-    fits: bool
-    why: str
-
-
-class PlacementAnalysis(BaseModel):
-    job_id: int
-    state: str
-    pool: str
-    project: str
-    priority: int
-    pending_reason: str | None
-    gate: str | None  # a dependency or begin time it waits for
-    quota: dict[str, tuple[float, float]]  # resource -> (used, limit) for its project
-    workers: list[WorkerFit]
 
 
 @router.get("/{job_id}/placement", response_model=PlacementAnalysis)

@@ -86,3 +86,24 @@ class WorkerView(BaseModel):
 
 class ErrorBody(BaseModel):
     detail: str | list
+
+
+class WorkerFit(BaseModel):
+    worker_id: str
+    name: str
+    fits: bool
+    why: str
+
+
+class PlacementAnalysis(BaseModel):
+    """Why a job is where it is, worker by worker, on the cluster as it is now."""
+
+    job_id: int
+    state: str
+    pool: str
+    project: str
+    priority: int
+    pending_reason: str | None
+    gate: str | None  # a dependency or begin time it waits for
+    quota: dict[str, tuple[float, float]]  # resource -> (used, limit) for its project
+    workers: list[WorkerFit]

@@ -39,8 +39,10 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str =
 
 
 class Cluster:
-    def __init__(self, root: Path, *, loss_timeout: float = 3.0, heartbeat_interval: float = 0.5) -> None:
+    def __init__(self, root: Path, *, loss_timeout: float = 3.0, heartbeat_interval: float = 0.5,
+                 db_url: str | None = None) -> None:
         self.root = root
+        self.db_url = db_url
         self.data_dir = root / "data"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -61,7 +63,8 @@ class Cluster:
     def start_controller(self, *extra: str) -> None:
         self.controller = self._spawn(
             "controller", "controller", "--data-dir", str(self.data_dir), "--port", str(self.port),
-            "--loss-timeout", str(self.loss_timeout), "--heartbeat-interval", str(self.heartbeat_interval), *extra)
+            "--loss-timeout", str(self.loss_timeout), "--heartbeat-interval", str(self.heartbeat_interval),
+            *(["--db", self.db_url] if self.db_url else []), *extra)
         wait_for(self._healthy, 30, "the controller to answer /healthz")
         tokens = json.loads((self.data_dir / "cluster.json").read_text())
         self.admin_token, self.join_token = tokens["admin_token"], tokens["join_token"]

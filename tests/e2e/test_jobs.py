@@ -169,3 +169,16 @@ def test_metrics_parse_and_count_the_handlers_that_ran(cluster):
     assert outcomes[("ScheduleJobs", "SUCCESS")] >= 1 and outcomes[("StartJobs", "SUCCESS")] >= 1
     assert any(s.value > 0 for s in families["corral_heartbeat_ingest_seconds"].samples
                if s.name.endswith("_count"))
+
+
+def test_jobs_run_and_survive_a_controller_restart_on_the_postgresql_store(postgres_cluster):
+    cluster = postgres_cluster
+    gang = cluster.submit(command=["sh", "-c", "echo $RANK"], replicas=2, gang=True)
+    failing = cluster.submit(command=["sh", "-c", "exit 3"], max_retries_failure=1)
+    assert cluster.wait_end(gang)["state"] == "SUCCEEDED"
+    assert cluster.wait_end(failing)["state"] == "FAILED"
+    assert [cluster.logs(gang, task=i) for i in range(2)] == ["0\n", "1\n"]
+    cluster.kill(cluster.controller)
+    cluster.start_controller()
+    assert cluster.job(failing)["task_counts"] == {"FAILED": 1}
+    assert cluster.wait_end(cluster.submit(command=["true"]))["state"] == "SUCCEEDED"

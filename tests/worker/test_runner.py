@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+import corral.worker.runner as runner_module
 from corral.core.protocol import StartOrder, StopOrder
 from tests.worker.support import Harness, build_order, gone, wait_until
 
@@ -248,3 +249,17 @@ async def test_a_task_does_not_outlive_a_worker_killed_outright(tmp_path):
     finally:
         if not gone(task):
             os.kill(task, signal.SIGKILL)
+
+
+def test_launch_uses_setpriv_where_it_exists_and_a_preexec_fn_otherwise(tmp_path, monkeypatch):
+    argv, preexec = runner_module._launch(["sh", "-c", "true"], tmp_path, {"PATH": os.defpath})
+    assert (argv[-3:], preexec) == (["sh", "-c", "true"], None) and argv[0].endswith("setpriv")
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\n")
+    with pytest.raises(PermissionError):
+        runner_module._launch(["./script"], tmp_path, {})
+    with pytest.raises(FileNotFoundError):
+        runner_module._launch(["./absent"], tmp_path, {})
+    monkeypatch.setattr(runner_module, "_SETPRIV", None)
+    argv, preexec = runner_module._launch(["true"], tmp_path, {})
+    assert argv == ["true"] and callable(preexec)

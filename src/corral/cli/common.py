@@ -71,7 +71,9 @@ def print_json(value: Any) -> None:
 
 def console() -> Console:
     """A console on the current stdout, so CliRunner captures tables too."""
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    # Piped output keeps whole values (for grep and awk) instead of cutting them to 80 columns.
+    width = None if sys.stdout.isatty() else 1000
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")

@@ -3,7 +3,9 @@
 Orders repeat on every heartbeat until the reports show them done, so the runner acts on
 each (task, attempt, action) once and ignores the repeats. Each attempt's process is the
 leader of its own process group, which is how a stop reaches its grandchildren too, and
-dies with the worker (PR_SET_PDEATHSIG) so a crashed worker leaves no task behind it.
+dies with the worker (PR_SET_PDEATHSIG) so a crashed worker leaves no task behind it: set
+by util-linux's `setpriv` where it exists, so the fork stays a cheap vfork with no Python
+code in the child, else by a preexec_fn.
 Every attempt ends with exactly one terminal report, made only after its process group is
 gone and its logs are flushed, so the controller never frees resources still in use and
 never shows a finished task with half its output.
@@ -14,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -40,6 +44,7 @@ POLL = 0.05  # how often a terminating process group is checked for survivors
 REAP_TIMEOUT = 5.0  # how long SIGKILLed processes may take to vanish (a process in D state) before we move on
 PR_SET_PDEATHSIG = 1
 _PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # looked up before fork, not in the child
+_SETPRIV = shutil.which("setpriv")
 
 
 def _die_with(parent: int) -> Callable[[], None]:
@@ -52,6 +57,30 @@ def _die_with(parent: int) -> Callable[[], None]:
             os._exit(1)
 
     return preexec
+
+
+def _launch(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[list[str], Callable[[], None] | None]:
+    """The argv and preexec_fn that start `command` as a process that dies with the worker.
+
+    With `setpriv` the program is looked up here first, so a missing one fails before
+    anything starts, as it would with a direct exec.
+    """
+    if _SETPRIV is None:
+        return command, _die_with(os.getpid())
+    _check_executable(command[0], cwd, env.get("PATH", os.defpath))
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *command], None
+
+
+def _check_executable(program: str, cwd: Path, path: str) -> None:
+    """Raise what exec would raise for a program that is missing or not executable."""
+    if os.sep in program:
+        candidate = cwd / program
+        if not candidate.exists():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        if not os.access(candidate, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    elif shutil.which(program, path=path) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -231,10 +260,11 @@ class Runner:
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
             try:
+                argv, preexec = _launch(command, att.cwd, env)
                 with (att.directory / "stdout").open("wb") as out, (att.directory / "stderr").open("wb") as err:
                     att.process = await asyncio.create_subprocess_exec(
-                        *command, cwd=att.cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
-                        start_new_session=True, preexec_fn=_die_with(os.getpid()))
+                        *argv, cwd=att.cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
+                        start_new_session=True, preexec_fn=preexec)
             except Exception as error:
                 code = 127 if isinstance(error, FileNotFoundError) else 126 if isinstance(error, PermissionError) \
                     else None

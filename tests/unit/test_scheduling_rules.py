@@ -326,3 +326,13 @@ def test_no_policy_overcommits_shares_a_device_or_splits_a_gang(world):
     for project, limits in policy.quotas.items():
         for resource, limit in limits.items():
             assert per_project[project][resource] <= limit + 1e-9
+
+
+def test_only_the_first_overdue_unit_of_a_kind_reserves():
+    rooms = [room(f"w{i}", cpu=4, free_cpu=1) for i in range(4)]
+    policy = pools(default=PoolPolicy(reservation_time=60))
+    units = [task(j, cpu=4, since=0) for j in (1, 2, 3)] + [task(4, cpu=1)]
+    result = place(units, rooms, policy=policy, now=100)
+    assert isinstance(result.waiting[(1, 100)], Reserved) and result.waiting[(1, 100)].workers == ("w0",)
+    assert result.waiting[(2, 200)] == result.waiting[(3, 300)] == BehindReservation(1)
+    assert workers_of(result, (4, 400)) == ["w1"]  # the rest of the cluster is not held

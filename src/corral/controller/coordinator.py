@@ -8,10 +8,11 @@ writes go through one ChangeSet, and job states are settled from their tasks bef
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from corral.controller.metrics import TRANSITIONS
+from corral.controller.metrics import SCHEDULING_SECONDS, TRANSITIONS
 from corral.controller.settle import settle_jobs
 from corral.core.handlers import Handler, JobFacts, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
@@ -53,9 +54,12 @@ async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
             return RunReport()
         targets, job_info, task_rows = _targets(rows, handler)
         snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
+        started = time.perf_counter()
         if handler.needs_rooms:
             snapshot.cluster = await read_cluster(connection)
         decision = handler.execute(targets, snapshot)
+        if handler.needs_rooms:
+            SCHEDULING_SECONDS.observe(time.perf_counter() - started)
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=handler.max_tries)
         changes = ChangeSet(now)
         assignments = {a.task_id: a for a in decision.assignments}

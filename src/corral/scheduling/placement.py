@@ -14,7 +14,8 @@ No I/O happens here. The pass reads top to bottom as a person would explain it. 
      b. in a pool that preempts, a unit that outranks running tasks waits for tasks already
         being evicted, or evicts the cheapest set that makes it fit; that room is held;
      c. a unit that has waited past its pool's reservation time has the workers closest to
-        holding it held for it, so only units that fit elsewhere start (backfill).
+        holding it held for it, so only units that fit elsewhere start (backfill); the
+        first of a kind reserves, its equals wait behind it.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class _Pass:
         self.no_plan: set[tuple] = set()
         self.claimed: set[int] = set()  # stopping tasks a unit already counts on
         self.evicted_jobs: set[int] = set()
+        self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
 
     def run(self, units: Sequence[Unit]) -> Placement:
         by_pool: dict[str, list[Unit]] = defaultdict(list)
@@ -156,8 +158,12 @@ class _Pass:
             made = self._preempt(unit, group)
             if made is not None:
                 return made
-        # 5c. Waited too long: hold room for it.
+        # 5c. Waited too long: hold room for it, unless one of its kind already has room held.
         if pool_policy.reservation_time is not None and self.now - unit.since >= pool_policy.reservation_time:
+            kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread)
+            if kind in self.reserved_for:
+                return BehindReservation(self.reserved_for[kind])
+            self.reserved_for[kind] = unit.job_id
             return self._reserve(unit, group, reason)
         return reason
 

@@ -193,3 +193,31 @@ def freed_rooms(rooms, victims):
     for t in victims:
         copies[t.worker_id].give(t.request, t.gpu_ids)
     return copies.values()
+
+
+@st.composite
+def busy_clusters(draw):
+    rooms, running, _, _, _ = draw(clusters())
+    units = []
+    for j in range(draw(st.integers(1, 5))):
+        n = draw(st.integers(1, 2))
+        key = (100 + j, None) if n > 1 else (100 + j, 1000 + j)
+        units.append(Unit(key, tuple(range(1000 + 10 * j, 1000 + 10 * j + n)), Request(0, 0, draw(st.integers(1, 4))),
+                          priority=draw(st.integers(-3, 4))))
+    return rooms, running, units
+
+
+@settings(max_examples=300, deadline=None)
+@given(busy_clusters())
+def test_a_pass_preempts_only_lower_priority_each_victim_once_and_never_for_a_placed_job(cluster):
+    rooms, running, units = cluster
+    result = place(units, rooms, running=running)
+    seen: set[int] = set()
+    by_key = {u.key: u for u in units}
+    for key, victims in result.victims.items():
+        assert key in result.waiting and key not in result.assignments
+        assert isinstance(result.waiting[key], Preempting)
+        assert all(t.priority < by_key[key].priority for t in victims)
+        ids = {t.task_id for t in victims}
+        assert not ids & seen, "a task evicted twice"
+        seen |= ids

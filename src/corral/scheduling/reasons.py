@@ -158,10 +158,12 @@ class Preempting(Reason):
 
 @dataclass(frozen=True)
 class AwaitingPreempted(Reason):
+    """Tasks already being preempted (or stopped) free enough room: no one else is evicted."""
+
     tasks: int
 
     def sentence(self) -> str:
-        return f"waiting for {self.tasks} preempted task{'s' if self.tasks != 1 else ''} to stop"
+        return f"waiting for {self.tasks} stopping task{'s' if self.tasks != 1 else ''} to free their room"
 
 
 @dataclass(frozen=True)

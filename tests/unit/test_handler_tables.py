@@ -367,3 +367,17 @@ def test_declared_task_moves_are_legal():
     for (name, kind), to in declared.items():
         for start in TASKS_MOVED_FROM[(name, kind)]:
             assert (start, to) in TASK_TRANSITIONS, (name, kind, start, to)
+
+
+def test_schedule_evicts_for_a_waiting_job_but_not_for_one_that_gives_up():
+    from corral.scheduling.preemption import RunningTask
+
+    running = [RunningTask(900, 90, "w1", Request(2, 0, 0), (), 0), RunningTask(901, 91, "w2", Request(2, 0, 0), (), 0)]
+    rooms = [WorkerRoom("w1", "w1", 2, GiB, 0, 0, GiB, []), WorkerRoom("w2", "w2", 2, GiB, 0, 0, GiB, [])]
+    cluster = ClusterSnapshot(rooms=rooms, running=running,
+                              jobs={6: JobPlacement(priority=100), 7: JobPlacement(priority=100)})
+    facts = {6: JobFacts(Request(2, 0, 0), 0, None), 7: JobFacts(Request(2, 0, 0), 0, 30.0)}
+    decision = ScheduleJobs().execute([one_task(6, 60), one_task(7, 70)], Snapshot(NOW + 31, facts, cluster))
+    assert decision.result.skipped == [(6, 60)] and decision.result.failures == [(7, 70)]
+    assert [t.task_id for t in decision.victims] == [900]
+    assert decision.result.notes[(6, 60)] == "preempting 1 lower-priority task (job 90) to make room"

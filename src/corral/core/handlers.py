@@ -124,7 +124,6 @@ class ScheduleJobs(Handler):
         waits.update(placement.waiting)
         decision.result.successes = list(placement.assignments)
         decision.assignments = [a for placed in placement.assignments.values() for a in placed]
-        decision.victims = [task for victims in placement.victims.values() for task in victims]
         decision.waiting = waits
         for key, reason in waits.items():
             timeout = snapshot.jobs[key[0]].scheduling_timeout
@@ -134,6 +133,9 @@ class ScheduleJobs(Handler):
             else:
                 decision.result.skipped.append(key)
                 decision.result.notes[key] = reason.sentence()
+        # No one is evicted for a job that gives up now.
+        decision.victims = [task for key, victims in placement.victims.items() if key in decision.result.skipped
+                            for task in victims]
         return decision
 
     @staticmethod

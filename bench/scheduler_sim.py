@@ -5,7 +5,9 @@ directory). Each workload is data: W workers of 8 GPUs and 64 cores, P pending t
 one GPU each in jobs of 10 independent tasks with mixed priorities, a tenth of them
 constrained to a label. One ScheduleJobs run is timed in two parts: the decision (reading
 the targets and the cluster, then placing in memory) and the whole pass, which also writes
-every placement, its attempt and its history in one transaction.
+every placement, its attempt and its history in one transaction. The decision is the
+fastest of three runs; its CPU seconds are printed beside the wall time, since the wall
+time of a machine shared with other work also counts the neighbours.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ TASKS_PER_JOB = 10
 GPUS_PER_WORKER = 8
 TARGET = (10_000, 1_000, 1.0)  # a pass over 10k pending tasks on 1k workers, decided within 1 s
 NOW = 1_000_000.0
+REPEATS = 3
 
 
 async def populate(store: Store, n_workers: int, n_pending: int) -> None:
@@ -86,7 +89,9 @@ async def one(n_workers: int, n_pending: int, tmp: Path) -> dict:
     store = await Store.open(sqlite_url(tmp / f"sim-{n_workers}-{n_pending}.db"))
     try:
         await populate(store, n_workers, n_pending)
-        read, place, cpu, placed = await decide(store)
+        # The decision writes nothing, so it is repeated and the fastest run kept: on a shared machine the
+        # slower runs measure the neighbours (as timeit does).
+        read, place, cpu, placed = min([await decide(store) for _ in range(REPEATS)], key=lambda r: r[0] + r[1])
         started = time.perf_counter()
         report = await run_handler(store, ScheduleJobs(), NOW)
         whole = time.perf_counter() - started

@@ -125,6 +125,7 @@ class ScheduleJobs(Handler):
         decision.result.successes = list(placement.assignments)
         decision.assignments = [a for placed in placement.assignments.values() for a in placed]
         decision.waiting = waits
+        sentences: dict[int, str] = {}  # units blocked alike share one reason: format it once
         for key, reason in waits.items():
             timeout = snapshot.jobs[key[0]].scheduling_timeout
             if key in since and timeout is not None and now - since[key] > timeout:
@@ -132,7 +133,9 @@ class ScheduleJobs(Handler):
                 decision.result.notes[key] = TimedOut(timeout, reason).sentence()
             else:
                 decision.result.skipped.append(key)
-                decision.result.notes[key] = reason.sentence()
+                if id(reason) not in sentences:
+                    sentences[id(reason)] = reason.sentence()
+                decision.result.notes[key] = sentences[id(reason)]
         # No one is evicted for a job that gives up now.
         decision.victims = [task for key, victims in placement.victims.items() if key in decision.result.skipped
                             for task in victims]

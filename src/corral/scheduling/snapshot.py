@@ -64,6 +64,8 @@ class ClusterSnapshot:
 
 def gate(job: JobPlacement, dependencies: Mapping[int, JobEnd], now: float) -> Reason | None:
     """None when the job may be placed now; else why it waits (or, DependencyFailed, why it never will)."""
+    if not (job.after or job.after_any or job.begin):
+        return None
     for job_id in job.after:
         end = dependencies.get(job_id)
         if end is not None and end.state in ENDED and end.state != "SUCCEEDED":
@@ -83,6 +85,8 @@ def gate(job: JobPlacement, dependencies: Mapping[int, JobEnd], now: float) -> R
 
 def eligible_since(job: JobPlacement, dependencies: Mapping[int, JobEnd], queued_since: float) -> float:
     """When the job could first have been placed: its scheduling timeout counts from then."""
+    if not (job.after or job.after_any or job.begin):
+        return queued_since
     moments = [queued_since, job.begin or 0.0]
     moments += [dependencies[j].finished_at or 0.0 for j in (*job.after, *job.after_any) if j in dependencies]
     return max(moments)

@@ -97,6 +97,7 @@ def test_admin_api_sets_pools_and_quotas_and_refuses_bad_input(bare_cluster):
                        ("/api/v1/admin/pools/bad%20name", {})):
         assert http.put(path, json=body).status_code == 422, path
     assert http.delete("/api/v1/admin/projects/nobody/quota").status_code == 404
+    assert http.get("/api/v1/jobs/999/placement").status_code == 404
     missing_dependency = http.post("/api/v1/jobs", json={"command": ["true"], "after": [999]})
     assert missing_dependency.status_code == 400 and "no job 999" in missing_dependency.json()["detail"]
     assert bare_cluster.get("/api/v1/jobs")["items"] == []

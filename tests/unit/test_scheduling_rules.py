@@ -336,3 +336,12 @@ def test_only_the_first_overdue_unit_of_a_kind_reserves():
     assert isinstance(result.waiting[(1, 100)], Reserved) and result.waiting[(1, 100)].workers == ("w0",)
     assert result.waiting[(2, 200)] == result.waiting[(3, 300)] == BehindReservation(1)
     assert workers_of(result, (4, 400)) == ["w1"]  # the rest of the cluster is not held
+
+
+def test_round_robin_goes_on_after_the_worker_that_got_the_last_task():
+    rooms = [room("w1"), room("w2"), room("w3")]
+    policy = pools(default=PoolPolicy(strategy=Strategy.ROUND_ROBIN))
+    running = [RunningTask(900, 90, "w1", Request(1, 0, 0), (), 0, since=10.0),
+               RunningTask(901, 91, "w2", Request(1, 0, 0), (), 0, since=20.0)]
+    result = place([task(1), task(2)], rooms, policy=policy, running=running)
+    assert [workers_of(result, (j, j * 100))[0] for j in (1, 2)] == ["w3", "w1"]

@@ -97,6 +97,7 @@ class _Pass:
             for resource, amount in task.request.amounts().items():
                 self.quota_use[task.project][resource] += amount
         self.lowest_running = self._lowest_priority_per_pool()
+        self.last_placed = self._last_placed_per_pool()  # round-robin goes on from there, pass after pass
         self.blocked: dict[tuple, Reason] = {}  # one failed request of a kind settles its equals in this pass
         self.ever_fits: dict[tuple, bool] = {}
         self.no_plan: set[tuple] = set()
@@ -126,7 +127,7 @@ class _Pass:
         if over is not None:
             return over
         # 3. Nobody present could hold it.
-        group = self.book.group(unit.pool, unit.constraints)
+        group = self.book.group(unit.pool, unit.constraints, self.last_placed.get(unit.pool))
         absent = self._absent(unit, group)
         if absent is not None:
             return absent
@@ -301,6 +302,15 @@ class _Pass:
             if pool is not None:
                 lowest[pool] = min(lowest.get(pool, task.priority), task.priority)
         return lowest
+
+    def _last_placed_per_pool(self) -> dict[str, str]:
+        pools = {room.id: room.pool for room in self.book.rooms}
+        latest: dict[str, RunningTask] = {}
+        for task in self.running:
+            pool = pools.get(task.worker_id)
+            if pool is not None and (pool not in latest or task.since > latest[pool].since):
+                latest[pool] = task
+        return {pool: task.worker_id for pool, task in latest.items()}
 
     def _pool_use(self, pool: str) -> dict[str, dict[str, float]]:
         pools = {room.id: room.pool for room in self.book.rooms}

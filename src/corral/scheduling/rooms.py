@@ -118,13 +118,17 @@ class RoomBook:
         self._groups: dict[tuple[str, tuple[Constraint, ...]], Group] = {}
         self._member_of: list[list[Group]] = [[] for _ in self.rooms]
 
-    def group(self, pool: str, constraints: tuple[Constraint, ...]) -> Group:
+    def group(self, pool: str, constraints: tuple[Constraint, ...], start_after: str | None = None) -> Group:
+        """The workers of a pool that match the constraints; round-robin turns start after `start_after`."""
         key = (pool, constraints)
         if key not in self._groups:
             members = [i for i, room in enumerate(self.rooms)
                        if room.pool == pool and all_match(constraints, room.labels)]
             group = self._groups[key] = Group(members, self.rooms)
             group.index = [entry for entry in group.index if entry[3] not in self.held]
+            last = self.position.get(start_after) if start_after else None
+            if last in group.member_set:
+                group.cursor = (members.index(last) + 1) % len(members)
             for i in members:
                 self._member_of[i].append(group)
         return self._groups[key]

@@ -139,3 +139,16 @@ async def test_the_config_file_wins_for_what_it_names_and_keeps_the_rest(store):
     assert policy.pool("a100").strategy == "dispersed" and policy.pool("a100").reservation_time == 600
     assert policy.pool("other") == PoolPolicy()
     assert policy.quotas == {"kept": {"cpu": 4}, "vision": {"gpu": 4}}
+
+
+async def test_custom_slots_held_by_placed_tasks_are_not_offered_again(store):
+    worker = await add_worker(store, "tpu-box", cpu=8, custom={"tpu": 4})
+    first = await submit(store, resources={"custom": {"tpu": 3}})
+    second = await submit(store, resources={"custom": {"tpu": 2}})
+    await settle(store)
+    assert [t.worker_id for t in await job_tasks(store, first)] == [worker]
+    assert (await job(store, second)).pending_reason == (
+        "needs 2 tpu on one worker; most free on one worker: 1 tpu (tpu-box)")
+    (task,) = await job_tasks(store, first)
+    await run_task(store, worker, task)
+    assert [t.state for t in await job_tasks(store, second)] == ["ASSIGNED"]

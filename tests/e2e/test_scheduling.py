@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
 import pytest
 
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster, free_port, wait_for
 
 
 def test_a_job_asking_for_1000_gpus_ends_unschedulable_with_its_reason(cluster):
@@ -103,3 +110,31 @@ def test_admin_api_sets_pools_and_quotas_and_refuses_bad_input(bare_cluster):
     assert bare_cluster.get("/api/v1/jobs")["items"] == []
     assert http.put("/api/v1/admin/pools/a100", json={"strategy": "dispersed"},
                     headers={"Authorization": f"Bearer {bare_cluster.join_token}"}).status_code == 401
+
+
+def test_corral_up_passes_gpus_and_labels_to_its_workers(tmp_path):
+    port = free_port()
+    data_dir = tmp_path / "up"
+    log = (tmp_path / "up.log").open("wb")
+    up = subprocess.Popen([sys.executable, "-m", "corral", "up", "--workers", "1", "--port", str(port),
+                           "--data-dir", str(data_dir), "--worker-cpus", "2", "--worker-gpus", "2",
+                           "--worker-label", "gpu=h100", "--worker-label", "zone=a"],
+                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def workers() -> list:
+        if up.poll() is not None:
+            raise AssertionError(f"corral up exited: {(tmp_path / 'up.log').read_text()}")
+        try:
+            token = json.loads((data_dir / "cluster.json").read_text())["admin_token"]
+            return httpx.get(f"http://127.0.0.1:{port}/api/v1/workers", headers={"Authorization": f"Bearer {token}"},
+                             timeout=5).json()
+        except (OSError, ValueError, KeyError, httpx.HTTPError):
+            return []
+
+    try:
+        (worker,) = wait_for(workers, 60, "corral up's worker to register")
+        assert worker["labels"] == {"gpu": "h100", "zone": "a"}
+        assert worker["capacity"]["gpu"] == 2 and len(worker["gpus"]) == 2
+    finally:
+        os.killpg(up.pid, signal.SIGINT)
+        up.wait(timeout=60)

@@ -23,6 +23,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/scheduler_sim.py
+	$(BIN)/python bench/gang_drain.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

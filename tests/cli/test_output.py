@@ -58,6 +58,21 @@ def test_info_shows_spec_tasks_attempts_and_history(cli, fake):
     assert set(body) == {"job", "tasks", "history"} and body["tasks"][0]["attempts"][0]["exit_code"] == 3
 
 
+def test_info_shows_the_epoch_the_drain_trigger_checkpoints_and_refunds(cli, fake):
+    now = time.time()
+    fake.jobs = [job_view(9, state="RUNNING", preemption_epoch=2, drain_trigger=1)]
+    refunded = AttemptView(attempt=0, worker_id="w-1", state="PREEMPTED", exit_code=0, reason="preempted (epoch 2)",
+                           assigned_at=now - 9, started_at=now - 8, finished_at=now - 2, refunded=True)
+    fake.task_views = [TaskView(id=1, index=0, state="RUNNING", attempt=1, worker_id="w-1", gpu_ids=[], failures=0,
+                                preemptions=0, exit_code=None, reason=None, state_since=now, attempts=[refunded],
+                                checkpoint_epoch=2, checkpoint_size=2048)]
+    fake.history_entries = []
+    result = cli("info", "9")
+    assert result.exit_code == 0, result.output
+    for text in ("epoch 2; last gang drain started by task 1", "PREEMPTED refunded", "2.0K"):
+        assert text in result.output
+
+
 def test_cancel_prints_the_new_state(cli):
     assert cli("cancel", "4").output == "TERMINATING\n"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from corral.controller.coordinator import run_handler
+from corral.controller.preemption import acknowledge as acknowledge_preemption
 from corral.controller.reports import ingest_heartbeat, reap_lost_workers, register_worker
 from corral.core.handlers import JOB_HANDLERS
 from corral.core.protocol import Capacity, RegisterRequest, TaskReport
@@ -83,3 +84,13 @@ async def run_task(store, worker_id, task, *, exit_code=0):
     await report(store, worker_id, (task.id, task.attempt, "RUNNING"),
                  (task.id, task.attempt, "SUCCEEDED" if exit_code == 0 else "FAILED", exit_code))
     await settle(store)
+
+
+async def acknowledge(store, worker_id, task, *, epoch=None, attempt=None, exit_code=None, now=NOW):
+    """The worker confirms a preempted attempt is gone, with the epoch it was told (default: the task's)."""
+    async with store.read() as connection:
+        current = (await connection.execute(select(tasks).where(tasks.c.id == task.id))).one()
+    async with store.write() as connection:
+        return await acknowledge_preemption(
+            connection, worker_id, task.id, attempt=current.attempt if attempt is None else attempt,
+            epoch=current.preempt_epoch if epoch is None else epoch, exit_code=exit_code, reason=None, now=now)

@@ -12,6 +12,7 @@ from corral.store.database import migrate
 from corral.store.schema import tasks
 from tests.store.helpers import (
     NOW,
+    acknowledge,
     add_worker,
     job,
     job_history,
@@ -169,9 +170,9 @@ async def test_unschedulable_after_the_scheduling_timeout(store):
     assert [t.state for t in await job_tasks(store, job_id)] == ["UNSCHEDULABLE"]
 
 
-async def test_a_failed_gang_member_stops_its_siblings_and_the_gang_fails(store):
+async def test_a_failed_gang_member_with_no_retry_left_drains_its_siblings_and_the_gang_fails(store):
     worker = await add_worker(store)
-    job_id = await submit(store, replicas=2, gang=True, max_retries_failure=5)
+    job_id = await submit(store, replicas=2, gang=True)
     await settle(store)
     first, second = await job_tasks(store, job_id)
     for task in (first, second):
@@ -182,10 +183,11 @@ async def test_a_failed_gang_member_stops_its_siblings_and_the_gang_fails(store)
     assert (await job(store, job_id)).state == "RUNNING"
     await report(store, worker, (first.id, 0, "FAILED", 1))
     await settle(store)
-    assert [t.state for t in await job_tasks(store, job_id)] == ["FAILED", "TERMINATING"]
-    assert ((await job(store, job_id)).state, (await job(store, job_id)).outcome) == ("TERMINATING", "FAILED")
-    await report(store, worker, (second.id, 0, "KILLED"))
+    assert [t.state for t in await job_tasks(store, job_id)] == ["FAILED", "PREEMPTING"]
+    assert (await job(store, job_id)).state == "DRAINING"
+    await acknowledge(store, worker, second)
     await settle(store)
+    assert [t.state for t in await job_tasks(store, job_id)] == ["FAILED", "PREEMPTED"]
     assert (await job(store, job_id)).state == "FAILED"
 
 

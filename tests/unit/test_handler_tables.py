@@ -52,6 +52,10 @@ EXPECTED_TABLE = {
     "DetectTermination": ({J.SCHEDULED, J.PREPARING, J.PREPARED, J.STARTING, J.RUNNING}, set(),
                           ts(J.TERMINATING), None, None, None),
     "PromoteToTerminated": ({J.TERMINATING}, set(), ts(DERIVED), None, None, None),
+    # DESIGN.md "Gang drain": a task stuck PREEMPTING past the drain timeout is forced to PREEMPTED (for
+    # gangs and for independent tasks); a drained gang goes back to PENDING as a unit, or ends FAILED.
+    "ForceDrain": ({J.DRAINING}, {T.PREEMPTING}, None, None, ts(task=T.PREEMPTED), None),
+    "CompleteDrain": ({J.DRAINING}, set(), ts(J.PENDING, T.PENDING), None, None, ts(J.FAILED, T.KILLED)),
 }
 
 NON_TERMINAL = {T.PENDING, T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING, T.PREEMPTING, T.TERMINATING}
@@ -64,7 +68,7 @@ EXPECTED_CHECKS = {
 }
 
 EXPECTED_ORDER = ["ScheduleJobs", "PrepareJobs", "PromoteToPrepared", "StartJobs", "PromoteToRunning",
-                  "DetectTermination", "TerminateJobs", "PromoteToTerminated"]
+                  "DetectTermination", "TerminateJobs", "PromoteToTerminated", "ForceDrain", "CompleteDrain"]
 
 BY_NAME = {h.name: h for h in JOB_HANDLERS}
 
@@ -110,13 +114,18 @@ def test_who_acts_on_independent_jobs():
 def test_no_generic_timeouts():
     # ScheduleJobs judges its scheduling timeout itself: the clock starts once the job may start.
     facts = JobFacts(Request(1, 0, 0), 0, scheduling_timeout=300.0)
+    # The drain timeout: the job's grace period plus 30 s (DESIGN.md, Workron's 15 + 30).
+    assert BY_NAME["ForceDrain"].timeout(facts) == 45.0
+    assert BY_NAME["ForceDrain"].timeout(JobFacts(Request(1, 0, 0), 0, None, grace_period=2.0)) == 32.0
     for name in EXPECTED_ORDER:
-        assert BY_NAME[name].timeout(facts) is None, name
+        if name != "ForceDrain":
+            assert BY_NAME[name].timeout(facts) is None, name
 
 
-def test_only_schedule_jobs_has_a_retry_limit():
-    # Its failures are give-ups (a scheduling timeout): one is final.
-    assert {h.name: h.max_tries for h in JOB_HANDLERS if h.max_tries is not None} == {"ScheduleJobs": 0}
+def test_only_schedule_jobs_and_complete_drain_give_up_and_at_once():
+    # A scheduling timeout and a drain's FAILED verdict are final: their failures give up on the first try.
+    assert {h.name: h.max_tries for h in JOB_HANDLERS if h.max_tries is not None} == {
+        "ScheduleJobs": 0, "CompleteDrain": 0}
 
 
 def test_schedule_gives_up_past_the_scheduling_timeout_with_the_last_reason():
@@ -156,7 +165,7 @@ def test_schedule_dooms_a_job_whose_dependency_failed_and_waits_on_a_running_one
 def test_each_success_feeds_the_next_handler():
     """A gang's job state after each handler's success is a state some later handler acts on."""
     for handler in JOB_HANDLERS:
-        after = handler.transitions.success.job
+        after = handler.transitions.success.job if handler.transitions.success else None
         if after is None or after is DERIVED:
             continue
         assert any(after in h.job_states for h in JOB_HANDLERS), handler.name
@@ -351,6 +360,9 @@ TASKS_MOVED_FROM = {
     ("StartJobs", "expired"): {T.PREPARED},
     ("StartJobs", "give_up"): {T.PREPARED},
     ("TerminateJobs", "success"): set(TerminateJobs.stoppable),
+    ("ForceDrain", "expired"): {T.PREEMPTING},
+    ("CompleteDrain", "success"): {T.PREEMPTED, T.WORKER_FAILED},  # PENDING members stay as they are
+    ("CompleteDrain", "give_up"): {T.PENDING},
 }
 
 

@@ -47,9 +47,23 @@ class Harness:
         self.reports: list[TaskReport] = []
         self.flushed: list[tuple[int, int, int]] = []  # (task, attempt, reports made before the flush)
         self.bundles = bundles or {}
+        self.checkpoints: dict[int, bytes] = {}  # what the controller holds, by task
+        self.saved: list[tuple[int, int, int, bytes]] = []  # (task, attempt, epoch, bytes) uploads
+        self.refuse_checkpoints: str | None = None  # an upload's refusal, when set
         self.runner = Runner(work_dir, report=self.reports.append, fetch_bundle=self._fetch,
-                             flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus)
+                             flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus,
+                             fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint)
         self.work_dir = work_dir
+
+    async def _fetch_checkpoint(self, task_id: int, destination: Path) -> None:
+        destination.write_bytes(self.checkpoints[task_id])
+
+    async def _save_checkpoint(self, task_id: int, attempt: int, epoch: int, path: Path) -> str | None:
+        if self.refuse_checkpoints:
+            return self.refuse_checkpoints
+        self.saved.append((task_id, attempt, epoch, path.read_bytes()))
+        self.checkpoints[task_id] = path.read_bytes()
+        return None
 
     async def _fetch(self, digest: str) -> Path:
         return self.bundles[digest]
@@ -67,6 +81,6 @@ class Harness:
         return self.work_dir / "tasks" / f"{task_id}-{attempt}"
 
     async def ended(self, task_id: int = 1, attempt: int = 0, timeout: float = 5.0) -> TaskReport:
-        terminal = {"SUCCEEDED", "FAILED", "KILLED"}
+        terminal = {"SUCCEEDED", "FAILED", "KILLED", "PREEMPTED"}
         await wait_until(lambda: terminal & set(self.states(task_id, attempt)), timeout, f"task {task_id} to end")
         return self.last(task_id, attempt)

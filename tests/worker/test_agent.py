@@ -14,6 +14,8 @@ from corral.core.protocol import (
     BuildOrder,
     HeartbeatReply,
     HeartbeatRequest,
+    PreemptedAck,
+    PreemptOrder,
     RegisterReply,
     RegisterRequest,
     StartOrder,
@@ -43,6 +45,8 @@ class FakeController:
         self.missed_reports = 0  # heartbeats with reports that found the controller down
         self.status: int | None = None  # answer everything with this status
         self.changed = asyncio.Event()
+        self.acks: list[tuple[str, int, PreemptedAck]] = []  # (worker, task, acknowledgement)
+        self.ack_status = 200
 
     def assign(self, task_id: int, worker: str, command: list[str]) -> None:
         build = BuildOrder(task_id=task_id, attempt=0, job_id=1, task_index=0, command=command, env={},
@@ -52,6 +56,10 @@ class FakeController:
 
     def stop(self, task_id: int) -> None:
         self.tasks[task_id]["state"] = "TERMINATING"
+        self.changed.set()
+
+    def preempt(self, task_id: int) -> None:
+        self.tasks[task_id]["state"] = "PREEMPTING"
         self.changed.set()
 
     def orders(self, worker: str) -> list:
@@ -65,6 +73,8 @@ class FakeController:
                 orders.append(StartOrder(task_id=task_id, attempt=0))
             elif task["state"] == "TERMINATING":
                 orders.append(StopOrder(task_id=task_id, attempt=0, grace_period=0.5))
+            elif task["state"] == "PREEMPTING":
+                orders.append(PreemptOrder(task_id=task_id, attempt=0, epoch=3, grace_period=0.5))
         return orders
 
     def states(self, task_id: int) -> list[str]:
@@ -93,6 +103,13 @@ class FakeController:
             return httpx.Response(204)
         if worker in self.lost:
             return httpx.Response(409, text=f"worker {worker} was declared lost")
+        if kind == "tasks":
+            task_id, what = rest
+            assert what == "preempted"
+            self.acks.append((worker, int(task_id), PreemptedAck.model_validate_json(request.content)))
+            if self.ack_status == 200:
+                self.tasks[int(task_id)]["state"] = "PREEMPTED"
+            return httpx.Response(self.ack_status, json={"detail": "epoch 3 is not current"})
         body = HeartbeatRequest.model_validate_json(request.content)
         for report in body.reports:
             self.reports.append((worker, report))
@@ -219,6 +236,23 @@ async def test_a_stop_order_reaches_the_running_task(controller, tmp_path):
         controller.stop(1)
         await wait_until(lambda: "KILLED" in controller.states(1), what="the task to be killed")
     assert controller.reports[-1][1].reason == "cancelled"
+
+
+@pytest.mark.parametrize("status", [200, 409])
+async def test_a_preempted_task_is_acknowledged_with_its_epoch_and_a_refusal_is_dropped(controller, tmp_path, status):
+    controller.ack_status = status
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sleep", "100"])
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        controller.preempt(1)
+        await wait_until(lambda: controller.acks, what="the acknowledgement")
+        controller.assign(2, "w1", ["true"])  # the worker carries on: a 409 here is not "you are lost"
+        await wait_until(lambda: "SUCCEEDED" in controller.states(2), what="the next task")
+    (worker, task_id, ack), = controller.acks
+    assert (worker, task_id, ack.attempt, ack.epoch, ack.exit_code) == ("w1", 1, 0, 3, 143)
+    assert "PREEMPTED" not in controller.states(1)  # an acknowledgement is not a heartbeat report
+    assert len(controller.registrations) == 1
 
 
 def test_the_address_on_a_loopback_controller_is_loopback():

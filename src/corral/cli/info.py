@@ -12,6 +12,7 @@ from rich.text import Text
 from corral.cli.common import client, console, json_option, print_json
 from corral.cli.format import (
     age_since,
+    format_bytes,
     format_command,
     format_duration,
     format_resources,
@@ -73,6 +74,9 @@ def job_summary(job: JobView, now: float) -> Table:
                     f"{spec.max_task_failures} task failures tolerated"),
         ("time limit", format_duration(spec.time_limit)),
     ]
+    if job.preemption_epoch:
+        drain = f"; last gang drain started by task {job.drain_trigger}" if job.drain_trigger is not None else ""
+        rows.append(("preemption", f"epoch {job.preemption_epoch}{drain}; grace {format_duration(spec.grace_period)}"))
     if spec.scheduling_timeout is not None:
         rows.append(("sched. timeout", format_duration(spec.scheduling_timeout)))
     if spec.bundle:
@@ -113,12 +117,15 @@ def placement_table(analysis: PlacementAnalysis) -> Group:
 
 def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
     table = Table(title="tasks", title_justify="left", box=None, pad_edge=False)
-    for column in ("TASK", "STATE", "ATTEMPT", "WORKER", "GPUS", "EXIT", "FAILURES", "PREEMPTIONS", "REASON"):
+    checkpoints = any(task.checkpoint_size is not None for task in tasks)
+    columns = ["TASK", "STATE", "ATTEMPT", "WORKER", "GPUS", "EXIT", "FAILURES", "PREEMPTIONS"]
+    for column in [*columns, *(["CHECKPOINT"] if checkpoints else []), "REASON"]:
         table.add_column(column, no_wrap=column != "REASON")
     for task in tasks:
+        saved = ["-" if task.checkpoint_size is None else format_bytes(task.checkpoint_size)] if checkpoints else []
         table.add_row(str(task.index), state_text(task.state), str(task.attempt), _worker(task.worker_id, names),
                       ",".join(map(str, task.gpu_ids)) or "-", _opt(task.exit_code), str(task.failures),
-                      str(task.preemptions), Text(task.reason or ""))
+                      str(task.preemptions), *saved, Text(task.reason or ""))
     return table
 
 
@@ -129,7 +136,8 @@ def attempts_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
     for task in tasks:
         for a in task.attempts:
             ran = a.finished_at - a.started_at if a.started_at and a.finished_at else None
-            table.add_row(str(task.index), str(a.attempt), _worker(a.worker_id, names), state_text(a.state),
+            state = state_text(a.state) + (Text(" refunded", style="dim") if a.refunded else Text())
+            table.add_row(str(task.index), str(a.attempt), _worker(a.worker_id, names), state,
                           _opt(a.exit_code), format_time(a.assigned_at), format_time(a.started_at),
                           format_time(a.finished_at), format_duration(ran), Text(a.reason or ""))
     return table

@@ -6,6 +6,7 @@ import click
 from pydantic import ValidationError
 
 from corral.cli.actions import cancel, logs
+from corral.cli.checkpoint import checkpoint
 from corral.cli.common import CliError
 from corral.cli.daemons import controller, worker
 from corral.cli.info import info
@@ -38,5 +39,5 @@ def main() -> None:
     """
 
 
-for command in (up, submit, jobs, info, logs, cancel, workers, controller, worker):
+for command in (up, submit, jobs, info, logs, cancel, workers, controller, worker, checkpoint):
     main.add_command(command)

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 
-from corral.controller import admin_api, files_api, jobs_api, placement_api, workers_api
+from corral.controller import admin_api, files_api, jobs_api, placement_api, preemption_api, workers_api
+from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.metrics import exposition
@@ -37,6 +38,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state.engine = Engine(state.store, state.signals, settings.loss_timeout)
         state.logs = LogFiles(settings.data_dir / "logs" / "tasks")
         state.bundles = BundleStore(settings.data_dir / "bundles")
+        state.checkpoints = CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit)
         loop_task = asyncio.create_task(state.engine.run(), name="engine")
         write_cluster_file(settings, state.tokens)
         try:
@@ -56,6 +58,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(files_api.router)
     app.include_router(admin_api.router)
     app.include_router(placement_api.router)
+    app.include_router(preemption_api.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from corral.controller.attempts import end_attempt, requeue
+from corral.controller.drain import observe
 from corral.controller.metrics import SCHEDULING_SECONDS, TRANSITIONS
 from corral.controller.settle import settle_jobs
 from corral.core.handlers import Handler, JobFacts, Snapshot
@@ -45,6 +47,19 @@ class _Job:
     outcome: str | None
     cancelled: bool
 
+    # What `end_attempt` reads of a job.
+    @property
+    def job_state(self) -> JobState:
+        return self.state
+
+    @property
+    def max_retries_failure(self) -> int:
+        return self.facts.max_retries_failure
+
+    @property
+    def max_retries_preemption(self) -> int:
+        return self.facts.max_retries_preemption
+
 
 async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
     async with store.write() as connection:
@@ -72,6 +87,7 @@ async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
             return RunReport(outcomes=outcomes)
         await changes.flush(connection)
         settled = await settle_jobs(connection, changes.touched_jobs, now, handler.name)
+        observe(handler.name, outcomes, snapshot)
         return RunReport(True, changes.touched_workers | settled.touched_workers, outcomes)
 
 
@@ -83,10 +99,11 @@ def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dic
         group = list(group)
         first = group[0]
         facts = JobFacts(Request(first.cpu, first.memory, first.gpu), first.max_task_failures,
-                         first.scheduling_timeout)
+                         first.scheduling_timeout, first.max_retries_failure, first.max_retries_preemption,
+                         first.grace_period, first.preemption_epoch)
         job_info[job_id] = _Job(JobState(first.job_state), first.gang, facts, first.pending_reason, first.outcome,
                                 first.cancelled)
-        views = [TaskView(r.id, r.index, TaskState(r.state), r.worker_id) for r in group]
+        views = [TaskView(r.id, r.index, TaskState(r.state), r.worker_id, r.failures, r.preemptions) for r in group]
         whole = first.job_state in handler.job_states and (first.gang or not handler.gang_only)
         if whole:
             targets.append(Target(job_id, True, first.job_state, first.job_since, first.job_tries,
@@ -116,7 +133,7 @@ def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dic
         return
     if transition.task is not None:
         for view in target.tasks:
-            _move_task(task_rows[view.id], transition.task, outcome, handler, changes, assignments)
+            _move_task(task_rows[view.id], transition.task, outcome, handler, changes, assignments, job)
     if target.whole_job and transition.job is not None:
         new = transition.job
         if new is DERIVED:
@@ -147,24 +164,23 @@ def _doom(job_id: int, cause: str, handler: Handler, changes: ChangeSet, job_inf
 
 
 def _move_task(row: TaskRow, new: TaskState, outcome: Outcome, handler: Handler, changes: ChangeSet,
-               assignments: dict) -> None:
+               assignments: dict, job: _Job) -> None:
     if row.state is new or row.state in TASK_TERMINAL and new is not TaskState.PENDING:
         return
     if not is_legal(row.state, new):
         return
-    columns: dict = {}
-    if new is TaskState.ASSIGNED:
+    if new is TaskState.PENDING:  # back to the queue: the next placement is a new attempt
+        if row.state not in TASK_TERMINAL:
+            changes.attempt(row.id, row.attempt, reason="returned to the queue", finished_at=changes.now)
+        requeue(changes, row, handler=handler.name, result=outcome.result, message=outcome.note)
+    elif new in TASK_TERMINAL:  # an attempt ends here as it would on a worker's report: charged alike
+        end_attempt(changes, row, new, job=job, handler=handler.name, result=outcome.result, reason=outcome.note)
+    elif new is TaskState.ASSIGNED:
         assignment = assignments[row.id]
         row.worker_id = assignment.worker_id
-        columns = {"worker_id": assignment.worker_id, "gpu_ids": list(assignment.gpu_ids)}
-    elif new is TaskState.PENDING:  # back to the queue: the next placement is a new attempt
-        columns = {"worker_id": None, "gpu_ids": [], "attempt": row.attempt + 1}
-    worker = row.worker_id
-    changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note, **columns)
-    if new is TaskState.ASSIGNED:
-        changes.new_attempt(row, worker)
-    elif new is TaskState.PENDING:
-        changes.attempt(row.id, row.attempt, reason="returned to the queue", finished_at=changes.now)
-        row.attempt += 1
+        changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note,
+                     worker_id=assignment.worker_id, gpu_ids=list(assignment.gpu_ids))
+        changes.new_attempt(row, assignment.worker_id)
     else:
+        changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note)
         changes.attempt(row.id, row.attempt, state=new)

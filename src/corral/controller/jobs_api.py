@@ -104,7 +104,8 @@ async def job_tasks(job_id: int, request: Request) -> list[TaskView]:
     return [
         TaskView(id=t.id, index=t.index, state=t.state, attempt=t.attempt, worker_id=t.worker_id,
                  gpu_ids=t.gpu_ids or [], failures=t.failures, preemptions=t.preemptions, exit_code=t.exit_code,
-                 reason=t.reason, state_since=t.state_since, attempts=by_task[t.id])
+                 reason=t.reason, state_since=t.state_since, attempts=by_task[t.id], preempt_epoch=t.preempt_epoch,
+                 checkpoint_epoch=t.checkpoint_epoch, checkpoint_size=t.checkpoint_size)
         for t in task_rows
     ]
 
@@ -149,6 +150,6 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
         JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
                 spec=JobSpec.model_validate(r.spec), pending_reason=r.pending_reason, created_at=r.created_at,
                 state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
-                idempotency_key=r.idempotency_key)
+                idempotency_key=r.idempotency_key, preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger)
         for r in (rows[i] for i in ids if i in rows)
     ]

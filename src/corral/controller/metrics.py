@@ -21,6 +21,18 @@ HEARTBEAT_SECONDS = Histogram(
 SCHEDULING_SECONDS = Histogram(
     "corral_scheduling_decision_seconds", "Time to read the cluster and decide one scheduling pass (no writes).",
     registry=REGISTRY, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+GANGS_PREEMPTED = Counter(
+    "corral_gangs_preempted", "Gang drains started: one per epoch, however many members failed at once.",
+    registry=REGISTRY)
+FORCE_DRAINED = Counter(
+    "corral_gang_preemptions_force_drained", "Tasks forced from PREEMPTING to PREEMPTED past the drain timeout.",
+    registry=REGISTRY)
+DRAINS_COMPLETED = Counter(
+    "corral_gang_preemptions_completed", "Gang drains completed, by outcome: requeued (placed again) or failed.",
+    ["outcome"], registry=REGISTRY)
+DRAIN_SECONDS = Histogram(
+    "corral_gang_drain_seconds", "Time from a gang drain's start to its completion.",
+    registry=REGISTRY, buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
 
 
 def exposition() -> tuple[bytes, str]:

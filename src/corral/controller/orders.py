@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.core.protocol import BuildOrder, Order, StartOrder, StopOrder
+from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder
 from corral.core.states import JobState, TaskState
 from corral.store.schema import jobs, tasks, workers
 
@@ -26,10 +26,11 @@ def master_port(job_id: int, attempt: int) -> int:
 async def orders_for(connection: AsyncConnection, worker_id: str) -> list[Order]:
     rows = (await connection.execute(
         select(tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.gpu_ids,
+               tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
                jobs.c.spec, jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.replicas, jobs.c.cancelled)
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
         .where(tasks.c.worker_id == worker_id,
-               tasks.c.state.in_([T.ASSIGNED, T.STARTING, T.TERMINATING]))
+               tasks.c.state.in_([T.ASSIGNED, T.STARTING, T.TERMINATING, T.PREEMPTING]))
         .order_by(tasks.c.id)
     )).all()
     builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)]
@@ -42,13 +43,16 @@ async def orders_for(connection: AsyncConnection, worker_id: str) -> list[Order]
             orders.append(StopOrder(task_id=row.id, attempt=row.attempt,
                                     grace_period=row.spec.get("grace_period", 15.0),
                                     reason="cancelled" if row.cancelled else "job is ending"))
+        elif row.state == T.PREEMPTING:
+            orders.append(PreemptOrder(task_id=row.id, attempt=row.attempt, epoch=row.preempt_epoch,
+                                       grace_period=row.spec.get("grace_period", 15.0)))
     for row in builds:
         spec = row.spec
         orders.append(BuildOrder(
             task_id=row.id, attempt=row.attempt, job_id=row.job_id, task_index=row.index,
             command=spec["command"], env=task_env(row, spec, masters.get(row.job_id)),
             bundle=spec.get("bundle"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
-            grace_period=spec.get("grace_period", 15.0),
+            grace_period=spec.get("grace_period", 15.0), checkpoint=row.checkpoint_epoch is not None,
         ))
     return orders
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import defaultdict
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.attempts import end_attempt
+from corral.controller.drain import start_drains
 from corral.controller.settle import settle_jobs, task_columns
+from corral.core.drain import end_while_preempting, starts_drain
 from corral.core.protocol import RegisterRequest, TaskReport
 from corral.core.states import TASK_HOLDS_RESOURCES, TASK_TERMINAL, TaskState, WorkerState, is_legal
 from corral.store.changes import ChangeSet
@@ -60,24 +63,35 @@ async def ingest_heartbeat(
         )).all()
     }
     current = {task_id: task_row(row) for task_id, row in rows.items()}
+    triggers: dict[int, list[int]] = defaultdict(list)
     for report in reports:
         row = current.get(report.task_id)
         if row is None or row.worker_id != worker_id or row.attempt != report.attempt or row.state is report.state:
             continue
-        if not is_legal(row.state, report.state):
+        if report.state is TaskState.PREEMPTED:
+            log.warning("task %s attempt %s: a preemption is acknowledged with its epoch, not in a heartbeat",
+                        row.id, row.attempt)
+            continue
+        # An exit that crossed the preemption order on its way is the preemption itself.
+        state = end_while_preempting(report.state) if row.state is TaskState.PREEMPTING else report.state
+        if not is_legal(row.state, state):
             log.warning("task %s attempt %s: ignoring report %s while %s", row.id, row.attempt, report.state,
                         row.state)
             continue
-        if report.state in TASK_TERMINAL:
-            end_attempt(changes, row, report.state, job=rows[report.task_id], handler="Worker",
-                        exit_code=report.exit_code, reason=report.reason)
+        if state in TASK_TERMINAL:
+            job = rows[report.task_id]
+            if starts_drain(gang=job.gang, job_state=job.job_state, was=row.state, ended=state):
+                triggers[row.job_id].append(row.id)
+            end_attempt(changes, row, state, job=job, handler="Worker", exit_code=report.exit_code,
+                        reason=report.reason)
             continue
         changes.task(row, report.state, handler="Worker", message=report.reason)
         started = {"started_at": report.at} if report.state is TaskState.RUNNING else {}
         changes.attempt(row.id, row.attempt, state=report.state, **started)
     await changes.flush(connection)
+    drained = await start_drains(connection, triggers, now)
     settled = await settle_jobs(connection, changes.touched_jobs, now, "Worker")
-    changes.touched_workers |= settled.touched_workers
+    changes.touched_workers |= drained.touched_workers | settled.touched_workers
     return changes
 
 
@@ -91,6 +105,7 @@ async def reap_lost_workers(connection: AsyncConnection, now: float, loss_timeou
     if not lost:
         return changes
     lost_ids = [w.id for w in lost]
+    triggers: dict[int, list[int]] = defaultdict(list)
     await connection.execute(update(workers).where(workers.c.id.in_(lost_ids)).values(state=WorkerState.LOST))
     for worker in lost:
         log.warning("worker %s (%s) missed heartbeats for %.0fs: LOST", worker.id, worker.name, loss_timeout)
@@ -99,8 +114,13 @@ async def reap_lost_workers(connection: AsyncConnection, now: float, loss_timeou
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
         .where(tasks.c.worker_id.in_(lost_ids), tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]))
     )).all():
-        end_attempt(changes, task_row(row), TaskState.WORKER_FAILED, job=row, handler="Reaper",
+        task = task_row(row)
+        if starts_drain(gang=row.gang, job_state=row.job_state, was=task.state, ended=TaskState.WORKER_FAILED):
+            triggers[row.job_id].append(row.id)
+        end_attempt(changes, task, TaskState.WORKER_FAILED, job=row, handler="Reaper",
                     reason=f"worker {row.worker_id} lost")
     await changes.flush(connection)
+    drained = await start_drains(connection, triggers, now)
     await settle_jobs(connection, changes.touched_jobs, now, "Reaper")
+    changes.touched_workers |= drained.touched_workers
     return changes

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from corral.controller.checkpoints import DEFAULT_LIMIT
 from corral.scheduling.policy import PolicyFile
 from corral.store.database import sqlite_url
 
@@ -26,6 +27,7 @@ class ControllerSettings:
     admin_token: str | None = None
     join_token: str | None = None
     policy: PolicyFile | None = None  # pools and quotas from the config file, applied on start
+    checkpoint_limit: int = DEFAULT_LIMIT  # bytes one task's checkpoint may hold
 
     @property
     def url(self) -> str:

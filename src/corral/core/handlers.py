@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from corral.core.drain import Budgets, Member, drain_timeout, drain_verdict
 from corral.core.lifecycle import (
     DERIVED,
     HandlerResult,
@@ -42,6 +43,10 @@ class JobFacts:
     request: Request
     max_task_failures: int
     scheduling_timeout: float | None
+    max_retries_failure: int = 0
+    max_retries_preemption: int = 100
+    grace_period: float = 15.0
+    preemption_epoch: int = 0
 
 
 @dataclass
@@ -266,6 +271,53 @@ class PromoteToTerminated(PromotionHandler):
     transitions = StatusTransitions(success=TransitionStatus(job=DERIVED))
 
 
+class ForceDrain(Handler):
+    """A preempted task that has not acknowledged within the drain timeout (grace + 30 s) is forced
+    to PREEMPTED, so a dead or silent worker never blocks a drain. Runs before CompleteDrain, so a
+    forced task completes its gang's drain in the same pass."""
+
+    name = "ForceDrain"
+    job_states = frozenset({J.DRAINING})
+    task_states = frozenset({T.PREEMPTING})
+    transitions = StatusTransitions(expired=TransitionStatus(task=T.PREEMPTED))
+
+    def timeout(self, facts: JobFacts) -> float | None:
+        return drain_timeout(facts.grace_period)
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        return Decision(HandlerResult(notes={
+            t.key: f"not acknowledged within the drain timeout "
+                   f"({drain_timeout(snapshot.jobs[t.job_id].grace_period):g}s): forced"
+            for t in targets
+        }))
+
+
+class CompleteDrain(Handler):
+    """A DRAINING gang with no task left PREEMPTING is decided in one step (`drain_verdict`): back to
+    PENDING as a unit (success), or FAILED (a failure, given up at once), its unplaced tasks KILLED."""
+
+    name = "CompleteDrain"
+    job_states = frozenset({J.DRAINING})
+    transitions = StatusTransitions(
+        success=TransitionStatus(job=J.PENDING, task=T.PENDING),
+        give_up=TransitionStatus(job=J.FAILED, task=T.KILLED),
+    )
+    max_tries = 0
+
+    def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
+        result = HandlerResult()
+        for target in targets:
+            if any(task.state is T.PREEMPTING for task in target.tasks):
+                continue
+            facts = snapshot.jobs[target.job_id]
+            verdict = drain_verdict(
+                (Member(t.index, t.state, t.failures, t.preemptions) for t in target.tasks),
+                Budgets(facts.max_retries_failure, facts.max_retries_preemption))
+            (result.successes if verdict.requeue else result.failures).append(target.key)
+            result.notes[target.key] = f"drain of epoch {facts.preemption_epoch} complete: {verdict.reason}"
+        return Decision(result)
+
+
 # The order a pass runs them in: each one's successes are the next one's targets.
 JOB_HANDLERS: tuple[Handler, ...] = (
     ScheduleJobs(),
@@ -276,4 +328,6 @@ JOB_HANDLERS: tuple[Handler, ...] = (
     DetectTermination(),
     TerminateJobs(),
     PromoteToTerminated(),
+    ForceDrain(),
+    CompleteDrain(),
 )

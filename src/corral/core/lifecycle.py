@@ -84,6 +84,8 @@ class TaskView:
     index: int
     state: TaskState
     worker_id: str | None = None
+    failures: int = 0  # the retry budget it has used
+    preemptions: int = 0
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ class TaskReport(BaseModel):
     exit_code: int | None = None
     reason: str | None = None
     at: float = Field(..., description="unix time on the worker")
+    epoch: int | None = Field(None, description="PREEMPTED only: the epoch of the preemption order it obeyed")
 
 
 class HeartbeatRequest(BaseModel):
@@ -99,6 +100,7 @@ class BuildOrder(BaseModel):
     gpu_ids: list[int] = Field(default_factory=list)
     time_limit: float | None = None
     grace_period: float = 15.0
+    checkpoint: bool = Field(False, description="the controller holds a checkpoint from an earlier attempt")
 
 
 class StartOrder(BaseModel):
@@ -117,7 +119,29 @@ class StopOrder(BaseModel):
     reason: str = "cancelled"
 
 
-Order = Annotated[BuildOrder | StartOrder | StopOrder, Field(discriminator="action")]
+class PreemptOrder(BaseModel):
+    """Stop this attempt to come back later: SIGTERM to the process group, the grace period, then
+    SIGKILL; upload the checkpoint the task left at CORRAL_CHECKPOINT_PATH; acknowledge with `epoch`."""
+
+    action: Literal["preempt"] = "preempt"
+    task_id: int
+    attempt: int
+    epoch: int
+    grace_period: float = 15.0
+
+
+class PreemptedAck(BaseModel):
+    """A worker's acknowledgement that a preempted attempt's processes are gone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(..., ge=0)
+    epoch: int = Field(..., ge=1)
+    exit_code: int | None = None
+    reason: str | None = Field(None, max_length=2000)
+
+
+Order = Annotated[BuildOrder | StartOrder | StopOrder | PreemptOrder, Field(discriminator="action")]
 
 
 class HeartbeatReply(BaseModel):

@@ -104,7 +104,9 @@ TASK_TRANSITIONS: dict[tuple[TaskState, TaskState], tuple[str, str]] = {
     (T.RUNNING, T.TERMINATING): (CONTROLLER, "stop ordered"),
     (T.RUNNING, T.PREEMPTING): (CONTROLLER, "preemption ordered"),
     (T.RUNNING, T.WORKER_FAILED): (CONTROLLER, "worker lost"),
-    (T.PREEMPTING, T.PREEMPTED): (WORKER, "stopped for preemption, acknowledged"),
+    (T.PREEMPTING, T.PREEMPTED): (WORKER, "stopped for preemption, acknowledged with the epoch "
+                                          "(forced by the controller past the drain timeout)"),
+    (T.PREEMPTING, T.SUCCEEDED): (WORKER, "exited 0 before the preemption reached it"),
     (T.PREEMPTING, T.WORKER_FAILED): (CONTROLLER, "worker lost"),
     (T.TERMINATING, T.KILLED): (WORKER, "worker confirmed the process is gone"),
     (T.TERMINATING, T.SUCCEEDED): (WORKER, "exited 0 before the stop reached it"),

@@ -17,6 +17,7 @@ class AttemptView(BaseModel):
     assigned_at: float | None
     started_at: float | None
     finished_at: float | None
+    refunded: bool = False  # a gang sibling stopped by a drain: this attempt cost no budget
 
 
 class TaskView(BaseModel):
@@ -32,6 +33,9 @@ class TaskView(BaseModel):
     reason: str | None
     state_since: float
     attempts: list[AttemptView] = []
+    preempt_epoch: int | None = None  # the epoch of its last preemption order
+    checkpoint_epoch: int | None = None  # its newest checkpoint was saved in this epoch
+    checkpoint_size: int | None = None
 
 
 class JobView(BaseModel):
@@ -48,6 +52,8 @@ class JobView(BaseModel):
     finished_at: float | None
     task_counts: dict[TaskState, int]
     idempotency_key: str | None = None
+    preemption_epoch: int = 0
+    drain_trigger: int | None = None  # the index of the task whose end started the last gang drain
 
 
 class JobPage(BaseModel):

@@ -15,7 +15,7 @@ async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key
         name=spec.name, spec=spec.model_dump(mode="json"), state=JobState.PENDING, gang=spec.gang,
         priority=spec.priority, replicas=spec.replicas, max_task_failures=spec.max_task_failures,
         max_retries_failure=spec.max_retries_failure, max_retries_preemption=spec.max_retries_preemption,
-        scheduling_timeout=spec.scheduling_timeout, cancelled=False, tries=0,
+        scheduling_timeout=spec.scheduling_timeout, grace_period=spec.grace_period, cancelled=False, tries=0,
         idempotency_key=idempotency_key, created_at=now, state_since=now,
     ).returning(jobs.c.id))).scalar_one()
     resources = spec.resources

@@ -16,7 +16,8 @@ BATCH_ROWS = 10_000  # a handler run fetches at most this many task rows; the re
 JOB_COLUMNS = (
     jobs.c.id.label("job_id"), jobs.c.state.label("job_state"), jobs.c.gang, jobs.c.tries.label("job_tries"),
     jobs.c.state_since.label("job_since"), jobs.c.max_task_failures, jobs.c.scheduling_timeout,
-    jobs.c.pending_reason, jobs.c.outcome, jobs.c.cancelled,
+    jobs.c.pending_reason, jobs.c.outcome, jobs.c.cancelled, jobs.c.max_retries_failure,
+    jobs.c.max_retries_preemption, jobs.c.grace_period, jobs.c.preemption_epoch,
 )
 TASK_COLUMNS = (
     tasks.c.id, tasks.c.index, tasks.c.state, tasks.c.state_since, tasks.c.tries, tasks.c.attempt,

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 metadata = MetaData()
@@ -43,6 +44,11 @@ jobs = Table(
     Column("created_at", Float, nullable=False),
     Column("state_since", Float, nullable=False),
     Column("finished_at", Float),
+    # Preemption: a counter bumped by every preemption order (a gang drain, a priority preemption),
+    # the index of the task whose end started the last gang drain, and the SIGTERM grace period.
+    Column("preemption_epoch", Integer, nullable=False, default=0, server_default="0"),
+    Column("drain_trigger", Integer),
+    Column("grace_period", Float, nullable=False, default=15.0, server_default="15"),
     Index("ix_jobs_state", "state"),
 )
 
@@ -66,6 +72,11 @@ tasks = Table(
     Column("gpu", Integer, nullable=False),
     Column("exit_code", Integer),
     Column("reason", Text),
+    # The epoch of the task's last preemption order; an acknowledgement must carry it.
+    Column("preempt_epoch", Integer),
+    # The last checkpoint the task uploaded while PREEMPTING: its epoch and size (the bytes live in files).
+    Column("checkpoint_epoch", Integer),
+    Column("checkpoint_size", BigInteger),
     UniqueConstraint("job_id", "index"),
     Index("ix_tasks_state", "state"),
     Index("ix_tasks_worker_state", "worker_id", "state"),
@@ -83,6 +94,8 @@ attempts = Table(
     Column("assigned_at", Float),
     Column("started_at", Float),
     Column("finished_at", Float),
+    # A stopped gang sibling's attempt costs no retry budget (the drain's refund rule).
+    Column("refunded", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 workers = Table(

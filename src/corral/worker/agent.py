@@ -5,6 +5,8 @@ always has a long-poll heartbeat outstanding, so orders arrive as soon as the co
 them, and a reporter that sends state changes as soon as they happen, batching whatever
 accumulated while its previous request was in flight. A report leaves the outbox only once
 a reply confirms it arrived, so an unreachable controller delays reports but loses none.
+The end of a preempted attempt is an acknowledgement with its epoch: it goes, in its turn
+among the reports, to its own endpoint, which refuses (409) one from a stale epoch.
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from corral.core.protocol import API, HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest, TaskReport
+from corral.core.protocol import (
+    API,
+    HeartbeatReply,
+    HeartbeatRequest,
+    PreemptedAck,
+    RegisterReply,
+    RegisterRequest,
+    TaskReport,
+)
+from corral.core.states import TaskState
 from corral.worker.bundles import BundleCache, BundleError
 from corral.worker.logs import LogShipper
 from corral.worker.resources import detect_capacity
@@ -31,6 +42,7 @@ from corral.worker.runner import Runner
 log = logging.getLogger("corral.worker")
 
 REQUEST_TIMEOUT = 30.0  # on top of a long-poll's own wait
+CHECKPOINT_TRIES = 5  # uploads of a checkpoint tried while the controller is unreachable
 PACE_FIRST = 0.05  # first pause of the poller when a reply repeats only orders it already acts on
 
 
@@ -108,7 +120,8 @@ class Agent:
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
         self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
-                             flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu)
+                             flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu,
+                             fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint)
         self.worker_id = ""
         self.interval = options.heartbeat_interval
         self._registered = asyncio.Event()  # clear while re-registering: the loops hold still
@@ -202,8 +215,15 @@ class Agent:
             if not self._outbox:
                 continue
             worker_id, generation, batch = self.worker_id, self._outbox_generation, list(self._outbox)
+            ack = next((i for i, r in enumerate(batch) if r.state is TaskState.PREEMPTED), None)
+            if ack is not None:
+                batch = batch[:ack] or batch[:1]  # the reports before it first, then it alone
             try:
-                reply = await self._heartbeat(worker_id, batch, 0.0)
+                if batch[0].state is TaskState.PREEMPTED:
+                    await self._acknowledge(worker_id, batch[0])
+                    reply = None
+                else:
+                    reply = await self._heartbeat(worker_id, batch, 0.0)
             except _Unreachable as error:
                 self._outbox_filled.set()
                 await backoff.wait(error)
@@ -214,7 +234,10 @@ class Agent:
             backoff.reset()
             if generation == self._outbox_generation:
                 del self._outbox[:len(batch)]
-            self._dispatch(worker_id, reply)
+            if self._outbox:
+                self._outbox_filled.set()
+            if reply is not None:
+                self._dispatch(worker_id, reply)
 
     def _queue(self, report: TaskReport) -> None:
         log.info("task=%s attempt=%s report %s", report.task_id, report.attempt, report.state)
@@ -241,13 +264,56 @@ class Agent:
                                     timeout=wait + REQUEST_TIMEOUT)
         return HeartbeatReply.model_validate(response.json())
 
-    async def _post(self, path: str, **kwargs: Any) -> httpx.Response:
+    async def _acknowledge(self, worker_id: str, report: TaskReport) -> None:
+        """Confirm a preempted attempt is gone; a refusal (another epoch, a task moved on) is logged and dropped."""
+        body = PreemptedAck(attempt=report.attempt, epoch=report.epoch or 0, exit_code=report.exit_code,
+                            reason=report.reason)
+        response = await self._request(f"{API}/workers/{worker_id}/tasks/{report.task_id}/preempted",
+                                        json=body.model_dump(mode="json"))
+        if response.status_code >= 400:
+            log.warning("task=%s attempt=%s acknowledgement of epoch %s refused: HTTP %s %s", report.task_id,
+                        report.attempt, report.epoch, response.status_code, response.text)
+
+    async def _save_checkpoint(self, task_id: int, attempt: int, epoch: int, path: Path) -> str | None:
+        """Upload a preempted attempt's checkpoint; returns why it was not stored, or None."""
+        data = await asyncio.to_thread(path.read_bytes)
+        backoff = _Backoff("checkpoint", cap=2.0)
+        for _ in range(CHECKPOINT_TRIES):
+            try:
+                response = await self._request(
+                    f"{API}/workers/{self.worker_id}/tasks/{task_id}/checkpoint",
+                    params={"attempt": attempt, "epoch": epoch}, content=data,
+                    headers={"Content-Type": "application/octet-stream"})
+            except _Unreachable as error:
+                await backoff.wait(error)
+                continue
+            if response.status_code < 400:
+                log.info("task=%s attempt=%s checkpoint of %d bytes saved (epoch %s)", task_id, attempt, len(data),
+                         epoch)
+                return None
+            why = f"checkpoint refused: HTTP {response.status_code} {response.text}"
+            log.warning("task=%s attempt=%s %s", task_id, attempt, why)
+            return why
+        return "checkpoint not saved: controller unreachable"
+
+    async def _fetch_checkpoint(self, task_id: int, destination: Path) -> None:
+        response = await self._request(f"{API}/workers/{self.worker_id}/tasks/{task_id}/checkpoint", method="GET")
+        if response.status_code != 200:
+            raise RuntimeError(f"HTTP {response.status_code} {response.text}")
+        await asyncio.to_thread(destination.write_bytes, response.content)
+
+    async def _request(self, path: str, method: str = "POST", **kwargs: Any) -> httpx.Response:
+        """A request whose refusals (4xx) the caller reads itself; no answer or a 5xx is _Unreachable."""
         try:
-            response = await self.http.post(path, **kwargs)
+            response = await self.http.request(method, path, **kwargs)
         except httpx.TransportError as error:
             raise _Unreachable(f"{type(error).__name__}: {error}") from None
         if response.status_code >= 500:
             raise _Unreachable(f"HTTP {response.status_code}")
+        return response
+
+    async def _post(self, path: str, **kwargs: Any) -> httpx.Response:
+        response = await self._request(path, **kwargs)
         if response.status_code == 409:
             raise _Lost(response.text)
         if response.status_code >= 400:

@@ -8,7 +8,9 @@ by util-linux's `setpriv` where it exists, so the fork stays a cheap vfork with 
 code in the child, else by a preexec_fn.
 Every attempt ends with exactly one terminal report, made only after its process group is
 gone and its logs are flushed, so the controller never frees resources still in use and
-never shows a finished task with half its output.
+never shows a finished task with half its output. A preempted attempt ends PREEMPTED, with
+the epoch it was told and after its checkpoint (the file at CORRAL_CHECKPOINT_PATH, if the
+task changed it) is uploaded; its next attempt finds that checkpoint at the same variable.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from corral.core.protocol import BuildOrder, Order, StartOrder, StopOrder, TaskRef, TaskReport
+from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder, TaskRef, TaskReport
 from corral.core.states import TaskState
 from corral.worker.bundles import extract
 
@@ -39,6 +41,8 @@ Report = Callable[[TaskReport], None]
 FetchBundle = Callable[[str], Awaitable[Path]]
 FlushLogs = Callable[[int, int], Awaitable[None]]
 WatchLogs = Callable[[int, int, Path], None]
+FetchCheckpoint = Callable[[int, Path], Awaitable[None]]  # (task, destination)
+SaveCheckpoint = Callable[[int, int, int, Path], Awaitable[str | None]]  # (task, attempt, epoch, file) -> error
 
 POLL = 0.05  # how often a terminating process group is checked for survivors
 REAP_TIMEOUT = 5.0  # how long SIGKILLed processes may take to vanish (a process in D state) before we move on
@@ -128,6 +132,14 @@ async def _kill_group(pgid: int) -> None:
             log.error("process group %s survives SIGKILL after %ss", pgid, REAP_TIMEOUT)
 
 
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
 def _exit_status(returncode: int) -> tuple[int, str | None]:
     """asyncio's returncode as a shell would say it: a death by signal N is 128+N."""
     if returncode >= 0:
@@ -146,6 +158,9 @@ class _Attempt:
     supervisor: asyncio.Task | None = None
     stopping: asyncio.Task | None = None
     stop_reason: str | None = None
+    stop_state: TaskState = TaskState.KILLED  # PREEMPTED when a preemption stopped it
+    epoch: int | None = None  # the preemption order's epoch, acknowledged with the end
+    checkpoint_stat: tuple[int, int] | None = None  # the checkpoint file as the attempt received it
     ended: bool = False
     silent: bool = False  # ended by the worker's own shutdown: the controller learns from the worker's loss
 
@@ -157,14 +172,21 @@ class _Attempt:
     def cwd(self) -> Path:
         return self.directory / "work" if self.order.bundle else self.directory
 
+    @property
+    def checkpoint(self) -> Path:
+        return self.directory / "checkpoint"
+
 
 class Runner:
     """Acts on build, start and stop orders; reports every state change through `report`, in order."""
 
     def __init__(self, work_dir: Path, *, report: Report, fetch_bundle: FetchBundle, flush_logs: FlushLogs,
-                 watch_logs: WatchLogs, gpus: int = 0) -> None:
+                 watch_logs: WatchLogs, gpus: int = 0, fetch_checkpoint: FetchCheckpoint | None = None,
+                 save_checkpoint: SaveCheckpoint | None = None) -> None:
         self.work_dir = work_dir
         self.gpus = gpus
+        self._fetch_checkpoint = fetch_checkpoint
+        self._save_checkpoint = save_checkpoint
         self._report = report
         self._fetch_bundle = fetch_bundle
         self._flush_logs = flush_logs
@@ -180,7 +202,7 @@ class Runner:
         """Act on `order` in the background; False when it is a repeat (or a start before its build)."""
         if not self._claim(order):
             return False
-        handlers = {"build": self._build, "start": self._start, "stop": self._stop}
+        handlers = {"build": self._build, "start": self._start, "stop": self._stop, "preempt": self._preempt}
         self._spawn(handlers[order.action](order))
         return True
 
@@ -195,6 +217,10 @@ class Runner:
     async def stop(self, order: StopOrder) -> None:
         if self._claim(order):
             await self._stop(order)
+
+    async def preempt(self, order: PreemptOrder) -> None:
+        if self._claim(order):
+            await self._preempt(order)
 
     def running(self) -> list[TaskRef]:
         """Attempts that hold something on this machine: building, prepared or with a live process."""
@@ -241,6 +267,8 @@ class Runner:
                 if att.order.bundle:
                     archive = await self._fetch_bundle(att.order.bundle)
                     await asyncio.to_thread(extract, archive, att.cwd)
+                if att.order.checkpoint and self._fetch_checkpoint is not None:
+                    await self._restore_checkpoint(att)
             except Exception as error:
                 log.warning("task=%s attempt=%s build failed: %s", *att.ref, error)
                 await self._end(att, TaskState.FAILED, reason=f"build failed: {error}")
@@ -259,6 +287,7 @@ class Runner:
             env = {**os.environ, **att.order.env}
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
+            env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)
             try:
                 argv, preexec = _launch(command, att.cwd, env)
                 with (att.directory / "stdout").open("wb") as out, (att.directory / "stderr").open("wb") as err:
@@ -285,25 +314,36 @@ class Runner:
             self._ended.add(ref)
             self._emit(ref, TaskState.KILLED, reason=order.reason)
 
-    async def _halt(self, att: _Attempt, reason: str, grace: float) -> None:
-        """Bring an attempt to its end for `reason`, whatever it is doing; returns once it has ended."""
+    async def _preempt(self, order: PreemptOrder) -> None:
+        ref = (order.task_id, order.attempt)
+        att = self._attempts.get(ref)
+        if att is not None:
+            att.epoch = order.epoch
+            await self._halt(att, f"preempted (epoch {order.epoch})", order.grace_period, TaskState.PREEMPTED)
+        elif ref not in self._ended:  # never built here: nothing to stop, acknowledge at once
+            self._ended.add(ref)
+            self._emit(ref, TaskState.PREEMPTED, reason="preempted before it was built here", epoch=order.epoch)
+
+    async def _halt(self, att: _Attempt, reason: str, grace: float, state: TaskState = TaskState.KILLED) -> None:
+        """Bring an attempt to its end (`state`) for `reason`, whatever it is doing; returns once it has ended."""
         if att.build is not None and not att.build.done():
             att.build.cancel()
             await asyncio.wait([att.build])
         async with att.lock:
             if att.process is None:
-                await self._end(att, TaskState.KILLED, reason=reason)
+                await self._end(att, state, reason=reason)
                 return
-        self._terminate(att, reason, grace)
+        self._terminate(att, reason, grace, state)
         assert att.supervisor is not None
         await asyncio.wait([att.supervisor])
 
-    def _terminate(self, att: _Attempt, reason: str, grace: float) -> None:
+    def _terminate(self, att: _Attempt, reason: str, grace: float, state: TaskState = TaskState.KILLED) -> None:
         """Begin stopping a running process group, unless it is stopping or has exited on its own."""
         assert att.process is not None
         if att.stopping is None and att.process.returncode is None:
             log.info("task=%s attempt=%s stopping (%s), grace %ss", *att.ref, reason, grace)
             att.stop_reason = reason
+            att.stop_state = state
             att.stopping = self._spawn(_end_group(att.process.pid, grace))
 
     async def _supervise(self, att: _Attempt) -> None:
@@ -319,7 +359,10 @@ class Runner:
             await att.stopping
         await _kill_group(process.pid)  # what the task left behind when it exited on its own
         exit_code, signalled = _exit_status(returncode)
-        if att.stop_reason is not None:
+        if att.stop_state is TaskState.PREEMPTED:
+            reason = att.stop_reason + (f"; {signalled}" if signalled else f"; exit code {exit_code}")
+            await self._end(att, TaskState.PREEMPTED, exit_code=exit_code, reason=reason)
+        elif att.stop_reason is not None:
             await self._end(att, TaskState.KILLED, exit_code=exit_code, reason=att.stop_reason)
         elif exit_code == 0:
             await self._end(att, TaskState.SUCCEEDED, exit_code=0)
@@ -337,19 +380,43 @@ class Runner:
 
         async def finish() -> None:
             await self._flush_logs(*att.ref)
+            problem = None
+            if state is TaskState.PREEMPTED and not att.silent:
+                problem = await self._upload_checkpoint(att)
             del self._attempts[att.ref]
             if not att.silent:
-                self._emit(att.ref, state, exit_code=exit_code, reason=reason)
+                self._emit(att.ref, state, exit_code=exit_code, epoch=att.epoch,
+                           reason=f"{reason}; {problem}" if problem else reason)
 
         # Shielded: a stop that cancels a failing build must not swallow the build's FAILED report.
         await asyncio.shield(self._spawn(finish()))
 
+    # checkpoints -------------------------------------------------------------------------
+
+    async def _restore_checkpoint(self, att: _Attempt) -> None:
+        """Fetch the task's checkpoint to CORRAL_CHECKPOINT_PATH; a failure leaves the attempt to start afresh."""
+        assert self._fetch_checkpoint is not None
+        try:
+            await self._fetch_checkpoint(att.order.task_id, att.checkpoint)
+        except Exception as error:
+            log.warning("task=%s attempt=%s checkpoint not restored, starting without it: %s", *att.ref, error)
+            att.checkpoint.unlink(missing_ok=True)
+            return
+        att.checkpoint_stat = _stat(att.checkpoint)
+
+    async def _upload_checkpoint(self, att: _Attempt) -> str | None:
+        """Upload the checkpoint if the task wrote one during this attempt; returns why it could not."""
+        current = _stat(att.checkpoint)
+        if self._save_checkpoint is None or att.epoch is None or current is None or current == att.checkpoint_stat:
+            return None
+        return await self._save_checkpoint(att.order.task_id, att.order.attempt, att.epoch, att.checkpoint)
+
     # plumbing ----------------------------------------------------------------------------
 
     def _emit(self, ref: tuple[int, int], state: TaskState, *, exit_code: int | None = None,
-              reason: str | None = None) -> None:
+              reason: str | None = None, epoch: int | None = None) -> None:
         self._report(TaskReport(task_id=ref[0], attempt=ref[1], state=state, exit_code=exit_code, reason=reason,
-                                at=time.time()))
+                                at=time.time(), epoch=epoch))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.create_task(coroutine)

@@ -1,14 +1,14 @@
 """scheduling policy: worker pools, custom resources and GPU devices; pool and quota tables
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0003'
-down_revision = '0001'
+down_revision = '0002'
 
 
 def upgrade() -> None:

@@ -1,0 +1,86 @@
+"""/api/v1/workers/{worker}/tasks/{task}: a preempted attempt's acknowledgement and its checkpoint.
+
+Both carry the epoch of the preemption order; one from another epoch, attempt or worker gets
+409 and changes nothing. A checkpoint over the size limit gets 413.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi.responses import FileResponse
+from sqlalchemy import select
+
+from corral.controller.auth import require_worker
+from corral.controller.checkpoints import TooLarge
+from corral.controller.preemption import NoSuchTask, NotCurrent, acknowledge, check_checkpoint, record_checkpoint
+from corral.core.protocol import PreemptedAck
+from corral.store.schema import tasks
+
+router = APIRouter(prefix="/api/v1/workers/{worker_id}/tasks/{task_id}", tags=["workers"],
+                   dependencies=[Depends(require_worker)])
+
+
+def _refusal(error: Exception) -> HTTPException:
+    code = status.HTTP_404_NOT_FOUND if isinstance(error, NoSuchTask) else status.HTTP_409_CONFLICT
+    return HTTPException(code, str(error))
+
+
+@router.post("/preempted")
+async def preempted(worker_id: str, task_id: int, body: PreemptedAck, request: Request) -> dict:
+    """The attempt's processes are gone: it ends PREEMPTED (a gang waits for its drain to complete)."""
+    app = request.app.state
+    try:
+        async with app.store.write() as connection:
+            changes = await acknowledge(connection, worker_id, task_id, attempt=body.attempt, epoch=body.epoch,
+                                        exit_code=body.exit_code, reason=body.reason, now=time.time())
+    except (NoSuchTask, NotCurrent) as error:
+        raise _refusal(error) from None
+    app.engine.wake()
+    app.signals.notify(changes.touched_workers - {worker_id})
+    return {"task_id": task_id, "attempt": body.attempt, "epoch": body.epoch}
+
+
+@router.post("/checkpoint", status_code=status.HTTP_201_CREATED)
+async def save_checkpoint(worker_id: str, task_id: int, request: Request, attempt: int = Query(..., ge=0),
+                          epoch: int = Query(..., ge=1)) -> dict:
+    """Opaque bytes from a PREEMPTING attempt; the task's next attempt finds them at CORRAL_CHECKPOINT_PATH."""
+    app = request.app.state
+    files = app.checkpoints
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > files.limit:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, files.too_large(int(declared)))
+    try:
+        async with app.store.read() as connection:
+            await check_checkpoint(connection, worker_id, task_id, attempt=attempt, epoch=epoch)
+        staging, size = await files.receive(task_id, request.stream())
+    except (NoSuchTask, NotCurrent) as error:
+        raise _refusal(error) from None
+    except TooLarge as error:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, str(error)) from None
+    try:
+        async with app.store.write() as connection:
+            await record_checkpoint(connection, worker_id, task_id, attempt=attempt, epoch=epoch, size=size,
+                                    now=time.time())
+            files.commit(staging, task_id)
+    except (NoSuchTask, NotCurrent) as error:
+        raise _refusal(error) from None
+    finally:
+        staging.unlink(missing_ok=True)
+    return {"task_id": task_id, "attempt": attempt, "epoch": epoch, "size": size}
+
+
+@router.get("/checkpoint")
+async def get_checkpoint(worker_id: str, task_id: int, request: Request) -> FileResponse:
+    """The task's newest checkpoint, for the worker that runs its current attempt."""
+    app = request.app.state
+    async with app.store.read() as connection:
+        row = (await connection.execute(
+            select(tasks.c.worker_id, tasks.c.checkpoint_epoch).where(tasks.c.id == task_id))).first()
+    if row is None or row.worker_id != worker_id:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"task {task_id} is not on worker {worker_id}")
+    path = app.checkpoints.path(task_id)
+    if row.checkpoint_epoch is None or not path.exists():
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"task {task_id} has no checkpoint")
+    return FileResponse(path, media_type="application/octet-stream")

@@ -138,3 +138,18 @@ def test_corral_up_passes_gpus_and_labels_to_its_workers(tmp_path):
     finally:
         os.killpg(up.pid, signal.SIGINT)
         up.wait(timeout=60)
+def test_a_high_priority_job_preempts_low_sleepers_which_come_back_and_finish(cluster, tmp_path):
+    marks = tmp_path / "sigterm"
+    marks.mkdir()
+    # 2 workers x 4 cores: eight low-priority sleepers fill the cluster.
+    script = (f"trap 'touch {marks}/$CORRAL_TASK_INDEX-$CORRAL_ATTEMPT; exit 143' TERM; "
+              "if [ $CORRAL_ATTEMPT = 0 ]; then sleep 60 & wait; fi")
+    low = cluster.submit(command=["sh", "-c", script], replicas=8, priority="low", grace_period="5s")
+    wait_for(lambda: cluster.job(low)["task_counts"].get("RUNNING") == 8, 60, "eight sleepers running")
+    high = cluster.submit(command=["sh", "-c", "echo high ran"], priority="high", resources={"cpu": 4})
+    assert cluster.wait_end(high, timeout=60)["state"] == "SUCCEEDED"
+    assert cluster.logs(high).strip() == "high ran"
+    victims = [t for t in cluster.tasks(low) if t["preemptions"] >= 1]
+    assert 1 <= len(victims) <= 4  # the fewest that free 4 cores on one worker
+    assert sorted(p.name for p in marks.iterdir()) == sorted(f"{t['index']}-0" for t in victims)  # SIGTERM seen
+    assert cluster.wait_end(low, timeout=90)["state"] == "SUCCEEDED"  # the victims came back and finished

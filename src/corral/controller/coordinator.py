@@ -15,6 +15,7 @@ from itertools import groupby
 from corral.controller.attempts import end_attempt, requeue
 from corral.controller.drain import observe
 from corral.controller.metrics import SCHEDULING_SECONDS, TRANSITIONS
+from corral.controller.priority_preemption import preempt_victims
 from corral.controller.settle import settle_jobs
 from corral.core.handlers import Handler, JobFacts, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
@@ -83,6 +84,7 @@ async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
             TRANSITIONS.labels(handler.name, outcome.result).inc()
         for job_id, cause in decision.doomed.items():
             _doom(job_id, cause, handler, changes, job_info)
+        await preempt_victims(connection, changes, decision.victims)
         if changes.empty:
             return RunReport(outcomes=outcomes)
         await changes.flush(connection)

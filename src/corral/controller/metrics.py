@@ -18,6 +18,9 @@ HEARTBEAT_SECONDS = Histogram(
     "corral_heartbeat_ingest_seconds", "Time to apply a worker heartbeat's reports and read its orders.",
     registry=REGISTRY, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 
+TASKS_PREEMPTED = Counter(
+    "corral_priority_preemptions", "Tasks ordered to stop to make room for higher-priority work.",
+    registry=REGISTRY)
 SCHEDULING_SECONDS = Histogram(
     "corral_scheduling_decision_seconds", "Time to read the cluster and decide one scheduling pass (no writes).",
     registry=REGISTRY, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))

@@ -31,6 +31,7 @@ chromium:
 
 bench: $(STAMP) chromium
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/scheduler_sim.py
 	$(BIN)/python bench/gang_drain.py
 	$(BIN)/python bench/dashboard_jobs.py
 	$(BIN)/python bench/function_roundtrip.py

@@ -30,6 +30,7 @@ class FakeClient:
         self.task_views: list = []
         self.history_entries: list = []
         self.worker_views: list = []
+        self.placement_analysis = None
 
     def submit(self, spec, idempotency_key=None):
         self.submitted.append((spec, idempotency_key))
@@ -56,6 +57,9 @@ class FakeClient:
 
     def workers(self):
         return self.worker_views
+
+    def placement(self, job_id):
+        return self.placement_analysis
 
     def cancel(self, job_id):
         return job_view(job_id, state="TERMINATING")

@@ -3,7 +3,8 @@
 import json
 import time
 
-from corral.core.views import AttemptView, HistoryEntry, TaskView, WorkerView
+from corral.core.spec import JobSpec
+from corral.core.views import AttemptView, HistoryEntry, PlacementAnalysis, TaskView, WorkerFit, WorkerView
 from tests.cli.conftest import job_view
 
 
@@ -82,3 +83,21 @@ def test_info_names_the_job_that_launched_it(cli, fake):
     assert "launched by" in result.output and "job 9" in result.output and "driver/step" in result.output
     fake.jobs = [job_view(13)]
     assert "launched by" not in cli("info", "13").output
+
+
+def test_info_of_a_pending_job_shows_the_placement_analysis(cli, fake):
+    fake.jobs = [job_view(5, spec=JobSpec(command=["train"], pool="a100", constraints=["gpu=h100"]),
+                          pending_reason="no worker in pool a100 matches constraint gpu=h100")]
+    fake.placement_analysis = PlacementAnalysis(
+        job_id=5, state="PENDING", pool="a100", project="vision", priority=100,
+        pending_reason="no worker in pool a100 matches constraint gpu=h100", gate=None,
+        quota={"gpu": (6.0, 8.0)},
+        workers=[WorkerFit(worker_id="w-1", name="box-1", fits=False, why="has gpu=a100; the job needs gpu=h100"),
+                 WorkerFit(worker_id="w-2", name="box-2", fits=False, why="in pool default, not a100")])
+    out = cli("info", "5").output
+    for text in ("pool a100, project default, gpu=h100", "placement (pool a100, project vision, priority 100)",
+                 "quota gpu 6/8", "box-1", "has gpu=a100; the job needs gpu=h100", "in pool default, not a100",
+                 "no worker in pool a100 matches constraint gpu=h100"):
+        assert text in out, text
+    body = json.loads(cli("info", "5", "--json").output)
+    assert body["placement"]["workers"][1]["why"] == "in pool default, not a100"

@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 from pydantic import ValidationError
@@ -89,3 +90,38 @@ def test_wait_exits_by_the_final_state(cli, fake, final, code):
     assert result.exit_code == code
     assert result.stdout == "42\n"
     assert final in result.stderr
+
+
+def test_scheduling_options_build_the_spec(cli, fake):
+    result = cli("submit", "--pool", "a100", "--project", "vision", "--priority", "high", "--constraint", "gpu=h100",
+                 "--constraint", "zone in a,b", "--resource", "tpu=4", "--spread", "--after", "3,4", "--after-any",
+                 "5", "--scheduling-timeout", "30s", "--begin", "2030-01-01T00:00:00+00:00", "--", "train")
+    assert result.exit_code == 0, result.output
+    spec, _ = fake.submitted[0]
+    assert (spec.pool, spec.project, spec.priority, spec.spread) == ("a100", "vision", 100, True)
+    assert spec.constraints == ["gpu=h100", "zone in a,b"]
+    assert spec.resources.custom == {"tpu": 4.0}
+    assert (spec.after, spec.after_any, spec.scheduling_timeout) == ([3, 4], [5], 30.0)
+    assert spec.begin == 1893456000.0
+
+
+def test_a_relative_begin_time_is_from_now(cli, fake):
+    before = time.time()
+    assert cli("submit", "--begin", "+10m", "--", "x").exit_code == 0
+    assert before + 600 <= fake.submitted[0][0].begin <= time.time() + 600
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--priority", "urgent"], "not a priority"),
+    (["--priority", "5000"], "priority"),
+    (["--constraint", "gpu~h100"], "not a constraint"),
+    (["--resource", "tpu=lots"], "not a number"),
+    (["--resource", "cpu=2"], "not a custom resource name"),
+    (["--after", "x"], "not a comma-separated list of job ids"),
+    (["--begin", "someday"], "not a time"),
+    (["--pool", "bad pool"], "pool"),
+])
+def test_bad_scheduling_options_are_refused_naming_the_problem(cli, fake, args, message):
+    result = cli("submit", *args, "--", "x")
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert fake.submitted == []

@@ -61,11 +61,11 @@ class Cluster:
         return subprocess.Popen([sys.executable, "-m", "corral", *args], stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
 
-    def start_controller(self) -> None:
+    def start_controller(self, *extra: str) -> None:
         self.controller = self._spawn(
             "controller", "controller", "--data-dir", str(self.data_dir), "--port", str(self.port),
             "--loss-timeout", str(self.loss_timeout), "--heartbeat-interval", str(self.heartbeat_interval),
-            *(["--db", self.db_url] if self.db_url else []), *self.controller_args)
+            *(["--db", self.db_url] if self.db_url else []), *self.controller_args, *extra)
         wait_for(self._healthy, 30, "the controller to answer /healthz")
         tokens = json.loads((self.data_dir / "cluster.json").read_text())
         self.admin_token, self.join_token = tokens["admin_token"], tokens["join_token"]
@@ -80,11 +80,11 @@ class Cluster:
         except httpx.HTTPError:
             return False
 
-    def start_worker(self, name: str, cpus: float = 4) -> None:
+    def start_worker(self, name: str, cpus: float = 4, *extra: str) -> None:
         self.workers[name] = self._spawn(
             name, "worker", "--controller", self.url, "--token", self.join_token, "--name", name,
             "--work-dir", str(self.root / name), "--cpus", str(cpus), "--memory", "4G",
-            "--heartbeat-interval", str(self.heartbeat_interval))
+            "--heartbeat-interval", str(self.heartbeat_interval), *extra)
         wait_for(lambda: any(w["name"] == name and w["state"] == "ALIVE" for w in self.get("/api/v1/workers")),
                  30, f"worker {name} to register")
 

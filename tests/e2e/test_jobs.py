@@ -104,7 +104,7 @@ def test_a_job_too_big_for_any_worker_waits_and_says_why(cluster):
     waiting = wait_for(lambda: (j := cluster.job(job_id))["pending_reason"] and j, 10, "a pending reason")
     assert waiting["state"] == "PENDING"
     assert waiting["pending_reason"] == (
-        "needs cpu 64 per task; no alive worker is that large (waiting for one to join)")
+        "needs 64 cpu per task; no worker has that much (largest: 4 cpu on w1); waiting for one to join")
 
 
 def test_idempotent_submission(cluster):

@@ -22,8 +22,10 @@ async def submit(store, now=NOW, key=None, **spec) -> int:
         return await insert_job(connection, JobSpec(**spec), key, now)
 
 
-async def add_worker(store, name="w0", cpu=4.0, memory=8 * 2**30, gpu=0, now=NOW) -> str:
-    request = RegisterRequest(name=name, address="127.0.0.1", capacity=Capacity(cpu=cpu, memory=memory, gpu=gpu))
+async def add_worker(store, name="w0", cpu=4.0, memory=8 * 2**30, gpu=0, now=NOW, pool="default", labels=None,
+                     custom=None) -> str:
+    request = RegisterRequest(name=name, address="127.0.0.1", pool=pool, labels=labels or {},
+                              capacity=Capacity(cpu=cpu, memory=memory, gpu=gpu, custom=custom or {}))
     async with store.write() as connection:
         return await register_worker(connection, request, now)
 

@@ -11,8 +11,9 @@ from corral.controller.metrics import REGISTRY
 from corral.controller.reports import ingest_heartbeat
 from corral.controller.retries import run_retries
 from corral.controller.retry_defaults import retry_columns
+from corral.core.failure import classify_failure as classify
 from corral.core.protocol import TaskReport
-from corral.core.retry_policy import RetryPolicy
+from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
 from corral.store.jobs import insert_job
 from corral.store.retries import chain_ids, retry_targets, store_default
@@ -209,7 +210,7 @@ async def test_a_retry_key_taken_by_a_job_submitted_by_hand_is_never_taken_over(
                                                       "not retried")
 
 
-async def test_a_gang_expired_by_its_scheduling_timeout_reads_as_ended_by_expiry(store):
+async def test_a_gang_past_its_scheduling_timeout_classifies_as_a_scheduler_timeout(store):
     gang = await submit(store, retry_policy=POLICY, scheduling_timeout=10, gang=True, replicas=2)
     plain = await submit(store, retry_policy=POLICY, command=["true"])
     async with store.write() as connection:
@@ -217,8 +218,8 @@ async def test_a_gang_expired_by_its_scheduling_timeout_reads_as_ended_by_expiry
     await settle(store, NOW + 11)
     async with store.read() as connection:
         ends = {t.job_id: t.end for t in await retry_targets(connection, NOW + 11)}
-    assert (ends[gang].state, ends[gang].expired) == ("UNSCHEDULABLE", True)
-    assert (ends[plain].state, ends[plain].expired) == ("CANCELLED", False)
+    assert (ends[gang].state, classify(ends[gang])) == ("UNSCHEDULABLE", FailureCause.SCHEDULER_TIMEOUT)
+    assert (ends[plain].state, classify(ends[plain])) == ("CANCELLED", FailureCause.USER_CANCELLED)
 
 
 async def test_a_retry_already_due_when_decided_is_created_in_the_same_run(store):

@@ -21,6 +21,7 @@ from corral.core.handlers import (
 from corral.core.lifecycle import DERIVED, MatchType, SchedulingResult, Target, TaskView, TransitionStatus, judge
 from corral.core.states import TASK_TERMINAL, JobState, TaskState
 from corral.scheduling.placement import Request, WorkerRoom
+from corral.scheduling.snapshot import ClusterSnapshot, JobEnd, JobPlacement
 
 J, T = JobState, TaskState
 GiB = 2**30
@@ -117,21 +118,55 @@ def test_who_acts_on_independent_jobs():
     assert {h.name for h in JOB_HANDLERS if h.needs_rooms} == {"ScheduleJobs"}
 
 
-def test_timeouts():
+def test_no_generic_timeouts():
+    # ScheduleJobs judges its scheduling timeout itself: the clock starts once the job may start.
     facts = JobFacts(Request(1, 0, 0), 0, scheduling_timeout=300.0)
-    assert BY_NAME["ScheduleJobs"].timeout(facts) == 300.0
-    assert BY_NAME["ScheduleJobs"].timeout(JobFacts(Request(1, 0, 0), 0, None)) is None
     # The drain timeout: the job's grace period plus 30 s (DESIGN.md, Workron's 15 + 30).
     assert BY_NAME["ForceDrain"].timeout(facts) == 45.0
     assert BY_NAME["ForceDrain"].timeout(JobFacts(Request(1, 0, 0), 0, None, grace_period=2.0)) == 32.0
-    for name in EXPECTED_ORDER[1:]:
+    for name in EXPECTED_ORDER:
         if name != "ForceDrain":
             assert BY_NAME[name].timeout(facts) is None, name
 
 
-def test_only_complete_drain_gives_up_and_at_once():
-    # A drain's FAILED verdict is final: CompleteDrain's failures give up on the first try.
-    assert {h.name: h.max_tries for h in JOB_HANDLERS if h.max_tries is not None} == {"CompleteDrain": 0}
+def test_only_schedule_jobs_and_complete_drain_give_up_and_at_once():
+    # A scheduling timeout and a drain's FAILED verdict are final: their failures give up on the first try.
+    assert {h.name: h.max_tries for h in JOB_HANDLERS if h.max_tries is not None} == {
+        "ScheduleJobs": 0, "CompleteDrain": 0}
+
+
+def test_schedule_gives_up_past_the_scheduling_timeout_with_the_last_reason():
+    targets = [one_task(4, 40), one_task(5, 50)]
+    snap = Snapshot(NOW + 31, {4: JobFacts(Request(64, 0, 0), 0, 30.0), 5: JobFacts(Request(64, 0, 0), 0, 60.0)},
+                    ClusterSnapshot(rooms=[room("w1", 2)]))
+    decision = ScheduleJobs().execute(targets, snap)
+    assert decision.result.failures == [(4, 40)] and decision.result.skipped == [(5, 50)]
+    assert decision.result.notes[(4, 40)].startswith("not placed within its scheduling timeout (30s); last reason: ")
+    outcome, = [o for o in judge(targets, decision.result, ScheduleJobs.transitions, now=NOW + 31, max_tries=0)
+                if o.target.key == (4, 40)]
+    assert outcome.result is SchedulingResult.GIVE_UP
+    assert outcome.transition == ScheduleJobs.transitions.give_up
+
+
+def test_schedule_timeout_counts_from_when_the_dependencies_ended():
+    target = one_task(6, 60)
+    cluster = ClusterSnapshot(rooms=[room("w1", 2)], jobs={6: JobPlacement(after=(1,))},
+                              dependencies={1: JobEnd("SUCCEEDED", NOW + 100)})
+    snap = Snapshot(NOW + 110, {6: JobFacts(Request(64, 0, 0), 0, 30.0)}, cluster)
+    assert ScheduleJobs().execute([target], snap).result.skipped == [(6, 60)]
+    snap.now = NOW + 131
+    assert ScheduleJobs().execute([target], snap).result.failures == [(6, 60)]
+
+
+def test_schedule_dooms_a_job_whose_dependency_failed_and_waits_on_a_running_one():
+    cluster = ClusterSnapshot(rooms=[room("w1", 2)], jobs={6: JobPlacement(after=(1,)), 7: JobPlacement(after=(2,))},
+                              dependencies={1: JobEnd("FAILED", NOW), 2: JobEnd("RUNNING")})
+    snap = Snapshot(NOW, {6: JobFacts(Request(1, 0, 0), 0, None), 7: JobFacts(Request(1, 0, 0), 0, None)}, cluster)
+    decision = ScheduleJobs().execute([one_task(6, 60), one_task(7, 70)], snap)
+    assert decision.doomed == {6: "dependency job 1 ended FAILED; this job cannot run"}
+    assert decision.result.skipped == [(7, 70)]
+    assert decision.result.notes[(7, 70)] == "waiting for job 2 to succeed (now RUNNING)"
+    assert decision.assignments == []
 
 
 def test_each_success_feeds_the_next_handler():
@@ -163,7 +198,7 @@ def room(id_: str, cpu: float, memory: int = 64 * GiB, gpus: int = 0, name: str 
 
 def snapshot(rooms, **requests: Request) -> Snapshot:
     jobs = {int(k[1:]): JobFacts(r, 0, None) for k, r in requests.items()}
-    return Snapshot(NOW, jobs, list(rooms))
+    return Snapshot(NOW, jobs, ClusterSnapshot(rooms=list(rooms)))
 
 
 def test_schedule_places_a_gang_whole():
@@ -177,7 +212,7 @@ def test_schedule_places_a_gang_whole():
     ]
     assert decision.waiting == {}
     # The snapshot's rooms are not consumed by a decision.
-    assert snap.rooms[0].free_gpu_ids == [0, 1] and snap.rooms[0].free_cpu == 4
+    assert snap.cluster.rooms[0].free_gpu_ids == [0, 1] and snap.cluster.rooms[0].free_cpu == 4
 
 
 def test_schedule_skips_a_gang_when_only_one_fits():
@@ -210,14 +245,15 @@ def test_schedule_places_independent_tasks_as_room_allows():
     assert [(a.task_id, a.worker_id) for a in decision.assignments] == [(30, "w1"), (31, "w1")]
     assert set(decision.result.notes) == {(3, 32)}
     note = decision.result.notes[(3, 32)]
-    assert note.startswith("needs cpu 1, memory 1G;") and "on alpha" in note
+    assert note == "needs 1 cpu on one worker; no worker has any cpu free"
 
 
 def test_schedule_notes_a_task_no_worker_can_hold():
     targets = [one_task(4, 40)]
     decision = ScheduleJobs().execute(targets, snapshot([room("w1", 2)], j4=Request(64, 0, 0)))
     assert decision.result.skipped == [(4, 40)]
-    assert "no alive worker is that large" in decision.result.notes[(4, 40)]
+    assert decision.result.notes[(4, 40)] == (
+        "needs 64 cpu per task; no worker has that much (largest: 2 cpu on w1); waiting for one to join")
 
 
 def test_schedule_with_no_workers():
@@ -350,3 +386,17 @@ def test_declared_task_moves_are_legal():
     for (name, kind), to in declared.items():
         for start in TASKS_MOVED_FROM[(name, kind)]:
             assert (start, to) in TASK_TRANSITIONS, (name, kind, start, to)
+
+
+def test_schedule_evicts_for_a_waiting_job_but_not_for_one_that_gives_up():
+    from corral.scheduling.preemption import RunningTask
+
+    running = [RunningTask(900, 90, "w1", Request(2, 0, 0), (), 0), RunningTask(901, 91, "w2", Request(2, 0, 0), (), 0)]
+    rooms = [WorkerRoom("w1", "w1", 2, GiB, 0, 0, GiB, []), WorkerRoom("w2", "w2", 2, GiB, 0, 0, GiB, [])]
+    cluster = ClusterSnapshot(rooms=rooms, running=running,
+                              jobs={6: JobPlacement(priority=100), 7: JobPlacement(priority=100)})
+    facts = {6: JobFacts(Request(2, 0, 0), 0, None), 7: JobFacts(Request(2, 0, 0), 0, 30.0)}
+    decision = ScheduleJobs().execute([one_task(6, 60), one_task(7, 70)], Snapshot(NOW + 31, facts, cluster))
+    assert decision.result.skipped == [(6, 60)] and decision.result.failures == [(7, 70)]
+    assert [t.task_id for t in decision.victims] == [900]
+    assert decision.result.notes[(6, 60)] == "preempting 1 lower-priority task (job 90) to make room"

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.scheduling.placement import Request, Unit, WorkerRoom, format_bytes, place
+from corral.scheduling.reasons import NoRoom, NoWorkerAlive, TooLarge
 
 GiB = 2**30
 
@@ -81,9 +82,7 @@ def test_gpu_ids_are_distinct_and_from_the_free_ones():
     assert result.assignments[(1, 10)][0].gpu_ids == (1, 2)
     assert result.assignments[(1, 11)][0].gpu_ids == (5, 6)
     assert (1, 12) in result.waiting  # only GPU 7 is left
-    assert result.waiting[(1, 12)].sentence() == (
-        "needs cpu 1, 2 GPUs; largest free: cpu 14, memory 32G, 1 GPU on w1"
-    )
+    assert result.waiting[(1, 12)].sentence() == "needs 2 gpu on one worker; most free on one worker: 1 gpu (w1)"
 
 
 def test_place_does_not_mutate_the_rooms():
@@ -127,14 +126,15 @@ def test_gang_pending_reason_says_how_many_fit():
     rooms = [room("w1", cpu=8, gpus=4, name="gpu-box", free_gpus=[0, 1])]
     result = place([gang(1, 2, gpu=2)], rooms)
     assert result.waiting[(1, None)].sentence() == (
-        "gang of 2 needs cpu 1, 2 GPUs per task; only 1 fit now; largest free: cpu 8, memory 32G, 2 GPUs on gpu-box"
+        "gang of 2 needs 2 gpu per task; only 1 fit now; most free on one worker: 2 gpu (gpu-box)"
     )
 
 
 def test_gang_never_fitting_per_task():
     result = place([gang(1, 2, gpu=8)], [room("w1", gpus=4)])
-    assert result.waiting[(1, None)].never_fits
-    assert "no alive worker is that large" in result.waiting[(1, None)].sentence()
+    assert isinstance(result.waiting[(1, None)], TooLarge)
+    assert result.waiting[(1, None)].sentence() == (
+        "needs 8 gpu per task; no worker has that much (largest: 4 gpu on w1); waiting for one to join")
 
 
 # --- no head-of-line blocking ------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def test_an_equal_request_behind_a_failed_one_waits_with_the_same_reason():
     assert list(result.assignments) == [(1, 10)]
     assert result.waiting[(1, 11)] == result.waiting[(1, 12)]
     assert (2, 20) in result.waiting  # nothing left at all
-    assert result.waiting[(2, 20)].sentence() == "needs cpu 0.5; largest free: cpu 0, memory 32G on w1"
+    assert result.waiting[(2, 20)].sentence() == "needs 0.5 cpu on one worker; no worker has any cpu free"
 
 
 # --- pending reasons -------------------------------------------------------------------------------
@@ -163,19 +163,14 @@ def test_an_equal_request_behind_a_failed_one_waits_with_the_same_reason():
 def test_reason_no_worker_alive():
     result = place([single(1, 10), gang(2, 2)], [])
     for key in ((1, 10), (2, None)):
-        waiting = result.waiting[key]
-        assert waiting.alive_workers == 0
-        assert waiting.sentence() == "no worker is alive; waiting for one to register"
+        assert result.waiting[key].sentence() == "no worker is alive; waiting for one to register"
 
 
 def test_reason_no_worker_large_enough():
     rooms = [room("w1", cpu=8, memory=16 * GiB, gpus=4)]
     result = place([single(1, 10, cpu=2, memory=64 * GiB, gpu=1)], rooms)
-    waiting = result.waiting[(1, 10)]
-    assert waiting.never_fits and waiting.alive_workers == 1
-    assert waiting.sentence() == (
-        "needs cpu 2, memory 64G, 1 GPU per task; no alive worker is that large (waiting for one to join)"
-    )
+    assert result.waiting[(1, 10)].sentence() == (
+        "needs 64G memory per task; no worker has that much (largest: 16G memory on w1); waiting for one to join")
 
 
 def test_reason_names_the_largest_free_room():
@@ -185,15 +180,15 @@ def test_reason_names_the_largest_free_room():
         room("c", cpu=64, gpus=0, name="w9"),
     ]
     result = place([single(1, 10, gpu=8)], rooms)
-    assert result.waiting[(1, 10)].best.name == "w3"
-    assert result.waiting[(1, 10)].sentence() == "needs cpu 1, 8 GPUs; largest free: cpu 6, memory 10G, 4 GPUs on w3"
+    assert result.waiting[(1, 10)].worker == "w3"
+    assert result.waiting[(1, 10)].sentence() == "needs 8 gpu on one worker; most free on one worker: 4 gpu (w3)"
 
 
 def test_reason_largest_room_is_judged_after_earlier_placements():
     rooms = [room("a", cpu=4, name="small"), room("b", cpu=8, name="big")]
     result = place([single(1, 10, cpu=8), single(2, 20, cpu=5)], rooms)
     assert result.assignments[(1, 10)][0].worker_id == "b"
-    assert "largest free: cpu 4, memory 32G on small" in result.waiting[(2, 20)].sentence()
+    assert result.waiting[(2, 20)].sentence() == "needs 5 cpu on one worker; most free on one worker: 4 cpu (small)"
 
 
 @pytest.mark.parametrize(("size", "text"), [
@@ -250,8 +245,9 @@ def test_placement_never_overcommits(world):
                 used_gpus[a.worker_id].extend(a.gpu_ids)
         else:
             w = result.waiting[unit.key]
-            assert w.tasks == len(unit.task_ids) and w.request == unit.request
-            assert 0 <= w.placeable < max(len(unit.task_ids), 1) or w.never_fits
+            assert isinstance(w, NoRoom | TooLarge | NoWorkerAlive), w
+            if isinstance(w, NoRoom):
+                assert w.tasks == len(unit.task_ids) and 0 <= w.placeable < len(unit.task_ids)
             assert w.sentence()
     assert len(result.assignments) + len(result.waiting) == len(units)
     for worker_id, cpu in used_cpu.items():

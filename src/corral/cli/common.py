@@ -42,6 +42,19 @@ def parse_pairs(ctx: click.Context | None, param: click.Parameter | None, values
     return pairs
 
 
+def parse_amounts(ctx: click.Context | None, param: click.Parameter | None, values: Iterable[str]) -> dict[str, float]:
+    """Click callback for repeatable NAME=N options (custom resources): N a non-negative number."""
+    amounts: dict[str, float] = {}
+    for name, value in parse_pairs(ctx, param, values).items():
+        try:
+            amounts[name] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{name}={value}: {value!r} is not a number", ctx=ctx, param=param) from None
+        if amounts[name] < 0:
+            raise click.BadParameter(f"{name}={value}: must not be negative", ctx=ctx, param=param)
+    return amounts
+
+
 def to_jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from corral.cli.common import parse_pairs
+from corral.cli.common import parse_amounts, parse_pairs
 from corral.client.discovery import DEFAULT_DATA_DIR
 from corral.core.spec import parse_bytes, parse_duration
 from corral.log_format import configure_logging
@@ -41,7 +41,8 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> f
               help="Seconds without a heartbeat before a worker is declared lost.")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A YAML config file (its retry_policy: is the cluster's default retry policy).")
+              help="A YAML config file with `pools:`, `quotas:` (applied to the store on start) and "
+              "`retry_policy:` (the cluster's default retry policy).")
 @click.option("--event-retention", default="7d", show_default=True, callback=duration_option,
               help="How long events of ended jobs and of workers are kept (e.g. 12h, 30d).")
 @log_format_option
@@ -50,11 +51,15 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
                config_file: Path | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
-    from corral.controller.settings import ControllerSettings
+    from corral.controller.settings import ConfigError, ControllerSettings, load_policy_file
 
+    try:
+        policy = load_policy_file(config_file) if config_file else None
+    except ConfigError as error:
+        raise click.BadParameter(str(error), param_hint="--config") from None
     serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
                              heartbeat_interval=heartbeat_interval, event_retention=event_retention,
-                             log_format=log_format, config_file=config_file))
+                             log_format=log_format, config_file=config_file, policy=policy))
 
 
 def default_address(controller_url: str) -> str:
@@ -87,12 +92,16 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="Cores to offer (default: detected).")
 @click.option("--memory", callback=memory_option, help="Memory to offer, e.g. 16G (default: detected).")
 @click.option("--gpus", type=click.IntRange(min=0), help="GPUs to offer (default: detected through NVML).")
-@click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
+@click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V",
+              help="A label jobs can constrain on, e.g. gpu=h100 (repeatable).")
+@click.option("--pool", default="default", show_default=True, help="The resource group this worker serves.")
+@click.option("--resource", "resources", multiple=True, callback=parse_amounts, metavar="NAME=N",
+              help="A custom resource slot offered, e.g. tpu=4 (repeatable).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
 @log_format_option
 def worker(controller_url: str, token: str, name: str, address: str | None, work_dir: Path, cpus: float | None,
-           memory: int | None, gpus: int | None, labels: dict[str, str], heartbeat_interval: float,
-           log_format: str) -> None:
+           memory: int | None, gpus: int | None, labels: dict[str, str], pool: str, resources: dict[str, float],
+           heartbeat_interval: float, log_format: str) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
 
@@ -101,4 +110,4 @@ def worker(controller_url: str, token: str, name: str, address: str | None, work
     run_worker(WorkerOptions(
         controller_url=controller_url.rstrip("/"), token=token, name=name,
         address=address or default_address(controller_url), work_dir=work_dir, cpus=cpus, memory=memory,
-        gpus=gpus, labels=labels, heartbeat_interval=heartbeat_interval))
+        gpus=gpus, labels=labels, heartbeat_interval=heartbeat_interval, pool=pool, resources=resources))

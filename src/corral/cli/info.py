@@ -21,7 +21,8 @@ from corral.cli.format import (
 )
 from corral.cli.listing import state_text
 from corral.client.errors import CorralError
-from corral.core.views import HistoryEntry, JobView, TaskView
+from corral.core.states import JobState
+from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, TaskView
 
 
 @click.command()
@@ -31,14 +32,17 @@ def info(job_id: int, as_json: bool) -> None:
     """Show a job: its spec, tasks, attempts and the history of its transitions."""
     api = client()
     job, tasks, history = api.get(job_id), api.tasks(job_id), api.history(job_id)
+    analysis = api.placement(job_id) if job.state == JobState.PENDING else None
     if as_json:
-        print_json({"job": job, "tasks": tasks, "history": history})
+        print_json({"job": job, "tasks": tasks, "history": history, **({"placement": analysis} if analysis else {})})
         return
     try:
         names = {w.id: w.name for w in api.workers()}
     except CorralError:
         names = {}  # worker names only make the tables easier to read
     console().print(render_info(job, tasks, history, names, time.time()))
+    if analysis is not None:
+        console().print(Text(), placement_table(analysis))
 
 
 def render_info(job: JobView, tasks: list[TaskView], history: list[HistoryEntry], worker_names: dict[str, str],
@@ -67,6 +71,8 @@ def job_summary(job: JobView, now: float) -> Table:
         ("resources", format_resources(spec.resources) + " per task"),
         ("replicas", f"{spec.replicas}" + (" as a gang" if spec.gang else " independent")),
         ("priority", str(spec.priority)),
+        ("placement", f"pool {spec.pool}, project {spec.project}"
+                      + "".join(f", {c}" for c in spec.constraints) + (", spread" if spec.spread else "")),
         ("retries", f"{spec.max_retries_failure} on failure, {spec.max_retries_preemption} on preemption; "
                     f"{spec.max_task_failures} task failures tolerated"),
         ("time limit", format_duration(spec.time_limit)),
@@ -108,6 +114,25 @@ def retry_rows(job: JobView) -> list[tuple[str, Text | str]]:
     if len(job.retry_chain) > 1:
         rows.append(("retry chain", " -> ".join(map(str, job.retry_chain))))
     return rows
+
+
+def placement_table(analysis: PlacementAnalysis) -> Group:
+    """Each worker and why a task of this pending job can or cannot go there now."""
+    title = f"placement (pool {analysis.pool}, project {analysis.project}, priority {analysis.priority})"
+    if analysis.gate:
+        title += f"; {analysis.gate}"
+    quota = ", ".join(f"{r} {used:g}/{limit:g}" for r, (used, limit) in analysis.quota.items())
+    if quota:
+        title += f"; quota {quota}"
+    table = Table(box=None, pad_edge=False)
+    for column in ("WORKER", "FITS", "WHY"):
+        table.add_column(column, no_wrap=column != "WHY")
+    for worker in analysis.workers:
+        table.add_row(Text(worker.name), Text("yes", style="green") if worker.fits else Text("no", style="red"),
+                      Text(worker.why))
+    if not analysis.workers:
+        table.add_row("-", "-", "no worker is alive")
+    return Group(Text(title, style="italic"), table)
 
 
 def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:

@@ -71,11 +71,11 @@ def workers(as_json: bool) -> None:
 
 def workers_table(found: list[WorkerView], now: float) -> Table:
     table = Table(box=None, pad_edge=False)
-    for column in ("ID", "NAME", "ADDRESS", "STATE", "CPU", "MEM", "GPU", "HEARTBEAT", "TASKS"):
+    for column in ("ID", "NAME", "POOL", "ADDRESS", "STATE", "CPU", "MEM", "GPU", "HEARTBEAT", "TASKS"):
         table.add_column(column, no_wrap=True)
     for worker in found:
         table.add_row(
-            worker.id, Text(worker.name), Text(worker.address),
+            worker.id, Text(worker.name), Text(worker.pool), Text(worker.address),
             Text(worker.state, style="green" if worker.state == WorkerState.ALIVE else "red"),
             *usage(worker), f"{format_age(now - worker.last_heartbeat)} ago", str(worker.running_tasks))
     return table

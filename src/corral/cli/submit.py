@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,15 +11,18 @@ from typing import Any
 import click
 import yaml
 
-from corral.cli.common import CliError, client, json_option, parse_pairs, print_json
+from corral.cli.common import CliError, client, json_option, parse_amounts, parse_pairs, print_json
 from corral.cli.format import task_summary
 from corral.core.retry_policy import RETRIABLE_CAUSES, Backoff, Jitter
-from corral.core.spec import JobSpec
+from corral.core.spec import JobSpec, parse_duration
 from corral.core.states import JobState
 
 # Options that set a top-level JobSpec field of the same name when given.
 TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max_retries_preemption",
-             "max_task_failures", "time_limit", "scheduling_timeout", "grace_period")
+             "max_task_failures", "time_limit", "scheduling_timeout", "grace_period", "pool", "project", "spread",
+             "begin")
+# Repeatable options that replace the file's list when given.
+LISTS = ("constraints", "after", "after_any")
 # Options that set a field of `resources`.
 RESOURCES = {"cpus": "cpu", "memory": "memory", "gpus": "gpu"}
 # Options that set a field of `retry_policy`.
@@ -45,7 +49,7 @@ def load_spec_file(path: Path) -> tuple[dict[str, Any], Path | None]:
 
 def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tuple[str, ...] | list[str] = (),
                     env: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
-                    **options: Any) -> dict[str, Any]:
+                    custom: Mapping[str, float] | None = None, **options: Any) -> dict[str, Any]:
     """Merge the file with the options, options winning; None means "not given". Not validated yet."""
     data = dict(file_data or {})
     if isinstance(data.get("command"), str):
@@ -59,6 +63,8 @@ def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tupl
     for option, field in RESOURCES.items():
         if options.get(option) is not None:
             resources[field] = options[option]
+    if custom:
+        resources["custom"] = {**(resources.get("custom") or {}), **custom}
     if resources:
         data["resources"] = resources
     retry = dict(data.get("retry_policy") or {})
@@ -71,7 +77,10 @@ def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tupl
         merged = {**_strings(data.get(field)), **(given or {})}
         if merged:
             data[field] = merged
-    unknown = set(options) - set(TOP_LEVEL) - set(RESOURCES) - set(RETRY)
+    for field in LISTS:
+        if options.get(field):
+            data[field] = list(options[field])
+    unknown = set(options) - set(TOP_LEVEL) - set(RESOURCES) - set(RETRY) - set(LISTS)
     if unknown:
         raise TypeError(f"unknown spec options: {sorted(unknown)}")
     return data
@@ -80,6 +89,26 @@ def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tupl
 def build_spec(file_data: Mapping[str, Any] | None = None, **kwargs: Any) -> JobSpec:
     """The validated spec; a pydantic ValidationError names the field at fault."""
     return JobSpec.model_validate(build_spec_data(file_data, **kwargs))
+
+
+def job_ids(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    """Click callback: "12,13" -> [12, 13]."""
+    if value is None:
+        return None
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of job ids", ctx=ctx, param=param) from None
+
+
+def begin_time(ctx: click.Context, param: click.Parameter, value: str | None) -> str | float | None:
+    """Click callback: "+10m" becomes a unix time from now; anything else is left to the spec to judge."""
+    if value is None or not value.strip().startswith("+"):
+        return value
+    try:
+        return time.time() + float(parse_duration(value.strip()[1:]))  # type: ignore[arg-type]
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
 
 
 def _strings(mapping: object) -> dict:
@@ -99,7 +128,7 @@ def _strings(mapping: object) -> dict:
 @click.option("--gpus", type=int, help="Whole GPUs per task.")
 @click.option("--replicas", type=int, help="Number of tasks.")
 @click.option("--gang/--no-gang", default=None, help="Place, start and restart all tasks together.")
-@click.option("--priority", type=int)
+@click.option("--priority", help="An integer (-1000..1000) or low, normal, high, critical.")
 @click.option("--max-retries-failure", type=int, help="Retries of a task after it fails.")
 @click.option("--max-retries-preemption", type=int, help="Retries after worker loss or preemption.")
 @click.option("--max-task-failures", type=int, help="Failed tasks tolerated before the job fails.")
@@ -115,6 +144,17 @@ def _strings(mapping: object) -> dict:
 @click.option("--retry-jitter-ratio", type=float, help="Jitter adds up to this fraction of the delay.")
 @click.option("--retry-on", multiple=True, type=click.Choice(sorted(c.value for c in RETRIABLE_CAUSES)),
               help="A failure cause to retry (repeatable; default: all).")
+@click.option("--pool", help="The resource group to run in (default: default).")
+@click.option("--project", help="Whose quota and fair share the job counts against (default: default).")
+@click.option("--constraint", "constraints", multiple=True, metavar="K=V",
+              help="On worker labels: K=V, K!=V or 'K in A,B' (repeatable).")
+@click.option("--resource", "custom", multiple=True, callback=parse_amounts, metavar="NAME=N",
+              help="A custom resource per task, e.g. tpu=4 (repeatable).")
+@click.option("--spread/--no-spread", default=None, help="At most one task of the job per worker.")
+@click.option("--after", callback=job_ids, metavar="JOB[,JOB]", help="Start only once these jobs SUCCEEDED.")
+@click.option("--after-any", callback=job_ids, metavar="JOB[,JOB]", help="Start once these jobs ended, however.")
+@click.option("--begin", callback=begin_time, metavar="TIME",
+              help="Not before: ISO 8601 (2026-01-31T08:00), unix seconds, or +DURATION (+10m).")
 @click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V", help="Environment variable.")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
 @click.option("--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -124,14 +164,14 @@ def _strings(mapping: object) -> dict:
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, workdir: Path | None,
+def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, custom: dict, workdir: Path | None,
            idempotency_key: str | None, wait: bool, as_json: bool, command: tuple[str, ...], **options: Any) -> None:
     """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
     file_data, file_workdir = load_spec_file(spec_file) if spec_file else ({}, None)
     if not command and not file_data.get("command"):
         raise click.UsageError("no command: give it after --, e.g. `corral submit -- python train.py`, "
                                "or as `command:` in --file")
-    spec = build_spec(file_data, command=command, env=env, labels=labels, **options)
+    spec = build_spec(file_data, command=command, env=env, labels=labels, custom=custom, **options)
     workdir = workdir or file_workdir
     api = client(ctx)
     if workdir is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import httpx
 
-from corral.cli.common import CliError
+from corral.cli.common import CliError, parse_pairs
 from corral.cli.daemons import memory_option
 from corral.client.discovery import DEFAULT_DATA_DIR
 
@@ -152,10 +152,13 @@ class Cluster:
               show_default=True)
 @click.option("--worker-cpus", type=click.FloatRange(min=0, min_open=True), help="Cores each worker offers.")
 @click.option("--worker-memory", callback=memory_option, help="Memory each worker offers, e.g. 8G.")
+@click.option("--worker-gpus", type=click.IntRange(min=0), help="GPUs each worker offers (default: detected).")
+@click.option("--worker-label", "worker_labels", multiple=True, callback=parse_pairs, metavar="K=V",
+              help="A label every worker carries, e.g. gpu=h100 (repeatable).")
 @click.option("--db", "db_url", help="SQLAlchemy URL of the store (default: SQLite in the data directory).")
 @click.pass_context
 def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path, worker_cpus: float | None,
-       worker_memory: int | None, db_url: str | None) -> None:
+       worker_memory: int | None, worker_gpus: int | None, worker_labels: dict[str, str], db_url: str | None) -> None:
     """Start a local cluster: a controller and N workers, until Ctrl-C."""
     data_dir = data_dir.resolve()
     url = client_url(host, port)
@@ -172,6 +175,8 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
             worker_args = ["--controller", url, "--token", cluster.token("join_token")]
             worker_args += ["--cpus", str(worker_cpus)] if worker_cpus else []
             worker_args += ["--memory", str(worker_memory)] if worker_memory else []
+            worker_args += ["--gpus", str(worker_gpus)] if worker_gpus is not None else []
+            worker_args += [arg for key, value in worker_labels.items() for arg in ("--label", f"{key}={value}")]
             for index in range(1, n_workers + 1):
                 cluster.start_worker(index, worker_args)
             cluster.wait_for_workers(url)

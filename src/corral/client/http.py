@@ -23,7 +23,7 @@ from corral.client.plans import Call, Item, Plan, Sleep
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, EventParser, reconnect_delay, stream_request
 from corral.core.spec import JobSpec, Resources
 from corral.core.states import JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkerView
+from corral.core.views import HistoryEntry, JobPage, JobView, PlacementAnalysis, RetryAttemptView, TaskView, WorkerView
 
 
 def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
@@ -166,6 +166,10 @@ class Client:
     def attempts(self, job_id: int) -> list[RetryAttemptView]:
         """The job's retry chain, oldest first: each job's state and failure cause."""
         return self._run(plans.attempts(job_id))
+
+    def placement(self, job_id: int) -> PlacementAnalysis:
+        """The placement analysis: each worker, and why it can or cannot take a task of the job now."""
+        return self._run(plans.placement(job_id))
 
     def cancel(self, job_id: int) -> JobView:
         return self._run(plans.cancel(job_id))

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 
 from corral.core.spec import JobSpec
 from corral.core.states import JOB_TERMINAL, JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkerView
+from corral.core.views import HistoryEntry, JobPage, JobView, PlacementAnalysis, RetryAttemptView, TaskView, WorkerView
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -79,6 +79,12 @@ def attempts(job_id: int) -> Plan[list[RetryAttemptView]]:
     """The job's retry chain, oldest first: each job's state and failure cause."""
     response = yield Call("GET", f"{API}/jobs/{job_id}/attempts")
     return _retry_attempts.validate_python(response.json())
+
+
+def placement(job_id: int) -> Plan[PlacementAnalysis]:
+    """Each worker, and why it can or cannot take a task of the job now."""
+    response = yield Call("GET", f"{API}/jobs/{job_id}/placement")
+    return PlacementAnalysis.model_validate(response.json())
 
 
 def cancel(job_id: int) -> Plan[JobView]:

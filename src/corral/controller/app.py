@@ -11,11 +11,13 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from corral.controller import (
+    admin_api,
     dashboard,
     dashboard_api,
     events_api,
     files_api,
     jobs_api,
+    placement_api,
     preemption_api,
     results_api,
     retry_api,
@@ -31,6 +33,7 @@ from corral.controller.results import ResultFiles
 from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
+from corral.store.policy import apply_policy_file
 from corral.store.store import Store
 
 
@@ -43,6 +46,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state.tokens = load_tokens(settings)
         state.retry_config = load_config_default(settings.config_file)
         state.store = await Store.open(settings.database_url)
+        if settings.policy is not None:
+            async with state.store.write() as connection:
+                await apply_policy_file(connection, settings.policy, time.time())
         state.signals = WorkerSignals()
         state.engine = Engine(state.store, state.signals, settings.loss_timeout)
         state.logs = LogFiles(settings.data_dir / "logs" / "tasks")
@@ -75,6 +81,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
     app.include_router(files_api.router)
+    app.include_router(admin_api.router)
+    app.include_router(placement_api.router)
     app.include_router(preemption_api.router)
     app.include_router(events_api.router)
     app.include_router(dashboard_api.router)

@@ -8,12 +8,14 @@ writes go through one ChangeSet, and job states are settled from their tasks bef
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from itertools import groupby
 
 from corral.controller.attempts import end_attempt, requeue
 from corral.controller.drain import observe
-from corral.controller.metrics import PLACEMENTS, TRANSITIONS
+from corral.controller.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
+from corral.controller.priority_preemption import preempt_victims
 from corral.controller.settle import settle_jobs
 from corral.core.handlers import Handler, JobFacts, Launcher, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
@@ -21,7 +23,8 @@ from corral.core.outcomes import derived_job_state
 from corral.core.states import TASK_TERMINAL, JobState, TaskState, is_legal
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
-from corral.store.reads import target_rows, task_row, worker_rooms
+from corral.store.reads import BATCH_ROWS, target_rows, task_row
+from corral.store.scheduling_reads import read_cluster
 from corral.store.store import Store
 
 log = logging.getLogger("corral.coordinator")
@@ -62,20 +65,26 @@ class _Job:
 async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
     async with store.write() as connection:
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
-                                 handler.launcher_states)
+                                 handler.launcher_states, handler.batch_rows or BATCH_ROWS)
         if not rows:
             return RunReport()
         targets, job_info, task_rows = _targets(rows, handler)
         snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
+        started = time.perf_counter()
         if handler.needs_rooms:
-            snapshot.rooms = await worker_rooms(connection)
+            snapshot.cluster = await read_cluster(connection)
         decision = handler.execute(targets, snapshot)
+        if handler.needs_rooms:
+            SCHEDULING_SECONDS.observe(time.perf_counter() - started)
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=handler.max_tries)
         changes = ChangeSet(now)
         assignments = {a.task_id: a for a in decision.assignments}
         for outcome in outcomes:
             _apply(outcome, handler, changes, job_info, task_rows, assignments)
             TRANSITIONS.labels(handler.name, outcome.result).inc()
+        for job_id, cause in decision.doomed.items():
+            _doom(job_id, cause, handler, changes, job_info)
+        await preempt_victims(connection, changes, decision.victims)
         if changes.empty:
             return RunReport(outcomes=outcomes)
         await changes.flush(connection)
@@ -140,7 +149,9 @@ def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dic
                 (task_rows[v.id].state for v in target.tasks), gang=job.gang,
                 max_task_failures=job.facts.max_task_failures,
                 outcome=JobState(job.outcome) if job.outcome else None, cancelled=job.cancelled)
-        extra = {"pending_reason": None} if new is not JobState.PENDING else {}
+        extra = {"pending_reason": None} if new not in (JobState.PENDING, JobState.UNSCHEDULABLE) else {}
+        if new is JobState.UNSCHEDULABLE:
+            extra = {"pending_reason": outcome.note}  # why it never got placed stays readable
         if transition.cancel:
             extra["cancelled"] = True
         changes.job(target.job_id, job.state, new, handler=handler.name, result=outcome.result,
@@ -149,6 +160,17 @@ def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dic
     elif not target.whole_job and transition.task is TaskState.ASSIGNED and job.pending_reason:
         job.pending_reason = None
         changes.job_columns(target.job_id, job.state, pending_reason=None)
+    elif not target.whole_job and transition.task is TaskState.UNSCHEDULABLE and outcome.note:
+        job.pending_reason = outcome.note
+        changes.job_columns(target.job_id, job.state, pending_reason=outcome.note)
+
+
+def _doom(job_id: int, cause: str, handler: Handler, changes: ChangeSet, job_info: dict[int, _Job]) -> None:
+    """A job that can never run ends FAILED with the cause: it terminates, and settling kills its tasks."""
+    job = job_info[job_id]
+    changes.job(job_id, job.state, JobState.TERMINATING, handler=handler.name, result=SchedulingResult.GIVE_UP,
+                message=cause, outcome=str(JobState.FAILED))
+    job.state = JobState.TERMINATING
 
 
 def _move_task(row: TaskRow, new: TaskState, outcome: Outcome, handler: Handler, changes: ChangeSet,

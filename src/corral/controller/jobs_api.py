@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from corral.controller.admission import refusal
 from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.controller.job_query import JobFilter, SortKey, UnknownFilter, count_query, page_query
 from corral.controller.job_tokens import authorize
@@ -39,6 +40,10 @@ async def submit(spec: JobSpec, request: Request,
         if existing is not None:
             return _replay(existing, spec, idempotency_key)
     launcher = request.state.caller.job_id
+    async with app.store.read() as connection:
+        refused = await refusal(connection, spec)
+    if refused:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, refused)
     try:
         async with app.store.write() as connection:
             name = await launch_name(connection, launcher, spec.name or "")

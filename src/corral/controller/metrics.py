@@ -31,6 +31,12 @@ RETRY_EXHAUSTED = Counter(
 RETRY_SUCCEEDED = Counter(
     "corral_job_retry_succeeded", "Retry jobs (retry_count > 0) that succeeded.", registry=REGISTRY)
 
+TASKS_PREEMPTED = Counter(
+    "corral_priority_preemptions", "Tasks ordered to stop to make room for higher-priority work.",
+    registry=REGISTRY)
+SCHEDULING_SECONDS = Histogram(
+    "corral_scheduling_decision_seconds", "Time to read the cluster and decide one scheduling pass (no writes).",
+    registry=REGISTRY, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 GANGS_PREEMPTED = Counter(
     "corral_gangs_preempted", "Gang drains started: one per epoch, however many members failed at once.",
     registry=REGISTRY)

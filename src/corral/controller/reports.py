@@ -35,6 +35,8 @@ async def register_worker(connection: AsyncConnection, request: RegisterRequest,
         id=worker_id, name=request.name, address=request.address, state=WorkerState.ALIVE,
         cpu=request.capacity.cpu, memory=request.capacity.memory, gpu=request.capacity.gpu,
         gpu_names=request.gpu_names, labels=request.labels, last_heartbeat=now, registered_at=now,
+        pool=request.pool, custom=request.capacity.custom,
+        gpu_devices=[gpu.model_dump() for gpu in request.gpus],
     ))
     registered = ChangeSet(now)
     capacity = request.capacity

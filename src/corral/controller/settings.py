@@ -8,7 +8,11 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+from pydantic import ValidationError
+
 from corral.controller.checkpoints import DEFAULT_LIMIT
+from corral.scheduling.policy import PolicyFile
 from corral.store.database import sqlite_url
 
 
@@ -22,6 +26,7 @@ class ControllerSettings:
     heartbeat_interval: float = 2.0
     admin_token: str | None = None
     join_token: str | None = None
+    policy: PolicyFile | None = None  # pools and quotas from the config file, applied on start
     checkpoint_limit: int = DEFAULT_LIMIT  # bytes one task's checkpoint may hold
     event_retention: float = 7 * 86400.0  # seconds events of ended jobs and of workers are kept
     log_format: str = "text"  # or "json": one object per line (corral.log_format)
@@ -34,6 +39,20 @@ class ControllerSettings:
     @property
     def database_url(self) -> str:
         return self.db_url or sqlite_url(self.data_dir / "corral.db")
+
+
+class ConfigError(ValueError):
+    """The config file cannot be read or does not describe pools and quotas."""
+
+
+def load_policy_file(path: Path) -> PolicyFile:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        return PolicyFile.model_validate(data)
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"cannot read config {path}: {error}") from None
+    except ValidationError as error:
+        raise ConfigError(f"config {path} is not valid: {error}") from None
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,8 @@ async def settle_jobs(connection: AsyncConnection, job_ids: Collection[int], now
             states[T.KILLED] += states.pop(T.PENDING)
             new, outcome = _derive(states, job, outcome)
         columns = {"outcome": str(outcome) if outcome else None}
-        if new is JobState.TERMINATING or new in JOB_TERMINAL:
-            columns["pending_reason"] = None
+        if (new is JobState.TERMINATING or new in JOB_TERMINAL) and outcome is not JobState.UNSCHEDULABLE:
+            columns["pending_reason"] = None  # an UNSCHEDULABLE job keeps why it was never placed
         changes.job(job.id, current, new, handler=cause, message=_why(new, outcome, job.cancelled), **columns)
     if kill_pending:
         for row in (await connection.execute(

@@ -84,10 +84,10 @@ async def list_workers(request: Request) -> list[WorkerView]:
     return [
         WorkerView(
             id=w.id, name=w.name, address=w.address, state=w.state, labels=w.labels or {},
-            capacity={"cpu": w.cpu, "memory": w.memory, "gpu": w.gpu},
+            capacity={"cpu": w.cpu, "memory": w.memory, "gpu": w.gpu, **(w.custom or {})},
             used={"cpu": use[w.id][0] or 0.0, "memory": use[w.id][1] or 0, "gpu": use[w.id][2] or 0},
             gpu_names=w.gpu_names or [], last_heartbeat=w.last_heartbeat, registered_at=w.registered_at,
-            running_tasks=use[w.id][3] or 0,
+            running_tasks=use[w.id][3] or 0, pool=w.pool, gpus=w.gpu_devices or [],
         )
         for w in rows
     ]

@@ -31,7 +31,9 @@ from corral.core.states import (
     JobState,
     TaskState,
 )
-from corral.scheduling.placement import Assignment, Request, Unit, WorkerRoom, place
+from corral.scheduling.placement import Assignment, Request, RunningTask, Unit, place
+from corral.scheduling.reasons import DependencyFailed, TimedOut
+from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
 
 J, T = JobState, TaskState
 
@@ -78,7 +80,7 @@ class Snapshot:
 
     now: float
     jobs: dict[int, JobFacts] = field(default_factory=dict)
-    rooms: list[WorkerRoom] = field(default_factory=list)
+    cluster: ClusterSnapshot = field(default_factory=ClusterSnapshot)  # read for handlers that place
 
 
 @dataclass
@@ -88,6 +90,8 @@ class Decision:
     result: HandlerResult
     assignments: list[Assignment] = field(default_factory=list)
     waiting: dict = field(default_factory=dict)
+    victims: list[RunningTask] = field(default_factory=list)  # tasks to preempt for waiting jobs
+    doomed: dict[int, str] = field(default_factory=dict)  # jobs that can never run -> why; they end FAILED
 
 
 class Handler:
@@ -99,6 +103,7 @@ class Handler:
     transitions: StatusTransitions = StatusTransitions()
     max_tries: int | None = None
     needs_rooms: bool = False
+    batch_rows: int | None = None  # task rows fetched per run; None: the store's default
 
     def timeout(self, facts: JobFacts) -> float | None:
         """Seconds a target may stay in its state before it EXPIRES; None: forever."""
@@ -109,6 +114,13 @@ class Handler:
 
 
 class ScheduleJobs(Handler):
+    """Places pending work (see scheduling.placement); gives up on what waited past its timeout.
+
+    The timeout counts from when a job could first start (its dependencies met, its begin
+    time past), so it is judged here rather than by the generic expiry, and the give-up
+    keeps the last reason the job waited for.
+    """
+
     name = "ScheduleJobs"
     job_states = frozenset({J.PENDING})
     task_states = frozenset({T.PENDING})
@@ -118,23 +130,57 @@ class ScheduleJobs(Handler):
         expired=TransitionStatus(job=J.UNSCHEDULABLE, task=T.UNSCHEDULABLE),
         give_up=TransitionStatus(job=J.UNSCHEDULABLE, task=T.UNSCHEDULABLE),
     )
+    max_tries = 0  # one give-up is final
     needs_rooms = True
-
-    def timeout(self, facts: JobFacts) -> float | None:
-        return facts.scheduling_timeout
+    batch_rows = 200_000  # every pending task: order by priority or share needs them all in view
 
     def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
-        units = [
-            Unit(t.key, tuple(task.id for task in t.tasks if task.state is T.PENDING),
-                 snapshot.jobs[t.job_id].request)
-            for t in targets
-        ]
-        placement = place(units, snapshot.rooms)
-        result = HandlerResult(successes=list(placement.assignments), skipped=list(placement.waiting))
-        waiting: dict = placement.waiting
-        result.notes = {key: w.sentence() for key, w in waiting.items()}
-        assignments = [a for placed in placement.assignments.values() for a in placed]
-        return Decision(result, assignments, waiting)
+        cluster, now = snapshot.cluster, snapshot.now
+        decision = Decision(HandlerResult())
+        waits: dict = {}
+        units: list[Unit] = []
+        since: dict = {}
+        for target in targets:
+            job = cluster.jobs.get(target.job_id, JobPlacement())
+            held_back = gate(job, cluster.dependencies, now)
+            if isinstance(held_back, DependencyFailed):
+                decision.doomed[target.job_id] = held_back.sentence()
+                continue
+            if held_back is not None:
+                waits[target.key] = held_back
+                continue
+            since[target.key] = eligible_since(job, cluster.dependencies, target.since)
+            units.append(self._unit(target, job, snapshot, since[target.key]))
+        placement = place(units, cluster.rooms, policy=cluster.policy, running=cluster.running, now=now)
+        waits.update(placement.waiting)
+        decision.result.successes = list(placement.assignments)
+        decision.assignments = [a for placed in placement.assignments.values() for a in placed]
+        decision.waiting = waits
+        sentences: dict[int, str] = {}  # units blocked alike share one reason: format it once
+        for key, reason in waits.items():
+            timeout = snapshot.jobs[key[0]].scheduling_timeout
+            if key in since and timeout is not None and now - since[key] > timeout:
+                decision.result.failures.append(key)
+                decision.result.notes[key] = TimedOut(timeout, reason).sentence()
+            else:
+                decision.result.skipped.append(key)
+                if id(reason) not in sentences:
+                    sentences[id(reason)] = reason.sentence()
+                decision.result.notes[key] = sentences[id(reason)]
+        # No one is evicted for a job that gives up now.
+        decision.victims = [task for key, victims in placement.victims.items() if key in decision.result.skipped
+                            for task in victims]
+        return decision
+
+    @staticmethod
+    def _unit(target: Target, job: JobPlacement, snapshot: Snapshot, since: float) -> Unit:
+        pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
+        failed_on = snapshot.cluster.avoid
+        avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
+        base = snapshot.jobs[target.job_id].request
+        return Unit(target.key, pending, Request(base.cpu, base.memory, base.gpu, job.custom), pool=job.pool,
+                    constraints=job.constraints, spread=job.spread, priority=job.priority, project=job.project,
+                    since=since, avoid=avoid)
 
 
 class PrepareJobs(Handler):

@@ -24,6 +24,16 @@ class Capacity(BaseModel):
     cpu: float = Field(..., ge=0)
     memory: int = Field(..., ge=0)
     gpu: int = Field(0, ge=0)
+    custom: dict[str, float] = Field(default_factory=dict, description="custom resource slots by name")
+
+
+class GpuDevice(BaseModel):
+    """One GPU as NVML describes it; tasks get whole devices by index (CUDA_VISIBLE_DEVICES)."""
+
+    index: int = Field(..., ge=0)
+    model: str
+    memory: int = Field(0, ge=0, description="bytes")
+    uuid: str = ""
 
 
 class RegisterRequest(BaseModel):
@@ -34,6 +44,8 @@ class RegisterRequest(BaseModel):
     capacity: Capacity
     gpu_names: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
+    pool: str = Field("default", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    gpus: list[GpuDevice] = Field(default_factory=list)
     # Tasks the worker still runs from before (a re-registration after a controller restart).
     running: list[TaskRef] = Field(default_factory=list)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from corral.core.retry_policy import RetryPolicy
+from corral.scheduling.constraints import parse_constraint
 
 MAX_CPU = 4096.0
 MAX_MEMORY = 64 * 2**40  # 64 TiB
@@ -42,8 +44,42 @@ def parse_duration(value: object) -> object:
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
+# Named priority bands; any integer in [-1000, 1000] is allowed too.
+PRIORITY_BANDS = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
+NAME = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"
+BUILTIN_RESOURCES = ("cpu", "memory", "gpu")
+
+
+def parse_priority(value: object) -> object:
+    """Accept an integer, or a band name: low, normal, high, critical."""
+    if not isinstance(value, str):
+        return value
+    if value.strip().lower() in PRIORITY_BANDS:
+        return PRIORITY_BANDS[value.strip().lower()]
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"not a priority: {value!r} (use an integer or one of {', '.join(PRIORITY_BANDS)})") from None
+
+
+def parse_time(value: object) -> object:
+    """Accept unix seconds or an ISO 8601 time (without a zone: local time)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value.strip()).timestamp()
+    except ValueError:
+        raise ValueError(f"not a time: {value!r} (use unix seconds or ISO 8601, e.g. 2026-01-31T08:00)") from None
+
+
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
+Priority = Annotated[int, BeforeValidator(parse_priority)]
+Timestamp = Annotated[float, BeforeValidator(parse_time)]
 
 
 class Resources(BaseModel):
@@ -54,6 +90,17 @@ class Resources(BaseModel):
     cpu: float = Field(1.0, ge=0, le=MAX_CPU, description="cores, fractional")
     memory: Bytes = Field(0, ge=0, le=MAX_MEMORY, description="bytes")
     gpu: int = Field(0, ge=0, le=MAX_GPU, description="whole devices")
+    custom: dict[str, float] = Field(default_factory=dict, description="custom slots by name, e.g. {tpu: 4}")
+
+    @field_validator("custom")
+    @classmethod
+    def _custom_names(cls, custom: dict[str, float]) -> dict[str, float]:
+        for name, amount in custom.items():
+            if not re.fullmatch(NAME, name) or name in BUILTIN_RESOURCES:
+                raise ValueError(f"not a custom resource name: {name!r} (cpu, memory and gpu have their own fields)")
+            if amount < 0:
+                raise ValueError(f"custom resource {name} must not be negative")
+        return custom
 
 
 class JobSpec(BaseModel):
@@ -68,7 +115,7 @@ class JobSpec(BaseModel):
     resources: Resources = Field(default_factory=Resources)
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     gang: bool = False
-    priority: int = Field(0, ge=-1000, le=1000)
+    priority: Priority = Field(0, ge=-1000, le=1000, description="an integer or low, normal, high, critical")
     max_retries_failure: int = Field(0, ge=0, le=1000)
     max_retries_preemption: int = Field(100, ge=0, le=10_000)
     max_task_failures: int = Field(0, ge=0)
@@ -76,7 +123,13 @@ class JobSpec(BaseModel):
     scheduling_timeout: Seconds | None = Field(None, gt=0, le=MAX_TIME_LIMIT)
     grace_period: Seconds = Field(15.0, ge=0, le=3600)
     labels: dict[str, str] = Field(default_factory=dict)
-    project: str = Field("default", min_length=1, max_length=200)
+    pool: str = Field("default", max_length=100, pattern=f"^{NAME}$", description="the resource group to run in")
+    project: str = Field("default", max_length=100, pattern=f"^{NAME}$", description="whose quota and share")
+    constraints: list[str] = Field(default_factory=list, description="on worker labels: K=V, K!=V, 'K in A,B'")
+    spread: bool = Field(False, description="at most one task of this job per worker")
+    after: list[int] = Field(default_factory=list, description="start only once these jobs SUCCEEDED")
+    after_any: list[int] = Field(default_factory=list, description="start only once these jobs ended")
+    begin: Timestamp | None = Field(None, description="not before this time (unix seconds)")
     retry_policy: RetryPolicy | None = Field(None, description="re-create the job when it fails (batch jobs)")
 
     @field_validator("command")
@@ -93,6 +146,18 @@ class JobSpec(BaseModel):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"not an environment variable name: {key!r}")
         return env
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraints(cls, constraints: list[str]) -> list[str]:
+        return [str(parse_constraint(text)) for text in constraints]
+
+    @field_validator("after", "after_any")
+    @classmethod
+    def _job_ids(cls, ids: list[int]) -> list[int]:
+        if any(i < 1 for i in ids):
+            raise ValueError("job ids are positive integers")
+        return sorted(set(ids))
 
     @field_validator("bundle")
     @classmethod

@@ -110,6 +110,8 @@ class WorkerView(BaseModel):
     last_heartbeat: float
     registered_at: float
     running_tasks: int
+    pool: str = "default"
+    gpus: list[dict] = []  # per device: index, model, memory, uuid
 
 
 class ErrorBody(BaseModel):
@@ -132,3 +134,24 @@ class EventView(BaseModel):
     from_state: str | None
     to_state: str | None
     message: str | None
+
+
+class WorkerFit(BaseModel):
+    worker_id: str
+    name: str
+    fits: bool
+    why: str
+
+
+class PlacementAnalysis(BaseModel):
+    """Why a job is where it is, worker by worker, on the cluster as it is now."""
+
+    job_id: int
+    state: str
+    pool: str
+    project: str
+    priority: int
+    pending_reason: str | None
+    gate: str | None  # a dependency or begin time it waits for
+    quota: dict[str, tuple[float, float]]  # resource -> (used, limit) for its project
+    workers: list[WorkerFit]

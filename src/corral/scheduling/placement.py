@@ -1,57 +1,51 @@
 """Placement: which worker each pending task goes to, decided in memory over a snapshot.
 
-No I/O happens here. The pass reads top to bottom as a person would explain it:
-  1. take pending units in submission order (a gang job whole, or one task of an independent job);
-  2. a unit that no alive worker could ever hold waits, saying so;
-  3. a gang is placed whole on a scratch copy of the free capacity, or not at all;
-  4. an independent task goes to the first worker where it fits;
-  5. a unit that does not fit now waits, with the largest free room named, and does not
-     block the units behind it.
+No I/O happens here. The pass reads top to bottom as a person would explain it. Per pool:
+  1. units (a gang job whole, or one task of an independent job) are offered room in the
+     order of the pool's sequencer: FIFO, priority, or fair share across projects;
+  2. a unit that would take its project over quota waits, naming the resource;
+  3. a unit that no worker present could hold (none alive, none in its pool, none matching
+     its constraints, none large enough) waits, saying so: one may join;
+  4. the unit is placed whole with the pool's strategy, or not at all; a retried task
+     avoids the workers it failed on when another fits;
+  5. a unit that does not fit waits with the binding constraint named, and the units behind
+     it go on (no head-of-line blocking), except that:
+     a. a unit that only room held for another would fit waits behind that reservation;
+     b. in a pool that preempts, a unit that outranks running tasks waits for tasks already
+        being evicted, or evicts the cheapest set that makes it fit; that room is held;
+     c. a unit that has waited past its pool's reservation time has the workers closest to
+        holding it held for it, so only units that fit elsewhere start (backfill); the
+        first of a kind reserves, its equals wait behind it.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from corral.core.lifecycle import TargetKey
+from corral.scheduling.constraints import Constraint
+from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
+from corral.scheduling.preemption import RunningTask, choose_victims
+from corral.scheduling.reasons import (
+    AwaitingPreempted,
+    BehindReservation,
+    NoRoom,
+    NoWorkerAlive,
+    NoWorkerInPool,
+    NoWorkerMatches,
+    OverQuota,
+    Preempting,
+    Reason,
+    Reserved,
+    TooLarge,
+    format_bytes,
+)
+from corral.scheduling.rooms import EPS, Group, Request, RoomBook, WorkerRoom
+from corral.scheduling.sequencing import Queue
 
-
-@dataclass(frozen=True)
-class Request:
-    cpu: float
-    memory: int
-    gpu: int
-
-
-@dataclass
-class WorkerRoom:
-    """What one alive worker has, and has free, in this snapshot."""
-
-    id: str
-    name: str
-    cpu: float
-    memory: int
-    gpu: int
-    free_cpu: float
-    free_memory: int
-    free_gpu_ids: list[int] = field(default_factory=list)
-
-    def fits(self, request: Request) -> bool:
-        return (
-            request.cpu <= self.free_cpu + 1e-9
-            and request.memory <= self.free_memory
-            and request.gpu <= len(self.free_gpu_ids)
-        )
-
-    def could_ever_fit(self, request: Request) -> bool:
-        return request.cpu <= self.cpu + 1e-9 and request.memory <= self.memory and request.gpu <= self.gpu
-
-    def take(self, request: Request) -> list[int]:
-        self.free_cpu -= request.cpu
-        self.free_memory -= request.memory
-        gpu_ids, self.free_gpu_ids = self.free_gpu_ids[: request.gpu], self.free_gpu_ids[request.gpu :]
-        return gpu_ids
+__all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "format_bytes", "place"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +53,17 @@ class Unit:
     key: TargetKey
     task_ids: tuple[int, ...]
     request: Request  # per task
+    pool: str = DEFAULT_POOL
+    constraints: tuple[Constraint, ...] = ()
+    spread: bool = False  # at most one of its tasks per worker
+    priority: int = 0
+    project: str = DEFAULT_PROJECT
+    since: float = 0.0  # waiting since: past the pool's reservation time, room is held for it
+    avoid: frozenset[str] = frozenset()  # workers its tasks failed on
+
+    @property
+    def job_id(self) -> int:
+        return self.key[0]
 
 
 @dataclass(frozen=True)
@@ -68,102 +73,267 @@ class Assignment:
     gpu_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class Waiting:
-    """Why a unit was not placed, as data; `sentence()` formats it when someone looks."""
-
-    request: Request
-    tasks: int
-    alive_workers: int
-    never_fits: bool
-    best: WorkerRoom | None
-    placeable: int = 0  # for a gang: how many of its tasks would fit now
-
-    def sentence(self) -> str:
-        need = _describe(self.request)
-        if self.alive_workers == 0:
-            return "no worker is alive; waiting for one to register"
-        if self.never_fits:
-            return f"needs {need} per task; no alive worker is that large (waiting for one to join)"
-        room = "nothing free"
-        if self.best is not None:
-            room = f"largest free: {_describe_free(self.best)} on {self.best.name}"
-        if self.tasks > 1:
-            return (
-                f"gang of {self.tasks} needs {need} per task; only {self.placeable} fit now; {room}"
-            )
-        return f"needs {need}; {room}"
-
-
 @dataclass
 class Placement:
     assignments: dict[TargetKey, list[Assignment]] = field(default_factory=dict)
-    waiting: dict[TargetKey, Waiting] = field(default_factory=dict)
+    waiting: dict[TargetKey, Reason] = field(default_factory=dict)
+    victims: dict[TargetKey, tuple[RunningTask, ...]] = field(default_factory=dict)  # evictions, per unit served
 
 
-def place(units: Sequence[Unit], rooms: Sequence[WorkerRoom]) -> Placement:
-    """Place units in the order given on the rooms given (mutating neither)."""
-    free = [replace(room, free_gpu_ids=list(room.free_gpu_ids)) for room in rooms]
-    result = Placement()
-    blocked: dict[Request, Waiting] = {}  # one failed request of a kind settles its equals in this pass
-    for unit in units:
-        # 1-2. A request that already failed alone, or that no worker could ever hold, waits.
-        single = len(unit.task_ids) == 1
-        if single and unit.request in blocked:
-            result.waiting[unit.key] = blocked[unit.request]
-            continue
-        if not any(room.could_ever_fit(unit.request) for room in free):
-            result.waiting[unit.key] = _waiting(unit, free, never_fits=True)
-            continue
-        # 3-4. Place every task of the unit on a scratch copy; keep it only if all fit.
-        scratch = [replace(room, free_gpu_ids=list(room.free_gpu_ids)) for room in free]
-        placed = _first_fit(unit, scratch)
-        if len(placed) == len(unit.task_ids):
-            result.assignments[unit.key] = placed
-            free = scratch
-            continue
-        # 5. It waits, and those behind it go on.
-        waiting = _waiting(unit, free, never_fits=False, placeable=len(placed))
-        result.waiting[unit.key] = waiting
+def place(units: Sequence[Unit], rooms: Sequence[WorkerRoom], *, policy: Policy | None = None,
+          running: Sequence[RunningTask] = (), now: float = 0.0) -> Placement:
+    """Place units on the rooms given (mutating neither); `running` are the tasks holding room now."""
+    return _Pass(rooms, policy or Policy(), running, now).run(units)
+
+
+class _Pass:
+    def __init__(self, rooms: Sequence[WorkerRoom], policy: Policy, running: Sequence[RunningTask],
+                 now: float) -> None:
+        self.book = RoomBook(rooms)
+        self.policy, self.running, self.now = policy, running, now
+        self.result = Placement()
+        self.quota_use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for task in running:
+            for resource, amount in task.request.amounts().items():
+                self.quota_use[task.project][resource] += amount
+        self.lowest_running = self._lowest_priority_per_pool()
+        self.last_placed = self._last_placed_per_pool()  # round-robin goes on from there, pass after pass
+        self.blocked: dict[tuple, Reason] = {}  # one failed request of a kind settles its equals in this pass
+        self.ever_fits: dict[tuple, bool] = {}
+        self.no_plan: set[tuple] = set()
+        self.claimed: set[int] = set()  # stopping tasks a unit already counts on
+        self.evicted_jobs: set[int] = set()
+        self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
+
+    def run(self, units: Sequence[Unit]) -> Placement:
+        by_pool: dict[str, list[Unit]] = defaultdict(list)
+        for unit in units:
+            by_pool[unit.pool].append(unit)
+        for pool, pool_units in by_pool.items():
+            pool_policy = self.policy.pool(pool)
+            # 1. The pool's sequencer decides who is offered room first.
+            queue = Queue(pool_units, pool_policy.sequencer, self._pool_use(pool), self._pool_capacity(pool))
+            while (unit := queue.next()) is not None:
+                reason = self._offer(unit, pool_policy)
+                if reason is None:
+                    queue.charge(unit)
+                else:
+                    self.result.waiting[unit.key] = reason
+        return self.result
+
+    def _offer(self, unit: Unit, pool_policy: PoolPolicy) -> Reason | None:
+        # 2. Quota.
+        over = self._over_quota(unit)
+        if over is not None:
+            return over
+        # 3. Nobody present could hold it.
+        group = self.book.group(unit.pool, unit.constraints, self.last_placed.get(unit.pool))
+        absent = self._absent(unit, group)
+        if absent is not None:
+            return absent
+        # 4. Whole, or not at all.
+        kind = (unit.pool, unit.constraints, unit.request)
+        single = len(unit.task_ids) == 1 and not unit.avoid
+        if single and kind in self.blocked:
+            return self._instead_of_waiting(unit, group, pool_policy, self.blocked[kind])
+        assignments, placeable = self._fit(unit, group, pool_policy)
+        if assignments is not None:
+            self.result.assignments[unit.key] = assignments
+            if unit.project in self.policy.quotas:
+                for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
+                    self.quota_use[unit.project][resource] += amount
+            return None
+        # 5. It waits; those behind it go on.
+        reason = self._no_room(unit, group, placeable)
         if single:
-            blocked[unit.request] = waiting
-    return result
+            self.blocked[kind] = reason
+        return self._instead_of_waiting(unit, group, pool_policy, reason)
+
+    def _instead_of_waiting(self, unit: Unit, group: Group, pool_policy: PoolPolicy, reason: Reason) -> Reason:
+        # 5a. Room held for another would have fitted it.
+        for i, holder in self.book.held.items():
+            if holder != unit.job_id and i in group.member_set and self.book.rooms[i].fits(unit.request):
+                return BehindReservation(holder)
+        # 5b. Priority preemption.
+        if self.policy.may_preempt(unit.pool) and unit.job_id not in self.evicted_jobs:
+            made = self._preempt(unit, group)
+            if made is not None:
+                return made
+        # 5c. Waited too long: hold room for it, unless one of its kind already has room held.
+        if pool_policy.reservation_time is not None and self.now - unit.since >= pool_policy.reservation_time:
+            kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread)
+            if kind in self.reserved_for:
+                return BehindReservation(self.reserved_for[kind])
+            self.reserved_for[kind] = unit.job_id
+            return self._reserve(unit, group, reason)
+        return reason
+
+    # 2 -------------------------------------------------------------------------------------
+
+    def _over_quota(self, unit: Unit) -> OverQuota | None:
+        limits = self.policy.quotas.get(unit.project)
+        if not limits:
+            return None
+        asks = unit.request.amounts(len(unit.task_ids))
+        used = self.quota_use[unit.project]
+        for resource, limit in limits.items():
+            ask = asks.get(resource, 0.0)
+            if ask > 0 and used[resource] + ask > limit + EPS:
+                return OverQuota(unit.project, resource, used[resource], limit, ask)
+        return None
+
+    # 3 -------------------------------------------------------------------------------------
+
+    def _absent(self, unit: Unit, group: Group) -> Reason | None:
+        rooms = self.book.rooms
+        if not rooms:
+            return NoWorkerAlive()
+        if not group.members:
+            if not any(room.pool == unit.pool for room in rooms):
+                return NoWorkerInPool(unit.pool)
+            return NoWorkerMatches(unit.pool, unit.constraints)
+        key = (id(group), unit.request)
+        if key not in self.ever_fits:
+            self.ever_fits[key] = any(rooms[i].could_ever_fit(unit.request) for i in group.members)
+        if self.ever_fits[key]:
+            return None
+        need = unit.request.amounts()
+        for resource, amount in need.items():
+            largest = max(group.members, key=lambda i: rooms[i].capacity(resource))
+            if amount > rooms[largest].capacity(resource) + EPS:
+                return TooLarge(unit.pool, need, resource, rooms[largest].capacity(resource), rooms[largest].name)
+        return TooLarge(unit.pool, need, None)
+
+    # 4 -------------------------------------------------------------------------------------
+
+    def _fit(self, unit: Unit, group: Group, pool_policy: PoolPolicy) -> tuple[list[Assignment] | None, int]:
+        book, request = self.book, unit.request
+        avoid = {book.position[w] for w in unit.avoid if w in book.position}
+        taken: list[tuple[int, int, list[int]]] = []
+        used: set[int] = set()
+        for task_id in unit.task_ids:
+            exclude = used if unit.spread else ()
+            i = book.choose(group, request, pool_policy.strategy, avoid.union(exclude)) if avoid else None
+            if i is None:
+                i = book.choose(group, request, pool_policy.strategy, exclude)
+            if i is None:
+                break
+            taken.append((task_id, i, book.take(i, request)))
+            used.add(i)
+        if len(taken) < len(unit.task_ids):
+            for _, i, gpu_ids in taken:
+                book.give(i, request, gpu_ids)
+            return None, len(taken)
+        return [Assignment(task_id, book.rooms[i].id, tuple(gpu_ids)) for task_id, i, gpu_ids in taken], len(taken)
+
+    # 5 -------------------------------------------------------------------------------------
+
+    def _no_room(self, unit: Unit, group: Group, placeable: int) -> NoRoom:
+        rooms, need, tasks = self.book.rooms, unit.request.amounts(), len(unit.task_ids)
+        wanted = [resource for resource, amount in need.items() if amount > 0]
+        most_free = {r: max(group.members, key=lambda i, r=r: rooms[i].free(r)) for r in wanted}
+        # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
+        binding = next((r for r in wanted if need[r] > rooms[most_free[r]].free(r) + EPS), None)
+        if binding is None and tasks > 1 and wanted:
+            binding = wanted[0]
+        if binding is None:
+            return NoRoom(unit.pool, need, tasks, placeable, None)
+        free = rooms[most_free[binding]].free(binding)
+        return NoRoom(unit.pool, need, tasks, placeable, binding, free,
+                      rooms[most_free[binding]].name if free > EPS else "")
+
+    def _preempt(self, unit: Unit, group: Group) -> Reason | None:
+        if unit.priority <= self.lowest_running.get(unit.pool, unit.priority):
+            return None  # nothing running here ranks below it
+        kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread, unit.priority)
+        if kind in self.no_plan:
+            return None
+        rooms = [self.book.rooms[i].copy() for i in group.members if i not in self.book.held]
+        ids = {room.id for room in rooms}
+        by_id = {room.id: room for room in rooms}
+        stopping = [t for t in self.running if t.stopping and t.worker_id in ids and t.task_id not in self.claimed]
+        for task in stopping:  # their room is on its way back
+            by_id[task.worker_id].give(task.request, task.gpu_ids)
+        if stopping and choose_victims(unit.request, len(unit.task_ids), unit.priority, rooms, (),
+                                       spread=unit.spread) is not None:
+            self.claimed.update(t.task_id for t in stopping)
+            self._hold_workers({t.worker_id for t in stopping}, unit.job_id)
+            return AwaitingPreempted(len(stopping))
+        candidates = [t for t in self.running if not t.stopping and t.priority < unit.priority
+                      and t.job_id not in self.evicted_jobs and (t.gang or t.worker_id in ids)]
+        plan = choose_victims(unit.request, len(unit.task_ids), unit.priority, rooms, candidates,
+                              spread=unit.spread) if candidates else None
+        if plan is None:
+            self.no_plan.add(kind)
+            return None
+        self.result.victims[unit.key] = plan.victims
+        self.evicted_jobs.update(t.job_id for t in plan.victims)
+        self.claimed.update(t.task_id for t in stopping)
+        self._hold_workers({worker for _, worker in plan.placements}, unit.job_id)
+        return Preempting(len(plan.victims), tuple(sorted({t.job_id for t in plan.victims})))
+
+    def _reserve(self, unit: Unit, group: Group, reason: Reason) -> Reason:
+        rooms, request = self.book.rooms, unit.request
+        binding = getattr(reason, "resource", None) or "cpu"
+        closest = sorted((i for i in group.members if i not in self.book.held and rooms[i].could_ever_fit(request)),
+                         key=lambda i: -rooms[i].free(binding))
+        held: list[int] = []
+        remaining = len(unit.task_ids)
+        for i in closest:
+            held.append(i)
+            remaining -= 1 if unit.spread else _tasks_held_when_empty(rooms[i], request)
+            if remaining <= 0:
+                break
+        for i in held:
+            self.book.hold(i, unit.job_id)
+        return Reserved(reason, tuple(rooms[i].name for i in held))
+
+    # helpers -------------------------------------------------------------------------------
+
+    def _hold_workers(self, worker_ids: set[str], job_id: int) -> None:
+        for worker_id in worker_ids:
+            self.book.hold(self.book.position[worker_id], job_id)
+
+    def _lowest_priority_per_pool(self) -> dict[str, int]:
+        pools = {room.id: room.pool for room in self.book.rooms}
+        lowest: dict[str, int] = {}
+        for task in self.running:
+            pool = pools.get(task.worker_id)
+            if pool is not None:
+                lowest[pool] = min(lowest.get(pool, task.priority), task.priority)
+        return lowest
+
+    def _last_placed_per_pool(self) -> dict[str, str]:
+        pools = {room.id: room.pool for room in self.book.rooms}
+        latest: dict[str, RunningTask] = {}
+        for task in self.running:
+            pool = pools.get(task.worker_id)
+            if pool is not None and (pool not in latest or task.since > latest[pool].since):
+                latest[pool] = task
+        return {pool: task.worker_id for pool, task in latest.items()}
+
+    def _pool_use(self, pool: str) -> dict[str, dict[str, float]]:
+        pools = {room.id: room.pool for room in self.book.rooms}
+        use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for task in self.running:
+            if pools.get(task.worker_id) == pool:
+                for resource, amount in task.request.amounts().items():
+                    use[task.project][resource] += amount
+        return use
+
+    def _pool_capacity(self, pool: str) -> dict[str, float]:
+        capacity: dict[str, float] = defaultdict(float)
+        for room in self.book.rooms:
+            if room.pool == pool:
+                capacity["cpu"] += room.cpu
+                capacity["memory"] += room.memory
+                capacity["gpu"] += room.gpu
+                for name, amount in room.custom.items():
+                    capacity[name] += amount
+        return capacity
 
 
-def _first_fit(unit: Unit, rooms: list[WorkerRoom]) -> list[Assignment]:
-    placed = []
-    for task_id in unit.task_ids:
-        room = next((r for r in rooms if r.fits(unit.request)), None)
-        if room is None:
-            break
-        placed.append(Assignment(task_id, room.id, tuple(room.take(unit.request))))
-    return placed
-
-
-def _waiting(unit: Unit, rooms: list[WorkerRoom], *, never_fits: bool, placeable: int = 0) -> Waiting:
-    best = max(rooms, key=lambda r: (len(r.free_gpu_ids), r.free_cpu, r.free_memory), default=None)
-    return Waiting(unit.request, len(unit.task_ids), len(rooms), never_fits, best, placeable)
-
-
-def _describe(request: Request) -> str:
-    parts = [f"cpu {request.cpu:g}"]
-    if request.memory:
-        parts.append(f"memory {format_bytes(request.memory)}")
-    if request.gpu:
-        parts.append(f"{request.gpu} GPU" + ("s" if request.gpu > 1 else ""))
-    return ", ".join(parts)
-
-
-def _describe_free(room: WorkerRoom) -> str:
-    parts = [f"cpu {room.free_cpu:g}", f"memory {format_bytes(room.free_memory)}"]
-    if room.gpu:
-        free = len(room.free_gpu_ids)
-        parts.append(f"{free} GPU" + ("" if free == 1 else "s"))
-    return ", ".join(parts)
-
-
-def format_bytes(size: int) -> str:
-    for unit, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.3g}{unit}"
-    return f"{size}B"
+def _tasks_held_when_empty(room: WorkerRoom, request: Request) -> int:
+    """How many tasks of this size the worker holds when nothing else runs there (at least 1)."""
+    counts = [room.capacity(r) // amount for r, amount in request.amounts().items() if amount > 0]
+    return max(1, int(min(counts, default=1)))

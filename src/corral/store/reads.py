@@ -1,17 +1,15 @@
-"""The reads a handler run needs, one query each: its targets, and the free room on workers."""
+"""The reads a handler run needs: its targets, in one query (a placing handler also reads scheduling_reads)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Collection
 
-from sqlalchemy import and_, false, func, or_, select, true
+from sqlalchemy import and_, false, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.core.states import TASK_HOLDS_RESOURCES, JobState, TaskState, WorkerState
-from corral.scheduling.placement import WorkerRoom
+from corral.core.states import JobState, TaskState
 from corral.store.changes import TaskRow
-from corral.store.schema import jobs, tasks, workers
+from corral.store.schema import jobs, tasks
 
 BATCH_ROWS = 10_000  # a handler run fetches at most this many task rows; the rest wait a pass
 
@@ -33,6 +31,7 @@ async def target_rows(
     gang_only: bool,
     task_states: Collection[TaskState],
     launcher_states: Collection[JobState] = (),
+    limit: int = BATCH_ROWS,
 ) -> list:
     """Rows (job columns + task columns) of whole-job targets and of task targets, in submission order.
 
@@ -49,7 +48,7 @@ async def target_rows(
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
         .where(or_(whole if job_states else false(), per_task))
         .order_by(jobs.c.id, tasks.c.index)
-        .limit(BATCH_ROWS)
+        .limit(limit)
     )
     if launcher_states:
         launcher = jobs.alias("launcher")
@@ -58,7 +57,7 @@ async def target_rows(
             launcher.c.cancelled.label("launcher_cancelled"), launcher.c.outcome.label("launcher_outcome"),
         ).where(launcher.c.state.in_([str(s) for s in launcher_states]))
     rows = (await connection.execute(query)).all()
-    if len(rows) == BATCH_ROWS and rows[0].job_id != rows[-1].job_id:
+    if len(rows) == limit and rows[0].job_id != rows[-1].job_id:
         last = rows[-1].job_id  # its tasks may be cut off: leave the whole job to the next pass
         rows = [row for row in rows if row.job_id != last]
     return rows
@@ -67,34 +66,3 @@ async def target_rows(
 def task_row(row) -> TaskRow:
     return TaskRow(row.id, row.job_id, row.index, TaskState(row.state), row.attempt, row.worker_id,
                    row.failures, row.preemptions)
-
-
-async def worker_rooms(connection: AsyncConnection) -> list[WorkerRoom]:
-    """Alive workers with their free capacity: capacity minus what tasks holding resources reserve."""
-    alive = (await connection.execute(
-        select(workers).where(workers.c.state == WorkerState.ALIVE).order_by(workers.c.registered_at)
-    )).all()
-    holding = [str(s) for s in TASK_HOLDS_RESOURCES]
-    used = {
-        row.worker_id: row
-        for row in (await connection.execute(
-            select(tasks.c.worker_id, func.sum(tasks.c.cpu).label("cpu"), func.sum(tasks.c.memory).label("memory"))
-            .where(tasks.c.state.in_(holding), tasks.c.worker_id.is_not(None))
-            .group_by(tasks.c.worker_id)
-        )).all()
-    }
-    gpus_taken: dict[str, set[int]] = defaultdict(set)
-    for row in (await connection.execute(
-        select(tasks.c.worker_id, tasks.c.gpu_ids).where(tasks.c.state.in_(holding), tasks.c.gpu > 0)
-    )).all():
-        gpus_taken[row.worker_id].update(row.gpu_ids or [])
-    rooms = []
-    for worker in alive:
-        use = used.get(worker.id)
-        rooms.append(WorkerRoom(
-            id=worker.id, name=worker.name, cpu=worker.cpu, memory=worker.memory, gpu=worker.gpu,
-            free_cpu=worker.cpu - (use.cpu if use else 0.0),
-            free_memory=worker.memory - int(use.memory if use else 0),
-            free_gpu_ids=[i for i in range(worker.gpu) if i not in gpus_taken[worker.id]],
-        ))
-    return rooms

@@ -128,6 +128,9 @@ workers = Table(
     Column("gpu", Integer, nullable=False),
     Column("gpu_names", JSON, nullable=False, default=list),
     Column("labels", JSON, nullable=False, default=dict),
+    Column("pool", String(100), nullable=False, server_default="default"),
+    Column("custom", JSON),  # custom resource slots offered, by name
+    Column("gpu_devices", JSON),  # per GPU: index, model, memory, uuid (NVML)
     Column("last_heartbeat", Float, nullable=False),
     Column("registered_at", Float, nullable=False),
     Index("ix_workers_state", "state"),
@@ -172,4 +175,21 @@ audit = Table(
     Column("job_id", Integer),
     Column("detail", JSON, nullable=False),
     Index("ix_audit_job", "job_id", "id"),
+)
+
+# Scheduling policy, set from the controller's config file or the admin API.
+pools = Table(
+    "pools",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("policy", JSON, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+quotas = Table(
+    "quotas",
+    metadata,
+    Column("project", String(100), primary_key=True),
+    Column("limits", JSON, nullable=False),
+    Column("updated_at", Float, nullable=False),
 )

@@ -82,6 +82,8 @@ class WorkerOptions:
     gpus: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     heartbeat_interval: float = 2.0
+    pool: str = "default"
+    resources: dict[str, float] = field(default_factory=dict)  # custom slots offered, e.g. {"tpu": 4}
 
 
 class WorkerError(Exception):
@@ -120,7 +122,7 @@ class Agent:
         self.options = options
         self.http = http
         work_dir = options.work_dir.resolve()
-        self.capacity, self.gpu_names = detect_capacity(options.cpus, options.memory, options.gpus)
+        self.capacity, self.gpus = detect_capacity(options.cpus, options.memory, options.gpus, options.resources)
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
         self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
@@ -154,7 +156,8 @@ class Agent:
         options = self.options
         request = RegisterRequest(
             name=options.name, address=options.address or route_address(options.controller_url),
-            capacity=self.capacity, gpu_names=self.gpu_names, labels=options.labels, running=self.runner.running())
+            capacity=self.capacity, gpu_names=[gpu.model for gpu in self.gpus], labels=options.labels,
+            pool=options.pool, gpus=self.gpus, running=self.runner.running())
         backoff = _Backoff("register", cap=2.0)
         while True:
             try:
@@ -167,8 +170,9 @@ class Agent:
         reply = RegisterReply.model_validate(response.json())
         self.worker_id, self.interval = reply.worker_id, reply.heartbeat_interval
         self._registered.set()
-        log.info("registered worker_id=%s name=%s address=%s cpu=%s memory=%s gpus=%s", reply.worker_id,
-                 request.name, request.address, self.capacity.cpu, self.capacity.memory, self.gpu_names)
+        log.info("registered worker_id=%s name=%s pool=%s address=%s cpu=%s memory=%s gpus=%s", reply.worker_id,
+                 request.name, request.pool, request.address, self.capacity.cpu, self.capacity.memory,
+                 [f"{gpu.index}:{gpu.model}:{gpu.uuid}" for gpu in self.gpus])
 
     async def _rejoin(self, stale_id: str) -> None:
         """The controller gave up on us: kill our tasks, forget their reports, and register anew."""

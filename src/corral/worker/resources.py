@@ -1,59 +1,71 @@
-"""What this machine offers: CPUs, memory and NVIDIA GPUs, unless the operator says otherwise.
+"""What this machine offers: CPUs, memory, NVIDIA GPUs and custom slots, unless the operator says otherwise.
 
 Overrides win over detection, so a worker can offer less than the machine has (sharing it
 with other work) or a virtual capacity (tests, simulations of a GPU cluster on a laptop).
+GPUs are read through NVML (model, memory and UUID per device); the NVML module is a
+parameter so the detection can be tested against a fake one.
 """
 
 from __future__ import annotations
 
 import logging
+from types import ModuleType
 
 import psutil
 
-from corral.core.protocol import Capacity
+from corral.core.protocol import Capacity, GpuDevice
 
 log = logging.getLogger("corral.worker.resources")
 
 
-def detect_gpus() -> list[str]:
-    """Names of the NVIDIA GPUs that NVML sees, in device-index order; none when NVML is absent or fails."""
-    try:
-        import pynvml
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
-        pynvml.nvmlInit()
+
+def detect_gpus(nvml: ModuleType | None = None) -> list[GpuDevice]:
+    """The NVIDIA GPUs that NVML sees, in device-index order; none when NVML is absent or fails."""
+    try:
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
     except Exception as error:  # no driver, no library, no permission: a CPU-only machine
         log.info("no NVIDIA GPUs detected (%s)", error)
         return []
     try:
-        names = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
-            names.append(name.decode() if isinstance(name, bytes) else name)
-        return names
+        devices = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            devices.append(GpuDevice(
+                index=index, model=_text(nvml.nvmlDeviceGetName(handle)),
+                memory=int(nvml.nvmlDeviceGetMemoryInfo(handle).total), uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            ))
+        return devices
     except Exception as error:
         log.warning("NVML failed while listing GPUs, offering none: %s", error)
         return []
     finally:
         try:
-            pynvml.nvmlShutdown()
+            nvml.nvmlShutdown()
         except Exception as error:
             log.debug("nvmlShutdown failed: %s", error)
 
 
 def detect_capacity(
-    cpus: float | None = None, memory: int | None = None, gpus: int | None = None
-) -> tuple[Capacity, list[str]]:
-    """The capacity to register with, and the names of the GPUs behind it.
+    cpus: float | None = None, memory: int | None = None, gpus: int | None = None,
+    custom: dict[str, float] | None = None, nvml: ModuleType | None = None,
+) -> tuple[Capacity, list[GpuDevice]]:
+    """The capacity to register with, and the GPUs behind it.
 
-    With a GPU override, the detected names are kept for the devices that exist and the
+    With a GPU override, the detected devices are kept for the indices that exist and the
     rest (virtual devices) are named "virtual".
     """
-    names = detect_gpus()
+    devices = detect_gpus(nvml)
     if gpus is not None:
-        names = names[:gpus] + ["virtual"] * (gpus - len(names))
+        devices = devices[:gpus] + [GpuDevice(index=i, model="virtual") for i in range(len(devices), gpus)]
     capacity = Capacity(
         cpu=float(cpus if cpus is not None else psutil.cpu_count() or 1),
         memory=int(memory if memory is not None else psutil.virtual_memory().total),
-        gpu=len(names),
+        gpu=len(devices),
+        custom=dict(custom or {}),
     )
-    return capacity, names
+    return capacity, devices

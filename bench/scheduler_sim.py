@@ -1,0 +1,146 @@
+"""`make bench` (scheduler part): the cost of one scheduling pass as the cluster grows.
+
+No processes: the real placement code over the real store (SQLite in a temporary
+directory). Each workload is data: W workers of 8 GPUs and 64 cores, P pending tasks of
+one GPU each in jobs of 10 independent tasks with mixed priorities, a tenth of them
+constrained to a label. One ScheduleJobs run is timed in two parts: the decision (reading
+the targets and the cluster, then placing in memory) and the whole pass, which also writes
+every placement, its attempt and its history in one transaction. The decision is the
+fastest of three runs; its CPU seconds are printed beside the wall time, since the wall
+time of a machine shared with other work also counts the neighbours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sqlalchemy import insert
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from corral.controller.coordinator import _targets, run_handler  # noqa: E402
+from corral.core.handlers import ScheduleJobs, Snapshot  # noqa: E402
+from corral.core.spec import JobSpec  # noqa: E402
+from corral.core.states import JobState, TaskState, WorkerState  # noqa: E402
+from corral.store.database import sqlite_url  # noqa: E402
+from corral.store.reads import target_rows  # noqa: E402
+from corral.store.scheduling_reads import read_cluster  # noqa: E402
+from corral.store.schema import jobs, tasks, workers  # noqa: E402
+from corral.store.store import Store  # noqa: E402
+
+PENDING = (1_000, 10_000, 100_000)
+WORKERS = (100, 1_000, 10_000)
+TASKS_PER_JOB = 10
+GPUS_PER_WORKER = 8
+TARGET = (10_000, 1_000, 1.0)  # a pass over 10k pending tasks on 1k workers, decided within 1 s
+NOW = 1_000_000.0
+REPEATS = 3
+
+
+async def populate(store: Store, n_workers: int, n_pending: int) -> None:
+    async with store.write() as connection:
+        await connection.execute(insert(workers), [
+            dict(id=f"w{i}", name=f"w{i}", address="10.0.0.1", state=WorkerState.ALIVE, cpu=64.0, memory=512 * 2**30,
+                 gpu=GPUS_PER_WORKER, gpu_names=[], labels={"zone": "a" if i % 2 else "b"}, pool="default",
+                 last_heartbeat=NOW, registered_at=NOW + i)
+            for i in range(n_workers)
+        ])
+        n_jobs = n_pending // TASKS_PER_JOB
+        plain, constrained = (JobSpec(command=["true"], replicas=TASKS_PER_JOB, resources={"cpu": 1, "gpu": 1},
+                                      constraints=constraints).model_dump(mode="json")
+                              for constraints in ([], ["zone=a"]))
+        await connection.execute(insert(jobs), [
+            dict(id=j + 1, name="sim", spec=constrained if j % 10 == 0 else plain, state=JobState.PENDING, gang=False,
+                 priority=(j % 3) * 100, replicas=TASKS_PER_JOB, max_task_failures=0, max_retries_failure=0,
+                 max_retries_preemption=100, cancelled=False, tries=0, created_at=NOW + j, state_since=NOW + j)
+            for j in range(n_jobs)
+        ])
+        await connection.execute(insert(tasks), [
+            dict(job_id=j + 1, index=i, state=TaskState.PENDING, state_since=NOW + j, attempt=0, tries=0, failures=0,
+                 preemptions=0, gpu_ids=[], cpu=1.0, memory=0, gpu=1)
+            for j in range(n_jobs) for i in range(TASKS_PER_JOB)
+        ])
+
+
+async def decide(store: Store) -> tuple[float, float, int]:
+    """(seconds reading, seconds placing, CPU seconds of both, placements) of one decision, writing nothing."""
+    handler = ScheduleJobs()
+    cpu = time.process_time()
+    started = time.perf_counter()
+    async with store.read() as connection:
+        rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
+                                 handler.batch_rows)
+        targets, job_info, _ = _targets(rows, handler)
+        snapshot = Snapshot(NOW, {job_id: info.facts for job_id, info in job_info.items()})
+        snapshot.cluster = await read_cluster(connection)
+    read = time.perf_counter() - started
+    started = time.perf_counter()
+    decision = handler.execute(targets, snapshot)
+    return read, time.perf_counter() - started, time.process_time() - cpu, len(decision.assignments)
+
+
+async def one(n_workers: int, n_pending: int, tmp: Path) -> dict:
+    store = await Store.open(sqlite_url(tmp / f"sim-{n_workers}-{n_pending}.db"))
+    try:
+        await populate(store, n_workers, n_pending)
+        # The decision writes nothing, so it is repeated and the fastest run kept: on a shared machine the
+        # slower runs measure the neighbours (as timeit does).
+        read, place, cpu, placed = min([await decide(store) for _ in range(REPEATS)], key=lambda r: r[0] + r[1])
+        started = time.perf_counter()
+        report = await run_handler(store, ScheduleJobs(), NOW)
+        whole = time.perf_counter() - started
+        assigned = sum(1 for o in report.outcomes if o.result == "SUCCESS")
+        assert assigned == placed, (assigned, placed)
+        return dict(workers=n_workers, pending=n_pending, read=read, place=place, decide=read + place, cpu=cpu,
+                    pass_=whole, placed=placed)
+    finally:
+        await store.close()
+
+
+def table(results: list[dict]) -> str:
+    lines = [f"{'pending':>8} {'workers':>8} {'placed':>7} {'read s':>8} {'place s':>8} {'decide s':>9} "
+             f"{'cpu s':>7} {'pass s':>8} {'placed/s (decide)':>18} {'placed/s (pass)':>16}"]
+    for r in results:
+        lines.append(f"{r['pending']:>8} {r['workers']:>8} {r['placed']:>7} {r['read']:>8.3f} {r['place']:>8.3f} "
+                     f"{r['decide']:>9.3f} {r['cpu']:>7.3f} {r['pass_']:>8.3f} {r['placed'] / r['decide']:>18.0f} "
+                     f"{r['placed'] / r['pass_']:>16.0f}")
+    return "\n".join(lines)
+
+
+async def main(pending: tuple[int, ...], worker_counts: tuple[int, ...]) -> None:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="corral-sched-sim-") as tmp:
+        for n_workers in worker_counts:
+            for n_pending in pending:
+                results.append(await one(n_workers, n_pending, Path(tmp)))
+                print(table(results[-1:]).splitlines()[-1], flush=True)
+    print("\nscheduling pass (SQLite store, one ScheduleJobs run):")
+    print(table(results))
+    goal = next((r for r in results if (r["pending"], r["workers"]) == TARGET[:2]), None)
+    if goal is not None:
+        verdict = {True: "met", False: "MISSED"}
+        print(f"target: 10k pending on 1k workers decided within {TARGET[2]:g}s: "
+              f"{goal['cpu']:.3f}s CPU ({verdict[goal['cpu'] < TARGET[2]]}), "
+              f"{goal['decide']:.3f}s wall ({verdict[goal['decide'] < TARGET[2]]}, load {os.getloadavg()[0]:.1f} "
+              f"on {os.cpu_count()} cores)")
+    for n_workers in worker_counts:
+        row = sorted((r for r in results if r["workers"] == n_workers), key=lambda r: r["pending"])
+        if len(row) > 1:
+            growth = [f"{b['cpu'] / a['cpu']:.1f}x for {b['pending'] // a['pending']}x"
+                      for a, b in zip(row, row[1:], strict=False)]
+            print(f"{n_workers} workers: decision CPU grows {', '.join(growth)} pending tasks")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pending", type=int, nargs="+", default=list(PENDING))
+    parser.add_argument("--workers", type=int, nargs="+", default=list(WORKERS))
+    arguments = parser.parse_args()
+    asyncio.run(main(tuple(arguments.pending), tuple(arguments.workers)))

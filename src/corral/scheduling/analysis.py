@@ -1,0 +1,66 @@
+"""The full placement analysis of one job, for `corral info`: each worker, and why it can or cannot take a task.
+
+Pure, like the pass it explains; it judges a task of the job against each worker alone,
+in the order a person checks: the pool, the labels, the size, then the free room.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from corral.scheduling.preemption import RunningTask
+from corral.scheduling.reasons import format_amount
+from corral.scheduling.rooms import EPS, Request, WorkerRoom
+from corral.scheduling.snapshot import JobPlacement
+
+
+@dataclass(frozen=True)
+class WorkerVerdict:
+    worker_id: str
+    name: str
+    fits: bool
+    why: str
+
+
+def judge_workers(job: JobPlacement, request: Request, rooms: Sequence[WorkerRoom],
+                  failed_on: Iterable[str] = ()) -> list[WorkerVerdict]:
+    failed = set(failed_on)
+    return [_judge(job, request, room, room.id in failed) for room in rooms]
+
+
+def _judge(job: JobPlacement, request: Request, room: WorkerRoom, failed_here: bool) -> WorkerVerdict:
+    def verdict(fits: bool, why: str) -> WorkerVerdict:
+        return WorkerVerdict(room.id, room.name, fits, why)
+
+    if room.pool != job.pool:
+        return verdict(False, f"in pool {room.pool}, not {job.pool}")
+    for constraint in job.constraints:
+        if not constraint.matches(room.labels):
+            has = room.labels.get(constraint.key)
+            label = f"has {constraint.key}={has}" if has is not None else f"has no label {constraint.key}"
+            return verdict(False, f"{label}; the job needs {constraint}")
+    need = request.amounts()
+    for resource, amount in need.items():
+        if amount > room.capacity(resource) + EPS:
+            return verdict(False, f"too small: has {format_amount(resource, room.capacity(resource))}, "
+                                  f"a task needs {format_amount(resource, amount)}")
+    for resource, amount in need.items():
+        if amount > room.free(resource) + EPS:
+            return verdict(False, f"busy: {format_amount(resource, room.free(resource))} free of "
+                                  f"{format_amount(resource, room.capacity(resource))}, a task needs "
+                                  f"{format_amount(resource, amount)}")
+    note = " (a task of this job failed here before: others are tried first)" if failed_here else ""
+    return verdict(True, "fits now" + note)
+
+
+def quota_use(project: str, limits: Mapping[str, float],
+              running: Sequence[RunningTask]) -> dict[str, tuple[float, float]]:
+    """(used, limit) per limited resource of the project."""
+    used: dict[str, float] = defaultdict(float)
+    for task in running:
+        if task.project == project:
+            for resource, amount in task.request.amounts().items():
+                used[resource] += amount
+    return {resource: (used[resource], limit) for resource, limit in limits.items()}

@@ -1,0 +1,206 @@
+"""Why a job waits, as data; `sentence()` formats it for a person when someone looks (Iris).
+
+Each reason names the binding constraint with its numbers, so the reader knows what to
+change: a smaller request, another pool, a quota, or patience.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from corral.scheduling.constraints import Constraint
+
+DEFAULT_POOL = "default"
+
+
+def format_bytes(size: float) -> str:
+    for unit, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.3g}{unit}"
+    return f"{size:g}B"
+
+
+def format_amount(resource: str, amount: float) -> str:
+    """"8 gpu", "0.5 cpu", "4G memory"."""
+    value = format_bytes(amount) if resource == "memory" else f"{amount:g}"
+    return f"{value} {resource}"
+
+
+def format_amounts(amounts: dict[str, float]) -> str:
+    return ", ".join(format_amount(r, a) for r, a in amounts.items() if a or r == "cpu")
+
+
+def _in_pool(pool: str) -> str:
+    return "" if pool == DEFAULT_POOL else f" in pool {pool}"
+
+
+class Reason:
+    def sentence(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class NoWorkerAlive(Reason):
+    def sentence(self) -> str:
+        return "no worker is alive; waiting for one to register"
+
+
+@dataclass(frozen=True)
+class NoWorkerInPool(Reason):
+    pool: str
+
+    def sentence(self) -> str:
+        return f"no alive worker in pool {self.pool}; waiting for one to join"
+
+
+@dataclass(frozen=True)
+class NoWorkerMatches(Reason):
+    pool: str
+    constraints: tuple[Constraint, ...]
+
+    def sentence(self) -> str:
+        which = "constraint" if len(self.constraints) == 1 else "constraints"
+        return f"no worker{_in_pool(self.pool)} matches {which} {', '.join(map(str, self.constraints))}"
+
+
+@dataclass(frozen=True)
+class TooLarge(Reason):
+    """No worker present could hold one task even empty; one may join, so it waits."""
+
+    pool: str
+    need: dict[str, float]  # per task
+    resource: str | None  # the one no worker has enough of, if a single one
+    largest: float = 0.0
+    worker: str = ""
+
+    def sentence(self) -> str:
+        need = format_amounts(self.need)
+        if self.resource is None:
+            return (f"needs {need} per task; no worker{_in_pool(self.pool)} is that large "
+                    f"(waiting for one to join)")
+        return (f"needs {format_amount(self.resource, self.need[self.resource])} per task; no worker"
+                f"{_in_pool(self.pool)} has that much (largest: {format_amount(self.resource, self.largest)} "
+                f"on {self.worker}); waiting for one to join")
+
+
+@dataclass(frozen=True)
+class NoRoom(Reason):
+    """Some worker could hold it, none has the room free now."""
+
+    pool: str
+    need: dict[str, float]  # per task
+    tasks: int
+    placeable: int  # for a gang: how many of its tasks fit now
+    resource: str | None  # the resource that binds on every worker, if a single one
+    most_free: float = 0.0
+    worker: str = ""
+
+    def sentence(self) -> str:
+        where = _in_pool(self.pool)
+        if self.resource is not None:
+            need = format_amount(self.resource, self.need[self.resource])
+            free = (f"most free on one worker: {format_amount(self.resource, self.most_free)} ({self.worker})"
+                    if self.worker else f"no worker has any {self.resource} free")
+        else:
+            need = format_amounts(self.need)
+            free = "no worker has all of it free at once"
+        if self.tasks > 1:
+            return f"gang of {self.tasks} needs {need} per task{where}; only {self.placeable} fit now; {free}"
+        return f"needs {need}{where} on one worker; {free}"
+
+
+@dataclass(frozen=True)
+class OverQuota(Reason):
+    project: str
+    resource: str
+    used: float
+    limit: float
+    asks: float
+
+    def sentence(self) -> str:
+        used, limit = (format_bytes(self.used), format_bytes(self.limit)) if self.resource == "memory" else (
+            f"{self.used:g}", f"{self.limit:g}")
+        return (f"over project quota: {self.resource} {used}/{limit} "
+                f"(project {self.project} asks {format_amount(self.resource, self.asks)} more)")
+
+
+@dataclass(frozen=True)
+class BehindReservation(Reason):
+    job_id: int
+
+    def sentence(self) -> str:
+        return f"waiting behind reservation for job {self.job_id}"
+
+
+@dataclass(frozen=True)
+class Reserved(Reason):
+    """It waited past its pool's reservation time: room is held for it."""
+
+    waiting: Reason
+    workers: tuple[str, ...]
+
+    def sentence(self) -> str:
+        return f"{self.waiting.sentence()}; room held for it on {', '.join(self.workers)}"
+
+
+@dataclass(frozen=True)
+class Preempting(Reason):
+    tasks: int
+    jobs: tuple[int, ...]
+
+    def sentence(self) -> str:
+        plural = "task" if self.tasks == 1 else "tasks"
+        which = "job" if len(self.jobs) == 1 else "jobs"
+        return (f"preempting {self.tasks} lower-priority {plural} ({which} {', '.join(map(str, self.jobs))}) "
+                f"to make room")
+
+
+@dataclass(frozen=True)
+class AwaitingPreempted(Reason):
+    """Tasks already being preempted (or stopped) free enough room: no one else is evicted."""
+
+    tasks: int
+
+    def sentence(self) -> str:
+        return f"waiting for {self.tasks} stopping task{'s' if self.tasks != 1 else ''} to free their room"
+
+
+@dataclass(frozen=True)
+class WaitingForJobs(Reason):
+    jobs: tuple[tuple[int, str], ...]  # (job id, its state now)
+    any_outcome: bool
+
+    def sentence(self) -> str:
+        ids = ", ".join(str(job) for job, _ in self.jobs)
+        states = ", ".join(state for _, state in self.jobs)
+        which = "job" if len(self.jobs) == 1 else "jobs"
+        verb = "to end" if self.any_outcome else "to succeed"
+        return f"waiting for {which} {ids} {verb} (now {states})"
+
+
+@dataclass(frozen=True)
+class NotBefore(Reason):
+    at: float
+
+    def sentence(self) -> str:
+        return f"not before {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(self.at))}"
+
+
+@dataclass(frozen=True)
+class DependencyFailed(Reason):
+    job_id: int
+    state: str
+
+    def sentence(self) -> str:
+        return f"dependency job {self.job_id} ended {self.state}; this job cannot run"
+
+
+@dataclass(frozen=True)
+class TimedOut(Reason):
+    timeout: float
+    last: Reason | None
+
+    def sentence(self) -> str:
+        text = f"not placed within its scheduling timeout ({self.timeout:g}s)"
+        return f"{text}; last reason: {self.last.sentence()}" if self.last else text

@@ -1,0 +1,214 @@
+"""Worker room and task requests, and the book a placement pass keeps of them.
+
+The book holds scratch copies of the rooms and, per group of workers a job may use (one
+pool, one set of label constraints), an index sorted by free room, so that choosing a
+worker costs a binary search rather than a scan of the cluster. The three strategies
+read the same index: concentrated takes the fullest worker that fits (best fit),
+dispersed the emptiest (worst fit), round-robin the next in turn.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+
+from corral.scheduling.constraints import Constraint, all_match
+from corral.scheduling.policy import DEFAULT_POOL, Strategy
+
+EPS = 1e-9  # fractional cores add up with rounding errors
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one task reserves."""
+
+    cpu: float
+    memory: int
+    gpu: int
+    custom: tuple[tuple[str, float], ...] = ()  # sorted (name, amount) pairs, hashable
+
+    def amounts(self, tasks: int = 1) -> dict[str, float]:
+        """Per resource, in the order a reason names them: the scarcest kinds first."""
+        amounts = {"gpu": float(self.gpu * tasks)}
+        amounts.update((name, amount * tasks) for name, amount in self.custom)
+        amounts.update(cpu=self.cpu * tasks, memory=float(self.memory * tasks))
+        return amounts
+
+
+@dataclass
+class WorkerRoom:
+    """What one alive worker has, and has free, in this snapshot."""
+
+    id: str
+    name: str
+    cpu: float
+    memory: int
+    gpu: int
+    free_cpu: float
+    free_memory: int
+    free_gpu_ids: list[int] = field(default_factory=list)
+    pool: str = DEFAULT_POOL
+    labels: dict[str, str] = field(default_factory=dict)
+    custom: dict[str, float] = field(default_factory=dict)
+    free_custom: dict[str, float] = field(default_factory=dict)
+
+    def fits(self, request: Request) -> bool:
+        if request.cpu > self.free_cpu + EPS or request.memory > self.free_memory:
+            return False
+        if request.gpu > len(self.free_gpu_ids):
+            return False
+        return not request.custom or all(amount <= self.free_custom.get(name, 0.0) + EPS
+                                         for name, amount in request.custom)
+
+    def could_ever_fit(self, request: Request) -> bool:
+        return (
+            request.cpu <= self.cpu + EPS
+            and request.memory <= self.memory
+            and request.gpu <= self.gpu
+            and all(amount <= self.custom.get(name, 0.0) + EPS for name, amount in request.custom)
+        )
+
+    def take(self, request: Request) -> list[int]:
+        self.free_cpu -= request.cpu
+        self.free_memory -= request.memory
+        for name, amount in request.custom:
+            self.free_custom[name] = self.free_custom.get(name, 0.0) - amount
+        gpu_ids, self.free_gpu_ids = self.free_gpu_ids[: request.gpu], self.free_gpu_ids[request.gpu :]
+        return gpu_ids
+
+    def give(self, request: Request, gpu_ids: Sequence[int]) -> None:
+        """Undo a `take` (a gang that did not fit whole), or release a victim's reservation."""
+        self.free_cpu += request.cpu
+        self.free_memory += request.memory
+        for name, amount in request.custom:
+            self.free_custom[name] = self.free_custom.get(name, 0.0) + amount
+        self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids})
+
+    def free(self, resource: str) -> float:
+        return {"cpu": self.free_cpu, "memory": self.free_memory, "gpu": len(self.free_gpu_ids)}.get(
+            resource, self.free_custom.get(resource, 0.0))
+
+    def capacity(self, resource: str) -> float:
+        return {"cpu": self.cpu, "memory": self.memory, "gpu": self.gpu}.get(resource, self.custom.get(resource, 0.0))
+
+    def copy(self) -> WorkerRoom:
+        return replace(self, free_gpu_ids=list(self.free_gpu_ids), free_custom=dict(self.free_custom))
+
+
+class Group:
+    """The workers one kind of job may use, indexed by free room: (free GPUs, free cores, free memory, room)."""
+
+    def __init__(self, members: list[int], rooms: list[WorkerRoom]) -> None:
+        self.members = members  # in registration order, for round-robin and reasons
+        self.member_set = set(members)
+        self.index = sorted(_key(rooms[i], i) for i in members)
+        self.cursor = 0
+
+
+def _key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
+    return (len(room.free_gpu_ids), room.free_cpu, room.free_memory, i)
+
+
+class RoomBook:
+    def __init__(self, rooms: Sequence[WorkerRoom]) -> None:
+        self.rooms = [room.copy() for room in rooms]
+        self.position = {room.id: i for i, room in enumerate(self.rooms)}
+        self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
+        self._groups: dict[tuple[str, tuple[Constraint, ...]], Group] = {}
+        self._member_of: list[list[Group]] = [[] for _ in self.rooms]
+
+    def group(self, pool: str, constraints: tuple[Constraint, ...], start_after: str | None = None) -> Group:
+        """The workers of a pool that match the constraints; round-robin turns start after `start_after`."""
+        key = (pool, constraints)
+        if key not in self._groups:
+            members = [i for i, room in enumerate(self.rooms)
+                       if room.pool == pool and all_match(constraints, room.labels)]
+            group = self._groups[key] = Group(members, self.rooms)
+            group.index = [entry for entry in group.index if entry[3] not in self.held]
+            last = self.position.get(start_after) if start_after else None
+            if last in group.member_set:
+                group.cursor = (members.index(last) + 1) % len(members)
+            for i in members:
+                self._member_of[i].append(group)
+        return self._groups[key]
+
+    def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
+        """The room the strategy gives this task to, or None when none in the group fits now."""
+        if strategy is Strategy.ROUND_ROBIN:
+            return self._next_in_turn(group, request, exclude)
+        if strategy is Strategy.DISPERSED:
+            return self._emptiest(group, request, exclude)
+        return self._fullest(group, request, exclude)
+
+    def take(self, i: int, request: Request) -> list[int]:
+        old = _key(self.rooms[i], i)
+        gpu_ids = self.rooms[i].take(request)
+        self._moved(i, old)
+        return gpu_ids
+
+    def give(self, i: int, request: Request, gpu_ids: Sequence[int]) -> None:
+        old = _key(self.rooms[i], i)
+        self.rooms[i].give(request, gpu_ids)
+        self._moved(i, old)
+
+    def hold(self, i: int, job_id: int) -> None:
+        """Keep everyone else off this room for the rest of the pass."""
+        if i in self.held:
+            return
+        key = _key(self.rooms[i], i)
+        for group in self._member_of[i]:
+            group.index.pop(bisect_left(group.index, key))
+        self.held[i] = job_id
+
+    def _moved(self, i: int, old: tuple) -> None:
+        if i in self.held:
+            return
+        new = _key(self.rooms[i], i)
+        for group in self._member_of[i]:
+            group.index.pop(bisect_left(group.index, old))
+            insort(group.index, new)
+
+    def _fullest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
+        """Best fit: the fewest free GPUs that suffice, then the fewest free cores."""
+        index, gpus = group.index, request.gpu
+        while True:
+            start = bisect_left(index, (gpus, request.cpu - EPS))
+            if start == len(index):
+                return None
+            if index[start][0] != gpus:  # no room at this GPU level: go up to the next one present
+                gpus = index[start][0]
+                continue
+            end = bisect_left(index, (gpus + 1,))
+            for _, _, _, i in index[start:end]:
+                if i not in exclude and self.rooms[i].fits(request):
+                    return i
+            if end == len(index):
+                return None
+            gpus = index[end][0]
+
+    def _emptiest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
+        """Worst fit: the most free GPUs, then the most free cores."""
+        index, position = group.index, len(group.index) - 1
+        while position >= 0:
+            gpus = index[position][0]
+            if gpus < request.gpu:
+                return None
+            level_start = bisect_left(index, (gpus,))
+            for p in range(position, level_start - 1, -1):
+                free_cpu, i = index[p][1], index[p][3]
+                if free_cpu < request.cpu - EPS:
+                    break
+                if i not in exclude and self.rooms[i].fits(request):
+                    return i
+            position = level_start - 1
+        return None
+
+    def _next_in_turn(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
+        members = group.members
+        for step in range(len(members)):
+            i = members[(group.cursor + step) % len(members)]
+            if i not in self.held and i not in exclude and self.rooms[i].fits(request):
+                group.cursor = (group.cursor + step + 1) % len(members)
+                return i
+        return None

@@ -1,0 +1,49 @@
+"""Pool policies and project quotas in the store: read into a `Policy` per pass, written by config and API."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.scheduling.policy import Policy, PolicyFile, PoolPolicy, ProjectQuota
+from corral.store.schema import pools, quotas
+
+
+async def read_policy(connection: AsyncConnection) -> Policy:
+    pool_rows = (await connection.execute(select(pools.c.name, pools.c.policy))).all()
+    quota_rows = (await connection.execute(select(quotas.c.project, quotas.c.limits))).all()
+    return Policy(
+        pools={row.name: PoolPolicy.model_validate(row.policy) for row in pool_rows},
+        quotas={row.project: dict(row.limits) for row in quota_rows},
+    )
+
+
+async def put_pool(connection: AsyncConnection, name: str, policy: PoolPolicy, now: float) -> None:
+    await _upsert(connection, pools, pools.c.name, name,
+                  {"policy": policy.model_dump(mode="json", exclude_defaults=True), "updated_at": now})
+
+
+async def put_quota(connection: AsyncConnection, project: str, quota: ProjectQuota, now: float) -> None:
+    await _upsert(connection, quotas, quotas.c.project, project, {"limits": quota.limits, "updated_at": now})
+
+
+async def delete_quota(connection: AsyncConnection, project: str) -> bool:
+    return (await connection.execute(delete(quotas).where(quotas.c.project == project))).rowcount > 0
+
+
+async def delete_pool(connection: AsyncConnection, name: str) -> bool:
+    return (await connection.execute(delete(pools).where(pools.c.name == name))).rowcount > 0
+
+
+async def apply_policy_file(connection: AsyncConnection, config: PolicyFile, now: float) -> None:
+    """The config file wins over the stored value for every pool and project it names; others are kept."""
+    for name, policy in config.pools.items():
+        await put_pool(connection, name, policy, now)
+    for project, quota in config.quotas.items():
+        await put_quota(connection, project, quota, now)
+
+
+async def _upsert(connection: AsyncConnection, table, key_column, key: str, values: dict) -> None:
+    done = await connection.execute(update(table).where(key_column == key).values(**values))
+    if done.rowcount == 0:
+        await connection.execute(insert(table).values({key_column.name: key, **values}))

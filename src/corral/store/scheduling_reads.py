@@ -1,0 +1,114 @@
+"""The reads a scheduling pass needs, a handful of queries: workers and their free room, the tasks
+holding room, the placement facts of active jobs, where retried tasks failed, dependencies, policy.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import and_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.states import JOB_ACTIVE, TASK_HOLDS_RESOURCES, TaskState, WorkerState
+from corral.scheduling.preemption import RunningTask
+from corral.scheduling.rooms import Request, WorkerRoom
+from corral.scheduling.snapshot import ClusterSnapshot, JobEnd, JobPlacement
+from corral.store.policy import read_policy
+from corral.store.schema import attempts, jobs, tasks, workers
+
+CHUNK = 5000  # ids per IN (...) list, under every driver's parameter limit
+STOPPING = frozenset({TaskState.PREEMPTING, TaskState.TERMINATING})
+
+
+async def read_cluster(connection: AsyncConnection) -> ClusterSnapshot:
+    job_facts = await _active_jobs(connection)
+    running = await _running_tasks(connection, job_facts)
+    return ClusterSnapshot(
+        rooms=await _rooms(connection, running),
+        running=running,
+        jobs=job_facts,
+        avoid=await _failed_on(connection),
+        dependencies=await _dependencies(connection, job_facts),
+        policy=await read_policy(connection),
+    )
+
+
+async def _active_jobs(connection: AsyncConnection) -> dict[int, JobPlacement]:
+    rows = (await connection.execute(
+        select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
+        .where(jobs.c.state.in_([str(s) for s in JOB_ACTIVE]))
+    )).all()
+    return {row.id: JobPlacement.from_spec(row.spec, priority=row.priority, gang=row.gang) for row in rows}
+
+
+async def _running_tasks(connection: AsyncConnection, job_facts: dict[int, JobPlacement]) -> list[RunningTask]:
+    rows = (await connection.execute(
+        select(tasks.c.id, tasks.c.job_id, tasks.c.worker_id, tasks.c.state, tasks.c.cpu, tasks.c.memory,
+               tasks.c.gpu, tasks.c.gpu_ids, attempts.c.assigned_at)
+        .select_from(tasks.outerjoin(attempts, and_(attempts.c.task_id == tasks.c.id,
+                                                    attempts.c.attempt == tasks.c.attempt)))
+        .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
+    )).all()
+    running = []
+    for row in rows:
+        job = job_facts.get(row.job_id, JobPlacement())
+        running.append(RunningTask(
+            task_id=row.id, job_id=row.job_id, worker_id=row.worker_id,
+            request=Request(row.cpu, row.memory, row.gpu, job.custom), gpu_ids=tuple(row.gpu_ids or ()),
+            priority=job.priority, project=job.project, since=row.assigned_at or 0.0, gang=job.gang,
+            stopping=TaskState(row.state) in STOPPING,
+        ))
+    return running
+
+
+async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> list[WorkerRoom]:
+    """Alive workers with their free room: capacity minus what the tasks holding room reserve."""
+    alive = (await connection.execute(
+        select(workers).where(workers.c.state == WorkerState.ALIVE).order_by(workers.c.registered_at)
+    )).all()
+    on_worker: dict[str, list[RunningTask]] = defaultdict(list)
+    for task in running:
+        on_worker[task.worker_id].append(task)
+    rooms = []
+    for worker in alive:
+        held = on_worker.get(worker.id, [])
+        custom = {name: float(amount) for name, amount in (worker.custom or {}).items()}
+        free_custom = dict(custom)
+        taken_gpus: set[int] = set()
+        for task in held:
+            for name, amount in task.request.custom:
+                free_custom[name] = free_custom.get(name, 0.0) - amount
+            taken_gpus.update(task.gpu_ids)
+        rooms.append(WorkerRoom(
+            id=worker.id, name=worker.name, cpu=worker.cpu, memory=worker.memory, gpu=worker.gpu,
+            free_cpu=worker.cpu - sum(t.request.cpu for t in held),
+            free_memory=worker.memory - sum(t.request.memory for t in held),
+            free_gpu_ids=[i for i in range(worker.gpu) if i not in taken_gpus],
+            pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=free_custom,
+        ))
+    return rooms
+
+
+async def _failed_on(connection: AsyncConnection) -> dict[int, frozenset[str]]:
+    """Workers each pending task already failed on."""
+    rows = (await connection.execute(
+        select(attempts.c.task_id, attempts.c.worker_id)
+        .select_from(attempts.join(tasks, tasks.c.id == attempts.c.task_id))
+        .where(tasks.c.state == TaskState.PENDING, attempts.c.state == TaskState.FAILED,
+               attempts.c.worker_id.is_not(None))
+    )).all()
+    failed: dict[int, set[str]] = defaultdict(set)
+    for row in rows:
+        failed[row.task_id].add(row.worker_id)
+    return {task_id: frozenset(ids) for task_id, ids in failed.items()}
+
+
+async def _dependencies(connection: AsyncConnection, job_facts: dict[int, JobPlacement]) -> dict[int, JobEnd]:
+    wanted = sorted({j for job in job_facts.values() for j in (*job.after, *job.after_any)})
+    ends: dict[int, JobEnd] = {}
+    for start in range(0, len(wanted), CHUNK):
+        for row in (await connection.execute(
+            select(jobs.c.id, jobs.c.state, jobs.c.finished_at).where(jobs.c.id.in_(wanted[start:start + CHUNK]))
+        )).all():
+            ends[row.id] = JobEnd(str(row.state), row.finished_at)
+    return ends

@@ -1,0 +1,155 @@
+"""Scheduling policy end to end: real controller and worker processes, real commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.e2e.cluster import Cluster, free_port, wait_for
+
+
+def test_a_job_asking_for_1000_gpus_ends_unschedulable_with_its_reason(cluster):
+    job_id = cluster.submit(command=["true"], gang=True, replicas=125, resources={"gpu": 8}, scheduling_timeout="2s")
+    job = cluster.wait_end(job_id, timeout=30)
+    assert job["state"] == "UNSCHEDULABLE"
+    assert job["pending_reason"] == (
+        "not placed within its scheduling timeout (2s); last reason: needs 8 gpu per task; no worker has that much "
+        "(largest: 0 gpu on w1); waiting for one to join")
+
+
+@pytest.fixture
+def fair_cluster(tmp_path):
+    config = tmp_path / "corral.yaml"
+    config.write_text("pools:\n  default: {sequencer: fair-share}\n")
+    running = Cluster(tmp_path)
+    running.start_controller("--config", str(config))
+    yield running
+    running.stop()
+
+
+def test_fair_share_gives_two_projects_about_half_the_running_slots_each(fair_cluster):
+    cluster = fair_cluster
+    assert cluster.get("/api/v1/admin/pools")["default"]["sequencer"] == "fair-share"
+    # Project a submits all its jobs first: in FIFO order it would take every slot.
+    ids = {project: [cluster.submit(command=["sleep", "0.3"], project=project) for _ in range(50)]
+           for project in ("a", "b")}
+    cluster.start_worker("w1", 2)
+    cluster.start_worker("w2", 2)
+    samples = []
+
+    def enough_done() -> bool:
+        jobs = {j["id"]: j for j in cluster.get("/api/v1/jobs", limit=1000)["items"]}
+        running = {p: sum(1 for i in ids[p] if jobs[i]["state"] in ("RUNNING", "SCHEDULED")) for p in ids}
+        if sum(running.values()) == 4:
+            samples.append(running["a"])
+        return sum(jobs[i]["state"] == "SUCCEEDED" for p in ids for i in ids[p]) >= 40
+
+    wait_for(enough_done, 120, "40 jobs to finish")
+    done = {p: sum(cluster.job(i)["state"] == "SUCCEEDED" for i in ids[p]) for p in ids}
+    assert 15 <= done["a"] <= 25 and 15 <= done["b"] <= 25, done
+    assert samples and 1.5 <= sum(samples) / len(samples) <= 2.5, samples
+
+
+def test_pools_labels_and_constraints_across_real_workers(bare_cluster):
+    cluster = bare_cluster
+    cluster.start_worker("plain", 2)
+    cluster.start_worker("gpu-box", 2, "--pool", "gpu", "--label", "gpu=h100", "--gpus", "2", "--resource", "nvlink=1")
+    workers = {w["name"]: w for w in cluster.get("/api/v1/workers")}
+    assert workers["gpu-box"]["pool"] == "gpu" and workers["gpu-box"]["capacity"]["nvlink"] == 1
+    assert [g["model"] for g in workers["gpu-box"]["gpus"]] == ["virtual", "virtual"]
+    placed = cluster.submit(command=["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], pool="gpu", replicas=2,
+                            constraints=["gpu=h100"], resources={"gpu": 1, "custom": {"nvlink": 0.5}})
+    assert cluster.wait_end(placed)["state"] == "SUCCEEDED"
+    devices = sorted(cluster.logs(placed, task).strip() for task in (0, 1))
+    assert devices == ["0", "1"]  # two tasks never share a device
+    unmatched = cluster.submit(command=["true"], pool="gpu", constraints=["gpu=b200"])
+    job = wait_for(lambda: (j := cluster.job(unmatched))["pending_reason"] and j, 10, "a pending reason")
+    assert job["pending_reason"] == "no worker in pool gpu matches constraint gpu=b200"
+    analysis = cluster.get(f"/api/v1/jobs/{unmatched}/placement")
+    assert {w["name"]: w["why"] for w in analysis["workers"]} == {
+        "plain": "in pool default, not gpu", "gpu-box": "has gpu=h100; the job needs gpu=b200"}
+
+
+def test_dependencies_run_in_order_and_a_failed_one_fails_its_dependants(cluster):
+    first = cluster.submit(command=["sh", "-c", "sleep 0.5; exit 3"])
+    needs = cluster.submit(command=["true"], after=[first])
+    anyway = cluster.submit(command=["true"], after_any=[first])
+    assert cluster.wait_end(needs)["state"] == "FAILED"
+    assert cluster.wait_end(anyway)["state"] == "SUCCEEDED"
+    history = cluster.get(f"/api/v1/jobs/{needs}/history")
+    assert any(h["message"] == f"dependency job {first} ended FAILED; this job cannot run" for h in history)
+    assert cluster.job(first)["finished_at"] <= cluster.job(anyway)["finished_at"]
+
+
+def test_admin_api_sets_pools_and_quotas_and_refuses_bad_input(bare_cluster):
+    http = bare_cluster.http
+    assert http.put("/api/v1/admin/pools/a100", json={"strategy": "dispersed", "max_per_job": {"gpu": 16},
+                                                       "reservation_time": "5m"}).status_code == 200
+    assert bare_cluster.get("/api/v1/admin/pools/a100")["reservation_time"] == 300
+    assert http.put("/api/v1/admin/projects/vision/quota", json={"limits": {"gpu": 8}}).status_code == 200
+    assert bare_cluster.get("/api/v1/admin/quotas") == {"vision": {"limits": {"gpu": 8.0}}}
+    too_big = http.post("/api/v1/jobs", json={"command": ["true"], "pool": "a100", "replicas": 3,
+                                              "resources": {"gpu": 8}})
+    assert too_big.status_code == 400
+    assert too_big.json()["detail"] == "pool a100: the job asks 24 gpu in total; the pool allows at most 16 per job"
+    for path, body in (("/api/v1/admin/pools/a100", {"strategy": "random"}),
+                       ("/api/v1/admin/pools/a100", {"colour": "blue"}),
+                       ("/api/v1/admin/projects/vision/quota", {"limits": {"gpu": -1}}),
+                       ("/api/v1/admin/pools/bad%20name", {})):
+        assert http.put(path, json=body).status_code == 422, path
+    assert http.delete("/api/v1/admin/projects/nobody/quota").status_code == 404
+    assert http.get("/api/v1/jobs/999/placement").status_code == 404
+    missing_dependency = http.post("/api/v1/jobs", json={"command": ["true"], "after": [999]})
+    assert missing_dependency.status_code == 400 and "no job 999" in missing_dependency.json()["detail"]
+    assert bare_cluster.get("/api/v1/jobs")["items"] == []
+    assert http.put("/api/v1/admin/pools/a100", json={"strategy": "dispersed"},
+                    headers={"Authorization": f"Bearer {bare_cluster.join_token}"}).status_code == 401
+
+
+def test_corral_up_passes_gpus_and_labels_to_its_workers(tmp_path):
+    port = free_port()
+    data_dir = tmp_path / "up"
+    log = (tmp_path / "up.log").open("wb")
+    up = subprocess.Popen([sys.executable, "-m", "corral", "up", "--workers", "1", "--port", str(port),
+                           "--data-dir", str(data_dir), "--worker-cpus", "2", "--worker-gpus", "2",
+                           "--worker-label", "gpu=h100", "--worker-label", "zone=a"],
+                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def workers() -> list:
+        if up.poll() is not None:
+            raise AssertionError(f"corral up exited: {(tmp_path / 'up.log').read_text()}")
+        try:
+            token = json.loads((data_dir / "cluster.json").read_text())["admin_token"]
+            return httpx.get(f"http://127.0.0.1:{port}/api/v1/workers", headers={"Authorization": f"Bearer {token}"},
+                             timeout=5).json()
+        except (OSError, ValueError, KeyError, httpx.HTTPError):
+            return []
+
+    try:
+        (worker,) = wait_for(workers, 60, "corral up's worker to register")
+        assert worker["labels"] == {"gpu": "h100", "zone": "a"}
+        assert worker["capacity"]["gpu"] == 2 and len(worker["gpus"]) == 2
+    finally:
+        os.killpg(up.pid, signal.SIGINT)
+        up.wait(timeout=60)
+def test_a_high_priority_job_preempts_low_sleepers_which_come_back_and_finish(cluster, tmp_path):
+    marks = tmp_path / "sigterm"
+    marks.mkdir()
+    # 2 workers x 4 cores: eight low-priority sleepers fill the cluster.
+    script = (f"trap 'touch {marks}/$CORRAL_TASK_INDEX-$CORRAL_ATTEMPT; exit 143' TERM; "
+              "if [ $CORRAL_ATTEMPT = 0 ]; then sleep 60 & wait; fi")
+    low = cluster.submit(command=["sh", "-c", script], replicas=8, priority="low", grace_period="5s")
+    wait_for(lambda: cluster.job(low)["task_counts"].get("RUNNING") == 8, 60, "eight sleepers running")
+    high = cluster.submit(command=["sh", "-c", "echo high ran"], priority="high", resources={"cpu": 4})
+    assert cluster.wait_end(high, timeout=60)["state"] == "SUCCEEDED"
+    assert cluster.logs(high).strip() == "high ran"
+    victims = [t for t in cluster.tasks(low) if t["preemptions"] >= 1]
+    assert 1 <= len(victims) <= 4  # the fewest that free 4 cores on one worker
+    assert sorted(p.name for p in marks.iterdir()) == sorted(f"{t['index']}-0" for t in victims)  # SIGTERM seen
+    assert cluster.wait_end(low, timeout=90)["state"] == "SUCCEEDED"  # the victims came back and finished

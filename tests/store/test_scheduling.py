@@ -1,0 +1,154 @@
+"""The scheduling policy over the real store: dependencies, begin times, timeouts, quotas, pools, retries."""
+
+from __future__ import annotations
+
+from corral.controller.admission import refusal
+from corral.core.spec import JobSpec
+from corral.scheduling.policy import PolicyFile, PoolPolicy, ProjectQuota
+from corral.store.policy import apply_policy_file, put_quota, read_policy
+from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, report, run_task, settle, submit
+
+
+async def test_after_waits_for_success_then_starts(store):
+    worker = await add_worker(store, cpu=2)
+    first = await submit(store)
+    second = await submit(store, after=[first])
+    await settle(store)
+    assert (await job(store, second)).pending_reason == f"waiting for job {first} to succeed (now RUNNING)"
+    (task,) = await job_tasks(store, first)
+    await run_task(store, worker, task)
+    assert [t.state for t in await job_tasks(store, second)] == ["ASSIGNED"]
+
+
+async def test_a_failed_dependency_fails_the_waiting_job_with_the_cause(store):
+    worker = await add_worker(store, cpu=2)
+    first = await submit(store)
+    second = await submit(store, after=[first], replicas=2)
+    gang = await submit(store, after=[first], replicas=2, gang=True)
+    anyway = await submit(store, after_any=[first])
+    await settle(store)
+    (task,) = await job_tasks(store, first)
+    await run_task(store, worker, task, exit_code=3)
+    assert (await job(store, first)).state == "FAILED"
+    for waiting in (second, gang):
+        assert (await job(store, waiting)).state == "FAILED"
+        assert {t.state for t in await job_tasks(store, waiting)} == {"KILLED"}
+        messages = [h.message for h in await job_history(store, waiting)]
+        assert f"dependency job {first} ended FAILED; this job cannot run" in messages
+    assert [t.state for t in await job_tasks(store, anyway)] == ["ASSIGNED"]  # after-any runs regardless
+
+
+async def test_begin_time_holds_a_job_back(store):
+    await add_worker(store)
+    job_id = await submit(store, begin=NOW + 60)
+    await settle(store)
+    assert (await job(store, job_id)).pending_reason.startswith("not before ")
+    await settle(store, now=NOW + 61)
+    assert [t.state for t in await job_tasks(store, job_id)] == ["ASSIGNED"]
+
+
+async def test_past_its_scheduling_timeout_a_job_is_unschedulable_and_keeps_its_reason(store):
+    await add_worker(store, gpu=8)
+    single = await submit(store, resources={"gpu": 200}, scheduling_timeout=2)
+    gang = await submit(store, resources={"gpu": 8}, scheduling_timeout=2, gang=True, replicas=125)  # 1000 GPUs
+    await settle(store)
+    await settle(store, now=NOW + 3)
+    expected = {single: "needs 200 gpu per task; no worker has that much (largest: 8 gpu on w0)",
+                gang: "gang of 125 needs 8 gpu per task; only 1 fit now; most free on one worker: 8 gpu (w0)"}
+    for job_id, reason in expected.items():
+        row = await job(store, job_id)
+        assert row.state == "UNSCHEDULABLE"
+        assert row.pending_reason.startswith(f"not placed within its scheduling timeout (2s); last reason: {reason}")
+        assert {t.state for t in await job_tasks(store, job_id)} == {"UNSCHEDULABLE"}
+
+
+async def test_the_timeout_does_not_run_while_a_dependency_does(store):
+    worker = await add_worker(store, cpu=1)
+    first = await submit(store)
+    second = await submit(store, after=[first], scheduling_timeout=5)
+    await settle(store)
+    await settle(store, now=NOW + 100)
+    assert (await job(store, second)).state == "PENDING"
+    (task,) = await job_tasks(store, first)
+    await run_task(store, worker, task)
+    assert [t.state for t in await job_tasks(store, second)] == ["ASSIGNED"]
+
+
+async def test_a_project_over_quota_waits_until_its_jobs_end(store):
+    worker = await add_worker(store, gpu=8, cpu=8)
+    async with store.write() as connection:
+        await put_quota(connection, "vision", ProjectQuota(limits={"gpu": 2}), NOW)
+    first = await submit(store, project="vision", resources={"gpu": 2})
+    second = await submit(store, project="vision", resources={"gpu": 1})
+    other = await submit(store, project="nlp", resources={"gpu": 4})
+    await settle(store)
+    assert (await job(store, second)).pending_reason == "over project quota: gpu 2/2 (project vision asks 1 gpu more)"
+    assert [t.state for t in await job_tasks(store, other)] == ["ASSIGNED"]
+    (task,) = await job_tasks(store, first)
+    await run_task(store, worker, task)
+    assert [t.state for t in await job_tasks(store, second)] == ["ASSIGNED"]
+
+
+async def test_pools_labels_and_custom_slots_come_from_registration(store):
+    await add_worker(store, "cpu-box", cpu=8)
+    h100 = await add_worker(store, "h100-box", gpu=8, pool="gpu", labels={"gpu": "h100"}, custom={"nvlink": 1})
+    placed = await submit(store, pool="gpu", constraints=["gpu=h100"], resources={"gpu": 2, "custom": {"nvlink": 1}})
+    wrong_label = await submit(store, pool="gpu", constraints=["gpu=a100"])
+    no_pool = await submit(store, pool="tpu")
+    await settle(store)
+    assert [t.worker_id for t in await job_tasks(store, placed)] == [h100]
+    assert (await job(store, wrong_label)).pending_reason == "no worker in pool gpu matches constraint gpu=a100"
+    assert (await job(store, no_pool)).pending_reason == "no alive worker in pool tpu; waiting for one to join"
+
+
+async def test_a_retried_task_goes_to_another_worker(store):
+    first = await add_worker(store, "w1", cpu=1)
+    second = await add_worker(store, "w2", cpu=1)
+    job_id = await submit(store, max_retries_failure=1)
+    await settle(store)
+    (task,) = await job_tasks(store, job_id)
+    assert task.worker_id == first
+    await report(store, first, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"))
+    await settle(store)
+    await report(store, first, (task.id, task.attempt, "RUNNING"), (task.id, task.attempt, "FAILED", 1))
+    await settle(store)
+    (task,) = await job_tasks(store, job_id)
+    assert (task.state, task.worker_id) == ("ASSIGNED", second)
+
+
+async def test_admission_refuses_over_a_pool_maximum_and_unknown_dependencies(store):
+    async with store.write() as connection:
+        await apply_policy_file(connection, PolicyFile(pools={"a100": PoolPolicy(max_per_job={"gpu": 16})}), NOW)
+        assert await refusal(connection, JobSpec(command=["x"], pool="a100", replicas=2, resources={"gpu": 8})) is None
+        assert await refusal(connection, JobSpec(command=["x"], pool="a100", replicas=3, resources={"gpu": 8})) == (
+            "pool a100: the job asks 24 gpu in total; the pool allows at most 16 per job")
+        # A job larger than any worker present is not refused: workers may join.
+        assert await refusal(connection, JobSpec(command=["x"], resources={"gpu": 256})) is None
+        assert await refusal(connection, JobSpec(command=["x"], after=[4242])) == (
+            "no job 4242 to wait for (after / after_any name existing jobs)")
+
+
+async def test_the_config_file_wins_for_what_it_names_and_keeps_the_rest(store):
+    async with store.write() as connection:
+        await put_quota(connection, "kept", ProjectQuota(limits={"cpu": 4}), NOW)
+        await apply_policy_file(connection, PolicyFile(
+            pools={"a100": PoolPolicy(strategy="dispersed", reservation_time="10m")},
+            quotas={"vision": ProjectQuota(limits={"gpu": 8, "memory": "64G"})}), NOW)
+        await apply_policy_file(connection, PolicyFile(quotas={"vision": ProjectQuota(limits={"gpu": 4})}), NOW)
+        policy = await read_policy(connection)
+    assert policy.pool("a100").strategy == "dispersed" and policy.pool("a100").reservation_time == 600
+    assert policy.pool("other") == PoolPolicy()
+    assert policy.quotas == {"kept": {"cpu": 4}, "vision": {"gpu": 4}}
+
+
+async def test_custom_slots_held_by_placed_tasks_are_not_offered_again(store):
+    worker = await add_worker(store, "tpu-box", cpu=8, custom={"tpu": 4})
+    first = await submit(store, resources={"custom": {"tpu": 3}})
+    second = await submit(store, resources={"custom": {"tpu": 2}})
+    await settle(store)
+    assert [t.worker_id for t in await job_tasks(store, first)] == [worker]
+    assert (await job(store, second)).pending_reason == (
+        "needs 2 tpu on one worker; most free on one worker: 1 tpu (tpu-box)")
+    (task,) = await job_tasks(store, first)
+    await run_task(store, worker, task)
+    assert [t.state for t in await job_tasks(store, second)] == ["ASSIGNED"]

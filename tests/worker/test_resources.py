@@ -1,0 +1,79 @@
+"""GPU detection through NVML, against a fake NVML module injected at the edge."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from corral.core.protocol import GpuDevice
+from corral.worker.resources import detect_capacity, detect_gpus
+
+
+class FakeNvml:
+    """What pynvml offers that corral calls, with two devices (names as bytes, as old pynvml returns)."""
+
+    def __init__(self, devices=(("NVIDIA H100 80GB HBM3", 80 * 2**30, "GPU-aaa"), ("NVIDIA H100 80GB HBM3",
+                                                                                      80 * 2**30, "GPU-bbb")),
+                 fail_init: bool = False, fail_on: str | None = None) -> None:
+        self.devices, self.fail_init, self.fail_on = list(devices), fail_init, fail_on
+        self.shut_down = False
+
+    def _maybe_fail(self, name: str) -> None:
+        if self.fail_on == name:
+            raise RuntimeError(f"NVML error in {name}")
+
+    def nvmlInit(self):
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self):
+        self.shut_down = True
+
+    def nvmlDeviceGetCount(self):
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetName(self, handle):
+        self._maybe_fail("name")
+        return self.devices[handle][0].encode()
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return SimpleNamespace(total=self.devices[handle][1], used=0, free=self.devices[handle][1])
+
+    def nvmlDeviceGetUUID(self, handle):
+        return self.devices[handle][2]
+
+
+def test_detects_model_memory_and_uuid_per_device():
+    nvml = FakeNvml()
+    assert detect_gpus(nvml) == [
+        GpuDevice(index=0, model="NVIDIA H100 80GB HBM3", memory=80 * 2**30, uuid="GPU-aaa"),
+        GpuDevice(index=1, model="NVIDIA H100 80GB HBM3", memory=80 * 2**30, uuid="GPU-bbb"),
+    ]
+    assert nvml.shut_down
+
+
+def test_no_nvml_means_no_gpus():
+    assert detect_gpus(FakeNvml(fail_init=True)) == []
+
+
+def test_an_nvml_failure_while_listing_offers_none_and_still_shuts_down():
+    nvml = FakeNvml(fail_on="name")
+    assert detect_gpus(nvml) == []
+    assert nvml.shut_down
+
+
+@pytest.mark.parametrize(("override", "models"), [
+    (None, ["NVIDIA H100 80GB HBM3"] * 2),
+    (1, ["NVIDIA H100 80GB HBM3"]),
+    (3, ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "virtual"]),
+    (0, []),
+])
+def test_a_gpu_override_keeps_real_devices_first(override, models):
+    capacity, devices = detect_capacity(cpus=4, memory=2**30, gpus=override, custom={"tpu": 2}, nvml=FakeNvml())
+    assert [d.model for d in devices] == models
+    assert [d.index for d in devices] == list(range(len(models)))
+    assert capacity.gpu == len(models) and capacity.custom == {"tpu": 2}

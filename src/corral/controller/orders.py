@@ -48,7 +48,7 @@ async def orders_for(connection: AsyncConnection, worker_id: str) -> list[Order]
             task_id=row.id, attempt=row.attempt, job_id=row.job_id, task_index=row.index,
             command=spec["command"], env=task_env(row, spec, masters.get(row.job_id)),
             bundle=spec.get("bundle"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
-            grace_period=spec.get("grace_period", 15.0),
+            grace_period=spec.get("grace_period", 15.0), allocate_port=spec.get("allocate_port", False),
         ))
     return orders
 

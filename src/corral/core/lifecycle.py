@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from corral.core.states import JobState, TaskState
+from corral.serving.states import DeploymentState, ReplicaState
 
 
 class SchedulingResult(StrEnum):
@@ -39,6 +40,8 @@ class TransitionStatus:
 
     job: JobState | Derived | None = None
     task: TaskState | None = None
+    deployment: DeploymentState | None = None  # serving handlers (corral.serving.handlers)
+    replica: ReplicaState | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ class TaskReport(BaseModel):
     exit_code: int | None = None
     reason: str | None = None
     at: float = Field(..., description="unix time on the worker")
+    port: int | None = Field(None, description="the $PORT the worker gave the process (with RUNNING)")
 
 
 class HeartbeatRequest(BaseModel):
@@ -87,6 +88,7 @@ class BuildOrder(BaseModel):
     gpu_ids: list[int] = Field(default_factory=list)
     time_limit: float | None = None
     grace_period: float = 15.0
+    allocate_port: bool = False  # give the process a free port as $PORT, reported with RUNNING
 
 
 class StartOrder(BaseModel):

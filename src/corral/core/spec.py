@@ -74,6 +74,7 @@ class JobSpec(BaseModel):
     scheduling_timeout: Seconds | None = Field(None, gt=0, le=MAX_TIME_LIMIT)
     grace_period: Seconds = Field(15.0, ge=0, le=3600)
     labels: dict[str, str] = Field(default_factory=dict)
+    allocate_port: bool = Field(False, description="the worker picks a free port, passes it as $PORT and reports it")
 
     @field_validator("command")
     @classmethod

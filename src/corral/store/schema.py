@@ -66,6 +66,7 @@ tasks = Table(
     Column("gpu", Integer, nullable=False),
     Column("exit_code", Integer),
     Column("reason", Text),
+    Column("port", Integer),  # the $PORT its worker gave a serving task (allocate_port)
     UniqueConstraint("job_id", "index"),
     Index("ix_tasks_state", "state"),
     Index("ix_tasks_worker_state", "worker_id", "state"),
@@ -116,4 +117,52 @@ history = Table(
     Column("to_state", String(20)),
     Column("message", Text),
     Index("ix_history_job", "job_id", "id"),
+)
+
+deployments = Table(
+    "deployments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(63), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("state_since", Float, nullable=False),
+    Column("tries", Integer, nullable=False, default=0),
+    # Replicas wanted now: between min and max, or 0 when scaled to zero by the router.
+    Column("replicas", Integer, nullable=False),
+    # sha256 of the keys that may call it through the router (besides the admin token).
+    Column("key_hashes", JSON, nullable=False, default=list),
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Index("ix_deployments_state", "state"),
+    Index("ix_deployments_name", "name"),
+)
+
+replicas = Table(
+    "replicas",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("deployment_id", Integer, ForeignKey("deployments.id"), nullable=False),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("state_since", Float, nullable=False),
+    Column("address", String(200)),  # host:port once its process runs
+    Column("reason", Text),
+    Column("created_at", Float, nullable=False),
+    Index("ix_replicas_deployment_state", "deployment_id", "state"),
+)
+
+serving_history = Table(
+    "serving_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("deployment_id", Integer, nullable=False),
+    Column("replica_id", Integer),
+    Column("handler", String(64), nullable=False),
+    Column("result", String(20), nullable=False),
+    Column("from_state", String(20)),
+    Column("to_state", String(20)),
+    Column("message", Text),
+    Index("ix_serving_history_deployment", "deployment_id", "id"),
 )

@@ -17,6 +17,7 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -97,6 +98,13 @@ async def _kill_group(pgid: int) -> None:
         _signal_group(pgid, signal.SIGKILL)
         if not await _wait_gone(pgid, REAP_TIMEOUT):
             log.error("process group %s survives SIGKILL after %ss", pgid, REAP_TIMEOUT)
+
+
+def free_port() -> int:
+    """A port no one listens on now, on every interface: a serving task's $PORT."""
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
 
 
 def _exit_status(returncode: int) -> tuple[int, str | None]:
@@ -230,6 +238,9 @@ class Runner:
             env = {**os.environ, **att.order.env}
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
+            port = free_port() if att.order.allocate_port else None
+            if port is not None:
+                env["PORT"] = str(port)
             try:
                 with (att.directory / "stdout").open("wb") as out, (att.directory / "stderr").open("wb") as err:
                     att.process = await asyncio.create_subprocess_exec(
@@ -243,7 +254,7 @@ class Runner:
                 return
             self._watch_logs(*att.ref, att.directory)
             log.info("task=%s attempt=%s running pid=%s", *att.ref, att.process.pid)
-            self._emit(att.ref, TaskState.RUNNING)
+            self._emit(att.ref, TaskState.RUNNING, port=port)
             att.supervisor = self._spawn(self._supervise(att))
 
     async def _stop(self, order: StopOrder) -> None:
@@ -317,9 +328,9 @@ class Runner:
     # plumbing ----------------------------------------------------------------------------
 
     def _emit(self, ref: tuple[int, int], state: TaskState, *, exit_code: int | None = None,
-              reason: str | None = None) -> None:
+              reason: str | None = None, port: int | None = None) -> None:
         self._report(TaskReport(task_id=ref[0], attempt=ref[1], state=state, exit_code=exit_code, reason=reason,
-                                at=time.time()))
+                                at=time.time(), port=port))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.create_task(coroutine)

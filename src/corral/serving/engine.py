@@ -1,0 +1,113 @@
+"""The serving loop beside the job engine: runs the serving handlers, and probes replicas' health.
+
+Health checks are made by the controller over HTTP (the worker's heartbeat stays about
+tasks): the prober keeps each replica's latest result in memory, and HealthCheckReplica
+reads it from its snapshot like any other fact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import httpx
+
+from corral.serving.coordinator import run_serving_handler
+from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe, ServingSnapshot
+from corral.serving.states import REPLICA_PROBED
+from corral.store.store import Store
+
+log = logging.getLogger("corral.serving")
+
+PERIOD = 0.5  # with no event, every serving handler still runs this often
+PROBE_TICK = 0.1
+
+
+class ServingEngine:
+    def __init__(self, store: Store, *, wake_jobs: Callable[[], None], publish: Callable[[Catalog], None],
+                 on_health: Callable[[str, int, bool], None] | None = None) -> None:
+        self.store = store
+        self.wake_jobs = wake_jobs
+        self.publish = publish
+        self.on_health = on_health
+        self.probes: dict[int, Probe] = {}
+        self.snapshot: ServingSnapshot | None = None
+        self._woken = asyncio.Event()
+        self._probing: dict[int, asyncio.Task] = {}
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    async def run(self) -> None:
+        prober = asyncio.create_task(self._probe_loop(), name="serving-prober")
+        try:
+            while True:
+                if await self.run_pass():
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._woken.wait(), PERIOD)
+        finally:
+            prober.cancel()
+            for task in self._probing.values():
+                task.cancel()
+
+    async def run_pass(self) -> bool:
+        self._woken.clear()
+        changed = False
+        for handler in SERVING_HANDLERS:
+            try:
+                report = await run_serving_handler(self.store, handler, time.time(), self.probes, self.publish)
+            except Exception:
+                log.exception("serving handler %s failed; its transaction was rolled back", handler.name)
+                continue
+            self.snapshot = report.snapshot or self.snapshot
+            changed |= report.changed
+            if report.jobs_changed:
+                self.wake_jobs()
+        return changed
+
+    # health ------------------------------------------------------------------------------
+
+    async def _probe_loop(self) -> None:
+        async with httpx.AsyncClient() as http:
+            while True:
+                self._probe_due(http)
+                await asyncio.sleep(PROBE_TICK)
+
+    def _probe_due(self, http: httpx.AsyncClient) -> None:
+        snapshot = self.snapshot
+        if snapshot is None:
+            return
+        now = time.time()
+        probed = {r.id for r in snapshot.replicas.values() if r.state in REPLICA_PROBED and r.address}
+        for replica_id in set(self.probes) - probed - set(self._probing):
+            del self.probes[replica_id]
+        for replica_id in probed - set(self._probing):
+            replica = snapshot.replicas[replica_id]
+            health = snapshot.spec_of(replica).health
+            last = self.probes.get(replica_id)
+            if last is None or now - last.at >= health.interval:
+                name = snapshot.deployments[replica.deployment_id].name
+                task = asyncio.create_task(self._probe(http, name, replica_id, f"http://{replica.address}{health.path}",
+                                                       health.timeout))
+                self._probing[replica_id] = task
+
+    async def _probe(self, http: httpx.AsyncClient, deployment: str, replica_id: int, url: str,
+                     timeout: float) -> None:
+        try:
+            response = await http.get(url, timeout=timeout)
+            ok, detail = response.is_success, f"GET {url}: {response.status_code}"
+        except httpx.HTTPError as error:
+            ok, detail = False, f"GET {url}: {type(error).__name__} {error}".strip()
+        finally:
+            self._probing.pop(replica_id, None)
+        last = self.probes.get(replica_id)
+        failures = 0 if ok else (last.failures if last else 0) + 1
+        self.probes[replica_id] = Probe(time.time(), ok, failures, detail)
+        if last is None or last.ok != ok or failures:
+            self.wake()
+        if self.on_health is not None and (last is None or last.ok != ok):
+            self.on_health(deployment, replica_id, ok)

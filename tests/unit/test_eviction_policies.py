@@ -58,6 +58,6 @@ def test_matrix_runs_a_target_in_no_set_alone():
     assert policy.evict_for("z", ["a", "b"], lambda e: True) == ["a", "b"]
 
 
-def test_an_unknown_policy_is_refused_by_name():
+def test_two_policies_at_once_are_refused():
     with pytest.raises(ValueError, match="groups"):
-        policy_from_config({"lru": {}})
+        policy_from_config({"groups": {}, "matrix": {"sets": []}})

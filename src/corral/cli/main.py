@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from corral.cli.actions import cancel, logs
 from corral.cli.common import CliError
 from corral.cli.daemons import controller, worker
+from corral.cli.deploy import COMMANDS as serving_commands
 from corral.cli.info import info
 from corral.cli.listing import jobs, workers
 from corral.cli.submit import submit
@@ -38,5 +39,5 @@ def main() -> None:
     """
 
 
-for command in (up, submit, jobs, info, logs, cancel, workers, controller, worker):
+for command in (up, submit, jobs, info, logs, cancel, workers, controller, worker, *serving_commands):
     main.add_command(command)

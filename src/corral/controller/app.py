@@ -14,6 +14,9 @@ from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.metrics import exposition
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
+from corral.serving import api as serving_api
+from corral.serving import proxy
+from corral.serving.wiring import start_serving
 from corral.store.store import Store
 
 HOME = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>corral</title></head>
@@ -33,13 +36,15 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state.logs = LogFiles(settings.data_dir / "logs" / "tasks")
         state.bundles = BundleStore(settings.data_dir / "bundles")
         loop_task = asyncio.create_task(state.engine.run(), name="engine")
+        serving_tasks = start_serving(state)
         write_cluster_file(settings, state.tokens)
         try:
             yield
         finally:
-            loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task
+            for task in (*serving_tasks, loop_task):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await state.store.close()
             # A stopped cluster leaves no address behind for clients to find and fail on.
             (settings.data_dir / "cluster.json").unlink(missing_ok=True)
@@ -49,6 +54,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
     app.include_router(files_api.router)
+    app.include_router(serving_api.router)
+    app.router.routes.extend(proxy.routes())
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

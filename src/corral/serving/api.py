@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from collections import Counter
@@ -10,6 +11,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sqlalchemy import func, select
 
 from corral.controller.auth import require_admin
+from corral.serving.pool import read_pool
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import DeploymentState
 from corral.serving.store import (
@@ -121,8 +123,12 @@ async def undeploy(name: str, request: Request) -> DeploymentView:
 @router.get("/router/catalog", response_model=CatalogView)
 async def catalog(request: Request) -> CatalogView:
     """What a standalone `corral router` routes on: live deployments, their keys and healthy endpoints."""
-    current = request.app.state.router.registry.catalog
-    return CatalogView(deployments=[
+    current = request.app.state.router.catalog
+    async with request.app.state.store.read() as connection:
+        pool = await read_pool(connection)
+    return CatalogView(rooms=[dataclasses.asdict(room) for room in pool.rooms],
+                       holdings={name: [dataclasses.asdict(h) for h in held] for name, held in pool.holdings.items()},
+                       deployments=[
         CatalogDeployment(name=name, spec=facts.spec, replicas=facts.replicas, key_hashes=list(facts.key_hashes),
                           endpoints=[e.address for e in current.endpoints.get(name, ())],
                           replica_ids=[e.replica_id for e in current.endpoints.get(name, ())])

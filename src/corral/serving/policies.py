@@ -98,11 +98,12 @@ class CostMatrixPolicy:
 
 
 def policy_from_config(config: Mapping | None):
-    """`{"groups": {...}}`, `{"matrix": {"sets": [...], "costs": {...}}}` or nothing (fit by placement)."""
-    if not config:
-        return FitPolicy()
+    """`{"groups": {...}}`, `{"matrix": {"sets": [...], "costs": {...}}}` or neither (fit by placement)."""
+    config = config or {}
+    if "groups" in config and "matrix" in config:
+        raise ValueError("give one eviction policy: 'groups' or 'matrix', not both")
     if "groups" in config:
         return GroupPolicy.from_config(config["groups"])
     if "matrix" in config:
         return CostMatrixPolicy.from_config(config["matrix"])
-    raise ValueError(f"unknown eviction policy {sorted(config)}: give 'groups' or 'matrix'")
+    return FitPolicy()

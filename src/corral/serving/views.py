@@ -71,3 +71,5 @@ class CatalogDeployment(BaseModel):
 
 class CatalogView(BaseModel):
     deployments: list[CatalogDeployment]
+    rooms: list[dict] = []  # free room per alive worker (placement's WorkerRoom)
+    holdings: dict[str, list[dict]] = {}  # deployment -> what its placed replicas hold, per worker

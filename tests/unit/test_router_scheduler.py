@@ -212,6 +212,20 @@ def test_idle_past_timeout_unloads_counting_from_the_end_of_the_last_request():
     assert len(effects.unloads) == 1  # asked once
 
 
+def test_idle_time_of_a_preloaded_deployment_counts_from_when_it_is_ready():
+    effects, scheduler = setup("a", a=Served("a", idle_timeout=10))
+    effects.loaded_ = {"a"}  # starting
+    scheduler.on_tick(0)
+    scheduler.on_tick(20)
+    assert effects.unloads == []
+    effects.ready_ = {"a"}
+    scheduler.on_tick(21)
+    scheduler.on_tick(30)
+    assert effects.unloads == []
+    scheduler.on_tick(31)
+    assert effects.unloads == [(["a"], "idle timeout")]
+
+
 def test_a_request_for_an_unloading_deployment_starts_it_again():
     effects, scheduler = setup("a", a=Served("a", idle_timeout=1))
     effects.loaded_ = effects.ready_ = {"a"}

@@ -52,7 +52,7 @@ async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
             await insert_deployment(connection, spec, [], time.time())
     except NameTaken as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
-    app.serving.wake()
+    await app.serving.changed()
     return await _one(request, spec.name)
 
 
@@ -92,7 +92,7 @@ async def scale(name: str, body: ScaleRequest, request: Request) -> DeploymentVi
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
-    app.serving.wake()
+    await app.serving.changed()
     return await _one(request, name)
 
 
@@ -104,7 +104,7 @@ async def new_key(name: str, body: KeyRequest, request: Request) -> KeyReply:
             await add_key(connection, name, key)
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
-    request.app.state.serving.wake()
+    await request.app.state.serving.changed()
     return KeyReply(deployment=name, key=key)
 
 
@@ -116,7 +116,7 @@ async def undeploy(name: str, request: Request) -> DeploymentView:
             await destroy_deployment(connection, name, time.time())
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
-    app.serving.wake()
+    await app.serving.changed()
     return await _one(request, name, destroyed_too=True)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -19,14 +19,14 @@ from corral.store.store import Store
 
 
 class LocalBackend:
-    def __init__(self, store: Store, wake: Callable[[], None]) -> None:
+    def __init__(self, store: Store, changed: Callable[[], Awaitable[None]]) -> None:
         self.store = store
-        self.wake = wake
+        self.changed = changed
 
     async def scale(self, name: str, replicas: int, reason: str) -> None:
         async with self.store.write() as connection:
             await scale_deployment(connection, name, replicas, reason, time.time())
-        self.wake()
+        await self.changed()
 
     async def pool(self) -> Pool:
         async with self.store.read() as connection:

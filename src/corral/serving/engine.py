@@ -16,7 +16,7 @@ from collections.abc import Callable
 import httpx
 
 from corral.serving.coordinator import run_serving_handler
-from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe, ServingSnapshot
+from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe, ServiceDiscoverySync, ServingSnapshot
 from corral.serving.states import REPLICA_PROBED
 from corral.store.store import Store
 
@@ -24,6 +24,7 @@ log = logging.getLogger("corral.serving")
 
 PERIOD = 0.5  # with no event, every serving handler still runs this often
 PROBE_TICK = 0.1
+DISCOVERY = next(h for h in SERVING_HANDLERS if isinstance(h, ServiceDiscoverySync))
 
 
 class ServingEngine:
@@ -40,6 +41,11 @@ class ServingEngine:
 
     def wake(self) -> None:
         self._woken.set()
+
+    async def changed(self) -> None:
+        """A user changed a deployment: publish the router's catalog now (the API answers after), then run a pass."""
+        await run_serving_handler(self.store, DISCOVERY, time.time(), self.probes, self.publish)
+        self.wake()
 
     async def run(self) -> None:
         prober = asyncio.create_task(self._probe_loop(), name="serving-prober")

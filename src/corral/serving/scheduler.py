@@ -157,11 +157,16 @@ class Scheduler:
         self._drain(now)
 
     def on_tick(self, now: float) -> None:
-        """Time passed: unload deployments idle past their timeout, and re-examine the queue (ageing, residency)."""
+        """Time passed: unload deployments idle past their timeout, and re-examine the queue (ageing, residency).
+
+        Idle time counts from the end of the last request, or from when it was first seen ready.
+        """
         loaded = self.effects.loaded()
         self.unloading &= loaded
         idle = []
         for name in sorted(loaded - self.unloading - set(self.swaps)):
+            if not self.effects.ready(name):
+                continue  # still starting: idle time counts once it can serve
             served = self.effects.served(name)
             since = self.last_done.setdefault(name, now)
             if (served is not None and served.idle_timeout is not None and not self.in_flight.get(name)

@@ -31,7 +31,7 @@ def start_serving(state) -> list[asyncio.Task]:
     """Sets `state.router` and `state.serving`; returns their loops' tasks."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied request or probe is noise
     config = load_router_config(os.environ.get(CONFIG_ENV))
-    state.router = router_from_config(LocalBackend(state.store, lambda: state.serving.wake()), config)
+    state.router = router_from_config(LocalBackend(state.store, lambda: state.serving.changed()), config)
     state.serving = ServingEngine(state.store, wake_jobs=state.engine.wake, publish=state.router.publish,
                                   on_health=health_changed)
     return [asyncio.create_task(state.serving.run(), name="serving"),

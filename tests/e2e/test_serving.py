@@ -1,0 +1,182 @@
+"""End to end: deployments whose replicas are real server processes, behind the controller's router."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.cluster import Cluster, wait_for
+
+pytestmark = pytest.mark.e2e
+SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "serving_app" / "server.py")]
+FAST_HEALTH = {"interval": 0.3, "threshold": 2, "timeout": 2}
+
+
+def deploy(cluster: Cluster, name: str, **spec) -> dict:
+    body = {"name": name, "command": SERVER, "health": FAST_HEALTH, "resources": {"cpu": 0.5}, **spec}
+    response = cluster.http.post("/api/v1/deployments", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def info(cluster: Cluster, name: str) -> dict:
+    return cluster.get(f"/api/v1/deployments/{name}")
+
+
+def healthy(cluster: Cluster, name: str, count: int) -> list[dict]:
+    """The HEALTHY replicas, once there are exactly `count` of them and no others live."""
+    def check():
+        replicas = [r for r in info(cluster, name)["replica_list"] if r["state"] != "TERMINATED"]
+        return len(replicas) == count and all(r["state"] == "HEALTHY" for r in replicas) and replicas
+    return wait_for(check, 60, f"{count} healthy replicas of {name}")
+
+
+def pid_of(address: str) -> int:
+    return httpx.get(f"http://{address}/whoami", timeout=5).json()["pid"]
+
+
+def test_a_replica_whose_process_dies_is_replaced(cluster):
+    deploy(cluster, "svc", min_replicas=2)
+    first = healthy(cluster, "svc", 2)
+    victim = first[0]
+    os.kill(pid_of(victim["address"]), signal.SIGKILL)
+    after = wait_for(lambda: (r := healthy(cluster, "svc", 2)) and victim["id"] not in {x["id"] for x in r} and r,
+                     60, "a replacement replica")
+    assert {r["id"] for r in after} != {r["id"] for r in first}
+    detail = info(cluster, "svc")
+    ended = next(r for r in detail["replica_list"] if r["id"] == victim["id"])
+    assert ended["state"] == "TERMINATED"
+    # RunningReplica or, if the deployment noticed first, ScalingDeployment sent it on its way.
+    assert any(h["replica_id"] == victim["id"] and h["to_state"] == "TERMINATING"
+               and h["handler"] in ("RunningReplica", "ScalingDeployment") for h in detail["history"])
+    assert cluster.http.get("/serve/svc/whoami").status_code == 200
+
+
+def test_a_replica_failing_its_health_check_is_evicted_and_replaced(cluster):
+    deploy(cluster, "svc", min_replicas=2)
+    victim = healthy(cluster, "svc", 2)[0]
+    assert httpx.post(f"http://{victim['address']}/fail-health", timeout=5).status_code == 200
+    wait_for(lambda: (r := healthy(cluster, "svc", 2)) and victim["id"] not in {x["id"] for x in r}, 60,
+             "the unhealthy replica to be replaced")
+    changes = [(h["handler"], h["to_state"]) for h in info(cluster, "svc")["history"]
+               if h["replica_id"] == victim["id"]]
+    assert ("HealthCheckReplica", "UNHEALTHY") in changes
+    assert ("ReplicaEviction", "TERMINATING") in changes
+    assert changes[-1][1] == "TERMINATED"
+
+
+def test_the_openai_client_works_through_the_router(cluster):
+    deploy(cluster, "tiny", model_names=["tiny-embed", "tiny-chat"])
+    healthy(cluster, "tiny", 1)
+    client = openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.admin_token, max_retries=0)
+    vectors = client.embeddings.create(model="tiny-embed", input=["a", "b"])
+    assert [len(item.embedding) for item in vectors.data] == [8, 8]
+    reply = client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "hello there"}])
+    assert reply.choices[0].message.content == "echo: hello there"
+    stream = client.chat.completions.create(model="tiny-chat", stream=True,
+                                            messages=[{"role": "user", "content": "one two three"}])
+    pieces = [chunk.choices[0].delta.content for chunk in stream if chunk.choices[0].delta.content]
+    assert "".join(pieces).split() == ["echo:", "one", "two", "three"] and len(pieces) == 4
+    assert {m.id for m in client.models.list()} == {"tiny-embed", "tiny-chat"}
+
+
+def test_a_wrong_or_missing_key_is_401_before_any_replica_starts(cluster):
+    deploy(cluster, "private", min_replicas=0)
+    deploy(cluster, "open", min_replicas=0, public=True)
+    body = {"model": "private", "input": "x"}
+    assert cluster.http.post("/v1/embeddings", json=body, headers={"Authorization": ""}).status_code == 401
+    assert httpx.post(f"{cluster.url}/v1/embeddings", json=body, headers={"Authorization": "Bearer nope"}).status_code \
+        == 401
+    assert info(cluster, "private")["replicas"] == 0 and not info(cluster, "private")["replica_list"]
+    key = cluster.http.post("/api/v1/deployments/private/keys", json={}).json()["key"]
+    answer = httpx.post(f"{cluster.url}/v1/embeddings", json=body, headers={"Authorization": f"Bearer {key}"},
+                        timeout=90)
+    assert answer.status_code == 200, answer.text
+    # The key is the private deployment's own: it opens no other non-public one, and public ones need none.
+    assert httpx.post(f"{cluster.url}/v1/embeddings", json={"model": "open", "input": "x"}, timeout=90).status_code \
+        == 200
+
+
+def test_with_room_for_one_model_alternating_requests_swap_and_all_succeed(bare_cluster):
+    bare_cluster.start_worker("w1", cpus=1)
+    for name in ("left", "right"):
+        deploy(bare_cluster, name, min_replicas=0, min_residency=0, resources={"cpu": 1})
+    http = httpx.Client(base_url=bare_cluster.url, headers={"Authorization": f"Bearer {bare_cluster.admin_token}"},
+                        timeout=120)
+    answered = []
+    for name in ("left", "right", "left", "right"):
+        response = http.get(f"/serve/{name}/whoami")
+        assert response.status_code == 200, response.text
+        answered.append(response.json()["deployment"])
+    assert answered == ["left", "right", "left", "right"]
+    metrics = bare_cluster.http.get("/metrics").text
+    assert 'corral_router_evictions_total{deployment="left",reason="swap"} 2.0' in metrics
+    assert 'corral_router_evictions_total{deployment="right",reason="swap"} 1.0' in metrics
+
+
+def test_idle_past_the_timeout_scales_to_zero_and_the_next_request_cold_starts(cluster):
+    deploy(cluster, "lazy", min_replicas=0, preload=True, idle_timeout=1)
+    assert info(cluster, "lazy")["replicas"] == 1  # preloaded
+    assert cluster.http.get("/serve/lazy/whoami", timeout=120).status_code == 200
+    wait_for(lambda: info(cluster, "lazy")["replicas"] == 0 and all(
+        r["state"] == "TERMINATED" for r in info(cluster, "lazy")["replica_list"]), 60, "scale to zero")
+    cold_starts = cold_start_count(cluster, "lazy")
+    response = cluster.http.get("/serve/lazy/whoami", timeout=120)
+    assert response.status_code == 200
+    assert info(cluster, "lazy")["replicas"] == 1
+    assert cold_start_count(cluster, "lazy") == cold_starts + 1
+
+
+def cold_start_count(cluster: Cluster, name: str) -> float:
+    found = re.search(rf'corral_router_cold_start_seconds_count{{deployment="{name}"}} ([0-9.]+)',
+                      cluster.http.get("/metrics").text)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_a_waiting_request_shows_in_the_queue_and_a_stream_gets_its_position_header(cluster):
+    deploy(cluster, "cold", min_replicas=0, env={"STREAM_DELAY": "0"})
+    with httpx.Client(base_url=cluster.url, headers={"Authorization": f"Bearer {cluster.admin_token}"},
+                      timeout=120) as http, http.stream(
+            "POST", "/v1/chat/completions",
+            json={"model": "cold", "stream": True, "messages": [{"role": "user", "content": "hi"}]}) as response:
+        assert response.status_code == 200
+        assert response.headers["x-corral-queue-position"] == "0"  # it started the swap; nobody ahead
+        waiting = cluster.get("/api/v1/router/queue")["waiting"]
+        assert [(w["deployment"], w["state"]) for w in waiting] == [("cold", "starting")]
+        text = response.read().decode()
+    assert "echo: " in text and text.rstrip().endswith("data: [DONE]")
+
+
+def test_undeploy_stops_every_replica(cluster):
+    deploy(cluster, "gone", min_replicas=2)
+    replicas = healthy(cluster, "gone", 2)
+    assert cluster.http.delete("/api/v1/deployments/gone").status_code == 200
+    wait_for(lambda: cluster.get("/api/v1/deployments", all=True)[0]["state"] == "DESTROYED", 60, "DESTROYED")
+    for replica in replicas:
+        job = cluster.job(replica["job_id"])
+        assert job["state"] == "CANCELLED"
+    assert cluster.http.get("/serve/gone/whoami").status_code == 404
+    assert cluster.get("/api/v1/deployments") == []
+
+
+def test_bad_deployments_and_requests_are_refused_with_the_reason(cluster):
+    response = cluster.http.post("/api/v1/deployments", json={"name": "Bad Name", "command": ["x"]})
+    assert response.status_code == 422 and "deployment name" in response.text
+    response = cluster.http.post("/api/v1/deployments", json={"name": "x", "command": ["x"], "min_replicas": 3,
+                                                               "max_replicas": 1})
+    assert response.status_code == 422 and "below min_replicas" in response.text
+    deploy(cluster, "dup", min_replicas=0)
+    assert cluster.http.post("/api/v1/deployments", json={"name": "dup", "command": ["x"]}).status_code == 409
+    assert cluster.http.post("/api/v1/deployments/dup/scale", json={"replicas": 5}).status_code == 400
+    assert cluster.http.post("/api/v1/deployments/nope/scale", json={"replicas": 1}).status_code == 404
+    assert [d["name"] for d in cluster.get("/api/v1/deployments")] == ["dup"]
+    assert cluster.http.post("/v1/embeddings", content=b"not json").status_code == 400
+    missing = cluster.http.post("/v1/embeddings", json={"model": "no-such", "input": "x"})
+    assert missing.status_code == 404 and "no-such" in missing.json()["error"]["message"]

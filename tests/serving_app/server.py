@@ -67,12 +67,12 @@ async def embeddings(request: Request):
 async def chat(request: Request):
     payload = await request.json()
     text = f"echo: {payload['messages'][-1]['content']}"
-    created, ident = int(time.time()), f"chatcmpl-{os.getpid()}"
+    created, ident, words = int(time.time()), f"chatcmpl-{os.getpid()}", len(text.split())
     if not payload.get("stream"):
         return JSONResponse({
             "id": ident, "object": "chat.completion", "created": created, "model": payload["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": len(text.split()), "total_tokens": 1 + len(text.split())},
+            "usage": {"prompt_tokens": 1, "completion_tokens": words, "total_tokens": 1 + words},
         })
     delay = float(os.environ.get("STREAM_DELAY", "0"))
 

@@ -22,6 +22,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/router.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

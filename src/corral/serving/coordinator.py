@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from corral.controller.cancel import AlreadyEnded, cancel_job
 from corral.controller.metrics import TRANSITIONS
-from corral.core.lifecycle import Outcome, SchedulingResult, judge
+from corral.core.lifecycle import Outcome, judge
 from corral.serving.handlers import Catalog, Probe, ServingHandler, ServingSnapshot, ServingTarget
 from corral.serving.states import DeploymentState, ReplicaState
 from corral.serving.store import insert_replica, move, read_snapshot, record, set_columns
@@ -66,6 +66,30 @@ async def run_serving_handler(store: Store, handler: ServingHandler, now: float,
         return report
 
 
+def would_act(handler: ServingHandler, snapshot: ServingSnapshot,
+              publish: Callable[[Catalog], None] | None = None) -> bool:
+    """Whether a run on this snapshot would change anything; what it would publish is published now.
+
+    The pass uses it to skip the write transaction of every handler with nothing to do.
+    """
+    targets = _targets(handler, snapshot)
+    decision = handler.execute(targets, snapshot)
+    if decision.catalog is not None and publish is not None:
+        publish(decision.catalog)
+    if decision.create or decision.stop or decision.cancel_jobs or decision.addresses:
+        return True
+    outcomes = judge(targets, decision.result, handler.transitions, now=snapshot.now, max_tries=None,
+                     is_expired=lambda target, _now: handler.is_stale(target, snapshot))
+    return any(_new_state(handler, o) not in (None, o.target.state) for o in outcomes)
+
+
+def _new_state(handler: ServingHandler, outcome: Outcome) -> str | None:
+    transition = outcome.transition
+    if transition is None:
+        return None
+    return transition.deployment if handler.entity == "deployment" else transition.replica
+
+
 def _targets(handler: ServingHandler, snapshot: ServingSnapshot) -> list[ServingTarget]:
     facts = snapshot.deployments if handler.entity == "deployment" else snapshot.replicas
     return [ServingTarget(f.id, f.state, f.since) for f in facts.values() if f.state in handler.states]
@@ -74,12 +98,11 @@ def _targets(handler: ServingHandler, snapshot: ServingSnapshot) -> list[Serving
 async def _apply(connection, handler: ServingHandler, outcome: Outcome, snapshot: ServingSnapshot,
                  now: float) -> bool:
     """Write the outcome's state change with its history record; outcomes that change nothing leave no record."""
-    target, transition = outcome.target, outcome.transition
+    target, new = outcome.target, _new_state(handler, outcome)
     if handler.entity == "deployment":
-        new, table, deployment_id, replica_id = transition and transition.deployment, deployments, target.id, None
+        table, deployment_id, replica_id = deployments, target.id, None
     else:
-        new, table = transition and transition.replica, replicas
-        deployment_id, replica_id = snapshot.replicas[target.id].deployment_id, target.id
+        table, deployment_id, replica_id = replicas, snapshot.replicas[target.id].deployment_id, target.id
     if new is None or new == target.state:
         return False
     columns = {"finished_at": now} if new is DeploymentState.DESTROYED else {}
@@ -90,5 +113,3 @@ async def _apply(connection, handler: ServingHandler, outcome: Outcome, snapshot
              f": {outcome.note}" if outcome.note else "")
     return True
 
-
-__all__ = ["SchedulingResult", "ServingReport", "run_serving_handler"]

@@ -15,14 +15,15 @@ from collections.abc import Callable
 
 import httpx
 
-from corral.serving.coordinator import run_serving_handler
+from corral.serving.coordinator import run_serving_handler, would_act
 from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe, ServiceDiscoverySync, ServingSnapshot
 from corral.serving.states import REPLICA_PROBED
+from corral.serving.store import read_snapshot
 from corral.store.store import Store
 
 log = logging.getLogger("corral.serving")
 
-PERIOD = 0.5  # with no event, every serving handler still runs this often
+PERIOD = 1.0  # with no event, every serving handler still runs this often
 PROBE_TICK = 0.1
 DISCOVERY = next(h for h in SERVING_HANDLERS if isinstance(h, ServiceDiscoverySync))
 
@@ -61,15 +62,23 @@ class ServingEngine:
                 task.cancel()
 
     async def run_pass(self) -> bool:
+        """Every handler in order; one read serves all those with nothing to do, writes only where one acts."""
         self._woken.clear()
         changed = False
+        snapshot = None
         for handler in SERVING_HANDLERS:
             try:
+                if snapshot is None:
+                    async with self.store.read() as connection:
+                        snapshot = self.snapshot = await read_snapshot(connection, time.time(), self.probes)
+                if not would_act(handler, snapshot, self.publish):
+                    continue
                 report = await run_serving_handler(self.store, handler, time.time(), self.probes, self.publish)
             except Exception:
                 log.exception("serving handler %s failed; its transaction was rolled back", handler.name)
+                snapshot = None
                 continue
-            self.snapshot = report.snapshot or self.snapshot
+            snapshot = None  # it acted: the next handler reads what it wrote
             changed |= report.changed
             if report.jobs_changed:
                 self.wake_jobs()

@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 
-import httpx
+import aiohttp
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -26,6 +26,7 @@ from corral.serving.access import bearer, may_call
 from corral.serving.router import Router, RouterError, Waiter
 
 MAX_BODY = 64 * 2**20  # a /v1 body is parsed for its model; larger ones are refused
+WHOLE_BODY = 64 * 2**10  # responses of a known length up to this are relayed in one piece
 POSITION_HEADER = "X-Corral-Queue-Position"
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "host", "authorization", "content-length"})
@@ -155,7 +156,9 @@ async def _forward(request: Request, deployment: str, path: str, body, *, body_d
     upstream, endpoint = await _open(request, router, deployment, path, body)
     if isinstance(upstream, Response):
         return upstream
-    return StreamingResponse(_relay(router, deployment, endpoint, upstream, started), status_code=upstream.status_code,
+    if upstream.content_length is not None and upstream.content_length <= WHOLE_BODY:
+        return await _whole(router, deployment, endpoint, upstream, started)
+    return StreamingResponse(_relay(router, deployment, endpoint, upstream, started), status_code=upstream.status,
                              headers={k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_DROP})
 
 
@@ -191,9 +194,8 @@ async def _open(request: Request, router: Router, deployment: str, path: str, bo
         headers.append(("x-forwarded-for", request.client.host))
     url = f"http://{endpoint.address}{path}" + (f"?{request.url.query}" if request.url.query else "")
     try:
-        upstream = await router.http.send(router.http.build_request(request.method, url, headers=headers, content=body),
-                                          stream=True)
-    except (httpx.HTTPError, OSError) as failure:
+        upstream = await router.http.request(request.method, url, headers=headers, data=body, allow_redirects=False)
+    except (aiohttp.ClientError, OSError, TimeoutError) as failure:
         router.finished(deployment, endpoint)
         ROUTER_REQUESTS.labels(deployment, 502).inc()
         return error(502, f"replica {endpoint.replica_id} of {deployment} failed: {failure}"), None
@@ -203,16 +205,42 @@ async def _open(request: Request, router: Router, deployment: str, path: str, bo
     return upstream, endpoint
 
 
-async def _relay(router: Router, deployment: str, endpoint, upstream: httpx.Response,
-                 started: float) -> AsyncIterator[bytes]:
-    """Pass the replica's bytes on as they come; on any end (done, error, client gone) release the replica."""
+async def _whole(router: Router, deployment: str, endpoint, upstream: aiohttp.ClientResponse,
+                 started: float) -> Response:
+    """A small response of known length is one chunk anyway: relayed whole, it skips the streaming machinery."""
     try:
-        async for chunk in upstream.aiter_raw():
-            yield chunk
+        content = await upstream.read()
+    except BaseException:
+        upstream.close()
+        raise
     finally:
-        await upstream.aclose()
         router.finished(deployment, endpoint)
-        ROUTER_REQUESTS.labels(deployment, upstream.status_code).inc()
+    upstream.release()
+    ROUTER_REQUESTS.labels(deployment, upstream.status).inc()
+    ROUTER_LATENCY.labels(deployment).observe(time.perf_counter() - started)
+    headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+    return Response(content, status_code=upstream.status, headers=headers)
+
+
+async def _relay(router: Router, deployment: str, endpoint, upstream: aiohttp.ClientResponse,
+                 started: float) -> AsyncIterator[bytes]:
+    """Pass the replica's bytes on as they come; on any end (done, error, client gone) release the replica.
+
+    A response read to its end returns its connection to the pool; one cut short closes it, which
+    is how the replica learns that the client went away.
+    """
+    complete = False
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+        complete = True
+    finally:
+        if complete:
+            upstream.release()
+        else:
+            upstream.close()
+        router.finished(deployment, endpoint)
+        ROUTER_REQUESTS.labels(deployment, upstream.status).inc()
         ROUTER_LATENCY.labels(deployment).observe(time.perf_counter() - started)
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import httpx
+import aiohttp
 
 from corral.controller.metrics import (
     ROUTER_COLD_START,
@@ -33,6 +33,7 @@ from corral.serving.scheduler import Policy, Req, Scheduler, Served
 log = logging.getLogger("corral.router")
 
 TICK = 0.2  # how often idle timeouts, ageing and residency are looked at
+POOL_REFRESH = 1.0  # the pool is read this often, and every tick while requests wait
 DEFAULT_SWAP_TIMEOUT = 600.0
 
 
@@ -87,8 +88,7 @@ class Router:
         self._turn = itertools.count()
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
-        self.http = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0),
-                                      limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+        self._http: aiohttp.ClientSession | None = None
 
     # feeding it --------------------------------------------------------------------------
 
@@ -101,9 +101,13 @@ class Router:
     async def run(self) -> None:
         """The ticker: time-driven events, and the pool refreshed for fit decisions."""
         try:
+            refreshed = 0.0
             while True:
-                with contextlib.suppress(Exception):
-                    self.pool_view = await self.backend.pool()
+                waiting = self.scheduler.queue or self.scheduler.swaps
+                if waiting or time.monotonic() - refreshed >= POOL_REFRESH:
+                    with contextlib.suppress(Exception):
+                        self.pool_view = await self.backend.pool()
+                        refreshed = time.monotonic()
                 self.scheduler.on_tick(time.time())
                 self._gauges()
                 await asyncio.sleep(TICK)
@@ -111,9 +115,19 @@ class Router:
             self.scheduler.on_shutdown("the router is shutting down")
             for task in self._tasks:
                 task.cancel()
-            await self.http.aclose()
+            if self._http is not None:
+                await self._http.close()
 
     # the proxy's side ----------------------------------------------------------------------
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        """The upstream client: keep-alive connections to replicas, no overall timeout (generation is slow)."""
+        if self._http is None:
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), auto_decompress=False,
+                connector=aiohttp.TCPConnector(limit=0), skip_auto_headers=("User-Agent", "Accept-Encoding"))
+        return self._http
 
     def deployment_for_model(self, model: str) -> str | None:
         return self.models.get(model)

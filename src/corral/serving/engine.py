@@ -17,13 +17,14 @@ import httpx
 
 from corral.serving.coordinator import run_serving_handler, would_act
 from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe, ServiceDiscoverySync, ServingSnapshot
-from corral.serving.states import REPLICA_PROBED
+from corral.serving.states import REPLICA_PROBED, REPLICA_STARTING, ReplicaState
 from corral.serving.store import read_snapshot
 from corral.store.store import Store
 
 log = logging.getLogger("corral.serving")
 
 PERIOD = 1.0  # with no event, every serving handler still runs this often
+STARTING_PERIOD = 0.1  # ...and this often while a replica starts (a request may be waiting on it)
 PROBE_TICK = 0.1
 DISCOVERY = next(h for h in SERVING_HANDLERS if isinstance(h, ServiceDiscoverySync))
 
@@ -55,7 +56,7 @@ class ServingEngine:
                 if await self.run_pass():
                     continue
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._woken.wait(), PERIOD)
+                    await asyncio.wait_for(self._woken.wait(), STARTING_PERIOD if self._starting() else PERIOD)
         finally:
             prober.cancel()
             for task in self._probing.values():
@@ -84,6 +85,10 @@ class ServingEngine:
                 self.wake_jobs()
         return changed
 
+    def _starting(self) -> bool:
+        """Replicas on their way up are looked at often: a cold start waits on them."""
+        return self.snapshot is not None and any(r.state in REPLICA_STARTING for r in self.snapshot.replicas.values())
+
     # health ------------------------------------------------------------------------------
 
     async def _probe_loop(self) -> None:
@@ -104,7 +109,9 @@ class ServingEngine:
             replica = snapshot.replicas[replica_id]
             health = snapshot.spec_of(replica).health
             last = self.probes.get(replica_id)
-            if last is None or now - last.at >= health.interval:
+            interval = min(health.interval, STARTING_PERIOD) if replica.state is ReplicaState.DEGRADED else \
+                health.interval
+            if last is None or now - last.at >= interval:
                 name = snapshot.deployments[replica.deployment_id].name
                 task = asyncio.create_task(self._probe(http, name, replica_id, f"http://{replica.address}{health.path}",
                                                        health.timeout))

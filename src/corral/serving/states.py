@@ -29,5 +29,7 @@ DEPLOYMENT_LIVE = frozenset({D.PENDING, D.SCALING, D.READY})
 REPLICA_ENDED = frozenset({R.TERMINATED})
 # Replicas that count towards the desired number: started or starting, not on their way out.
 REPLICA_COUNTED = frozenset({R.PROVISIONING, R.DEGRADED, R.HEALTHY, R.UNHEALTHY})
+# Replicas on their way to serving.
+REPLICA_STARTING = frozenset({R.PROVISIONING, R.DEGRADED})
 # Replicas whose process may be up: the health prober looks at these.
 REPLICA_PROBED = frozenset({R.DEGRADED, R.HEALTHY, R.UNHEALTHY})

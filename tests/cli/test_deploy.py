@@ -23,8 +23,9 @@ class FakeApi:
         parts = path.split("/")
         spec = DeploymentSpec.model_validate(json) if method == "POST" and path.endswith("deployments") else \
             DeploymentSpec(name=parts[4] if len(parts) > 4 else "x", command=["x"])
-        view = dict(id=1, name=spec.name, state="PENDING", replicas=spec.initial_replicas, replica_counts={},
-                    spec=spec.model_dump(), keys=0, created_at=time.time(), state_since=time.time())
+        view = dict(id=1, name=spec.name, state="PENDING", replicas=spec.initial_replicas,
+                    replica_counts={"HEALTHY": 1}, spec=spec.model_dump(), keys=0, created_at=time.time(),
+                    state_since=time.time())
         return [view] if method == "GET" and path.endswith("deployments") else view
 
     def upload_bundle(self, directory):
@@ -90,3 +91,10 @@ def test_key_scale_undeploy_and_list_call_the_api():
     assert run("undeploy", "chat")[1].calls == [("DELETE", "/api/v1/deployments/chat", None)]
     result, _ = run("deployments")
     assert "NAME" in result.output and "x" in result.output
+
+
+def test_replica_summary_reads_in_lifecycle_order_without_ended_ones():
+    from corral.cli.deploy import replica_summary
+
+    assert replica_summary({"TERMINATED": 4, "HEALTHY": 2, "PROVISIONING": 1}) == "1 provisioning, 2 healthy"
+    assert replica_summary({}) == "-"

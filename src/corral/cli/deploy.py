@@ -12,10 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import CliError, client, console, json_option, parse_pairs, print_json
-from corral.cli.format import format_age, format_command, format_resources, format_time, task_summary
+from corral.cli.format import format_age, format_command, format_resources, format_time
 from corral.cli.submit import load_spec_file
 from corral.client import serving
 from corral.serving.spec import DeploymentSpec
+from corral.serving.states import ReplicaState
 
 STATE_STYLES = {"READY": "green", "HEALTHY": "green", "SCALING": "cyan", "DEGRADED": "yellow", "UNHEALTHY": "red",
                 "FAILED_TO_START": "red", "DESTROYING": "yellow", "PENDING": "magenta", "PROVISIONING": "magenta"}
@@ -125,7 +126,7 @@ def deployments(include_ended: bool, as_json: bool) -> None:
         table.add_column(column, no_wrap=True)
     now = time.time()
     for view in found:
-        table.add_row(Text(view.name), _state(view.state), str(view.replicas), task_summary(view.replica_counts),
+        table.add_row(Text(view.name), _state(view.state), str(view.replicas), replica_summary(view.replica_counts),
                       Text(", ".join(view.spec.model_names)), format_age(now - view.created_at))
     console().print(table)
 
@@ -206,6 +207,12 @@ def router(controller_url: str, token: str, host: str, port: int, config_path: P
     from corral.serving.standalone import run_router
 
     run_router(controller_url.rstrip("/"), token, host, port, config_path)
+
+
+def replica_summary(counts: dict[str, int]) -> str:
+    """"2 healthy, 1 provisioning", in lifecycle order; ended replicas are left out."""
+    shown = [(state, counts.get(state, 0)) for state in ReplicaState if state is not ReplicaState.TERMINATED]
+    return ", ".join(f"{n} {state.lower()}" for state, n in shown if n) or "-"
 
 
 def _state(state: str) -> Text:

@@ -259,3 +259,15 @@ def _get(url: str, token: str) -> tuple[int, str]:
     except httpx.HTTPError:
         return 0, ""
     return response.status_code, response.text
+
+
+def test_requests_waiting_for_a_deployment_end_with_503_when_it_is_undeployed(cluster):
+    deploy(cluster, "doomed", min_replicas=0, command=["sh", "-c", f"sleep 60; exec {' '.join(SERVER)}"])
+    answers: list[httpx.Response] = []
+    caller = threading.Thread(target=lambda: answers.append(httpx.get(
+        f"{cluster.url}/serve/doomed/whoami", timeout=60, headers={"Authorization": f"Bearer {cluster.admin_token}"})))
+    caller.start()
+    wait_for(lambda: cluster.get("/api/v1/router/queue")["waiting"], 10, "the request to wait")
+    assert cluster.http.delete("/api/v1/deployments/doomed").status_code == 200
+    caller.join(30)
+    assert answers[0].status_code == 503 and "undeployed" in answers[0].json()["error"]["message"]

@@ -92,6 +92,8 @@ async def scale(name: str, body: ScaleRequest, request: Request) -> DeploymentVi
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
+    if body.replicas == 0:  # requests waiting for it end now rather than start it again
+        app.router.unloaded(name, body.reason)
     await app.serving.changed()
     return await _one(request, name)
 
@@ -116,6 +118,7 @@ async def undeploy(name: str, request: Request) -> DeploymentView:
             await destroy_deployment(connection, name, time.time())
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
+    app.router.unloaded(name, "undeployed")
     await app.serving.changed()
     return await _one(request, name, destroyed_too=True)
 

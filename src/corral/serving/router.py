@@ -173,6 +173,11 @@ class Router:
         self.scheduler.on_serve_done(deployment, time.time())
         self._gauges()
 
+    def unloaded(self, name: str, reason: str) -> None:
+        """A user scaled `name` to zero or removed it: its waiting requests end with the reason."""
+        self.scheduler.on_unload([name], reason, time.time())
+        self._gauges()
+
     def queue_view(self) -> list[dict]:
         now = time.time()
         rows = [dict(deployment=r.deployment, position=i, state="queued", waited=round(now - r.at, 3))
@@ -269,7 +274,13 @@ class Router:
             await self._changed.wait()
 
     async def _scale(self, name: str, replicas: int, reason: str) -> None:
-        await self.backend.scale(name, replicas, reason)
+        try:
+            await self.backend.scale(name, replicas, reason)
+        except Exception as error:
+            if replicas:
+                raise  # a swap reports it to its waiters
+            log.warning("unloading %s: %s", name, error)  # gone already, or the controller is away: nothing waits
+            return
         facts = self.catalog.deployments.get(name)
         if facts is not None:  # seen at once, before the next catalog arrives
             deployments = dict(self.catalog.deployments)

@@ -143,7 +143,7 @@ def cold_start_count(cluster: Cluster, name: str) -> float:
 
 
 def test_a_waiting_request_shows_in_the_queue_and_a_stream_gets_its_position_header(cluster):
-    deploy(cluster, "cold", min_replicas=0, env={"STREAM_DELAY": "0"})
+    deploy(cluster, "cold", min_replicas=0, command=["sh", "-c", f"sleep 2; exec {' '.join(SERVER)}"])
     with httpx.Client(base_url=cluster.url, headers={"Authorization": f"Bearer {cluster.admin_token}"},
                       timeout=120) as http, http.stream(
             "POST", "/v1/chat/completions",
@@ -220,14 +220,14 @@ def test_a_client_that_disconnects_while_waiting_leaves_the_queue_at_once(cluste
 
     def call() -> None:
         try:
-            httpx.get(f"{cluster.url}/serve/sleepy/whoami", timeout=5,
+            httpx.get(f"{cluster.url}/serve/sleepy/whoami", timeout=10,
                       headers={"Authorization": f"Bearer {cluster.admin_token}"})
         except httpx.ReadTimeout as error:
             outcome.append(error)
 
     caller = threading.Thread(target=call)
     caller.start()
-    waiting = wait_for(lambda: cluster.get("/api/v1/router/queue")["waiting"], 5, "the request to wait")
+    waiting = wait_for(lambda: cluster.get("/api/v1/router/queue")["waiting"], 8, "the request to wait")
     assert [w["deployment"] for w in waiting] == ["sleepy"]
     caller.join(30)
     assert outcome  # the client gave up...

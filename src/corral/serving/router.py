@@ -138,7 +138,7 @@ class Router:
         self.scheduler.on_request(waiter.req, time.time())
         if waiter.future.done():
             self.waiters.pop(waiter.req.id, None)
-        self._gauges()
+        self._gauges(deployment)
         return waiter
 
     def abandon(self, waiter: Waiter) -> None:
@@ -171,7 +171,7 @@ class Router:
             else:
                 self.endpoint_load.pop(endpoint.address, None)
         self.scheduler.on_serve_done(deployment, time.time())
-        self._gauges()
+        self._gauges(deployment)
 
     def unloaded(self, name: str, reason: str) -> None:
         """A user scaled `name` to zero or removed it: its waiting requests end with the reason."""
@@ -294,7 +294,8 @@ class Router:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _gauges(self) -> None:
+    def _gauges(self, name: str | None = None) -> None:
+        """Queue depth, and the in-flight gauge of `name` (of every deployment when None)."""
         ROUTER_QUEUE_DEPTH.set(len(self.scheduler.queue) + sum(len(w) for w in self.scheduler.swaps.values()))
-        for name, count in self.scheduler.in_flight.items():
-            ROUTER_IN_FLIGHT.labels(name).set(count)
+        for each in [name] if name is not None else list(self.scheduler.in_flight):
+            ROUTER_IN_FLIGHT.labels(each).set(self.scheduler.in_flight.get(each, 0))

@@ -123,6 +123,12 @@ def test_health_check_passes_fails_past_the_threshold_and_is_stale_without_a_rec
                         4: (SchedulingResult.EXPIRED, R.DEGRADED)}
 
 
+def test_a_replica_never_probed_is_stale_only_after_three_intervals_in_its_state():
+    snap = snapshot(replica(1, R.HEALTHY, since=98), replica(2, R.HEALTHY, since=90))  # window: 3 * 1 + 2 s
+    _, outcomes = run(h.HealthCheckReplica(), snap)
+    assert outcomes == {2: (SchedulingResult.EXPIRED, R.DEGRADED)}
+
+
 def test_a_loading_replica_failing_its_checks_is_not_unhealthy_before_its_startup_timeout():
     probes = {1: Probe(99, False, 10), 2: Probe(99, False, 10)}
     snap = snapshot(replica(1, R.DEGRADED, since=50), replica(2, R.DEGRADED, since=30), probes=probes)

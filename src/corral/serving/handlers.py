@@ -283,7 +283,7 @@ class HealthCheckReplica(ServingHandler):
             replica = snapshot.replicas[target.id]
             probe = snapshot.probes.get(target.id)
             if replica.process_ended or probe is None or self._stale(probe, replica, snapshot):
-                continue
+                continue  # a stale or missing result is judged by is_stale
             health = snapshot.spec_of(replica).health
             loading = replica.state is R.DEGRADED and snapshot.now - replica.since < health.startup_timeout
             if probe.ok:
@@ -298,12 +298,15 @@ class HealthCheckReplica(ServingHandler):
         probe = snapshot.probes.get(target.id)
         if replica.state is R.DEGRADED or replica.process_ended:
             return False
-        return probe is None or self._stale(probe, replica, snapshot)
+        return self._stale(probe, replica, snapshot)
 
     @staticmethod
-    def _stale(probe: Probe, replica: ReplicaFacts, snapshot: ServingSnapshot) -> bool:
+    def _stale(probe: Probe | None, replica: ReplicaFacts, snapshot: ServingSnapshot) -> bool:
+        """No result within three intervals (counted from its last state change when never probed, as after a
+        controller restart)."""
         health = snapshot.spec_of(replica).health
-        return snapshot.now - probe.at > 3 * health.interval + health.timeout
+        last = probe.at if probe is not None else replica.since
+        return snapshot.now - last > 3 * health.interval + health.timeout
 
 
 class RunningReplica(ServingHandler):

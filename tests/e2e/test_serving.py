@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -271,3 +272,12 @@ def test_requests_waiting_for_a_deployment_end_with_503_when_it_is_undeployed(cl
     assert cluster.http.delete("/api/v1/deployments/doomed").status_code == 200
     caller.join(30)
     assert answers[0].status_code == 503 and "undeployed" in answers[0].json()["error"]["message"]
+
+
+def test_a_request_for_a_deployment_whose_replica_cannot_start_fails_fast_with_the_reason(cluster):
+    deploy(cluster, "broken", min_replicas=0, command=["sh", "-c", "echo no model here >&2; exit 3"])
+    started = time.monotonic()
+    response = cluster.http.get("/serve/broken/whoami", timeout=120)
+    assert response.status_code == 503, response.text
+    assert "failed to start" in response.json()["error"]["message"]
+    assert time.monotonic() - started < 60  # not the swap timeout

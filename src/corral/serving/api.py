@@ -134,7 +134,8 @@ async def catalog(request: Request) -> CatalogView:
                        deployments=[
         CatalogDeployment(name=name, spec=facts.spec, replicas=facts.replicas, key_hashes=list(facts.key_hashes),
                           endpoints=[e.address for e in current.endpoints.get(name, ())],
-                          replica_ids=[e.replica_id for e in current.endpoints.get(name, ())])
+                          replica_ids=[e.replica_id for e in current.endpoints.get(name, ())],
+                          start_failure=current.start_failures.get(name))
         for name, facts in current.deployments.items()
     ])
 

@@ -54,7 +54,8 @@ class RemoteBackend:
             {d.name: DeploymentFacts(0, d.name, d.spec, DeploymentState.READY, 0.0, d.replicas, tuple(d.key_hashes))
              for d in view.deployments},
             {d.name: tuple(Endpoint(i, a) for i, a in zip(d.replica_ids, d.endpoints, strict=True))
-             for d in view.deployments}))
+             for d in view.deployments},
+            {d.name: d.start_failure for d in view.deployments if d.start_failure}))
         return Pool([WorkerRoom(**room) for room in view.rooms],
                     {name: [Holding(h["worker_id"], Request(**h["request"]), tuple(h["gpu_ids"])) for h in held]
                      for name, held in view.holdings.items()})

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 
 import httpx
 
-from corral.serving.coordinator import run_serving_handler, would_act
-from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe, ServiceDiscoverySync, ServingSnapshot
+from corral.core.lifecycle import SchedulingResult
+from corral.serving.coordinator import ServingReport, run_serving_handler, would_act
+from corral.serving.handlers import (
+    SERVING_HANDLERS,
+    Catalog,
+    Probe,
+    ProvisioningReplica,
+    ServiceDiscoverySync,
+    ServingHandler,
+    ServingSnapshot,
+)
 from corral.serving.states import REPLICA_PROBED, REPLICA_STARTING, ReplicaState
 from corral.serving.store import read_snapshot
 from corral.store.store import Store
@@ -37,6 +47,7 @@ class ServingEngine:
         self.publish = publish
         self.on_health = on_health
         self.probes: dict[int, Probe] = {}
+        self.start_failures: dict[str, tuple[float, str]] = {}
         self.snapshot: ServingSnapshot | None = None
         self._woken = asyncio.Event()
         self._probing: dict[int, asyncio.Task] = {}
@@ -46,8 +57,23 @@ class ServingEngine:
 
     async def changed(self) -> None:
         """A user changed a deployment: publish the router's catalog now (the API answers after), then run a pass."""
-        await run_serving_handler(self.store, DISCOVERY, time.time(), self.probes, self.publish)
+        await run_serving_handler(self.store, DISCOVERY, time.time(), self.probes, self._publish)
         self.wake()
+
+    def _publish(self, catalog: Catalog) -> None:
+        self.publish(dataclasses.replace(catalog, start_failures=dict(self.start_failures)))
+
+    def _note_start_failures(self, handler: ServingHandler, report: ServingReport) -> None:
+        """Replicas that ended before they ever served: a swap waiting on their deployment fails at once."""
+        snapshot = report.snapshot
+        for outcome in report.outcomes:
+            if outcome.result is not SchedulingResult.NEED_RETRY or snapshot is None:
+                continue
+            if handler.name == ProvisioningReplica.name or outcome.target.state == ReplicaState.DEGRADED:
+                replica = snapshot.replicas.get(outcome.target.id)
+                if replica is not None and replica.deployment_id in snapshot.deployments:
+                    name = snapshot.deployments[replica.deployment_id].name
+                    self.start_failures[name] = (snapshot.now, outcome.note or "its process ended")
 
     async def run(self) -> None:
         prober = asyncio.create_task(self._probe_loop(), name="serving-prober")
@@ -72,9 +98,10 @@ class ServingEngine:
                 if snapshot is None:
                     async with self.store.read() as connection:
                         snapshot = self.snapshot = await read_snapshot(connection, time.time(), self.probes)
-                if not would_act(handler, snapshot, self.publish):
+                if not would_act(handler, snapshot, self._publish):
                     continue
-                report = await run_serving_handler(self.store, handler, time.time(), self.probes, self.publish)
+                report = await run_serving_handler(self.store, handler, time.time(), self.probes, self._publish)
+                self._note_start_failures(handler, report)
             except Exception:
                 log.exception("serving handler %s failed; its transaction was rolled back", handler.name)
                 snapshot = None

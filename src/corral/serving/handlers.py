@@ -87,6 +87,8 @@ class Catalog:
 
     deployments: dict[str, DeploymentFacts] = field(default_factory=dict)
     endpoints: dict[str, tuple[Endpoint, ...]] = field(default_factory=dict)
+    # The latest replica of each deployment that ended before it ever served: (when, why).
+    start_failures: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 @dataclass

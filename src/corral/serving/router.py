@@ -255,7 +255,7 @@ class Router:
                 raise RouterError(404, f"{target} is no longer deployed")
             if facts.replicas < wanted_when_loaded(facts):
                 await self._scale(target, wanted_when_loaded(facts), "a request arrived")
-            await asyncio.wait_for(self._until_ready(target), self.swap_timeout)
+            await asyncio.wait_for(self._until_ready(target, time.time()), self.swap_timeout)
             ROUTER_COLD_START.labels(target).observe(time.monotonic() - started)
         except TimeoutError:
             error = f"no healthy replica within {self.swap_timeout:.0f}s"
@@ -266,10 +266,13 @@ class Router:
         self.scheduler.on_swap_done(target, error, time.time())
         self._gauges()
 
-    async def _until_ready(self, target: str) -> None:
+    async def _until_ready(self, target: str, since: float) -> None:
         while not self.ready(target):
             if target not in self.catalog.deployments:
                 raise RouterError(404, f"{target} was undeployed")
+            failed_at, why = self.catalog.start_failures.get(target, (0.0, ""))
+            if failed_at >= since:
+                raise RouterError(503, f"a replica failed to start: {why}")
             self._changed.clear()
             await self._changed.wait()
 
@@ -287,7 +290,7 @@ class Router:
             deployments[name] = DeploymentFacts(facts.id, facts.name, facts.spec, facts.state, facts.since, replicas,
                                                 facts.key_hashes)
             endpoints = self.catalog.endpoints if replicas else {**self.catalog.endpoints, name: ()}
-            self.catalog = Catalog(deployments, endpoints)
+            self.catalog = Catalog(deployments, endpoints, self.catalog.start_failures)
 
     def _spawn(self, coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -67,6 +67,7 @@ class CatalogDeployment(BaseModel):
     key_hashes: list[str]
     endpoints: list[str]  # host:port of each healthy replica
     replica_ids: list[int]
+    start_failure: tuple[float, str] | None = None  # the latest replica that ended before it served
 
 
 class CatalogView(BaseModel):

@@ -36,6 +36,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/dashboard_jobs.py
 	$(BIN)/python bench/function_roundtrip.py
 	$(BIN)/python bench/retry_delay.py
+	$(BIN)/python bench/router.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -9,6 +9,7 @@ from corral.cli.actions import cancel, logs
 from corral.cli.checkpoint import checkpoint
 from corral.cli.common import CliError
 from corral.cli.daemons import controller, worker
+from corral.cli.deploy import COMMANDS as serving_commands
 from corral.cli.events import events
 from corral.cli.info import info
 from corral.cli.listing import jobs, workers
@@ -40,5 +41,6 @@ def main() -> None:
     """
 
 
-for command in (up, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint):
+for command in (up, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint,
+                *serving_commands):
     main.add_command(command)

@@ -83,6 +83,9 @@ class Client:
         except httpx.ConnectError as error:
             raise CorralError(None, f"cannot reach the controller at {self.url}: {error}") from None
 
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, **kwargs).json()
+
     def _send(self, call: Call) -> httpx.Response:
         kwargs = dict(call.kwargs)
         if call.timeout is not None:

@@ -33,6 +33,9 @@ from corral.controller.results import ResultFiles
 from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
+from corral.serving import api as serving_api
+from corral.serving import proxy
+from corral.serving.wiring import start_serving
 from corral.store.policy import apply_policy_file
 from corral.store.store import Store
 
@@ -63,13 +66,14 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             asyncio.create_task(state.samples.run(state.store), name="samples"),
         ]
         state.results = ResultFiles(settings.data_dir / "results")
+        serving_tasks = start_serving(state)
         write_cluster_file(settings, state.tokens)
         try:
             yield
         finally:
-            for loop_task in loop_tasks:
+            for loop_task in (*serving_tasks, *loop_tasks):
                 loop_task.cancel()
-            for loop_task in loop_tasks:
+            for loop_task in (*serving_tasks, *loop_tasks):
                 with contextlib.suppress(asyncio.CancelledError):
                     await loop_task
             await state.store.close()
@@ -89,6 +93,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(dashboard.router)
     app.include_router(results_api.router)
     app.include_router(retry_api.router)
+    app.include_router(serving_api.router)
+    app.router.routes[0:0] = proxy.routes()  # first: the hot path should not walk the API's routes
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

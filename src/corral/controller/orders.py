@@ -56,6 +56,7 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
             command=spec["command"], env=task_env(row, spec, masters.get(row.job_id), job_token),
             bundle=spec.get("bundle"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
             grace_period=spec.get("grace_period", 15.0), checkpoint=row.checkpoint_epoch is not None,
+            allocate_port=spec.get("allocate_port", False),
         ))
     return orders
 

@@ -91,7 +91,8 @@ async def ingest_heartbeat(
             end_attempt(changes, row, state, job=job, handler="Worker", exit_code=report.exit_code,
                         reason=report.reason, oom_killed=report.oom_killed)
             continue
-        changes.task(row, report.state, handler="Worker", message=report.reason)
+        port = {"port": report.port} if report.port is not None else {}
+        changes.task(row, report.state, handler="Worker", message=report.reason, **port)
         started = {"started_at": report.at} if report.state is TaskState.RUNNING else {}
         changes.attempt(row.id, row.attempt, state=report.state, **started)
     await changes.flush(connection)

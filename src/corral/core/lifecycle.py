@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from corral.core.states import JobState, TaskState
+from corral.serving.states import DeploymentState, ReplicaState
 
 
 class SchedulingResult(StrEnum):
@@ -40,6 +41,8 @@ class TransitionStatus:
     job: JobState | Derived | None = None
     task: TaskState | None = None
     cancel: bool = False  # the job is marked cancelled: it ends CANCELLED whatever its tasks do
+    deployment: DeploymentState | None = None  # serving handlers (corral.serving.handlers)
+    replica: ReplicaState | None = None
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ class TaskReport(BaseModel):
     at: float = Field(..., description="unix time on the worker")
     epoch: int | None = Field(None, description="PREEMPTED only: the epoch of the preemption order it obeyed")
     oom_killed: bool = Field(False, description="the process was killed for memory (the worker's cgroup says so)")
+    port: int | None = Field(None, description="the $PORT the worker gave the process (with RUNNING)")
 
 
 class HeartbeatRequest(BaseModel):
@@ -102,6 +103,7 @@ class BuildOrder(BaseModel):
     time_limit: float | None = None
     grace_period: float = 15.0
     checkpoint: bool = Field(False, description="the controller holds a checkpoint from an earlier attempt")
+    allocate_port: bool = False  # give the process a free port as $PORT, reported with RUNNING
 
 
 class StartOrder(BaseModel):

@@ -131,6 +131,7 @@ class JobSpec(BaseModel):
     after_any: list[int] = Field(default_factory=list, description="start only once these jobs ended")
     begin: Timestamp | None = Field(None, description="not before this time (unix seconds)")
     retry_policy: RetryPolicy | None = Field(None, description="re-create the job when it fails (batch jobs)")
+    allocate_port: bool = Field(False, description="the worker picks a free port, passes it as $PORT and reports it")
 
     @field_validator("command")
     @classmethod

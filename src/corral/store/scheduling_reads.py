@@ -33,6 +33,11 @@ async def read_cluster(connection: AsyncConnection) -> ClusterSnapshot:
     )
 
 
+async def worker_rooms(connection: AsyncConnection) -> list[WorkerRoom]:
+    """Alive workers with their free room, as placement sees them (the serving router asks what fits)."""
+    return await _rooms(connection, await _running_tasks(connection, await _active_jobs(connection)))
+
+
 async def _active_jobs(connection: AsyncConnection) -> dict[int, JobPlacement]:
     rows = (await connection.execute(
         select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)

@@ -94,6 +94,7 @@ tasks = Table(
     # The last checkpoint the task uploaded while PREEMPTING: its epoch and size (the bytes live in files).
     Column("checkpoint_epoch", Integer),
     Column("checkpoint_size", BigInteger),
+    Column("port", Integer),  # the $PORT its worker gave a serving task (allocate_port)
     UniqueConstraint("job_id", "index"),
     Index("ix_tasks_state", "state"),
     Index("ix_tasks_worker_state", "worker_id", "state"),
@@ -192,4 +193,52 @@ quotas = Table(
     Column("project", String(100), primary_key=True),
     Column("limits", JSON, nullable=False),
     Column("updated_at", Float, nullable=False),
+)
+
+deployments = Table(
+    "deployments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(63), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("state_since", Float, nullable=False),
+    Column("tries", Integer, nullable=False, default=0),
+    # Replicas wanted now: between min and max, or 0 when scaled to zero by the router.
+    Column("replicas", Integer, nullable=False),
+    # sha256 of the keys that may call it through the router (besides the admin token).
+    Column("key_hashes", JSON, nullable=False, default=list),
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Index("ix_deployments_state", "state"),
+    Index("ix_deployments_name", "name"),
+)
+
+replicas = Table(
+    "replicas",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("deployment_id", Integer, ForeignKey("deployments.id"), nullable=False),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("state_since", Float, nullable=False),
+    Column("address", String(200)),  # host:port once its process runs
+    Column("reason", Text),
+    Column("created_at", Float, nullable=False),
+    Index("ix_replicas_deployment_state", "deployment_id", "state"),
+)
+
+serving_history = Table(
+    "serving_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("deployment_id", Integer, nullable=False),
+    Column("replica_id", Integer),
+    Column("handler", String(64), nullable=False),
+    Column("result", String(20), nullable=False),
+    Column("from_state", String(20)),
+    Column("to_state", String(20)),
+    Column("message", Text),
+    Index("ix_serving_history_deployment", "deployment_id", "id"),
 )

@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -139,6 +140,13 @@ def _stat(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return info.st_mtime_ns, info.st_size
+
+
+def free_port() -> int:
+    """A port no one listens on now, on every interface: a serving task's $PORT."""
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
 
 
 def _exit_status(returncode: int) -> tuple[int, str | None]:
@@ -294,6 +302,9 @@ class Runner:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
             env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)
             att.memory_at_start = self.memory.read()
+            port = free_port() if att.order.allocate_port else None
+            if port is not None:
+                env["PORT"] = str(port)
             try:
                 argv, preexec = _launch(command, att.cwd, env)
                 with (att.directory / "stdout").open("wb") as out, (att.directory / "stderr").open("wb") as err:
@@ -308,7 +319,7 @@ class Runner:
                 return
             self._watch_logs(*att.ref, att.directory)
             log.info("task=%s attempt=%s running pid=%s", *att.ref, att.process.pid)
-            self._emit(att.ref, TaskState.RUNNING)
+            self._emit(att.ref, TaskState.RUNNING, port=port)
             att.supervisor = self._spawn(self._supervise(att))
 
     async def _stop(self, order: StopOrder) -> None:
@@ -424,9 +435,10 @@ class Runner:
     # plumbing ----------------------------------------------------------------------------
 
     def _emit(self, ref: tuple[int, int], state: TaskState, *, exit_code: int | None = None,
-              reason: str | None = None, epoch: int | None = None, oom_killed: bool = False) -> None:
+              reason: str | None = None, epoch: int | None = None, oom_killed: bool = False,
+              port: int | None = None) -> None:
         self._report(TaskReport(task_id=ref[0], attempt=ref[1], state=state, exit_code=exit_code, reason=reason,
-                                at=time.time(), epoch=epoch, oom_killed=oom_killed))
+                                at=time.time(), epoch=epoch, oom_killed=oom_killed, port=port))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.create_task(coroutine)

@@ -1,0 +1,171 @@
+"""`make bench`: the router's overhead beside a straight connection to the replica, in one run on loopback.
+
+A real cluster (controller + one worker) serves the tests' small server as a deployment; one
+keep-alive HTTP/1.1 load generator then hits the replica directly, through the controller's
+router and through a standalone `corral router` (the /serve path): median and p99 latency one
+request at a time, and requests/s with concurrent clients. Then a trivial deployment scaled to
+zero is timed from a request to its first response (cold start). Only ratios from the same run
+are worth comparing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from tests.e2e.cluster import Cluster, free_port, wait_for  # noqa: E402  (the same harness the e2e tests use)
+
+SERVER = [sys.executable, str(ROOT / "tests" / "serving_app" / "server.py")]
+LATENCY_REQUESTS = 2000
+THROUGHPUT_SECONDS = 5.0
+CONCURRENCY = 16
+TARGETS = {"p50_overhead_ms": 1.0, "throughput_ratio": 0.70}
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection: cheap enough that the generator is not what is measured."""
+
+    def __init__(self, host: str, port: int, path: str, token: str) -> None:
+        self.host, self.port = host, port
+        self.request = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n").encode()
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    async def get(self) -> int:
+        self.writer.write(self.request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in
+                   (line.partition(b":") for line in head.split(b"\r\n")[1:] if line)}
+        if b"content-length" in headers:
+            await self.reader.readexactly(int(headers[b"content-length"]))
+        else:  # chunked
+            while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
+                await self.reader.readexactly(size + 2)
+            await self.reader.readuntil(b"\r\n")
+        return status
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def latencies(address: str, path: str, token: str) -> list[float]:
+    host, port = address.rsplit(":", 1)
+    connection = Connection(host, int(port), path, token)
+    await connection.open()
+    for _ in range(50):  # warm up
+        assert await connection.get() == 200
+    samples = []
+    for _ in range(LATENCY_REQUESTS):
+        started = time.perf_counter()
+        assert await connection.get() == 200
+        samples.append(time.perf_counter() - started)
+    connection.close()
+    return samples
+
+
+async def throughput(address: str, path: str, token: str) -> float:
+    host, port = address.rsplit(":", 1)
+    connections = [Connection(host, int(port), path, token) for _ in range(CONCURRENCY)]
+    await asyncio.gather(*(c.open() for c in connections))
+    done = 0
+    deadline = time.perf_counter() + THROUGHPUT_SECONDS
+
+    async def client(connection: Connection) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            assert await connection.get() == 200
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in connections))
+    elapsed = time.perf_counter() - started
+    for connection in connections:
+        connection.close()
+    return done / elapsed
+
+
+def quantile(samples: list[float], q: float) -> float:
+    return sorted(samples)[min(len(samples) - 1, int(q * len(samples)))]
+
+
+def cold_start(cluster: Cluster) -> float:
+    """Seconds from a request to a scaled-to-zero deployment until its first response."""
+    response = cluster.http.post("/api/v1/deployments", json={
+        "name": "cold", "command": SERVER, "min_replicas": 0, "resources": {"cpu": 0.5},
+        "health": {"interval": 0.1, "threshold": 2}})
+    assert response.status_code == 201, response.text
+    started = time.perf_counter()
+    response = cluster.http.get("/serve/cold/health", timeout=120)
+    assert response.status_code == 200, response.text
+    return time.perf_counter() - started
+
+
+def measure(address: str, path: str, token: str) -> tuple[list[float], float]:
+    return asyncio.run(latencies(address, path, token)), asyncio.run(throughput(address, path, token))
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as root:
+        cluster = Cluster(Path(root))
+        cluster.start_controller()
+        router = None
+        try:
+            cluster.start_worker("w1")
+            response = cluster.http.post("/api/v1/deployments", json={
+                "name": "bench", "command": SERVER, "min_replicas": 1, "resources": {"cpu": 0.5}})
+            assert response.status_code == 201, response.text
+            replica = wait_for(lambda: next((r for r in cluster.get("/api/v1/deployments/bench")["replica_list"]
+                                             if r["state"] == "HEALTHY"), None), 60, "a healthy replica")
+            port = free_port()
+            router = subprocess.Popen([sys.executable, "-m", "corral", "router", "--controller", cluster.url,
+                                       "--token", cluster.admin_token, "--port", str(port)])
+            wait_for(lambda: _answers(f"http://127.0.0.1:{port}/serve/bench/whoami", cluster.admin_token), 60,
+                     "the standalone router")
+            token = cluster.admin_token
+            results = {
+                "direct": measure(replica["address"], "/whoami", token),
+                "controller's router": measure(cluster.url.removeprefix("http://"), "/serve/bench/whoami", token),
+                "corral router": measure(f"127.0.0.1:{port}", "/serve/bench/whoami", token),
+            }
+            cold = cold_start(cluster)
+        finally:
+            if router is not None:
+                router.terminate()
+                router.wait(30)
+            cluster.stop()
+    print(f"router overhead on loopback ({LATENCY_REQUESTS} sequential GETs for latency; {CONCURRENCY} clients "
+          f"for {THROUGHPUT_SECONDS:.0f}s for throughput):")
+    direct_p50 = statistics.median(results["direct"][0])
+    direct_rps = results["direct"][1]
+    for name, (samples, rps) in results.items():
+        p50, p99 = statistics.median(samples), quantile(samples, 0.99)
+        line = f"  {name:20} p50 {p50 * 1000:6.3f} ms  p99 {p99 * 1000:6.3f} ms  {rps:7,.0f} req/s"
+        if name != "direct":
+            line += f"   overhead p50 {(p50 - direct_p50) * 1000:.3f} ms, throughput {rps / direct_rps:.0%} of direct"
+        print(line)
+    print(f"  targets: p50 overhead < {TARGETS['p50_overhead_ms']} ms, throughput >= "
+          f"{TARGETS['throughput_ratio']:.0%} of direct")
+    print(f"cold start of a trivial server, zero to first response: {cold:.2f} s")
+
+
+def _answers(url: str, token: str) -> bool:
+    try:
+        return httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Serving: deployments whose replicas run as tasks, their lifecycle handlers, and the router."""

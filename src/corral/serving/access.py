@@ -1,0 +1,24 @@
+"""Who may call a deployment through the router: the admin token, one of its own keys, or anyone if public."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from corral.serving.handlers import DeploymentFacts
+
+
+def bearer(header: str | None) -> str | None:
+    scheme, _, token = (header or "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def may_call(facts: DeploymentFacts, key: str | None, admin_token: str) -> bool:
+    if facts.spec.public:
+        return True
+    if not key:
+        return False
+    if hmac.compare_digest(key, admin_token):
+        return True
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return any(hmac.compare_digest(digest, known) for known in facts.key_hashes)

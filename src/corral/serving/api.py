@@ -1,0 +1,168 @@
+"""/api/v1/deployments: deploy, list, inspect, scale, key and undeploy; /api/v1/router/catalog for routers."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+from collections import Counter
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+from sqlalchemy import func, select
+
+from corral.controller.auth import require_admin
+from corral.serving.pool import read_pool
+from corral.serving.spec import DeploymentSpec
+from corral.serving.states import DeploymentState
+from corral.serving.store import (
+    SHOWN,
+    NameTaken,
+    NoSuchDeployment,
+    add_key,
+    deployment_facts,
+    destroy_deployment,
+    insert_deployment,
+    live_deployment,
+    scale_deployment,
+)
+from corral.serving.views import (
+    CatalogDeployment,
+    CatalogView,
+    DeploymentDetail,
+    DeploymentView,
+    KeyReply,
+    KeyRequest,
+    ReplicaView,
+    ScaleRequest,
+    ServingHistoryEntry,
+)
+from corral.store.schema import deployments, replicas, serving_history
+
+router = APIRouter(prefix="/api/v1", tags=["serving"], dependencies=[Depends(require_admin)])
+
+
+@router.post("/deployments", status_code=status.HTTP_201_CREATED, response_model=DeploymentView)
+async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
+    app = request.app.state
+    if spec.bundle and not app.bundles.exists(spec.bundle):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST,
+                            f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
+    try:
+        async with app.store.write() as connection:
+            await insert_deployment(connection, spec, [], time.time())
+    except NameTaken as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    await app.serving.changed()
+    return await _one(request, spec.name)
+
+
+@router.get("/deployments", response_model=list[DeploymentView])
+async def list_deployments(request: Request, all: bool = False) -> list[DeploymentView]:
+    query = select(deployments).order_by(deployments.c.id.desc())
+    if not all:
+        query = query.where(deployments.c.state.in_([str(s) for s in SHOWN]))
+    async with request.app.state.store.read() as connection:
+        rows = (await connection.execute(query.limit(1000))).all()
+        counts = await _replica_counts(connection, [r.id for r in rows])
+    return [_view(row, counts.get(row.id, {})) for row in rows]
+
+
+@router.get("/deployments/{name}", response_model=DeploymentDetail)
+async def deployment_info(name: str, request: Request) -> DeploymentDetail:
+    view = await _one(request, name)
+    async with request.app.state.store.read() as connection:
+        replica_rows = (await connection.execute(
+            select(replicas).where(replicas.c.deployment_id == view.id).order_by(replicas.c.id))).all()
+        history_rows = (await connection.execute(
+            select(serving_history).where(serving_history.c.deployment_id == view.id)
+            .order_by(serving_history.c.id.desc()).limit(200))).all()
+    return DeploymentDetail(
+        **view.model_dump(),
+        replica_list=[ReplicaView.model_validate(r, from_attributes=True) for r in replica_rows],
+        history=[ServingHistoryEntry.model_validate(r, from_attributes=True) for r in reversed(history_rows)])
+
+
+@router.post("/deployments/{name}/scale", response_model=DeploymentView)
+async def scale(name: str, body: ScaleRequest, request: Request) -> DeploymentView:
+    app = request.app.state
+    try:
+        async with app.store.write() as connection:
+            await scale_deployment(connection, name, body.replicas, body.reason, time.time())
+    except NoSuchDeployment as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
+    except ValueError as error:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
+    if body.replicas == 0:  # requests waiting for it end now rather than start it again
+        app.router.unloaded(name, body.reason)
+    await app.serving.changed()
+    return await _one(request, name)
+
+
+@router.post("/deployments/{name}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyReply)
+async def new_key(name: str, body: KeyRequest, request: Request) -> KeyReply:
+    key = body.key or f"crl-{secrets.token_urlsafe(24)}"
+    try:
+        async with request.app.state.store.write() as connection:
+            await add_key(connection, name, key)
+    except NoSuchDeployment as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
+    await request.app.state.serving.changed()
+    return KeyReply(deployment=name, key=key)
+
+
+@router.delete("/deployments/{name}", response_model=DeploymentView)
+async def undeploy(name: str, request: Request) -> DeploymentView:
+    app = request.app.state
+    try:
+        async with app.store.write() as connection:
+            await destroy_deployment(connection, name, time.time())
+    except NoSuchDeployment as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
+    app.router.unloaded(name, "undeployed")
+    await app.serving.changed()
+    return await _one(request, name, destroyed_too=True)
+
+
+@router.get("/router/catalog", response_model=CatalogView)
+async def catalog(request: Request) -> CatalogView:
+    """What a standalone `corral router` routes on: live deployments, their keys and healthy endpoints."""
+    current = request.app.state.router.catalog
+    async with request.app.state.store.read() as connection:
+        pool = await read_pool(connection)
+    return CatalogView(rooms=[dataclasses.asdict(room) for room in pool.rooms],
+                       holdings={name: [dataclasses.asdict(h) for h in held] for name, held in pool.holdings.items()},
+                       deployments=[
+        CatalogDeployment(name=name, spec=facts.spec, replicas=facts.replicas, key_hashes=list(facts.key_hashes),
+                          endpoints=[e.address for e in current.endpoints.get(name, ())],
+                          replica_ids=[e.replica_id for e in current.endpoints.get(name, ())],
+                          start_failure=current.start_failures.get(name))
+        for name, facts in current.deployments.items()
+    ])
+
+
+async def _one(request: Request, name: str, destroyed_too: bool = False) -> DeploymentView:
+    async with request.app.state.store.read() as connection:
+        row = await live_deployment(connection, name)
+        if row is None and destroyed_too:
+            row = (await connection.execute(select(deployments).where(deployments.c.name == name)
+                                            .order_by(deployments.c.id.desc()).limit(1))).first()
+        if row is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {name!r}")
+        counts = await _replica_counts(connection, [row.id])
+    return _view(row, counts.get(row.id, {}))
+
+
+async def _replica_counts(connection, ids: list[int]) -> dict[int, dict[str, int]]:
+    counts: dict[int, Counter] = {}
+    for r in (await connection.execute(
+            select(replicas.c.deployment_id, replicas.c.state, func.count().label("n"))
+            .where(replicas.c.deployment_id.in_(ids)).group_by(replicas.c.deployment_id, replicas.c.state))).all():
+        counts.setdefault(r.deployment_id, Counter())[r.state] = r.n
+    return {k: dict(v) for k, v in counts.items()}
+
+
+def _view(row, counts: dict[str, int]) -> DeploymentView:
+    facts = deployment_facts(row)
+    return DeploymentView(id=row.id, name=row.name, state=DeploymentState(row.state), replicas=row.replicas,
+                          replica_counts=counts, spec=facts.spec, keys=len(facts.key_hashes),
+                          created_at=row.created_at, state_since=row.state_since, finished_at=row.finished_at)

@@ -1,0 +1,115 @@
+"""Runs the serving handlers and applies what they decided, one transaction per handler run.
+
+The same judgement as the job coordinator (`judge`, declared transitions), applied to
+deployments and replicas; the effects a handler returns as data (create, stop, cancel,
+addresses, the router's catalog) are applied in the same transaction as its state changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.controller.cancel import AlreadyEnded, cancel_job
+from corral.controller.metrics import TRANSITIONS
+from corral.core.lifecycle import Outcome, judge
+from corral.serving.handlers import Catalog, Probe, ServingHandler, ServingSnapshot, ServingTarget
+from corral.serving.states import DeploymentState, ReplicaState
+from corral.serving.store import insert_replica, move, read_snapshot, record, set_columns
+from corral.store.schema import deployments, replicas
+from corral.store.store import Store
+
+log = logging.getLogger("corral.serving")
+
+
+@dataclass
+class ServingReport:
+    changed: bool = False
+    jobs_changed: bool = False  # replica jobs created or cancelled: the job engine has work
+    outcomes: list[Outcome] = field(default_factory=list)
+    snapshot: ServingSnapshot | None = None
+
+
+async def run_serving_handler(store: Store, handler: ServingHandler, now: float, probes: dict[int, Probe],
+                              publish: Callable[[Catalog], None] | None = None) -> ServingReport:
+    async with store.write() as connection:
+        snapshot = await read_snapshot(connection, now, probes)
+        targets = _targets(handler, snapshot)
+        decision = handler.execute(targets, snapshot)
+        if decision.catalog is not None and publish is not None:
+            publish(decision.catalog)
+        outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=None,
+                         is_expired=lambda target, _now: handler.is_stale(target, snapshot))
+        report = ServingReport(outcomes=outcomes, snapshot=snapshot)
+        for outcome in outcomes:
+            TRANSITIONS.labels(handler.name, outcome.result).inc()
+            report.changed |= await _apply(connection, handler, outcome, snapshot, now)
+        for replica_id, address in decision.addresses.items():
+            await set_columns(connection, replicas, replica_id, address=address)
+        for replica_id, reason in decision.stop.items():
+            replica = snapshot.replicas[replica_id]
+            await move(connection, replicas, replica_id, replica.state, ReplicaState.TERMINATING, now, reason=reason)
+            await record(connection, now, replica.deployment_id, replica_id, handler.name, "SUCCESS", replica.state,
+                         ReplicaState.TERMINATING, reason)
+            report.changed = True
+        for deployment_id, count in decision.create.items():
+            for _ in range(count):
+                await insert_replica(connection, deployment_id, snapshot.deployments[deployment_id].spec, now)
+            report.changed = report.jobs_changed = True
+        for job_id in decision.cancel_jobs:
+            try:
+                await cancel_job(connection, job_id, now)
+            except AlreadyEnded:
+                continue
+            report.changed = report.jobs_changed = True
+        return report
+
+
+def would_act(handler: ServingHandler, snapshot: ServingSnapshot,
+              publish: Callable[[Catalog], None] | None = None) -> bool:
+    """Whether a run on this snapshot would change anything; what it would publish is published now.
+
+    The pass uses it to skip the write transaction of every handler with nothing to do.
+    """
+    targets = _targets(handler, snapshot)
+    decision = handler.execute(targets, snapshot)
+    if decision.catalog is not None and publish is not None:
+        publish(decision.catalog)
+    if decision.create or decision.stop or decision.cancel_jobs or decision.addresses:
+        return True
+    outcomes = judge(targets, decision.result, handler.transitions, now=snapshot.now, max_tries=None,
+                     is_expired=lambda target, _now: handler.is_stale(target, snapshot))
+    return any(_new_state(handler, o) not in (None, o.target.state) for o in outcomes)
+
+
+def _new_state(handler: ServingHandler, outcome: Outcome) -> str | None:
+    transition = outcome.transition
+    if transition is None:
+        return None
+    return transition.deployment if handler.entity == "deployment" else transition.replica
+
+
+def _targets(handler: ServingHandler, snapshot: ServingSnapshot) -> list[ServingTarget]:
+    facts = snapshot.deployments if handler.entity == "deployment" else snapshot.replicas
+    return [ServingTarget(f.id, f.state, f.since) for f in facts.values() if f.state in handler.states]
+
+
+async def _apply(connection, handler: ServingHandler, outcome: Outcome, snapshot: ServingSnapshot,
+                 now: float) -> bool:
+    """Write the outcome's state change with its history record; outcomes that change nothing leave no record."""
+    target, new = outcome.target, _new_state(handler, outcome)
+    if handler.entity == "deployment":
+        table, deployment_id, replica_id = deployments, target.id, None
+    else:
+        table, deployment_id, replica_id = replicas, snapshot.replicas[target.id].deployment_id, target.id
+    if new is None or new == target.state:
+        return False
+    columns = {"finished_at": now} if new is DeploymentState.DESTROYED else {}
+    await move(connection, table, target.id, target.state, new, now, **columns)
+    await record(connection, now, deployment_id, replica_id, handler.name, outcome.result, target.state, new,
+                 outcome.note)
+    log.info("%s %s: %s -> %s (%s%s)", handler.entity, target.id, target.state, new, handler.name,
+             f": {outcome.note}" if outcome.note else "")
+    return True
+

@@ -1,0 +1,401 @@
+"""The deployment and replica handlers of the lifecycle engine (BEP-1030's tables), as data plus pure code.
+
+They run on the same engine as the job handlers: each names the states it acts on, declares
+its transitions as `StatusTransitions`, and decides in memory over a snapshot; `judge` turns
+the result into outcomes. BEP-1030 gives deployments SUCCESS / FAILURE and replicas SUCCESS /
+FAILURE / STALE: here FAILURE is the engine's NEED_RETRY (no try limit, so never GIVE_UP) and
+STALE is EXPIRED, judged by each handler's own `is_stale`. What a handler asks of the world
+beyond a state change (create replicas, stop them, cancel a replica's job, publish the healthy
+endpoints) it returns as data in its `ServingDecision`; the serving coordinator applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from corral.core.lifecycle import HandlerResult, StatusTransitions, TransitionStatus
+from corral.core.states import JOB_TERMINAL, JobState, TaskState
+from corral.serving.spec import DeploymentSpec
+from corral.serving.states import REPLICA_COUNTED, DeploymentState, ReplicaState
+
+D, R = DeploymentState, ReplicaState
+
+
+@dataclass(frozen=True)
+class ServingTarget:
+    """A deployment or a replica as a handler sees it; `key` is its id."""
+
+    id: int
+    state: str
+    since: float
+    tries: int = 0
+    timeout: float | None = None
+
+    @property
+    def key(self) -> int:
+        return self.id
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    id: int
+    name: str
+    spec: DeploymentSpec
+    state: DeploymentState
+    since: float
+    replicas: int  # wanted now
+    key_hashes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplicaFacts:
+    id: int
+    deployment_id: int
+    state: ReplicaState
+    since: float
+    job_id: int
+    job_state: JobState
+    task_state: TaskState | None
+    address: str | None  # host:port of its running process, once known
+    created_at: float = 0.0
+
+    @property
+    def process_ended(self) -> bool:
+        return self.job_state in JOB_TERMINAL
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The health prober's latest word on a replica: when, whether it answered 2xx, failures in a row."""
+
+    at: float
+    ok: bool
+    failures: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    replica_id: int
+    address: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What the router needs: the live deployments and the healthy endpoints of each, by deployment name."""
+
+    deployments: dict[str, DeploymentFacts] = field(default_factory=dict)
+    endpoints: dict[str, tuple[Endpoint, ...]] = field(default_factory=dict)
+    # The latest replica of each deployment that ended before it ever served: (when, why).
+    start_failures: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+
+@dataclass
+class ServingSnapshot:
+    now: float
+    deployments: dict[int, DeploymentFacts] = field(default_factory=dict)
+    replicas: dict[int, ReplicaFacts] = field(default_factory=dict)  # every replica not TERMINATED
+    probes: dict[int, Probe] = field(default_factory=dict)
+
+    def replicas_of(self, deployment_id: int) -> list[ReplicaFacts]:
+        return [r for r in self.replicas.values() if r.deployment_id == deployment_id]
+
+    def spec_of(self, replica: ReplicaFacts) -> DeploymentSpec:
+        return self.deployments[replica.deployment_id].spec
+
+
+@dataclass
+class ServingDecision:
+    result: HandlerResult
+    create: dict[int, int] = field(default_factory=dict)  # deployment id -> replicas to create
+    stop: dict[int, str] = field(default_factory=dict)  # replica id -> why it goes TERMINATING
+    cancel_jobs: list[int] = field(default_factory=list)  # jobs of TERMINATING replicas still running
+    addresses: dict[int, str] = field(default_factory=dict)  # replica id -> its address, found at provisioning
+    catalog: Catalog | None = None
+
+
+class ServingHandler:
+    name: str = ""
+    entity: str = "replica"  # or "deployment": whose ids the targets are
+    states: frozenset[str] = frozenset()
+    transitions: StatusTransitions = StatusTransitions()
+
+    def execute(self, targets: Sequence[ServingTarget], snapshot: ServingSnapshot) -> ServingDecision:
+        raise NotImplementedError
+
+    def is_stale(self, target: ServingTarget, snapshot: ServingSnapshot) -> bool:
+        """BEP-1030's STALE: the engine's EXPIRED, for an untouched target."""
+        return False
+
+
+def _deployment(state: DeploymentState | None) -> TransitionStatus | None:
+    return TransitionStatus(deployment=state) if state else None
+
+
+def _replica(state: ReplicaState | None) -> TransitionStatus | None:
+    return TransitionStatus(replica=state) if state else None
+
+
+def _live(replicas: Sequence[ReplicaFacts]) -> list[ReplicaFacts]:
+    """Replicas that count towards the wanted number: starting or up, and whose process has not ended."""
+    return [r for r in replicas if r.state in REPLICA_COUNTED and not r.process_ended]
+
+
+# deployments ------------------------------------------------------------------------------
+
+
+class CheckPendingDeployment(ServingHandler):
+    name = "CheckPendingDeployment"
+    entity = "deployment"
+    states = frozenset({D.PENDING})
+    transitions = StatusTransitions(success=_deployment(D.SCALING))
+
+    def execute(self, targets, snapshot):
+        return ServingDecision(HandlerResult(successes=[t.key for t in targets]))
+
+
+# Which replicas go first when scaling down: the broken, the unfinished, then the newest healthy.
+_STOP_ORDER = {R.FAILED_TO_START: 0, R.UNHEALTHY: 1, R.PROVISIONING: 2, R.DEGRADED: 3, R.HEALTHY: 4}
+
+
+class ScalingDeployment(ServingHandler):
+    """Creates or stops replicas until the live ones match the wanted number; replaces ended ones."""
+
+    name = "ScalingDeployment"
+    entity = "deployment"
+    states = frozenset({D.SCALING})
+    transitions = StatusTransitions(success=_deployment(D.READY))
+
+    def execute(self, targets, snapshot):
+        decision = ServingDecision(HandlerResult())
+        for target in targets:
+            facts = snapshot.deployments[target.id]
+            replicas = snapshot.replicas_of(target.id)
+            for replica in replicas:
+                if replica.state in REPLICA_COUNTED and replica.process_ended:
+                    decision.stop[replica.id] = "its process ended"
+            live = _live(replicas)
+            missing = facts.replicas - len(live)
+            if missing > 0:
+                decision.create[target.id] = missing
+            for replica in sorted(live, key=lambda r: (_STOP_ORDER[r.state], -r.created_at))[:max(-missing, 0)]:
+                decision.stop[replica.id] = f"scaled down to {facts.replicas}"
+            decision.result.successes.append(target.key)
+            decision.result.notes[target.key] = f"{len(live)} -> {facts.replicas} replicas"
+        return decision
+
+
+class CheckReplicaDeployment(ServingHandler):
+    """A READY deployment whose live replica count differs from the wanted one scales again."""
+
+    name = "CheckReplicaDeployment"
+    entity = "deployment"
+    states = frozenset({D.READY})
+    transitions = StatusTransitions(success=_deployment(D.SCALING))
+
+    def execute(self, targets, snapshot):
+        result = HandlerResult()
+        for target in targets:
+            live = len(_live(snapshot.replicas_of(target.id)))
+            wanted = snapshot.deployments[target.id].replicas
+            if live != wanted:
+                result.successes.append(target.key)
+                result.notes[target.key] = f"{live} live replicas, {wanted} wanted"
+        return ServingDecision(result)
+
+
+class ReconcileDeployment(ServingHandler):
+    """A READY deployment with a replica whose process ended (the replica and its task disagree) rescales."""
+
+    name = "ReconcileDeployment"
+    entity = "deployment"
+    states = frozenset({D.READY})
+    transitions = StatusTransitions(need_retry=_deployment(D.SCALING))
+
+    def execute(self, targets, snapshot):
+        result = HandlerResult()
+        for target in targets:
+            ended = [r.id for r in snapshot.replicas_of(target.id) if r.state in REPLICA_COUNTED and r.process_ended]
+            if ended:
+                result.failures.append(target.key)
+                result.notes[target.key] = f"replica(s) {ended} no longer run"
+        return ServingDecision(result)
+
+
+class DestroyingDeployment(ServingHandler):
+    """Stops every replica of the deployment; it is DESTROYED once none is left."""
+
+    name = "DestroyingDeployment"
+    entity = "deployment"
+    states = frozenset({D.DESTROYING})
+    transitions = StatusTransitions(success=_deployment(D.DESTROYED), need_retry=_deployment(D.DESTROYED))
+
+    def execute(self, targets, snapshot):
+        decision = ServingDecision(HandlerResult())
+        for target in targets:
+            replicas = snapshot.replicas_of(target.id)
+            for replica in replicas:
+                if replica.state is not R.TERMINATING:
+                    decision.stop[replica.id] = "deployment destroyed"
+            if not replicas:
+                decision.result.successes.append(target.key)
+        return decision
+
+
+# replicas ---------------------------------------------------------------------------------
+
+
+class ProvisioningReplica(ServingHandler):
+    """A replica's task runs with a port: DEGRADED until its health check passes; its job ended first: failed."""
+
+    name = "ProvisioningReplica"
+    states = frozenset({R.PROVISIONING})
+    transitions = StatusTransitions(success=_replica(R.DEGRADED), need_retry=_replica(R.FAILED_TO_START))
+
+    def execute(self, targets, snapshot):
+        decision = ServingDecision(HandlerResult())
+        for target in targets:
+            replica = snapshot.replicas[target.id]
+            if replica.process_ended:
+                decision.result.failures.append(target.key)
+                decision.result.notes[target.key] = f"its job ended {replica.job_state} before it served"
+            elif replica.task_state is TaskState.RUNNING and replica.address:
+                decision.result.successes.append(target.key)
+                decision.addresses[target.id] = replica.address
+                decision.result.notes[target.key] = f"running at {replica.address}"
+        return decision
+
+
+class HealthCheckReplica(ServingHandler):
+    """Reads the prober's results: passing is HEALTHY; `threshold` failures in a row is UNHEALTHY.
+
+    A new (DEGRADED) replica's failures count only after its startup timeout: it may be loading
+    a model. A result older than three intervals is STALE: the replica is DEGRADED until probed.
+    """
+
+    name = "HealthCheckReplica"
+    states = frozenset({R.HEALTHY, R.UNHEALTHY, R.DEGRADED})
+    transitions = StatusTransitions(success=_replica(R.HEALTHY), need_retry=_replica(R.UNHEALTHY),
+                                    expired=_replica(R.DEGRADED))
+
+    def execute(self, targets, snapshot):
+        result = HandlerResult()
+        for target in targets:
+            replica = snapshot.replicas[target.id]
+            probe = snapshot.probes.get(target.id)
+            if replica.process_ended or probe is None or self._stale(probe, replica, snapshot):
+                continue  # a stale or missing result is judged by is_stale
+            health = snapshot.spec_of(replica).health
+            loading = replica.state is R.DEGRADED and snapshot.now - replica.since < health.startup_timeout
+            if probe.ok:
+                result.successes.append(target.key)
+            elif probe.failures >= health.threshold and not loading:
+                result.failures.append(target.key)
+                result.notes[target.key] = f"{probe.failures} health checks failed: {probe.detail}"
+        return ServingDecision(result)
+
+    def is_stale(self, target, snapshot):
+        replica = snapshot.replicas[target.id]
+        probe = snapshot.probes.get(target.id)
+        if replica.state is R.DEGRADED or replica.process_ended:
+            return False
+        return self._stale(probe, replica, snapshot)
+
+    @staticmethod
+    def _stale(probe: Probe | None, replica: ReplicaFacts, snapshot: ServingSnapshot) -> bool:
+        """No result within three intervals (counted from its last state change when never probed, as after a
+        controller restart)."""
+        health = snapshot.spec_of(replica).health
+        last = probe.at if probe is not None else replica.since
+        return snapshot.now - last > 3 * health.interval + health.timeout
+
+
+class RunningReplica(ServingHandler):
+    """A replica whose process ended, or that failed to start, is on its way out."""
+
+    name = "RunningReplica"
+    states = frozenset({R.DEGRADED, R.HEALTHY, R.UNHEALTHY, R.FAILED_TO_START})
+    transitions = StatusTransitions(need_retry=_replica(R.TERMINATING))
+
+    def execute(self, targets, snapshot):
+        result = HandlerResult()
+        for target in targets:
+            replica = snapshot.replicas[target.id]
+            if replica.state is R.FAILED_TO_START or replica.process_ended:
+                result.failures.append(target.key)
+                result.notes[target.key] = f"its job is {replica.job_state}"
+        return ServingDecision(result)
+
+
+class ReplicaEviction(ServingHandler):
+    """An UNHEALTHY replica that has not recovered within one more failure window is evicted."""
+
+    name = "ReplicaEviction"
+    states = frozenset({R.UNHEALTHY})
+    transitions = StatusTransitions(success=_replica(R.TERMINATING))
+
+    def execute(self, targets, snapshot):
+        result = HandlerResult()
+        for target in targets:
+            health = snapshot.spec_of(snapshot.replicas[target.id]).health
+            if snapshot.now - target.since >= health.interval * health.threshold:
+                result.successes.append(target.key)
+                result.notes[target.key] = "unhealthy: evicted, to be replaced"
+        return ServingDecision(result)
+
+
+class TerminatingReplica(ServingHandler):
+    """Cancels the replica's job; the replica is TERMINATED once its worker confirmed the exit."""
+
+    name = "TerminatingReplica"
+    states = frozenset({R.TERMINATING})
+    transitions = StatusTransitions(success=_replica(R.TERMINATED))
+
+    def execute(self, targets, snapshot):
+        decision = ServingDecision(HandlerResult())
+        for target in targets:
+            replica = snapshot.replicas[target.id]
+            if replica.process_ended:
+                decision.result.successes.append(target.key)
+            elif replica.job_state not in (JobState.TERMINATING,):
+                decision.cancel_jobs.append(replica.job_id)
+        return decision
+
+
+class ServiceDiscoverySync(ServingHandler):
+    """Publishes the HEALTHY replicas of each live deployment to the router. Changes no state."""
+
+    name = "ServiceDiscoverySync"
+    states = frozenset({R.HEALTHY})
+
+    def execute(self, targets, snapshot):
+        live = {facts.name: facts for facts in snapshot.deployments.values()
+                if facts.state is not D.DESTROYING}
+        endpoints: dict[str, list[Endpoint]] = {name: [] for name in live}
+        for target in targets:
+            replica = snapshot.replicas[target.id]
+            facts = snapshot.deployments[replica.deployment_id]
+            if facts.name in endpoints and replica.address and not replica.process_ended:
+                endpoints[facts.name].append(Endpoint(replica.id, replica.address))
+        return ServingDecision(HandlerResult(), catalog=Catalog(
+            live, {name: tuple(found) for name, found in endpoints.items()}))
+
+
+# The order a pass runs them in: replicas settle first, so the deployments count them as they are.
+REPLICA_HANDLERS: tuple[ServingHandler, ...] = (
+    ProvisioningReplica(),
+    HealthCheckReplica(),
+    RunningReplica(),
+    ReplicaEviction(),
+    TerminatingReplica(),
+    ServiceDiscoverySync(),
+)
+DEPLOYMENT_HANDLERS: tuple[ServingHandler, ...] = (
+    CheckPendingDeployment(),
+    ReconcileDeployment(),
+    CheckReplicaDeployment(),
+    ScalingDeployment(),
+    DestroyingDeployment(),
+)
+SERVING_HANDLERS = REPLICA_HANDLERS + DEPLOYMENT_HANDLERS

@@ -1,0 +1,70 @@
+"""The pool as the router sees it: free room per worker and what each deployment's replicas hold.
+
+`fits` answers the eviction policy's one question with the placement model itself (CPUs,
+memory and GPU devices per worker), so no fit rules are written by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.states import TASK_HOLDS_RESOURCES
+from corral.scheduling.placement import Request, WorkerRoom
+from corral.store.scheduling_reads import worker_rooms
+from corral.store.schema import deployments, replicas, tasks
+
+
+@dataclass(frozen=True)
+class Holding:
+    worker_id: str
+    request: Request
+    gpu_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class Pool:
+    rooms: list[WorkerRoom] = field(default_factory=list)
+    holdings: dict[str, list[Holding]] = field(default_factory=dict)  # deployment name -> its placed replicas
+
+    def fits(self, request: Request, count: int, freed: Iterable[str] = (),
+             reserved: Mapping[str, tuple[Request, int]] | None = None) -> bool:
+        """Would `count` replicas of `request` fit once the deployments in `freed` released what they hold,
+        after the replicas in `reserved` (deployments loading, not placed yet: (request, count)) took theirs?"""
+        rooms = {room.id: copy.deepcopy(room) for room in self.rooms}
+        for name in freed:
+            for holding in self.holdings.get(name, ()):
+                room = rooms.get(holding.worker_id)
+                if room is not None:
+                    room.free_cpu += holding.request.cpu
+                    room.free_memory += holding.request.memory
+                    room.free_gpu_ids = sorted({*room.free_gpu_ids, *holding.gpu_ids})
+        wanted = [(r, n) for r, n in (reserved or {}).values()] + [(request, count)]
+        for each, n in wanted:
+            for _ in range(n):
+                room = next((room for room in rooms.values() if room.fits(each)), None)
+                if room is None:
+                    return False
+                room.take(each)
+        return True
+
+    def could_ever_fit(self, request: Request) -> bool:
+        return any(room.could_ever_fit(request) for room in self.rooms)
+
+
+async def read_pool(connection: AsyncConnection) -> Pool:
+    rows = (await connection.execute(
+        select(deployments.c.name, tasks.c.worker_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu, tasks.c.gpu_ids)
+        .select_from(replicas.join(deployments, replicas.c.deployment_id == deployments.c.id)
+                     .join(tasks, tasks.c.job_id == replicas.c.job_id))
+        .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
+    )).all()
+    holdings: dict[str, list[Holding]] = {}
+    for row in rows:
+        holdings.setdefault(row.name, []).append(
+            Holding(row.worker_id, Request(row.cpu, row.memory, row.gpu), tuple(row.gpu_ids or ())))
+    return Pool(await worker_rooms(connection), holdings)

@@ -1,0 +1,275 @@
+"""The router's HTTP face: OpenAI-compatible /v1 routes (by the `model` field) and /serve/{deployment}/{path}.
+
+A request is checked (key, model) before anything starts, then waits for the scheduler's
+decision, then is relayed to the healthy replica with the fewest requests in flight.
+Responses stream through chunk by chunk (SSE included); a client that goes away while
+queued leaves the queue at once, and one that goes away mid-response closes the upstream
+connection. Bodies are buffered only where routing needs them: the /v1 routes read the JSON
+for its `model`; /serve streams its body through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from corral.controller.metrics import ROUTER_LATENCY, ROUTER_REQUESTS
+from corral.serving.access import bearer, may_call
+from corral.serving.router import Router, RouterError, Waiter
+
+MAX_BODY = 64 * 2**20  # a /v1 body is parsed for its model; larger ones are refused
+WHOLE_BODY = 64 * 2**10  # responses of a known length up to this are relayed in one piece
+POSITION_HEADER = "X-Corral-Queue-Position"
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                        "transfer-encoding", "upgrade", "host", "authorization", "content-length"})
+RESPONSE_DROP = HOP_BY_HOP - {"content-length"}
+
+
+def error(status: int, message: str, code: str | None = None) -> JSONResponse:
+    """An OpenAI-shaped error body, so SDKs show the message."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
+
+
+def _router(request: Request) -> Router:
+    return request.app.state.router
+
+
+def _denied(request: Request, deployment: str) -> Response | None:
+    """401 for a wrong or missing key, 404 for an unknown deployment; None when the call may go ahead."""
+    facts = _router(request).catalog.deployments.get(deployment)
+    if facts is None:
+        return error(404, f"no deployment named {deployment!r}", "model_not_found")
+    if not may_call(facts, bearer(request.headers.get("authorization")), request.app.state.tokens.admin):
+        return error(401, f"a valid key for {deployment} is needed (Authorization: Bearer ...)", "invalid_api_key")
+    return None
+
+
+async def openai(request: Request) -> Response:
+    """POST /v1/chat/completions, /v1/completions, /v1/embeddings: routed by the body's `model`."""
+    started = time.perf_counter()
+    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+        return error(413, f"request body over {MAX_BODY} bytes")
+    body = await request.body()
+    try:
+        payload = json.loads(body)
+        model = payload["model"]
+        if not isinstance(model, str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        return error(400, "the body must be a JSON object with a string 'model'")
+    deployment = _router(request).deployment_for_model(model)
+    if deployment is None:
+        return error(404, f"the model {model!r} is not served here", "model_not_found")
+    if (denied := _denied(request, deployment)) is not None:
+        return denied
+    return await _forward(request, deployment, request.url.path, body, body_done=True,
+                          early=payload.get("stream") is True, started=started)
+
+
+async def models(request: Request) -> Response:
+    """GET /v1/models: the models the caller's key may use."""
+    router = _router(request)
+    key = bearer(request.headers.get("authorization"))
+    data = [{"id": model, "object": "model", "created": int(facts.since), "owned_by": name}
+            for name, facts in sorted(router.catalog.deployments.items())
+            if may_call(facts, key, request.app.state.tokens.admin) for model in facts.spec.model_names]
+    if not data and not key:
+        return error(401, "a key is needed (Authorization: Bearer ...)", "invalid_api_key")
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def serve(request: Request) -> Response:
+    """/serve/{deployment}/{path}: any method, the body streamed through."""
+    started = time.perf_counter()
+    deployment = request.path_params["deployment"]
+    if (denied := _denied(request, deployment)) is not None:
+        return denied
+    first = await request.receive()
+    done = not first.get("more_body", False)
+    body: bytes | AsyncIterator[bytes] = first.get("body", b"") if done else _rest(request, first.get("body", b""))
+    return await _forward(request, deployment, "/" + request.path_params["path"], body, body_done=done, early=False,
+                          started=started)
+
+
+async def queue(request: Request) -> Response:
+    """GET /api/v1/router/queue: who waits for what, and where."""
+    if bearer(request.headers.get("authorization")) != request.app.state.tokens.admin:
+        return error(401, "the admin token is needed")
+    return JSONResponse({"waiting": _router(request).queue_view()})
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/v1/chat/completions", openai, methods=["POST"]),
+        Route("/v1/completions", openai, methods=["POST"]),
+        Route("/v1/embeddings", openai, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/serve/{deployment}/{path:path}", serve,
+              methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
+        Route("/api/v1/router/queue", queue, methods=["GET"]),
+    ]
+
+
+# relaying ------------------------------------------------------------------------------------
+
+
+async def _rest(request: Request, first: bytes) -> AsyncIterator[bytes]:
+    yield first
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise asyncio.CancelledError("client went away while sending its body")
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
+
+
+async def _forward(request: Request, deployment: str, path: str, body, *, body_done: bool, early: bool,
+                   started: float) -> Response:
+    router = _router(request)
+    waiter = router.submit(deployment)
+    if not waiter.future.done() and early:
+        position = waiter.positions.get_nowait() if not waiter.positions.empty() else 0
+        return StreamingResponse(_queued_stream(request, waiter, path, body, started), media_type="text/event-stream",
+                                 headers={POSITION_HEADER: str(position)})
+    try:
+        if not await _wait(waiter, request if body_done else None):
+            router.abandon(waiter)
+            return Response(status_code=499)
+    except asyncio.CancelledError:
+        router.abandon(waiter)
+        raise
+    try:
+        waiter.future.result()
+    except RouterError as failure:
+        ROUTER_REQUESTS.labels(deployment, failure.status).inc()
+        return error(failure.status, failure.reason)
+    upstream, endpoint = await _open(request, router, deployment, path, body)
+    if isinstance(upstream, Response):
+        return upstream
+    if upstream.content_length is not None and upstream.content_length <= WHOLE_BODY:
+        return await _whole(router, deployment, endpoint, upstream, started)
+    return StreamingResponse(_relay(router, deployment, endpoint, upstream, started), status_code=upstream.status,
+                             headers={k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_DROP})
+
+
+async def _wait(waiter: Waiter, request: Request | None) -> bool:
+    """Wait for the decision; False if the client disconnected first (watched only once its body is read)."""
+    if waiter.future.done():
+        return True
+    if request is None:
+        await asyncio.wait([waiter.future])
+        return True
+    watcher = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait([waiter.future, watcher], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    return waiter.future.done()
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        continue
+
+
+async def _open(request: Request, router: Router, deployment: str, path: str, body):
+    """Open the upstream response on the least busy replica; a Response instead when that fails."""
+    endpoint = router.pick(deployment)
+    if endpoint is None:
+        router.finished(deployment, None)
+        ROUTER_REQUESTS.labels(deployment, 503).inc()
+        return error(503, f"{deployment} has no healthy replica"), None
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+    if request.client:
+        headers.append(("x-forwarded-for", request.client.host))
+    url = f"http://{endpoint.address}{path}" + (f"?{request.url.query}" if request.url.query else "")
+    try:
+        upstream = await router.http.request(request.method, url, headers=headers, data=body, allow_redirects=False)
+    except (aiohttp.ClientError, OSError, TimeoutError) as failure:
+        router.finished(deployment, endpoint)
+        ROUTER_REQUESTS.labels(deployment, 502).inc()
+        return error(502, f"replica {endpoint.replica_id} of {deployment} failed: {failure}"), None
+    except BaseException:
+        router.finished(deployment, endpoint)
+        raise
+    return upstream, endpoint
+
+
+async def _whole(router: Router, deployment: str, endpoint, upstream: aiohttp.ClientResponse,
+                 started: float) -> Response:
+    """A small response of known length is one chunk anyway: relayed whole, it skips the streaming machinery."""
+    try:
+        content = await upstream.read()
+    except BaseException:
+        upstream.close()
+        raise
+    finally:
+        router.finished(deployment, endpoint)
+    upstream.release()
+    ROUTER_REQUESTS.labels(deployment, upstream.status).inc()
+    ROUTER_LATENCY.labels(deployment).observe(time.perf_counter() - started)
+    headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+    return Response(content, status_code=upstream.status, headers=headers)
+
+
+async def _relay(router: Router, deployment: str, endpoint, upstream: aiohttp.ClientResponse,
+                 started: float) -> AsyncIterator[bytes]:
+    """Pass the replica's bytes on as they come; on any end (done, error, client gone) release the replica.
+
+    A response read to its end returns its connection to the pool; one cut short closes it, which
+    is how the replica learns that the client went away.
+    """
+    complete = False
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+        complete = True
+    finally:
+        if complete:
+            upstream.release()
+        else:
+            upstream.close()
+        router.finished(deployment, endpoint)
+        ROUTER_REQUESTS.labels(deployment, upstream.status).inc()
+        ROUTER_LATENCY.labels(deployment).observe(time.perf_counter() - started)
+
+
+async def _queued_stream(request: Request, waiter: Waiter, path: str, body: bytes,
+                         started: float) -> AsyncIterator[bytes]:
+    """A streaming request that must wait: the response starts now, with its queue position as SSE comments."""
+    router = _router(request)
+    deployment = waiter.req.deployment
+    try:
+        while not waiter.future.done():
+            position = asyncio.ensure_future(waiter.positions.get())
+            await asyncio.wait([waiter.future, position], return_when=asyncio.FIRST_COMPLETED)
+            if position.done():
+                yield f": queue position {position.result()}\n\n".encode()
+            else:
+                position.cancel()
+    except BaseException:
+        router.abandon(waiter)
+        raise
+    try:
+        waiter.future.result()
+    except RouterError as failure:
+        ROUTER_REQUESTS.labels(deployment, failure.status).inc()
+        yield f"data: {json.dumps({'error': {'message': failure.reason, 'code': failure.status}})}\n\n".encode()
+        return
+    upstream, endpoint = await _open(request, router, deployment, path, body)
+    if isinstance(upstream, Response):
+        yield f"data: {json.dumps({'error': {'message': bytes(upstream.body).decode()}})}\n\n".encode()
+        return
+    async with contextlib.aclosing(_relay(router, deployment, endpoint, upstream, started)) as chunks:
+        async for chunk in chunks:
+            yield chunk

@@ -1,0 +1,304 @@
+"""The router's machinery: the effects its scheduler acts through, swaps, in-flight tracking and endpoints.
+
+All router state lives on one asyncio event loop: the proxy's request handlers call the
+scheduler's `on_*` methods directly (they never await, so each runs whole, as one event), a
+ticker delivers `on_tick`, and slow work (scaling deployments, waiting for a replica to be
+healthy) runs in tasks that come back as `on_swap_done`. A `Backend` is how the router
+reaches the controller: in-process inside it, or over the API for a standalone `corral router`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import aiohttp
+
+from corral.controller.metrics import (
+    ROUTER_COLD_START,
+    ROUTER_EVICTIONS,
+    ROUTER_IN_FLIGHT,
+    ROUTER_QUEUE_DEPTH,
+)
+from corral.scheduling.placement import Request
+from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
+from corral.serving.pool import Pool
+from corral.serving.scheduler import Policy, Req, Scheduler, Served
+
+log = logging.getLogger("corral.router")
+
+TICK = 0.2  # how often idle timeouts, ageing and residency are looked at
+POOL_REFRESH = 1.0  # the pool is read this often, and every tick while requests wait
+DEFAULT_SWAP_TIMEOUT = 600.0
+
+
+class Backend(Protocol):
+    async def scale(self, name: str, replicas: int, reason: str) -> None: ...
+    async def pool(self) -> Pool: ...
+
+
+class RouterError(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A client waiting for a decision: the future gets the deployment to serve it, or a RouterError."""
+
+    req: Req
+    future: asyncio.Future
+    positions: asyncio.Queue = field(default_factory=asyncio.Queue)
+    since: float = field(default_factory=time.time)
+
+
+def served_from(facts: DeploymentFacts) -> Served:
+    spec = facts.spec
+    return Served(facts.name, spec.priority, spec.concurrency, spec.idle_timeout, spec.min_residency)
+
+
+def wanted_when_loaded(facts: DeploymentFacts) -> int:
+    return max(facts.spec.min_replicas, 1)
+
+
+def request_of(facts: DeploymentFacts) -> Request:
+    resources = facts.spec.resources
+    return Request(resources.cpu, resources.memory, resources.gpu)
+
+
+class Router:
+    def __init__(self, backend: Backend, policy: Policy, *, max_wait: float = 60.0,
+                 swap_timeout: float = DEFAULT_SWAP_TIMEOUT) -> None:
+        self.backend = backend
+        self.swap_timeout = swap_timeout
+        self.catalog = Catalog()
+        self.models: dict[str, str] = {}  # model name -> deployment name
+        self.pool_view = Pool()
+        self.scheduler = Scheduler(self, policy, max_wait=max_wait)
+        self.waiters: dict[int, Waiter] = {}
+        self.endpoint_load: dict[str, int] = {}  # address -> requests in flight there
+        self._ids = itertools.count(1)
+        self._turn = itertools.count()
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._http: aiohttp.ClientSession | None = None
+
+    # feeding it --------------------------------------------------------------------------
+
+    def publish(self, catalog: Catalog) -> None:
+        """A new view of the deployments and their healthy endpoints (ServiceDiscoverySync, or a poll)."""
+        self.catalog = catalog
+        self.models = {model: name for name, facts in catalog.deployments.items() for model in facts.spec.model_names}
+        self._changed.set()
+
+    async def run(self) -> None:
+        """The ticker: time-driven events, and the pool refreshed for fit decisions."""
+        try:
+            refreshed = 0.0
+            while True:
+                waiting = self.scheduler.queue or self.scheduler.swaps
+                if waiting or time.monotonic() - refreshed >= POOL_REFRESH:
+                    with contextlib.suppress(Exception):
+                        self.pool_view = await self.backend.pool()
+                        refreshed = time.monotonic()
+                self.scheduler.on_tick(time.time())
+                self._gauges()
+                await asyncio.sleep(TICK)
+        finally:
+            self.scheduler.on_shutdown("the router is shutting down")
+            for task in self._tasks:
+                task.cancel()
+            if self._http is not None:
+                await self._http.close()
+
+    # the proxy's side ----------------------------------------------------------------------
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        """The upstream client: keep-alive connections to replicas, no overall timeout (generation is slow)."""
+        if self._http is None:
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), auto_decompress=False,
+                connector=aiohttp.TCPConnector(limit=0), skip_auto_headers=("User-Agent", "Accept-Encoding"))
+        return self._http
+
+    def deployment_for_model(self, model: str) -> str | None:
+        return self.models.get(model)
+
+    def submit(self, deployment: str) -> Waiter:
+        waiter = Waiter(Req(next(self._ids), deployment), asyncio.get_running_loop().create_future())
+        self.waiters[waiter.req.id] = waiter
+        self.scheduler.on_request(waiter.req, time.time())
+        if waiter.future.done():
+            self.waiters.pop(waiter.req.id, None)
+        self._gauges(deployment)
+        return waiter
+
+    def abandon(self, waiter: Waiter) -> None:
+        """The client went away. Before a grant it leaves the queue; after one, the grant is given back."""
+        self.waiters.pop(waiter.req.id, None)
+        if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
+            self.finished(waiter.req.deployment, None)
+            return
+        waiter.future.cancel()
+        self.scheduler.on_cancel(waiter.req.id, time.time())
+        self._gauges()
+
+    def pick(self, deployment: str) -> Endpoint | None:
+        """The healthy endpoint with the fewest requests in flight (ties in turn); counted until `finished`."""
+        endpoints = self.catalog.endpoints.get(deployment, ())
+        if not endpoints:
+            return None
+        turn = next(self._turn)
+        best = min(range(len(endpoints)), key=lambda i: (self.endpoint_load.get(endpoints[i].address, 0),
+                                                         (i - turn) % len(endpoints)))
+        endpoint = endpoints[best]
+        self.endpoint_load[endpoint.address] = self.endpoint_load.get(endpoint.address, 0) + 1
+        return endpoint
+
+    def finished(self, deployment: str, endpoint: Endpoint | None) -> None:
+        if endpoint is not None:
+            left = self.endpoint_load.get(endpoint.address, 1) - 1
+            if left > 0:
+                self.endpoint_load[endpoint.address] = left
+            else:
+                self.endpoint_load.pop(endpoint.address, None)
+        self.scheduler.on_serve_done(deployment, time.time())
+        self._gauges(deployment)
+
+    def unloaded(self, name: str, reason: str) -> None:
+        """A user scaled `name` to zero or removed it: its waiting requests end with the reason."""
+        self.scheduler.on_unload([name], reason, time.time())
+        self._gauges()
+
+    def queue_view(self) -> list[dict]:
+        now = time.time()
+        rows = [dict(deployment=r.deployment, position=i, state="queued", waited=round(now - r.at, 3))
+                for i, r in enumerate(self.scheduler.queue, start=1)]
+        rows += [dict(deployment=name, position=0, state="starting", waited=round(now - r.at, 3))
+                 for name, reqs in self.scheduler.swaps.items() for r in reqs]
+        return rows
+
+    # Effects -------------------------------------------------------------------------------
+
+    def served(self, name: str) -> Served | None:
+        facts = self.catalog.deployments.get(name)
+        return served_from(facts) if facts is not None else None
+
+    def ready(self, name: str) -> bool:
+        facts = self.catalog.deployments.get(name)
+        return facts is not None and facts.replicas > 0 and bool(self.catalog.endpoints.get(name))
+
+    def loaded(self) -> set[str]:
+        return {name for name, facts in self.catalog.deployments.items() if facts.replicas > 0}
+
+    def fits(self, target: str, evicting: frozenset[str], loading: frozenset[str]) -> bool:
+        facts = self.catalog.deployments.get(target)
+        if facts is None:
+            return True
+        request = request_of(facts)
+        if not self.pool_view.could_ever_fit(request):
+            return True  # no eviction helps; its replica waits in placement, which says why
+        reserved = {}
+        for name in loading - {target}:
+            other = self.catalog.deployments.get(name)
+            if other is not None:
+                missing = wanted_when_loaded(other) - len(self.pool_view.holdings.get(name, ()))
+                reserved[name] = (request_of(other), max(missing, 0))
+        missing = wanted_when_loaded(facts) - len(self.pool_view.holdings.get(target, ()))
+        return self.pool_view.fits(request, max(missing, 0), evicting, reserved)
+
+    def start_swap(self, target: str, evict: list[str]) -> None:
+        log.info("swap: loading %s%s", target, f", evicting {', '.join(evict)}" if evict else "")
+        self._spawn(self._swap(target, evict))
+
+    def grant_serve(self, req: Req, deployment: str) -> bool:
+        waiter = self.waiters.pop(req.id, None)
+        if waiter is None or waiter.future.done():
+            return False
+        waiter.future.set_result(deployment)
+        return True
+
+    def grant_error(self, req: Req, status: int, reason: str) -> None:
+        waiter = self.waiters.pop(req.id, None)
+        if waiter is not None and not waiter.future.done():
+            waiter.future.set_exception(RouterError(status, reason))
+
+    def position(self, req: Req, position: int) -> None:
+        waiter = self.waiters.get(req.id)
+        if waiter is not None:
+            waiter.positions.put_nowait(position)
+
+    def unload(self, names: list[str], reason: str) -> None:
+        for name in names:
+            ROUTER_EVICTIONS.labels(name, reason).inc()
+            self._spawn(self._scale(name, 0, reason))
+
+    # slow work -------------------------------------------------------------------------------
+
+    async def _swap(self, target: str, evict: list[str]) -> None:
+        started = time.monotonic()
+        error = None
+        try:
+            for name in evict:
+                ROUTER_EVICTIONS.labels(name, "swap").inc()
+                await self._scale(name, 0, f"evicted to load {target}")
+            facts = self.catalog.deployments.get(target)
+            if facts is None:
+                raise RouterError(404, f"{target} is no longer deployed")
+            if facts.replicas < wanted_when_loaded(facts):
+                await self._scale(target, wanted_when_loaded(facts), "a request arrived")
+            await asyncio.wait_for(self._until_ready(target, time.time()), self.swap_timeout)
+            ROUTER_COLD_START.labels(target).observe(time.monotonic() - started)
+        except TimeoutError:
+            error = f"no healthy replica within {self.swap_timeout:.0f}s"
+        except Exception as failure:  # reported to every waiter, never lost
+            error = str(failure) or type(failure).__name__
+        if error:
+            log.warning("swap: %s failed: %s", target, error)
+        self.scheduler.on_swap_done(target, error, time.time())
+        self._gauges()
+
+    async def _until_ready(self, target: str, since: float) -> None:
+        while not self.ready(target):
+            if target not in self.catalog.deployments:
+                raise RouterError(404, f"{target} was undeployed")
+            failed_at, why = self.catalog.start_failures.get(target, (0.0, ""))
+            if failed_at >= since:
+                raise RouterError(503, f"a replica failed to start: {why}")
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def _scale(self, name: str, replicas: int, reason: str) -> None:
+        try:
+            await self.backend.scale(name, replicas, reason)
+        except Exception as error:
+            if replicas:
+                raise  # a swap reports it to its waiters
+            log.warning("unloading %s: %s", name, error)  # gone already, or the controller is away: nothing waits
+            return
+        facts = self.catalog.deployments.get(name)
+        if facts is not None:  # seen at once, before the next catalog arrives
+            deployments = dict(self.catalog.deployments)
+            deployments[name] = DeploymentFacts(facts.id, facts.name, facts.spec, facts.state, facts.since, replicas,
+                                                facts.key_hashes)
+            endpoints = self.catalog.endpoints if replicas else {**self.catalog.endpoints, name: ()}
+            self.catalog = Catalog(deployments, endpoints, self.catalog.start_failures)
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _gauges(self, name: str | None = None) -> None:
+        """Queue depth, and the in-flight gauge of `name` (of every deployment when None)."""
+        ROUTER_QUEUE_DEPTH.set(len(self.scheduler.queue) + sum(len(w) for w in self.scheduler.swaps.values()))
+        for each in [name] if name is not None else list(self.scheduler.in_flight):
+            ROUTER_IN_FLIGHT.labels(each).set(self.scheduler.in_flight.get(each, 0))

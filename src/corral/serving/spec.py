@@ -1,0 +1,97 @@
+"""The deployment spec a user submits: a task template serving HTTP on $PORT, with replicas and a health check."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds
+
+MAX_DEPLOYMENT_REPLICAS = 1000
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+
+
+class HealthCheck(BaseModel):
+    """An HTTP GET a replica must answer with 2xx; `threshold` failures in a row make it UNHEALTHY."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field("/health", max_length=500)
+    interval: Seconds = Field(2.0, gt=0, le=3600)
+    timeout: Seconds = Field(2.0, gt=0, le=3600)
+    threshold: int = Field(3, ge=1, le=1000)
+    startup_timeout: Seconds = Field(300.0, gt=0, le=MAX_TIME_LIMIT,
+                                     description="how long a new replica may fail its check while it loads")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, path: str) -> str:
+        if not path.startswith("/"):
+            raise ValueError(f"health path must start with '/': {path!r}")
+        return path
+
+
+class DeploymentSpec(BaseModel):
+    """A served model or service: `command` serves HTTP on $PORT; the router sends it requests."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    command: list[str]
+    model_names: list[str] = Field(default_factory=list, description="the `model` values routed here")
+    env: dict[str, str] = Field(default_factory=dict)
+    bundle: str | None = None
+    resources: Resources = Field(default_factory=Resources)
+    labels: dict[str, str] = Field(default_factory=dict)
+    min_replicas: int = Field(1, ge=0, le=MAX_DEPLOYMENT_REPLICAS)
+    max_replicas: int | None = Field(None, ge=1, le=MAX_DEPLOYMENT_REPLICAS)
+    health: HealthCheck = Field(default_factory=HealthCheck)
+    idle_timeout: Seconds | None = Field(None, gt=0, le=MAX_TIME_LIMIT,
+                                         description="scale to zero after this long without requests")
+    priority: int = Field(0, ge=-1000, le=1000, description="queued requests of higher priority go first")
+    concurrency: int | None = Field(None, ge=1, le=1_000_000, description="requests in flight before 429")
+    min_residency: Seconds = Field(5.0, ge=0, le=MAX_TIME_LIMIT,
+                                   description="a loaded deployment is not evicted sooner than this")
+    public: bool = Field(False, description="the router serves it without a key")
+    preload: bool = Field(False, description="start a replica at once even if min_replicas is 0")
+    grace_period: Seconds = Field(15.0, ge=0, le=3600)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not NAME.fullmatch(name):
+            raise ValueError(f"not a deployment name: {name!r} (lower-case letters, digits, '.', '_', '-'; "
+                             "at most 63, starting with a letter or digit)")
+        return name
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: list[str]) -> list[str]:
+        if not command or not command[0].strip():
+            raise ValueError("command is empty: give the program that serves on $PORT")
+        return command
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DeploymentSpec:
+        if self.max_replicas is None:
+            self.max_replicas = max(self.min_replicas, 1)
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})")
+        if not self.model_names:
+            self.model_names = [self.name]
+        JobSpec(command=self.command, env=self.env, bundle=self.bundle)  # the same checks a job gets
+        return self
+
+    @property
+    def initial_replicas(self) -> int:
+        """Replicas wanted at creation: the minimum, or one when preloading a scale-to-zero deployment."""
+        return max(self.min_replicas, 1 if self.preload else 0)
+
+    def replica_job(self) -> JobSpec:
+        """The job one replica runs as: the worker gives it a free $PORT; the deployment replaces it, not retries."""
+        return JobSpec(
+            name=f"{self.name}.replica", command=self.command, env={**self.env, "CORRAL_DEPLOYMENT": self.name},
+            bundle=self.bundle, resources=self.resources, labels=self.labels, priority=self.priority,
+            max_retries_failure=0, max_retries_preemption=0, grace_period=self.grace_period, allocate_port=True,
+        )

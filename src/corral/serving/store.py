@@ -1,0 +1,139 @@
+"""Reads and fenced writes of deployments and replicas; every state change leaves a history record."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from sqlalchemy import and_, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.states import JobState, TaskState
+from corral.serving.handlers import DeploymentFacts, Probe, ReplicaFacts, ServingSnapshot
+from corral.serving.spec import DeploymentSpec
+from corral.serving.states import DEPLOYMENT_LIVE, DeploymentState, ReplicaState
+from corral.store.changes import StaleWrite
+from corral.store.jobs import insert_job
+from corral.store.schema import deployments, jobs, replicas, serving_history, tasks, workers
+
+D, R = DeploymentState, ReplicaState
+SHOWN = (*DEPLOYMENT_LIVE, D.DESTROYING)
+
+
+class NameTaken(ValueError):
+    pass
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def deployment_facts(row) -> DeploymentFacts:
+    return DeploymentFacts(row.id, row.name, DeploymentSpec.model_validate(row.spec), DeploymentState(row.state),
+                           row.state_since, row.replicas, tuple(row.key_hashes or ()))
+
+
+async def read_snapshot(connection: AsyncConnection, now: float, probes: dict[int, Probe]) -> ServingSnapshot:
+    """Live and destroying deployments, and their replicas not yet TERMINATED with their job's and task's state."""
+    snapshot = ServingSnapshot(now, probes=dict(probes))
+    for row in (await connection.execute(
+            select(deployments).where(deployments.c.state.in_([str(s) for s in SHOWN])))).all():
+        snapshot.deployments[row.id] = deployment_facts(row)
+    rows = (await connection.execute(
+        select(replicas, jobs.c.state.label("job_state"), tasks.c.state.label("task_state"), tasks.c.port,
+               workers.c.address.label("host"))
+        .select_from(replicas.join(jobs, replicas.c.job_id == jobs.c.id)
+                     .outerjoin(tasks, and_(tasks.c.job_id == jobs.c.id, tasks.c.index == 0))
+                     .outerjoin(workers, tasks.c.worker_id == workers.c.id))
+        .where(replicas.c.state != R.TERMINATED,
+               replicas.c.deployment_id.in_(list(snapshot.deployments)))
+    )).all()
+    for row in rows:
+        address = row.address or (f"{row.host}:{row.port}" if row.host and row.port else None)
+        snapshot.replicas[row.id] = ReplicaFacts(
+            row.id, row.deployment_id, ReplicaState(row.state), row.state_since, row.job_id, JobState(row.job_state),
+            TaskState(row.task_state) if row.task_state else None, address, row.created_at)
+    return snapshot
+
+
+async def insert_deployment(connection: AsyncConnection, spec: DeploymentSpec, keys: list[str], now: float) -> int:
+    if await live_deployment(connection, spec.name) is not None:
+        raise NameTaken(f"a deployment named {spec.name!r} already exists (undeploy it first)")
+    deployment_id = (await connection.execute(insert(deployments).values(
+        name=spec.name, spec=spec.model_dump(mode="json"), state=D.PENDING, state_since=now, tries=0,
+        replicas=spec.initial_replicas, key_hashes=[key_hash(k) for k in keys], created_at=now,
+    ).returning(deployments.c.id))).scalar_one()
+    await record(connection, now, deployment_id, None, "Deploy", "SUCCESS", None, D.PENDING,
+                 f"{spec.initial_replicas} replica(s) wanted")
+    return deployment_id
+
+
+async def live_deployment(connection: AsyncConnection, name: str):
+    return (await connection.execute(select(deployments).where(
+        deployments.c.name == name, deployments.c.state.in_([str(s) for s in SHOWN])))).first()
+
+
+async def insert_replica(connection: AsyncConnection, deployment_id: int, spec: DeploymentSpec, now: float) -> int:
+    job_id = await insert_job(connection, spec.replica_job(), None, now)
+    replica_id = (await connection.execute(insert(replicas).values(
+        deployment_id=deployment_id, job_id=job_id, state=R.PROVISIONING, state_since=now, created_at=now,
+    ).returning(replicas.c.id))).scalar_one()
+    await record(connection, now, deployment_id, replica_id, "ScalingDeployment", "SUCCESS", None,
+                 R.PROVISIONING, f"created as job {job_id}")
+    return replica_id
+
+
+async def move(connection: AsyncConnection, table, row_id: int, current: str, new: str, now: float,
+               **columns: Any) -> None:
+    """A fenced state change: fails the transaction if the row left `current` since it was read."""
+    result = await connection.execute(update(table).where(table.c.id == row_id, table.c.state == str(current))
+                                      .values(state=str(new), state_since=now, **columns))
+    if result.rowcount != 1:
+        raise StaleWrite(f"{table.name} {row_id} is no longer {current}")
+
+
+async def set_columns(connection: AsyncConnection, table, row_id: int, **columns: Any) -> None:
+    await connection.execute(update(table).where(table.c.id == row_id).values(**columns))
+
+
+async def record(connection: AsyncConnection, now: float, deployment_id: int, replica_id: int | None, handler: str,
+                 result: str, from_state: str | None, to_state: str | None, message: str | None) -> None:
+    await connection.execute(insert(serving_history).values(
+        at=now, deployment_id=deployment_id, replica_id=replica_id, handler=handler, result=str(result),
+        from_state=from_state and str(from_state), to_state=to_state and str(to_state), message=message))
+
+
+class NoSuchDeployment(LookupError):
+    pass
+
+
+async def scale_deployment(connection: AsyncConnection, name: str, wanted: int, reason: str, now: float) -> int:
+    """Set the replicas a live deployment wants (0 scales it to zero); returns what it wanted before."""
+    row = await live_deployment(connection, name)
+    if row is None or row.state == D.DESTROYING:
+        raise NoSuchDeployment(f"no live deployment named {name!r}")
+    spec = DeploymentSpec.model_validate(row.spec)
+    if wanted > spec.max_replicas:
+        raise ValueError(f"{name} allows at most {spec.max_replicas} replicas (asked for {wanted})")
+    if wanted != row.replicas:
+        await set_columns(connection, deployments, row.id, replicas=wanted)
+        await record(connection, now, row.id, None, "Scale", "SUCCESS", row.state, row.state,
+                     f"{row.replicas} -> {wanted} replicas: {reason}")
+    return row.replicas
+
+
+async def destroy_deployment(connection: AsyncConnection, name: str, now: float) -> None:
+    row = await live_deployment(connection, name)
+    if row is None:
+        raise NoSuchDeployment(f"no live deployment named {name!r}")
+    if row.state == D.DESTROYING:
+        return
+    await move(connection, deployments, row.id, row.state, D.DESTROYING, now, replicas=0)
+    await record(connection, now, row.id, None, "Undeploy", "SUCCESS", row.state, D.DESTROYING, "undeployed by a user")
+
+
+async def add_key(connection: AsyncConnection, name: str, key: str) -> None:
+    row = await live_deployment(connection, name)
+    if row is None:
+        raise NoSuchDeployment(f"no live deployment named {name!r}")
+    await set_columns(connection, deployments, row.id, key_hashes=[*(row.key_hashes or []), key_hash(key)])

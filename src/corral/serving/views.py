@@ -1,0 +1,76 @@
+"""What the serving API returns: deployments, their replicas and history, and the router's catalog."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from corral.serving.spec import DeploymentSpec
+from corral.serving.states import DeploymentState, ReplicaState
+
+
+class ReplicaView(BaseModel):
+    id: int
+    job_id: int
+    state: ReplicaState
+    address: str | None
+    reason: str | None
+    state_since: float
+    created_at: float
+
+
+class ServingHistoryEntry(BaseModel):
+    at: float
+    replica_id: int | None
+    handler: str
+    result: str
+    from_state: str | None
+    to_state: str | None
+    message: str | None
+
+
+class DeploymentView(BaseModel):
+    id: int
+    name: str
+    state: DeploymentState
+    replicas: int = Field(..., description="replicas wanted now")
+    replica_counts: dict[str, int]
+    spec: DeploymentSpec
+    keys: int = Field(..., description="how many per-deployment API keys exist")
+    created_at: float
+    state_since: float
+    finished_at: float | None = None
+
+
+class DeploymentDetail(DeploymentView):
+    replica_list: list[ReplicaView] = []
+    history: list[ServingHistoryEntry] = []
+
+
+class ScaleRequest(BaseModel):
+    replicas: int = Field(..., ge=0)
+    reason: str = Field("scaled by a user", max_length=200)
+
+
+class KeyRequest(BaseModel):
+    key: str | None = Field(None, min_length=16, max_length=500, description="default: a new random key")
+
+
+class KeyReply(BaseModel):
+    deployment: str
+    key: str
+
+
+class CatalogDeployment(BaseModel):
+    name: str
+    spec: DeploymentSpec
+    replicas: int
+    key_hashes: list[str]
+    endpoints: list[str]  # host:port of each healthy replica
+    replica_ids: list[int]
+    start_failure: tuple[float, str] | None = None  # the latest replica that ended before it served
+
+
+class CatalogView(BaseModel):
+    deployments: list[CatalogDeployment]
+    rooms: list[dict] = []  # free room per alive worker (placement's WorkerRoom)
+    holdings: dict[str, list[dict]] = {}  # deployment -> what its placed replicas hold, per worker

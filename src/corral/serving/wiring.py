@@ -1,0 +1,38 @@
+"""Serving inside the controller: the serving engine and the router, wired to the store and the job engine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from corral.controller.metrics import REPLICA_HEALTH
+from corral.serving.backends import LocalBackend, load_router_config
+from corral.serving.engine import ServingEngine
+from corral.serving.policies import policy_from_config
+from corral.serving.router import DEFAULT_SWAP_TIMEOUT, Router
+
+log = logging.getLogger("corral.serving")
+
+CONFIG_ENV = "CORRAL_ROUTER_CONFIG"  # a YAML file: max_wait, swap_timeout, and `groups` or `matrix`
+
+
+def router_from_config(backend, config: dict) -> Router:
+    return Router(backend, policy_from_config(config), max_wait=float(config.get("max_wait", 60.0)),
+                  swap_timeout=float(config.get("swap_timeout", DEFAULT_SWAP_TIMEOUT)))
+
+
+def health_changed(deployment: str, replica_id: int, healthy: bool) -> None:
+    REPLICA_HEALTH.labels(deployment, str(healthy).lower()).inc()
+    log.info("deployment=%s replica=%s health check %s", deployment, replica_id, "passes" if healthy else "fails")
+
+
+def start_serving(state) -> list[asyncio.Task]:
+    """Sets `state.router` and `state.serving`; returns their loops' tasks."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied request or probe is noise
+    config = load_router_config(os.environ.get(CONFIG_ENV))
+    state.router = router_from_config(LocalBackend(state.store, lambda: state.serving.changed()), config)
+    state.serving = ServingEngine(state.store, wake_jobs=state.engine.wake, publish=state.router.publish,
+                                  on_health=health_changed)
+    return [asyncio.create_task(state.serving.run(), name="serving"),
+            asyncio.create_task(state.router.run(), name="router")]

@@ -1,0 +1,100 @@
+"""`corral deploy` and friends: options become a DeploymentSpec and the API calls the client makes."""
+
+from __future__ import annotations
+
+import time
+
+from click.testing import CliRunner
+
+from corral.cli.main import main
+from corral.serving.spec import DeploymentSpec
+
+
+class FakeApi:
+    """Records (method, path, json) and answers like the controller would."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict | None]] = []
+
+    def _json(self, method, path, json=None, params=None):
+        self.calls.append((method, path, json))
+        if path.endswith("/keys"):
+            return {"deployment": path.split("/")[-2], "key": (json or {}).get("key") or "crl-new"}
+        parts = path.split("/")
+        spec = DeploymentSpec.model_validate(json) if method == "POST" and path.endswith("deployments") else \
+            DeploymentSpec(name=parts[4] if len(parts) > 4 else "x", command=["x"])
+        view = dict(id=1, name=spec.name, state="PENDING", replicas=spec.initial_replicas,
+                    replica_counts={"HEALTHY": 1}, spec=spec.model_dump(), keys=0, created_at=time.time(),
+                    state_since=time.time())
+        return [view] if method == "GET" and path.endswith("deployments") else view
+
+    def upload_bundle(self, directory):
+        return "ab" * 32
+
+    def close(self):
+        pass
+
+
+def run(*args, env=None):
+    api = FakeApi()
+    result = CliRunner().invoke(main, list(args), obj={"client": api}, env=env, catch_exceptions=False)
+    return result, api
+
+
+def test_deploy_options_become_the_spec():
+    result, api = run("deploy", "chat", "--replicas", "0:3", "--model-name", "m1", "--model-name", "m2",
+                      "--health", "/ready", "--idle-timeout", "10m", "--gpus", "1", "--concurrency", "8",
+                      "--public", "--env", "A=1", "--", "python", "serve.py")
+    assert result.exit_code == 0, result.output
+    method, path, body = api.calls[0]
+    spec = DeploymentSpec.model_validate(body)
+    assert (method, path, result.output) == ("POST", "/api/v1/deployments", "chat\n")
+    assert (spec.min_replicas, spec.max_replicas, spec.model_names) == (0, 3, ["m1", "m2"])
+    assert (spec.health.path, spec.idle_timeout, spec.resources.gpu, spec.concurrency) == ("/ready", 600.0, 1, 8)
+    assert spec.public and spec.env == {"A": "1"} and spec.command == ["python", "serve.py"]
+
+
+def test_deploy_from_a_file_with_options_winning(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text("name: emb\ncommand: [python, e.py]\nmin_replicas: 1\nhealth: {path: /h, threshold: 5}\n")
+    result, api = run("deploy", "-f", str(path), "--health", "/healthz")
+    spec = DeploymentSpec.model_validate(api.calls[0][2])
+    assert result.exit_code == 0, result.output
+    assert (spec.name, spec.health.path, spec.health.threshold) == ("emb", "/healthz", 5)
+
+
+def test_api_key_env_registers_that_key():
+    result, api = run("deploy", "priv", "--api-key-env", "MY_KEY", "--", "serve", env={"MY_KEY": "k" * 20})
+    assert result.exit_code == 0, result.output
+    assert api.calls[1] == ("POST", "/api/v1/deployments/priv/keys", {"key": "k" * 20})
+
+
+def test_an_unset_api_key_variable_is_an_error_and_nothing_is_deployed():
+    result, api = run("deploy", "priv", "--api-key-env", "NOT_SET_ANYWHERE", "--", "serve", env={})
+    assert result.exit_code == 1 and "NOT_SET_ANYWHERE" in result.output and api.calls == []
+
+
+def test_a_bad_replicas_value_is_a_usage_error():
+    result, api = run("deploy", "x", "--replicas", "two", "--", "serve")
+    assert result.exit_code == 2 and "MIN:MAX" in result.output and api.calls == []
+
+
+def test_a_bad_name_is_refused_before_any_call():
+    result, api = run("deploy", "Not OK", "--", "serve")
+    assert result.exit_code == 1 and "deployment name" in result.output and api.calls == []
+
+
+def test_key_scale_undeploy_and_list_call_the_api():
+    assert run("deployment", "key", "chat")[0].output == "crl-new\n"
+    assert run("deployment", "scale", "chat", "2")[1].calls == [("POST", "/api/v1/deployments/chat/scale",
+                                                                  {"replicas": 2})]
+    assert run("undeploy", "chat")[1].calls == [("DELETE", "/api/v1/deployments/chat", None)]
+    result, _ = run("deployments")
+    assert "NAME" in result.output and "x" in result.output
+
+
+def test_replica_summary_reads_in_lifecycle_order_without_ended_ones():
+    from corral.cli.deploy import replica_summary
+
+    assert replica_summary({"TERMINATED": 4, "HEALTHY": 2, "PROVISIONING": 1}) == "1 provisioning, 2 healthy"
+    assert replica_summary({}) == "-"

@@ -1,0 +1,112 @@
+"""Deployments and replicas over a real store (SQLite and PostgreSQL): the serving handlers with the job engine."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import select
+
+from corral.controller.reports import ingest_heartbeat
+from corral.core.protocol import TaskReport
+from corral.serving.coordinator import run_serving_handler
+from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe
+from corral.serving.pool import read_pool
+from corral.serving.spec import DeploymentSpec
+from corral.serving.store import NameTaken, destroy_deployment, insert_deployment, scale_deployment
+from corral.store.schema import deployments, replicas, serving_history
+from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle
+
+SPEC = DeploymentSpec(name="svc", command=["serve"], min_replicas=1, resources={"cpu": 1},
+                      health={"interval": 1, "threshold": 2})
+
+
+async def serve_pass(store, now, probes=None, published=None) -> None:
+    """Serving handlers and job handlers to a fixed point, as the two loops would."""
+    for _ in range(20):
+        changed = False
+        for handler in SERVING_HANDLERS:
+            report_ = await run_serving_handler(store, handler, now, probes or {},
+                                                published.append if published is not None else None)
+            changed |= report_.changed
+        await settle(store, now)
+        if not changed:
+            return
+    raise AssertionError("no fixed point")
+
+
+async def live_replicas(store):
+    async with store.read() as connection:
+        return (await connection.execute(
+            select(replicas).where(replicas.c.state != "TERMINATED").order_by(replicas.c.id))).all()
+
+
+async def start_replica(store, worker, replica, port=9000, now=NOW):
+    """Report the replica's task built, then running with its port, as its worker would."""
+    (task,) = await job_tasks(store, replica.job_id)
+    await report(store, worker, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"), now=now)
+    await settle(store, now)
+    async with store.write() as connection:
+        await ingest_heartbeat(connection, worker, [TaskReport(task_id=task.id, attempt=task.attempt, state="RUNNING",
+                                                               at=now, port=port)], now)
+    return task
+
+
+async def test_a_deployment_gets_a_replica_task_that_becomes_healthy_and_is_published(store):
+    worker = await add_worker(store)
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+    await serve_pass(store, NOW)
+    (replica,) = await live_replicas(store)
+    assert replica.state == "PROVISIONING"
+    assert (await job(store, replica.job_id)).spec["allocate_port"] is True
+    await start_replica(store, worker, replica)
+    await serve_pass(store, NOW)
+    (replica,) = await live_replicas(store)
+    assert (replica.state, replica.address) == ("DEGRADED", "127.0.0.1:9000")
+    published: list[Catalog] = []
+    await serve_pass(store, NOW + 1, probes={replica.id: Probe(NOW + 1, True, 0)}, published=published)
+    (replica,) = await live_replicas(store)
+    assert replica.state == "HEALTHY"
+    assert [e.address for e in published[-1].endpoints["svc"]] == ["127.0.0.1:9000"]
+    async with store.read() as connection:
+        pool = await read_pool(connection)
+    assert [h.worker_id for h in pool.holdings["svc"]] == [worker]
+
+
+async def test_scaling_to_zero_cancels_the_replica_job_and_destroy_ends_the_deployment(store):
+    worker = await add_worker(store)
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+    await serve_pass(store, NOW)
+    (replica,) = await live_replicas(store)
+    task = await start_replica(store, worker, replica)
+    async with store.write() as connection:
+        assert await scale_deployment(connection, "svc", 0, "idle", NOW) == 1
+    await serve_pass(store, NOW)
+    assert (await job(store, replica.job_id)).state == "TERMINATING"
+    await report(store, worker, (task.id, task.attempt, "KILLED"))
+    await serve_pass(store, NOW)
+    assert await live_replicas(store) == []
+    async with store.write() as connection:
+        await destroy_deployment(connection, "svc", NOW)
+    await serve_pass(store, NOW)
+    async with store.read() as connection:
+        row = (await connection.execute(select(deployments))).one()
+        handlers = [h.handler for h in (await connection.execute(select(serving_history))).all()]
+    assert row.state == "DESTROYED"
+    assert {"Deploy", "CheckPendingDeployment", "ScalingDeployment", "ProvisioningReplica", "Scale",
+            "TerminatingReplica", "Undeploy", "DestroyingDeployment"} <= set(handlers)
+
+
+async def test_a_live_name_cannot_be_taken_twice_but_a_destroyed_one_can(store):
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+    with pytest.raises(NameTaken):
+        async with store.write() as connection:
+            await insert_deployment(connection, SPEC, [], NOW)
+    async with store.write() as connection:
+        await destroy_deployment(connection, "svc", NOW)
+    await serve_pass(store, time.time())
+    async with store.write() as connection:
+        assert await insert_deployment(connection, SPEC, [], NOW) == 2

@@ -162,3 +162,25 @@ def test_json_logs_carry_the_ids_a_line_is_about(tmp_path):
         assert line["level"] == "warning" and "LOST" in line["message"] and line["logger"] == "corral.reports"
     finally:
         cluster.stop()
+
+
+async def test_the_python_clients_read_a_jobs_story_from_the_stream_and_resume_after_an_id(cluster):
+    from itertools import islice
+
+    from corral.client import AsyncClient, Client
+
+    job_id = cluster.wait_end(cluster.submit(command=["true"]))["id"]
+    story = stored(cluster, job=job_id)
+    with Client(cluster.url, cluster.admin_token) as client:
+        read = list(islice(client.events(job=job_id), len(story)))
+        resumed = list(islice(client.events(job=job_id, last_event_id=str(story[1]["id"])), len(story) - 2))
+    assert [(e.id, e.type, e.data["to_state"]) for e in read] == [(str(s["id"]), s["type"], s["to_state"])
+                                                                  for s in story]
+    assert [e.id for e in resumed] == [str(s["id"]) for s in story[2:]]
+    async with AsyncClient(cluster.url, cluster.admin_token) as client:
+        seen = []
+        async for event in client.events(job=job_id):
+            seen.append(event)
+            if len(seen) == len(story):
+                break
+    assert [e.id for e in seen] == [e.id for e in read]

@@ -5,12 +5,16 @@ keep-alive HTTP/1.1 load generator then hits the replica directly, through the c
 router and through a standalone `corral router` (the /serve path): median and p99 latency one
 request at a time, and requests/s with concurrent clients. Then a trivial deployment scaled to
 zero is timed from a request to its first response (cold start). Only ratios from the same run
-are worth comparing.
+are worth comparing. The CPU time each process spent per request during the throughput run
+shows where a machine's cores went: on a small machine the generator, the router and the
+replica share them, so the router's own cost bounds the ratio.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -112,8 +116,22 @@ def cold_start(cluster: Cluster) -> float:
     return time.perf_counter() - started
 
 
-def measure(address: str, path: str, token: str) -> tuple[list[float], float]:
-    return asyncio.run(latencies(address, path, token)), asyncio.run(throughput(address, path, token))
+def cpu_seconds(pid: int | None) -> float:
+    """User and system CPU time of a process (this one when None)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(address: str, path: str, token: str, pids: dict[str, int | None]) -> tuple[list[float], float, dict]:
+    """Latencies, requests/s, and CPU microseconds per request of each process in `pids` during the throughput run."""
+    samples = asyncio.run(latencies(address, path, token))
+    before, started = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.perf_counter()
+    rps = asyncio.run(throughput(address, path, token))
+    requests = rps * (time.perf_counter() - started)
+    return samples, rps, {name: (cpu_seconds(pid) - before[name]) / requests * 1e6 for name, pid in pids.items()}
 
 
 def main() -> None:
@@ -134,10 +152,14 @@ def main() -> None:
             wait_for(lambda: _answers(f"http://127.0.0.1:{port}/serve/bench/whoami", cluster.admin_token), 60,
                      "the standalone router")
             token = cluster.admin_token
+            replica_pid = httpx.get(f"http://{replica['address']}/whoami", timeout=5).json()["pid"]
+            pids = {"replica": replica_pid, "load generator": None}
             results = {
-                "direct": measure(replica["address"], "/whoami", token),
-                "controller's router": measure(cluster.url.removeprefix("http://"), "/serve/bench/whoami", token),
-                "corral router": measure(f"127.0.0.1:{port}", "/serve/bench/whoami", token),
+                "direct": measure(replica["address"], "/whoami", token, pids),
+                "controller's router": measure(cluster.url.removeprefix("http://"), "/serve/bench/whoami", token,
+                                               {**pids, "router": cluster.controller.pid}),
+                "corral router": measure(f"127.0.0.1:{port}", "/serve/bench/whoami", token,
+                                         {**pids, "router": router.pid}),
             }
             cold = cold_start(cluster)
         finally:
@@ -149,12 +171,15 @@ def main() -> None:
           f"for {THROUGHPUT_SECONDS:.0f}s for throughput):")
     direct_p50 = statistics.median(results["direct"][0])
     direct_rps = results["direct"][1]
-    for name, (samples, rps) in results.items():
+    for name, (samples, rps, _) in results.items():
         p50, p99 = statistics.median(samples), quantile(samples, 0.99)
         line = f"  {name:20} p50 {p50 * 1000:6.3f} ms  p99 {p99 * 1000:6.3f} ms  {rps:7,.0f} req/s"
         if name != "direct":
             line += f"   overhead p50 {(p50 - direct_p50) * 1000:.3f} ms, throughput {rps / direct_rps:.0%} of direct"
         print(line)
+    print(f"  CPU per request on {os.cpu_count()} cores shared by all (µs):")
+    for name, (_, _, cpu) in results.items():
+        print(f"  {name:20} " + ", ".join(f"{who} {us:.0f}" for who, us in cpu.items()))
     print(f"  targets: p50 overhead < {TARGETS['p50_overhead_ms']} ms, throughput >= "
           f"{TARGETS['throughput_ratio']:.0%} of direct")
     print(f"cold start of a trivial server, zero to first response: {cold:.2f} s")

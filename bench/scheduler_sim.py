@@ -30,7 +30,7 @@ from corral.core.handlers import ScheduleJobs, Snapshot  # noqa: E402
 from corral.core.spec import JobSpec  # noqa: E402
 from corral.core.states import JobState, TaskState, WorkerState  # noqa: E402
 from corral.store.database import sqlite_url  # noqa: E402
-from corral.store.reads import target_rows  # noqa: E402
+from corral.store.reads import BATCH_ROWS, target_rows  # noqa: E402
 from corral.store.scheduling_reads import read_cluster  # noqa: E402
 from corral.store.schema import jobs, tasks, workers  # noqa: E402
 from corral.store.store import Store  # noqa: E402
@@ -76,7 +76,7 @@ async def decide(store: Store) -> tuple[float, float, int]:
     started = time.perf_counter()
     async with store.read() as connection:
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
-                                 handler.batch_rows)
+                                 launcher_states=handler.launcher_states, limit=handler.batch_rows or BATCH_ROWS)
         targets, job_info, _ = _targets(rows, handler)
         snapshot = Snapshot(NOW, {job_id: info.facts for job_id, info in job_info.items()})
         snapshot.cluster = await read_cluster(connection)

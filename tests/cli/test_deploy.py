@@ -98,3 +98,22 @@ def test_replica_summary_reads_in_lifecycle_order_without_ended_ones():
 
     assert replica_summary({"TERMINATED": 4, "HEALTHY": 2, "PROVISIONING": 1}) == "1 provisioning, 2 healthy"
     assert replica_summary({}) == "-"
+
+
+def test_autoscaling_options_become_the_spec():
+    result, api = run("deploy", "chat", "--replicas", "1:4", "--target-concurrency", "1.5",
+                      "--scale-down-delay", "2m", "--startup-timeout", "30s", "--", "python", "serve.py")
+    assert result.exit_code == 0, result.output
+    spec = DeploymentSpec.model_validate(api.calls[0][2])
+    assert (spec.target_concurrency, spec.scale_down_delay, spec.health.startup_timeout) == (1.5, 120.0, 30.0)
+
+
+def test_a_zero_target_concurrency_is_refused_before_any_call():
+    result, api = run("deploy", "chat", "--target-concurrency", "0", "--", "python", "serve.py")
+    assert result.exit_code != 0 and api.calls == []
+
+
+def test_deployment_info_shows_the_autoscaling_target_and_decision():
+    result, _ = run("deployment", "info", "x")
+    assert result.exit_code == 0, result.output
+    assert "autoscale  target 2 per replica, scale down after 60s   desired -" in result.output

@@ -23,3 +23,12 @@ def test_a_worker_event_has_no_job_and_a_judged_wait_shows_its_result():
                             handler="ScheduleJobs", result="SKIPPED", from_state="PENDING", to_state=None,
                             message="needs 8 GPUs")).plain
     assert wait.endswith("#41 job.skipped job 7 (ScheduleJobs, SKIPPED) needs 8 GPUs")
+
+
+def test_a_replica_event_names_its_deployment_and_replica():
+    evicted = event_line(event(type="replica.evicted", job_id=None, task_id=None, task_index=None, attempt=None,
+                               worker_id=None, deployment_id=3, deployment="svc", replica_id=12,
+                               handler="ReplicaEviction", from_state="UNHEALTHY", to_state="TERMINATING",
+                               message="evicted, to be replaced: health check failed 3 times: 503 from /health")).plain
+    assert evicted.endswith("#41 replica.evicted deployment svc replica 12 UNHEALTHY -> TERMINATING "
+                            "(ReplicaEviction) evicted, to be replaced: health check failed 3 times: 503 from /health")

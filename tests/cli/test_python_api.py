@@ -195,7 +195,7 @@ def sse_server():
 
     def handler(request):
         resume = request.headers.get("last-event-id")
-        assert request.url.params.get("last_event_id") == resume
+        assert request.url.params.get("after") == resume
         connections.append((request.url.params.get("job"), resume))
         start = int(resume or 0) + 1
         body = "".join(f'id: {i}\nevent: job\ndata: {{"n": {i}}}\n\n' for i in range(start, start + 2))
@@ -255,3 +255,59 @@ def test_remote_functions_run_locally_and_submit_with_their_options():
     assert function is train.function and args == (0.1,)
     assert kwargs == {"resources": {"gpu": 2, "cpu": 2}, "replicas": 4, "workdir": None,
                       "options": {"time_limit": "1h"}, "epochs": 3}
+
+
+class Dropping(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A body that sends `chunks`, then breaks off as a dropped connection does."""
+
+    def __init__(self, chunks):
+        self.chunks = chunks
+
+    def __iter__(self):
+        yield from self.chunks
+        raise httpx.ReadError("connection reset")
+
+    async def __aiter__(self):
+        for chunk in self.chunks:
+            yield chunk
+        raise httpx.ReadError("connection reset")
+
+
+def test_both_clients_resume_a_stream_dropped_mid_event_before_that_event():
+    def server():
+        resumed = []
+
+        def handler(request):
+            resume = request.headers.get("last-event-id")
+            resumed.append(resume)
+            if resume is None:
+                body = [b'id: 1\ndata: {"n": 1}\n\n', b'id: 2\ndata: {"n"']
+            else:
+                body = [f'id: {i}\ndata: {{"n": {i}}}\n\n'.encode() for i in range(int(resume) + 1, int(resume) + 3)]
+            return httpx.Response(200, stream=Dropping(body), headers={"Content-Type": "text/event-stream"})
+        return handler, resumed
+
+    handler, resumed = server()
+    stream = both(handler)[0].events()
+    assert [next(stream).data["n"] for _ in range(3)] == [1, 2, 3]
+    assert resumed == [None, "1"]
+
+    handler, resumed = server()
+
+    async def scenario():
+        stream = both(handler)[1].events()
+        return [(await anext(stream)).data["n"] for _ in range(3)]
+
+    assert run(scenario()) == [1, 2, 3]
+    assert resumed == [None, "1"]
+
+
+def test_a_stream_read_without_follow_ends_once_caught_up_and_a_drop_is_an_error():
+    def handler(request):
+        assert request.url.params["follow"] == "false" and request.url.params["deployment"] == "svc"
+        return httpx.Response(200, content=b'id: 1\ndata: {"n": 1}\n\n', headers={"Content-Type": "text/event-stream"})
+
+    assert [e.data["n"] for e in both(handler)[0].events(deployment="svc", follow=False)] == [1]
+    dropping = both(lambda request: httpx.Response(200, stream=Dropping([b"id: 1\n"])))[0]
+    with pytest.raises(CorralError, match="cannot reach the controller at http://ctl:1.*connection reset"):
+        list(dropping.events(follow=False))

@@ -39,7 +39,10 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str =
 
 
 class Cluster:
-    def __init__(self, root: Path, *, loss_timeout: float = 3.0, heartbeat_interval: float = 0.5,
+    """A controller and workers as real processes. A worker is declared lost after 8 s of silence: short enough
+    for the tests that kill one, long enough that a worker starved of CPU on a loaded machine is not."""
+
+    def __init__(self, root: Path, *, loss_timeout: float = 8.0, heartbeat_interval: float = 0.5,
                  db_url: str | None = None, controller_args: tuple[str, ...] = ()) -> None:
         self.root = root
         self.db_url = db_url

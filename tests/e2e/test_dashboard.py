@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,28 @@ def test_every_page_renders_live_data(page, live):
     assert page.locator("tr[data-job]").count() == 1
     page.get_by_role("button", name="Name").click()  # sort by name, on the server
     page.wait_for_function("location.hash.includes('sort=name')")
+
+
+def test_a_deployment_and_its_replica_turning_healthy_appear_without_a_reload(page, live):
+    page.goto(live.url + "/#/deployments")
+    page.get_by_role("heading", name="Deployments").wait_for()
+    page.evaluate("window.notReloaded = true")
+    server = Path(__file__).resolve().parents[1] / "serving_app" / "server.py"
+    # the server takes 2s to start: the replica is seen starting before it is healthy
+    corral(live, "deploy", "embed", "--model-name", "embed-small", "--health-interval", "0.3", "--cpus", "0.5",
+           "--", "sh", "-c", f"sleep 2; exec {PY} {server}")
+    card = page.locator('section[data-deployment="embed"]')
+    replica = card.locator("tr[data-replica]").first
+    replica.locator(".s-provisioning, .s-degraded").wait_for()
+    replica.locator(".s-healthy").wait_for()
+    replica.locator(".health.ok").filter(has_text="passing").wait_for()
+    card.locator("[data-ready]").filter(has_text="1 / 1 ready").wait_for()
+    timeline = card.get_by_role("list", name="deployment events")
+    timeline.locator("li").filter(has_text="replica.healthy").wait_for()
+    assert timeline.locator("li").filter(has_text="deployment.created").count() == 1
+    assert card.locator(".tag").filter(has_text="embed-small").count() == 1
+    assert "127.0.0.1:" in replica.locator("td.mono").inner_text()
+    assert page.evaluate("window.notReloaded") is True
+    screenshot(page, "deployments")
+    page.get_by_role("link", name="Overview").click()
+    page.locator("#serving-title + p [data-ready]").filter(has_text="1 of 1 replicas ready").wait_for()

@@ -7,15 +7,21 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from corral.client.events import parse_sse
+from corral.client.sse import Event, EventParser
 from tests.e2e.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
+
+
+def parse_sse(lines) -> Iterator[Event]:
+    parser = EventParser()
+    return (event for event in map(parser.feed, lines) if event is not None)
 
 
 def read_stream(cluster, until, params=None, headers=None, timeout=30.0) -> list[dict]:
@@ -27,9 +33,9 @@ def read_stream(cluster, until, params=None, headers=None, timeout=30.0) -> list
     ) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        for fields in parse_sse(response.iter_lines()):
-            event = json.loads(fields["data"])
-            assert fields["id"] == str(event["id"]) and fields["event"] == event["type"]
+        for sent in parse_sse(response.iter_lines()):
+            event = sent.data
+            assert sent.id == str(event["id"]) and sent.type == event["type"]
             events.append(event)
             if until(events):
                 return events
@@ -39,7 +45,7 @@ def read_stream(cluster, until, params=None, headers=None, timeout=30.0) -> list
 def stored(cluster, **params) -> list[dict]:
     response = cluster.http.get("/api/v1/events", params={"follow": "false", **params})
     assert response.status_code == 200, response.text
-    return [json.loads(f["data"]) for f in parse_sse(response.text.split("\n"))]
+    return [event.data for event in parse_sse(response.text.split("\n"))]
 
 
 def ended(job_id):

@@ -54,6 +54,15 @@ async def echo(request: Request):
     return StreamingResponse(body(), media_type="application/octet-stream")
 
 
+async def digest(request: Request):
+    """The body's length and SHA-256, read to its end first: what a router delivered, whatever its size."""
+    hashed, length = hashlib.sha256(), 0
+    async for chunk in request.stream():
+        hashed.update(chunk)
+        length += len(chunk)
+    return JSONResponse({"length": length, "sha256": hashed.hexdigest()})
+
+
 async def embeddings(request: Request):
     payload = await request.json()
     inputs = payload["input"] if isinstance(payload["input"], list) else [payload["input"]]
@@ -92,6 +101,7 @@ async def chat(request: Request):
 app = Starlette(routes=[
     Route("/health", health), Route("/fail-health", fail_health, methods=["POST"]), Route("/whoami", whoami),
     Route("/slow", slow), Route("/echo", echo, methods=["POST"]),
+    Route("/digest", digest, methods=["POST"]),
     Route("/v1/embeddings", embeddings, methods=["POST"]), Route("/v1/chat/completions", chat, methods=["POST"]),
 ])
 

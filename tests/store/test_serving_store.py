@@ -14,7 +14,8 @@ from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe
 from corral.serving.pool import read_pool
 from corral.serving.spec import DeploymentSpec
 from corral.serving.store import NameTaken, destroy_deployment, insert_deployment, scale_deployment
-from corral.store.schema import deployments, replicas, serving_history
+from corral.store.events import before_last, read_events
+from corral.store.schema import deployments, history, replicas
 from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle
 
 SPEC = DeploymentSpec(name="svc", command=["serve"], min_replicas=1, resources={"cpu": 1},
@@ -93,7 +94,8 @@ async def test_scaling_to_zero_cancels_the_replica_job_and_destroy_ends_the_depl
     await serve_pass(store, NOW)
     async with store.read() as connection:
         row = (await connection.execute(select(deployments))).one()
-        handlers = [h.handler for h in (await connection.execute(select(serving_history))).all()]
+        handlers = [h.handler for h in (await connection.execute(
+            select(history).where(history.c.deployment_id.is_not(None)))).all()]
     assert row.state == "DESTROYED"
     assert {"Deploy", "CheckPendingDeployment", "ScalingDeployment", "ProvisioningReplica", "Scale",
             "TerminatingReplica", "Undeploy", "DestroyingDeployment"} <= set(handlers)
@@ -110,3 +112,65 @@ async def test_a_live_name_cannot_be_taken_twice_but_a_destroyed_one_can(store):
     await serve_pass(store, time.time())
     async with store.write() as connection:
         assert await insert_deployment(connection, SPEC, [], NOW) == 2
+
+
+async def test_a_failing_replica_is_unhealthy_evicted_and_replaced_on_the_event_stream_of_its_deployment(store):
+    worker = await add_worker(store)
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+        await insert_deployment(connection, SPEC.model_copy(update={"name": "other"}), [], NOW)
+    await serve_pass(store, NOW)
+    first = next(r for r in await live_replicas(store) if r.deployment_id == 1)
+    await start_replica(store, worker, first)
+    await serve_pass(store, NOW, probes={first.id: Probe(NOW, True, 0)})
+    failing = {first.id: Probe(NOW + 2, False, 2, "503 from http://127.0.0.1:9000/health")}
+    await serve_pass(store, NOW + 2, probes=failing)  # unhealthy
+    await serve_pass(store, NOW + 4, probes=failing)  # a failure window later: evicted and replaced
+    async with store.read() as connection:
+        events = await read_events(connection, 0, deployment="svc")
+        last_two = await read_events(connection, await before_last(connection, 2, None, "svc"), deployment="svc")
+        unknown = await read_events(connection, 0, deployment="nobody")
+    assert {e.deployment for e in events} == {"svc"} and unknown == []
+    assert last_two == events[-2:]
+    mine = [(e.type, e.replica_id) for e in events if e.replica_id is not None]
+    assert mine[:3] == [("replica.provisioning", first.id), ("replica.started", first.id),
+                        ("replica.healthy", first.id)]
+    tail = [t for t, _ in mine[3:]]
+    assert tail[:3] == ["replica.unhealthy", "replica.evicted", "replica.replaced"]
+    unhealthy, evicted, replaced = (next(e for e in events if e.type == t) for t in tail[:3])
+    assert unhealthy.message == "health check failed 2 times: 503 from http://127.0.0.1:9000/health"
+    assert evicted.message.endswith(unhealthy.message) and evicted.replica_id == first.id
+    assert replaced.replica_id != first.id and replaced.message.endswith(f"in place of replica {first.id}")
+    assert [e.type for e in events if e.replica_id is None][:3] == [
+        "deployment.created", "deployment.scaling", "deployment.ready"]
+
+
+async def test_migration_0008_moves_serving_history_into_the_event_stream_and_back(store):
+    from alembic import command
+
+    from corral.store.database import _alembic_config, migrate
+
+    def to(revision):
+        def run(sync_connection):
+            config = _alembic_config()
+            config.attributes["connection"] = sync_connection
+            command.downgrade(config, revision)
+        return run
+
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+    await serve_pass(store, NOW)
+    async with store.read() as connection:
+        before = [(e.type, e.replica_id, e.message) for e in await read_events(connection, 0, deployment="svc")]
+        jobs_rows = len(await read_events(connection, 0)) - len(before)
+    async with store.engine.begin() as connection:
+        await connection.run_sync(to("0006"))
+        moved = (await connection.exec_driver_sql(
+            "SELECT handler, replica_id, message FROM serving_history ORDER BY id")).all()
+        left = (await connection.exec_driver_sql("SELECT count(*) FROM history")).scalar()
+    assert [(m.replica_id, m.message) for m in moved] == [(replica, message) for _, replica, message in before]
+    assert left == jobs_rows  # the serving rows went back to their own table
+    await migrate(store.engine)
+    async with store.read() as connection:
+        after = [(e.type, e.replica_id, e.message) for e in await read_events(connection, 0, deployment="svc")]
+    assert after == before and before[0][0] == "deployment.created"

@@ -37,6 +37,10 @@ def test_durations_take_units():
     ({"health": {"threshold": 0}}, "threshold"),
     ({"idle_timeout": "soon"}, "not a duration"),
     ({"concurrency": 0}, "concurrency"),
+    ({"target_concurrency": 0}, "target_concurrency"),
+    ({"target_concurrency": -1}, "target_concurrency"),
+    ({"scale_down_delay": -5}, "scale_down_delay"),
+    ({"health": {"startup_timeout": 0}}, "startup_timeout"),
     ({"env": {"1BAD": "x"}}, "not an environment variable name"),
     ({"replicas": 2}, "replicas"),  # the job field, not a deployment one
 ])

@@ -5,8 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.client.events import parse_sse
-from corral.core.events import EVENT_TYPES, GAP_SETTLE_SECONDS, Stamp, event_type, ready, subject
+from corral.client.sse import Event, EventParser
+from corral.core.events import EVENT_TYPES, GAP_SETTLE_SECONDS, REPLACEMENT, Stamp, event_type, ready, subject
+from corral.core.lifecycle import SchedulingResult
+from corral.serving.handlers import SERVING_HANDLERS
 
 NOW = 1_000_000.0
 
@@ -15,6 +17,8 @@ def test_the_subject_follows_from_the_row_shape():
     assert subject(None, None) == "worker"
     assert subject(7, None) == "job"
     assert subject(7, 70) == "task"
+    assert subject(None, None, deployment_id=3) == "deployment"
+    assert subject(None, None, deployment_id=3, replica_id=30) == "replica"
 
 
 def test_rows_are_typed_by_shape_unless_the_table_names_their_handler():
@@ -31,7 +35,40 @@ def test_rows_are_typed_by_shape_unless_the_table_names_their_handler():
 def test_a_result_specific_entry_wins_over_the_handler_entry():
     assert event_type(7, None, "RetryJobs", "SUCCESS", None) == "job.retry_scheduled"
     assert event_type(7, None, "RetryJobs", "GIVE_UP", None) == "job.retry_exhausted"
-    assert all(key[0] in ("job", "task", "worker") and len(key) in (2, 3) for key in EVENT_TYPES)
+    assert event_type(None, None, "ScalingDeployment", "SUCCESS", "PROVISIONING", 3, 30) == "replica.provisioning"
+    assert event_type(None, None, "ScalingDeployment", REPLACEMENT, "PROVISIONING", 3, 30) == "replica.replaced"
+    subjects = ("job", "task", "worker", "deployment", "replica")
+    assert all(key[0] in subjects and len(key) in (2, 3) and EVENT_TYPES[key].startswith(key[0] + ".")
+               for key in EVENT_TYPES)
+
+
+def test_serving_rows_are_typed_by_their_new_state_unless_the_table_names_them():
+    def replica(handler, result, to_state):
+        return event_type(None, None, handler, result, to_state, 3, 30)
+
+    assert replica("HealthCheckReplica", "SUCCESS", "HEALTHY") == "replica.healthy"
+    assert replica("HealthCheckReplica", "NEED_RETRY", "UNHEALTHY") == "replica.unhealthy"
+    assert replica("ReplicaEviction", "SUCCESS", "TERMINATING") == "replica.evicted"
+    assert replica("ScalingDeployment", "SUCCESS", "TERMINATING") == "replica.terminating"
+    assert replica("TerminatingReplica", "SUCCESS", "TERMINATED") == "replica.terminated"
+    assert replica("ProvisioningReplica", "SUCCESS", "DEGRADED") == "replica.started"
+    assert event_type(None, None, "Deploy", "SUCCESS", "PENDING", 3) == "deployment.created"
+    assert event_type(None, None, "Scale", "SUCCESS", "READY", 3) == "deployment.scaled"
+    assert event_type(None, None, "CheckPendingDeployment", "SUCCESS", "SCALING", 3) == "deployment.scaling"
+    assert event_type(None, None, "ScalingDeployment", "SUCCESS", "READY", 3) == "deployment.ready"
+
+
+def test_every_serving_transition_has_a_type_of_its_own_subject():
+    """Walks the serving handlers' declared transitions: each row they can write is typed for its subject."""
+    for handler in SERVING_HANDLERS:
+        kind = "deployment" if handler.entity == "deployment" else "replica"
+        for result in SchedulingResult:
+            transition = handler.transitions.for_result(result)
+            if transition is None:
+                continue
+            new = transition.deployment if kind == "deployment" else transition.replica
+            typed = event_type(None, None, handler.name, str(result), new, 3, 30 if kind == "replica" else None)
+            assert typed.startswith(kind + ".") and typed != f"{kind}.state_changed", (handler.name, result)
 
 
 def test_contiguous_rows_are_all_ready_however_young():
@@ -66,10 +103,35 @@ def test_what_is_ready_is_a_prefix_whose_gaps_are_all_settled(steps, settle):
         assert held.id != previous + 1 and held.at > NOW - settle
 
 
+def parse(text: str, parser: EventParser | None = None) -> list[Event]:
+    parser = parser or EventParser()
+    return [e for e in map(parser.feed, text.split("\n")) if e is not None]
+
+
 def test_server_sent_events_are_parsed_field_by_field():
     text = ("retry: 2000\n\n: keepalive\n\nid: 1\nevent: job.submitted\ndata: {\"a\": 1}\n\n"
             "id: 2\ndata: line one\ndata: line two\n\nid: 3\n")
-    assert list(parse_sse(text.split("\n"))) == [
-        {"id": "1", "event": "job.submitted", "data": "{\"a\": 1}"},
-        {"id": "2", "data": "line one\nline two"},
-    ]
+    assert parse(text) == [Event("1", "job.submitted", {"a": 1}), Event("2", "message", "line one\nline two")]
+
+
+def test_the_parser_keeps_ids_types_and_retry_by_the_formats_rules():
+    parser = EventParser("5")
+    events = parse("data: no id yet\n\nid: 6\nevent: a\ndata:x\n\ndata\ndata: y\n\nid: 7\0\ndata: z\n\n"
+                   "retry: 1500\nretry: soon\n\nid: 8\nevent: b", parser)
+    assert events == [Event("5", "message", "no id yet"), Event("6", "a", "x"), Event("6", "message", "\ny"),
+                      Event("6", "message", "z")]  # an event type is for one event; an id with NUL is ignored
+    assert parser.retry == 1.5
+    assert parser.last_id == "6"  # id 8 came in an event cut off before its blank line: resume before it
+    parser.feed("")
+    assert parser.last_id == "8"  # an event with no data still moves the last id
+
+
+@given(st.lists(st.sampled_from(["data: a", "data: b", "id: 9", "event: e", ": c", "retry: 10", ""]), max_size=20))
+def test_an_event_is_dispatched_exactly_at_each_blank_line_after_data(lines):
+    parser = EventParser()
+    dispatched = [parser.feed(line) is not None for line in lines]
+    expected, pending = [], False
+    for line in lines:
+        expected.append(line == "" and pending)
+        pending = line.startswith("data") or (pending and line != "")
+    assert dispatched == expected

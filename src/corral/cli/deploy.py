@@ -49,7 +49,7 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
         if given:
             data[key] = {**(data.get(key) or {}), **given}
     for key, value in fields.items():
-        if value not in (None, {}, False):
+        if value is not None and value is not False and value != {}:  # a given 0 is kept (0 == False)
             data[key] = {**(data.get(key) or {}), **value} if isinstance(value, dict) else value
     return DeploymentSpec.model_validate(data)
 
@@ -71,6 +71,9 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 @click.option("--priority", type=int, help="Queued requests of higher-priority deployments go first.")
 @click.option("--concurrency", type=int, help="Requests in flight before the router answers 429.")
 @click.option("--min-residency", help="A loaded deployment is not evicted sooner than this, e.g. 30s.")
+@click.option("--target-concurrency", type=float,
+              help="Requests per replica (in flight or queued) the autoscaler aims for, MIN to MAX (default 2).")
+@click.option("--scale-down-delay", help="Load must stay lower this long before replicas are removed (default 60s).")
 @click.option("--public", is_flag=True, help="Serve it through the router without a key.")
 @click.option("--preload", is_flag=True, help="Start a replica now even with MIN 0.")
 @click.option("--api-key-env", metavar="VAR", help="Also accept the key held in this environment variable.")
@@ -154,6 +157,9 @@ def deployment_info(name: str, as_json: bool) -> None:
     out.print(f"resources  {format_resources(spec.resources)}   health GET {spec.health.path} every "
               f"{spec.health.interval:g}s   idle timeout {spec.idle_timeout and f'{spec.idle_timeout:g}s' or '-'}"
               f"   {'public' if spec.public else f'{detail.keys} key(s)'}", markup=False)
+    desired = detail.desired_replicas if detail.desired_replicas is not None else "-"
+    out.print(f"autoscale  target {spec.target_concurrency:g} per replica, scale down after "
+              f"{spec.scale_down_delay:g}s   desired {desired}   {detail.autoscale_reason or ''}", markup=False)
     table = Table(box=None, pad_edge=False, title="replicas", title_justify="left")
     for column in ("ID", "STATE", "ADDRESS", "JOB", "SINCE", "REASON"):
         table.add_column(column)

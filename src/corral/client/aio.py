@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, overload
 
 import httpx
@@ -18,8 +19,8 @@ from corral.client.bundle import make_bundle
 from corral.client.errors import CorralError
 from corral.client.http import endpoint, message, unreachable
 from corral.client.jobs import AsyncFunctionJob
-from corral.client.plans import Call, Item, Plan, Sleep
-from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, EventParser, reconnect_delay, stream_request
+from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
+from corral.client.sse import RECONNECTS, Event, follow_events
 from corral.core.spec import JobSpec, Resources
 from corral.core.states import JobState
 from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkerView
@@ -72,18 +73,46 @@ class AsyncClient:
                 return done.value
             reply = await self._step(step)
 
+    @asynccontextmanager
+    async def stream(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+        """As `Client.stream`."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        try:
+            async with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise CorralError(response.status_code, message(response))
+                yield response
+        except httpx.TransportError as error:
+            raise unreachable(self.url, self._source, error) from None
+
     async def _iterate(self, plan: Plan) -> AsyncIterator:
-        reply = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration:
-                return
-            if isinstance(step, Item):
-                reply = None
-                yield step.value
-            else:
-                reply = await self._step(step)
+        """As `Client._iterate`."""
+        async with AsyncExitStack() as opened:
+            lines: AsyncIterator[str] | None = None
+            reply: Any = None
+            failure: CorralError | None = None
+            while (step := advance(plan, reply, failure)) is not None:
+                reply, failure = None, None
+                if isinstance(step, Item):
+                    yield step.value
+                elif isinstance(step, Open):
+                    await opened.aclose()
+                    try:
+                        response = await opened.enter_async_context(
+                            self.stream(step.call.method, step.call.path, **step.call.kwargs))
+                        lines = response.aiter_lines()
+                    except CorralError as error:
+                        failure = error
+                elif isinstance(step, NextLine):
+                    try:
+                        reply = await anext(lines, None) if lines is not None else None
+                    except httpx.TransportError as error:
+                        failure = unreachable(self.url, self._source, error)
+                    if reply is None:
+                        await opened.aclose()
+                else:
+                    reply = await self._step(step)
 
     # jobs --------------------------------------------------------------------------------
 
@@ -145,29 +174,12 @@ class AsyncClient:
             return self._iterate(logs.follow_logs(job_id, task, stream, attempt, poll, on_attempt))
         return self._iterate(logs.read_logs(job_id, task, stream, attempt))
 
-    async def events(self, job: int | None = None, last_event_id: str | None = None) -> AsyncIterator[Event]:
+    def events(self, job: int | None = None, last_event_id: str | None = None, *, deployment: str | None = None,
+               last: int | None = None, follow: bool = True,
+               reconnects: int | None = RECONNECTS) -> AsyncIterator[Event]:
         """As `Client.events`, as an async iterator."""
-        parser = EventParser()
-        parser.last_id = last_event_id
-        failures = 0
-        while True:
-            params, headers = stream_request(job, parser.last_id)
-            try:
-                async with self._http.stream("GET", EVENTS_PATH, params=params, headers=headers,
-                                             timeout=httpx.Timeout(30.0, read=None)) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        raise CorralError(response.status_code, message(response))
-                    failures = 0
-                    async for line in response.aiter_lines():
-                        event = parser.feed(line)
-                        if event is not None:
-                            yield event
-            except httpx.TransportError as error:
-                failures += 1
-                if failures > RECONNECTS:
-                    raise unreachable(self.url, self._source, error) from None
-            await asyncio.sleep(reconnect_delay(failures))
+        return self._iterate(follow_events({"job": job, "deployment": deployment, "last": last}, last_event_id,
+                                           follow, reconnects))
 
     # workers and bundles -----------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, overload
 
 import httpx
@@ -19,8 +19,8 @@ from corral.client.bundle import make_bundle
 from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
 from corral.client.jobs import FunctionJob
-from corral.client.plans import Call, Item, Plan, Sleep
-from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, EventParser, reconnect_delay, stream_request
+from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
+from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
 from corral.core.spec import JobSpec, Resources
 from corral.core.states import JobState
 from corral.core.views import HistoryEntry, JobPage, JobView, PlacementAnalysis, RetryAttemptView, TaskView, WorkerView
@@ -80,8 +80,8 @@ class Client:
                     response.read()
                     raise CorralError(response.status_code, message(response))
                 yield response
-        except httpx.ConnectError as error:
-            raise CorralError(None, f"cannot reach the controller at {self.url}: {error}") from None
+        except httpx.TransportError as error:
+            raise unreachable(self.url, self._source, error) from None
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
@@ -102,17 +102,31 @@ class Client:
             reply = self._step(step)
 
     def _iterate(self, plan: Plan) -> Iterator:
-        reply = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration:
-                return
-            if isinstance(step, Item):
-                reply = None
-                yield step.value
-            else:
-                reply = self._step(step)
+        """Drives an iterating plan; the stream it opened (if any) is closed when it ends or is abandoned."""
+        with ExitStack() as opened:
+            lines: Iterator[str] | None = None
+            reply: Any = None
+            failure: CorralError | None = None
+            while (step := advance(plan, reply, failure)) is not None:
+                reply, failure = None, None
+                if isinstance(step, Item):
+                    yield step.value
+                elif isinstance(step, Open):
+                    opened.close()
+                    try:
+                        lines = opened.enter_context(self.stream(step.call.method, step.call.path,
+                                                                 **step.call.kwargs)).iter_lines()
+                    except CorralError as error:
+                        failure = error
+                elif isinstance(step, NextLine):
+                    try:
+                        reply = next(lines, None) if lines is not None else None
+                    except httpx.TransportError as error:
+                        failure = unreachable(self.url, self._source, error)
+                    if reply is None:
+                        opened.close()
+                else:
+                    reply = self._step(step)
 
     def _step(self, step: Call | Sleep) -> httpx.Response | None:
         if isinstance(step, Sleep):
@@ -194,29 +208,13 @@ class Client:
             return self._iterate(logs.follow_logs(job_id, task, stream, attempt, poll, on_attempt))
         return self._iterate(logs.read_logs(job_id, task, stream, attempt))
 
-    def events(self, job: int | None = None, last_event_id: str | None = None) -> Iterator[Event]:
-        """The controller's event stream (server-sent events), resumed from the last id seen if it drops."""
-        parser = EventParser()
-        parser.last_id = last_event_id
-        failures = 0
-        while True:
-            params, headers = stream_request(job, parser.last_id)
-            try:
-                with self._http.stream("GET", EVENTS_PATH, params=params, headers=headers,
-                                       timeout=httpx.Timeout(30.0, read=None)) as response:
-                    if response.status_code >= 400:
-                        response.read()
-                        raise CorralError(response.status_code, message(response))
-                    failures = 0
-                    for line in response.iter_lines():
-                        event = parser.feed(line)
-                        if event is not None:
-                            yield event
-            except httpx.TransportError as error:
-                failures += 1
-                if failures > RECONNECTS:
-                    raise unreachable(self.url, self._source, error) from None
-            time.sleep(reconnect_delay(failures))
+    def events(self, job: int | None = None, last_event_id: str | None = None, *, deployment: str | None = None,
+               last: int | None = None, follow: bool = True, reconnects: int | None = RECONNECTS) -> Iterator[Event]:
+        """The controller's event stream (server-sent events), of one job or one deployment if asked; a dropped
+        stream is resumed after the last id seen (`reconnects` times in a row, None: forever). Without `follow`,
+        it ends once caught up."""
+        return self._iterate(follow_events({"job": job, "deployment": deployment, "last": last}, last_event_id,
+                                           follow, reconnects))
 
     # workers and bundles -----------------------------------------------------------------
 
@@ -239,6 +237,6 @@ def message(response: httpx.Response) -> str:
     text = format_detail(detail)
     if response.status_code == 401:
         text = f"authentication failed: {text} (check CORRAL_TOKEN, or the data directory's cluster.json)"
-    elif response.status_code == 404 and response.request.url.path == EVENTS_PATH:
+    elif response.status_code == 404 and response.request.url.path == EVENTS_PATH and detail == "Not Found":
         text = f"this controller has no event stream ({EVENTS_PATH}): {text}"
     return text

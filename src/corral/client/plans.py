@@ -1,8 +1,9 @@
 """The API's operations, written once for the sync and the async client, as plans.
 
 A plan is a generator that yields what to do next: a `Call` (it is sent the response back),
-a `Sleep`, or an `Item` to hand to the caller of an iterating operation; its return value is
-the operation's result. `Client` and `AsyncClient` only drive plans, so both give the same
+a `Sleep`, an `Item` to hand to the caller of an iterating operation, or, to read a stream,
+an `Open` then `NEXT_LINE` steps (each is sent the next line, None at the end); its return
+value is the operation's result. `Client` and `AsyncClient` only drive plans, so both give the same
 results by construction, and no I/O happens in this module.
 """
 
@@ -44,7 +45,33 @@ class Item:
     value: Any
 
 
-Plan = Generator[Call | Sleep | Item, Any, T]
+@dataclass(frozen=True)
+class Open:
+    """Open `call` as a stream read line by line, with no read timeout (a stream stays quiet between lines).
+
+    A failure to connect, an HTTP error or a dropped stream is thrown into the plan as a CorralError
+    (`status` None when no answer came), at this step or at a NEXT_LINE, so the plan decides what follows.
+    """
+
+    call: Call
+
+
+class NextLine:
+    """The next line of the stream last opened; the plan is sent None when the stream ended."""
+
+
+NEXT_LINE = NextLine()
+
+Step = Call | Sleep | Item | Open | NextLine
+Plan = Generator[Step, Any, T]
+
+
+def advance(plan: Plan, reply: Any, failure: BaseException | None = None) -> Step | None:
+    """An iterating plan's next step, after sending it `reply` or throwing `failure` into it; None once it is done."""
+    try:
+        return plan.throw(failure) if failure is not None else plan.send(reply)
+    except StopIteration:
+        return None
 
 _tasks = TypeAdapter(list[TaskView])
 _history = TypeAdapter(list[HistoryEntry])

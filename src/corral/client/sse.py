@@ -1,4 +1,9 @@
-"""Server-sent events: the parser of the `text/event-stream` format, fed one line at a time."""
+"""Server-sent events: the parser of the `text/event-stream` format, and the plan that follows the event stream.
+
+The one parser of the clients (`Client.events`, `AsyncClient.events` and `corral events`); the
+plan is driven by both clients like every other plan (see `plans`), so the reconnect rules are
+written once.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from corral.client.errors import CorralError
+from corral.client.plans import NEXT_LINE, Call, Item, Open, Plan, Sleep
+
 EVENTS_PATH = "/api/v1/events"
 RECONNECTS = 5  # a dropped stream is resumed from the last id this many times in a row before giving up
+FIRST_DELAY = 0.2  # seconds before reconnecting after a clean end, unless the server's `retry:` says otherwise
+MAX_DELAY = 5.0
 
 
 @dataclass(frozen=True)
@@ -20,10 +30,20 @@ class Event:
 
 
 class EventParser:
-    """Fields accumulate until a blank line ends the event; comments (`:`) are keep-alives."""
+    """Fields accumulate until a blank line ends the event, as the format's rules say:
 
-    def __init__(self) -> None:
-        self.last_id: str | None = None
+    1. a line starting with `:` is a comment (a keep-alive);
+    2. `data:` lines are joined with newlines; an event without data is not dispatched;
+    3. `event:` names the type (default "message"), for this event only;
+    4. `id:` sets the id of this event and of those after it (ignored if it holds NUL); `last_id` is the id of
+       the last event dispatched, so a stream dropped mid-event resumes before that event;
+    5. `retry:` with only digits sets the reconnection delay, in milliseconds;
+    6. one space after the colon is dropped; a line without a colon is a field with an empty value.
+    """
+
+    def __init__(self, last_id: str | None = None) -> None:
+        self.last_id = self._id = last_id
+        self.retry: float | None = None  # seconds
         self._type = "message"
         self._data: list[str] = []
 
@@ -39,10 +59,13 @@ class EventParser:
         elif name == "event":
             self._type = value
         elif name == "id" and "\0" not in value:
-            self.last_id = value
+            self._id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self.retry = int(value) / 1000
         return None
 
     def _dispatch(self) -> Event | None:
+        self.last_id = self._id
         if not self._data:
             self._type = "message"
             return None
@@ -56,16 +79,50 @@ class EventParser:
         return event
 
 
-def stream_request(job: int | None, last_event_id: str | None) -> tuple[dict, dict]:
-    """The query parameters and headers of a (re)connection; the id to resume after goes both ways."""
-    params: dict = {"job": job} if job is not None else {}
+def stream_request(params: dict[str, Any], last_event_id: str | None) -> Call:
+    """A (re)connection: the id to resume after goes as Last-Event-ID, and as `after` for proxies that drop it."""
+    query = {k: v for k, v in params.items() if v is not None}
     headers = {"Accept": "text/event-stream"}
     if last_event_id is not None:
         headers["Last-Event-ID"] = last_event_id
-        params["last_event_id"] = last_event_id
-    return params, headers
+        if last_event_id.isdigit():
+            query["after"] = last_event_id
+    return Call("GET", EVENTS_PATH, params=query, headers=headers)
 
 
-def reconnect_delay(failures: int) -> float:
-    """The pause before reconnecting: short after a clean end, growing with failures in a row."""
-    return min(0.2 * 2 ** failures, 5.0)
+def reconnect_delay(failures: int, retry: float | None = None) -> float:
+    """The pause before reconnecting: the server's `retry` (else FIRST_DELAY) after a clean end, doubling with
+    each failure in a row, at most MAX_DELAY."""
+    return min((FIRST_DELAY if retry is None else retry) * 2 ** failures, MAX_DELAY)
+
+
+def follow_events(params: dict[str, Any], last_event_id: str | None = None, follow: bool = True,
+                  reconnects: int | None = RECONNECTS) -> Plan[None]:
+    """Events as they come (`Item(Event)`), resumed after the last id seen when the stream drops.
+
+    1. Connect, resuming after `last_event_id` once there is one; an HTTP error is raised.
+    2. Hand out each event as it is parsed.
+    3. A clean end: without `follow`, done; with it, connect again after a pause.
+    4. A failed connection or a dropped stream: without `follow`, raised; with it, connect again after a
+       growing pause, and raise after `reconnects` failures in a row (None: never).
+    """
+    last_id, retry, failures = last_event_id, None, 0
+    while True:
+        parser = EventParser(last_id)  # what a dropped stream left half-sent is discarded
+        try:
+            yield Open(stream_request({**params, "follow": follow}, last_id))
+            failures = 0
+            while (line := (yield NEXT_LINE)) is not None:
+                event = parser.feed(line)
+                if event is not None:
+                    yield Item(event)
+            if not follow:
+                return
+        except CorralError as error:
+            if error.status is not None or not follow:
+                raise
+            failures += 1
+            if reconnects is not None and failures > reconnects:
+                raise
+        last_id, retry = parser.last_id, parser.retry or retry
+        yield Sleep(reconnect_delay(failures, retry))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import AsyncIterator
 
@@ -14,6 +15,7 @@ from corral.controller import (
     admin_api,
     dashboard,
     dashboard_api,
+    deployments_board,
     events_api,
     files_api,
     jobs_api,
@@ -38,6 +40,14 @@ from corral.serving import proxy
 from corral.serving.wiring import start_serving
 from corral.store.policy import apply_policy_file
 from corral.store.store import Store
+
+
+class Controller(FastAPI):
+    """The API, with the router's proxied requests served before its middleware and routing see them."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        if not await proxy.dispatch(self, scope, receive, send):
+            await super().__call__(scope, receive, send)
 
 
 def create_app(settings: ControllerSettings) -> FastAPI:
@@ -68,6 +78,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state.results = ResultFiles(settings.data_dir / "results")
         serving_tasks = start_serving(state)
         write_cluster_file(settings, state.tokens)
+        gc.freeze()  # what startup made lives on: collections skip it, which the router's request path feels
         try:
             yield
         finally:
@@ -80,7 +91,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             # A stopped cluster leaves no address behind for clients to find and fail on.
             (settings.data_dir / "cluster.json").unlink(missing_ok=True)
 
-    app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan,
+    app = Controller(title="corral", version="0.1.0", lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
@@ -90,11 +101,12 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(preemption_api.router)
     app.include_router(events_api.router)
     app.include_router(dashboard_api.router)
+    app.include_router(deployments_board.router)
     app.include_router(dashboard.router)
     app.include_router(results_api.router)
     app.include_router(retry_api.router)
     app.include_router(serving_api.router)
-    app.router.routes[0:0] = proxy.routes()  # first: the hot path should not walk the API's routes
+    app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict:

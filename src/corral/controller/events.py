@@ -41,8 +41,10 @@ class EventHub:
 
 
 async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | None = None, *,
-                        follow: bool = True, idle: float = SAFETY_POLL) -> AsyncIterator[list[EventView]]:
-    """Batches of events above `after`, in id order; an empty batch when idle for `idle` seconds.
+                        deployment: str | None = None, follow: bool = True,
+                        idle: float = SAFETY_POLL) -> AsyncIterator[list[EventView]]:
+    """Batches of events above `after` (of one job, or one deployment), in id order; an empty batch when idle
+    for `idle` seconds.
 
     Without `follow`, ends once caught up.
     """
@@ -50,7 +52,7 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
         rung = hub.current()
         async with store.read() as connection:
             horizon = await safe_horizon(connection, after, time.time(), GAP_SETTLE_SECONDS)
-            batch = await read_events(connection, after, job_id, PAGE, horizon)
+            batch = await read_events(connection, after, job_id, PAGE, horizon, deployment)
         if batch:
             after = batch[-1].id
             yield batch

@@ -15,7 +15,7 @@ from corral.controller.events import follow_events
 from corral.controller.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
 from corral.core.views import EventView
 from corral.store.events import before_last, latest_id
-from corral.store.schema import jobs
+from corral.store.schema import deployments, jobs
 
 router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(require_admin)])
 
@@ -34,6 +34,8 @@ async def events(
     after: int | None = Query(None, ge=0, description="Send events with a higher id (Last-Event-ID wins)."),
     last: int | None = Query(None, ge=1, le=10_000, description="Start with the last N events."),
     job: int | None = Query(None, ge=1, description="Only this job's events."),
+    deployment: str | None = Query(None, min_length=1, max_length=63,
+                                   description="Only the events of the deployment(s) of this name and their replicas."),
     follow: bool = Query(True, description="Keep the stream open for new events; false: end once caught up."),
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
 ) -> StreamingResponse:
@@ -48,23 +50,28 @@ async def events(
     async with app.store.read() as connection:
         if job is not None and (await connection.execute(select(jobs.c.id).where(jobs.c.id == job))).first() is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
+        if deployment is not None and (await connection.execute(
+                select(deployments.c.id).where(deployments.c.name == deployment).limit(1))).first() is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {deployment!r}")
         if start is None:
-            start = await before_last(connection, last, job) if last else 0
+            start = await before_last(connection, last, job, deployment) if last else 0
         newest = await latest_id(connection)
     if start > newest:
         # Ids only grow: an id from the future means a different store, so replay all that is kept.
         start = 0
-    return StreamingResponse(_stream(request, start, job, follow), media_type="text/event-stream",
+    return StreamingResponse(_stream(request, start, job, deployment, follow), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _stream(request: Request, after: int, job: int | None, follow: bool) -> AsyncIterator[str]:
+async def _stream(request: Request, after: int, job: int | None, deployment: str | None,
+                  follow: bool) -> AsyncIterator[str]:
     app = request.app.state
     EVENT_SUBSCRIBERS.inc()
     try:
         yield f"retry: {RETRY_MS}\n\n"
         quiet_since = time.monotonic()
-        async for batch in follow_events(app.store, app.events, after, job, follow=follow):
+        async for batch in follow_events(app.store, app.events, after, job, deployment=deployment,
+                                         follow=follow):
             if batch:
                 EVENTS_SENT.inc(len(batch))
                 yield "".join(sse(event) for event in batch)

@@ -6,6 +6,7 @@ documentation cannot drift from the code.
 
 from __future__ import annotations
 
+from corral.core.events import EVENT_TYPES, TYPED_BY_STATE
 from corral.core.handlers import JOB_HANDLERS, PromotionHandler
 from corral.core.lifecycle import TransitionStatus
 from corral.core.retries import VERDICTS
@@ -66,6 +67,19 @@ def render() -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| {verdict} | {e.retry_state} | {e.result} | {e.event or '-'} |" for verdict, e in VERDICTS.items()]
+    lines += [
+        "",
+        "## Event types named by handler",
+        "",
+        "A history row is an event on `/api/v1/events`. Rows not named here are `<subject>.state_changed`",
+        f"when they carry a new state (for {' and '.join(sorted(TYPED_BY_STATE))}: `<subject>.<new state>`, as",
+        "`replica.healthy`), else `<subject>.<result>`.",
+        "",
+        "| subject | handler | result | event |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {key[0]} | {key[1]} | {key[2] if len(key) > 2 else 'any'} | {kind} |"
+              for key, kind in EVENT_TYPES.items()]
     return "\n".join(lines) + "\n"
 
 

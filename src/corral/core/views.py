@@ -129,6 +129,9 @@ class EventView(BaseModel):
     task_index: int | None
     attempt: int | None
     worker_id: str | None
+    deployment_id: int | None = None
+    deployment: str | None = None  # the deployment's name
+    replica_id: int | None = None
     handler: str
     result: str
     from_state: str | None

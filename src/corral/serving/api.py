@@ -32,11 +32,12 @@ from corral.serving.views import (
     DeploymentView,
     KeyReply,
     KeyRequest,
+    LoadReport,
     ReplicaView,
     ScaleRequest,
     ServingHistoryEntry,
 )
-from corral.store.schema import deployments, replicas, serving_history
+from corral.store.schema import deployments, history, replicas
 
 router = APIRouter(prefix="/api/v1", tags=["serving"], dependencies=[Depends(require_admin)])
 
@@ -74,10 +75,13 @@ async def deployment_info(name: str, request: Request) -> DeploymentDetail:
         replica_rows = (await connection.execute(
             select(replicas).where(replicas.c.deployment_id == view.id).order_by(replicas.c.id))).all()
         history_rows = (await connection.execute(
-            select(serving_history).where(serving_history.c.deployment_id == view.id)
-            .order_by(serving_history.c.id.desc()).limit(200))).all()
+            select(history).where(history.c.deployment_id == view.id)
+            .order_by(history.c.id.desc()).limit(200))).all()
+    decision = request.app.state.router.autoscaled.get(name)
     return DeploymentDetail(
         **view.model_dump(),
+        desired_replicas=decision.replicas if decision else None,
+        autoscale_reason=decision.reason if decision else None,
         replica_list=[ReplicaView.model_validate(r, from_attributes=True) for r in replica_rows],
         history=[ServingHistoryEntry.model_validate(r, from_attributes=True) for r in reversed(history_rows)])
 
@@ -121,6 +125,12 @@ async def undeploy(name: str, request: Request) -> DeploymentView:
     app.router.unloaded(name, "undeployed")
     await app.serving.changed()
     return await _one(request, name, destroyed_too=True)
+
+
+@router.post("/router/load", status_code=status.HTTP_204_NO_CONTENT)
+async def report_load(report: LoadReport, request: Request) -> None:
+    """A standalone router's load, summed into the controller's autoscaling while fresh."""
+    request.app.state.router.report_load(report.router, report.loads, time.time())
 
 
 @router.get("/router/catalog", response_model=CatalogView)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -32,6 +33,9 @@ class LocalBackend:
         async with self.store.read() as connection:
             return await read_pool(connection)
 
+    async def report_load(self, loads: dict[str, int]) -> None:
+        """Nothing to send: the controller's own router is the one that autoscales, on its own load."""
+
 
 class RemoteBackend:
     """For a standalone router: polls the controller's catalog (deployments, endpoints, pool) and scales through it."""
@@ -39,6 +43,12 @@ class RemoteBackend:
     def __init__(self, http: httpx.AsyncClient, publish: Callable[[Catalog], None]) -> None:
         self.http = http
         self.publish = publish
+        self.id = uuid.uuid4().hex
+
+    async def report_load(self, loads: dict[str, int]) -> None:
+        """This router's load, for the controller's autoscaler (which sums the routers' fresh reports)."""
+        response = await self.http.post("/api/v1/router/load", json={"router": self.id, "loads": loads})
+        response.raise_for_status()
 
     async def scale(self, name: str, replicas: int, reason: str) -> None:
         response = await self.http.post(f"/api/v1/deployments/{name}/scale",

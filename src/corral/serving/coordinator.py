@@ -15,7 +15,7 @@ from corral.controller.cancel import AlreadyEnded, cancel_job
 from corral.controller.metrics import TRANSITIONS
 from corral.core.lifecycle import Outcome, judge
 from corral.serving.handlers import Catalog, Probe, ServingHandler, ServingSnapshot, ServingTarget
-from corral.serving.states import DeploymentState, ReplicaState
+from corral.serving.states import REPLICA_COUNTED, REPLICA_LEAVING, DeploymentState, ReplicaState
 from corral.serving.store import insert_replica, move, read_snapshot, record, set_columns
 from corral.store.schema import deployments, replicas
 from corral.store.store import Store
@@ -54,8 +54,10 @@ async def run_serving_handler(store: Store, handler: ServingHandler, now: float,
                          ReplicaState.TERMINATING, reason)
             report.changed = True
         for deployment_id, count in decision.create.items():
-            for _ in range(count):
-                await insert_replica(connection, deployment_id, snapshot.deployments[deployment_id].spec, now)
+            gone = leaving(snapshot, deployment_id)
+            for index in range(count):
+                await insert_replica(connection, deployment_id, snapshot.deployments[deployment_id].spec, now,
+                                     gone[index] if index < len(gone) else None)
             report.changed = report.jobs_changed = True
         for job_id in decision.cancel_jobs:
             try:
@@ -64,6 +66,13 @@ async def run_serving_handler(store: Store, handler: ServingHandler, now: float,
                 continue
             report.changed = report.jobs_changed = True
         return report
+
+
+def leaving(snapshot: ServingSnapshot, deployment_id: int) -> list[int]:
+    """The deployment's replicas on their way out (stopping, failed to start, their process ended), oldest
+    first: those new replicas take the place of, as their events say."""
+    return sorted(r.id for r in snapshot.replicas_of(deployment_id)
+                  if r.state in REPLICA_LEAVING or (r.state in REPLICA_COUNTED and r.process_ended))
 
 
 def would_act(handler: ServingHandler, snapshot: ServingSnapshot,

@@ -148,9 +148,9 @@ class ServingEngine:
                      timeout: float) -> None:
         try:
             response = await http.get(url, timeout=timeout)
-            ok, detail = response.is_success, f"GET {url}: {response.status_code}"
+            ok, detail = response.is_success, f"{response.status_code} from {url}"
         except httpx.HTTPError as error:
-            ok, detail = False, f"GET {url}: {type(error).__name__} {error}".strip()
+            ok, detail = False, f"{type(error).__name__} {error}".strip() + f" from {url}"
         finally:
             self._probing.pop(replica_id, None)
         last = self.probes.get(replica_id)

@@ -74,6 +74,11 @@ class Probe:
     failures: int
     detail: str = ""
 
+    @property
+    def cause(self) -> str:
+        """Why a replica is unhealthy, as its events say."""
+        return f"health check failed {self.failures} times: {self.detail}" if self.failures else "health check passes"
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -292,7 +297,7 @@ class HealthCheckReplica(ServingHandler):
                 result.successes.append(target.key)
             elif probe.failures >= health.threshold and not loading:
                 result.failures.append(target.key)
-                result.notes[target.key] = f"{probe.failures} health checks failed: {probe.detail}"
+                result.notes[target.key] = probe.cause
         return ServingDecision(result)
 
     def is_stale(self, target, snapshot):
@@ -340,8 +345,9 @@ class ReplicaEviction(ServingHandler):
         for target in targets:
             health = snapshot.spec_of(snapshot.replicas[target.id]).health
             if snapshot.now - target.since >= health.interval * health.threshold:
+                probe = snapshot.probes.get(target.id)
                 result.successes.append(target.key)
-                result.notes[target.key] = "unhealthy: evicted, to be replaced"
+                result.notes[target.key] = "evicted, to be replaced" + (f": {probe.cause}" if probe else "")
         return ServingDecision(result)
 
 

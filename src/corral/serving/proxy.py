@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -24,13 +24,22 @@ from starlette.routing import Route
 from corral.controller.metrics import ROUTER_LATENCY, ROUTER_REQUESTS
 from corral.serving.access import bearer, may_call
 from corral.serving.router import Router, RouterError, Waiter
+from corral.serving.streamed_body import StreamedBody
+from corral.serving.upstream import Connection, UpstreamError
 
 MAX_BODY = 64 * 2**20  # a /v1 body is parsed for its model; larger ones are refused
 WHOLE_BODY = 64 * 2**10  # responses of a known length up to this are relayed in one piece
+SERVE_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 POSITION_HEADER = "X-Corral-Queue-Position"
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-                        "transfer-encoding", "upgrade", "host", "authorization", "content-length"})
-RESPONSE_DROP = HOP_BY_HOP - {"content-length"}
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
+                        b"trailer", b"transfer-encoding", b"upgrade", b"host", b"authorization", b"content-length",
+                        b"expect"})
+RESPONSE_DROP = HOP_BY_HOP - {b"content-length"}
+
+
+# Labelled metrics, looked up once per label set: the lookup takes a lock, on every request otherwise.
+_requests = functools.lru_cache(maxsize=4096)(ROUTER_REQUESTS.labels)
+_latency = functools.lru_cache(maxsize=1024)(ROUTER_LATENCY.labels)
 
 
 def error(status: int, message: str, code: str | None = None) -> JSONResponse:
@@ -71,7 +80,7 @@ async def openai(request: Request) -> Response:
         return error(404, f"the model {model!r} is not served here", "model_not_found")
     if (denied := _denied(request, deployment)) is not None:
         return denied
-    return await _forward(request, deployment, request.url.path, body, body_done=True,
+    return await _forward(request, deployment, request.url.path, body,
                           early=payload.get("stream") is True, started=started)
 
 
@@ -95,9 +104,8 @@ async def serve(request: Request) -> Response:
         return denied
     first = await request.receive()
     done = not first.get("more_body", False)
-    body: bytes | AsyncIterator[bytes] = first.get("body", b"") if done else _rest(request, first.get("body", b""))
-    return await _forward(request, deployment, "/" + request.path_params["path"], body, body_done=done, early=False,
-                          started=started)
+    body = first.get("body", b"") if done else StreamedBody(request.receive, first.get("body", b""))
+    return await _forward(request, deployment, "/" + request.path_params["path"], body, early=False, started=started)
 
 
 async def queue(request: Request) -> Response:
@@ -107,14 +115,41 @@ async def queue(request: Request) -> Response:
     return JSONResponse({"waiting": _router(request).queue_view()})
 
 
+OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+
+
+async def dispatch(app, scope, receive, send) -> bool:
+    """Serve a proxied request straight from the server, ahead of the app's middleware and routing.
+
+    True when it was one (POST to an OpenAI path, or /serve/{deployment}/{path}); anything else,
+    wrong methods included, is left to the app, whose `routes()` give the same answers the slow way.
+    """
+    if scope["type"] != "http":
+        return False
+    path = scope["path"]
+    if path.startswith("/serve/"):
+        deployment, slash, rest = path[7:].partition("/")
+        if not deployment or not slash or scope["method"] not in SERVE_METHODS:
+            return False
+        scope["path_params"] = {"deployment": deployment, "path": rest}
+        handler = serve
+    elif path in OPENAI_PATHS and scope["method"] == "POST":
+        handler = openai
+    else:
+        return False
+    scope["app"] = app
+    response = await handler(Request(scope, receive))
+    await response(scope, receive, send)
+    return True
+
+
 def routes() -> list[Route]:
     return [
         Route("/v1/chat/completions", openai, methods=["POST"]),
         Route("/v1/completions", openai, methods=["POST"]),
         Route("/v1/embeddings", openai, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
-        Route("/serve/{deployment}/{path:path}", serve,
-              methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
+        Route("/serve/{deployment}/{path:path}", serve, methods=list(SERVE_METHODS)),
         Route("/api/v1/router/queue", queue, methods=["GET"]),
     ]
 
@@ -122,18 +157,7 @@ def routes() -> list[Route]:
 # relaying ------------------------------------------------------------------------------------
 
 
-async def _rest(request: Request, first: bytes) -> AsyncIterator[bytes]:
-    yield first
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError("client went away while sending its body")
-        yield message.get("body", b"")
-        if not message.get("more_body", False):
-            return
-
-
-async def _forward(request: Request, deployment: str, path: str, body, *, body_done: bool, early: bool,
+async def _forward(request: Request, deployment: str, path: str, body: bytes | StreamedBody, *, early: bool,
                    started: float) -> Response:
     router = _router(request)
     waiter = router.submit(deployment)
@@ -142,7 +166,8 @@ async def _forward(request: Request, deployment: str, path: str, body, *, body_d
         return StreamingResponse(_queued_stream(request, waiter, path, body, started), media_type="text/event-stream",
                                  headers={POSITION_HEADER: str(position)})
     try:
-        if not await _wait(waiter, request if body_done else None):
+        watch = body.watch if isinstance(body, StreamedBody) else lambda: _disconnect(request)
+        if not await _wait(waiter, watch):
             router.abandon(waiter)
             return Response(status_code=499)
     except asyncio.CancelledError:
@@ -151,25 +176,25 @@ async def _forward(request: Request, deployment: str, path: str, body, *, body_d
     try:
         waiter.future.result()
     except RouterError as failure:
-        ROUTER_REQUESTS.labels(deployment, failure.status).inc()
+        _requests(deployment, failure.status).inc()
         return error(failure.status, failure.reason)
+    if isinstance(body, StreamedBody):
+        body = body.whole() or body
     upstream, endpoint = await _open(request, router, deployment, path, body)
     if isinstance(upstream, Response):
         return upstream
-    if upstream.content_length is not None and upstream.content_length <= WHOLE_BODY:
+    if upstream.complete or upstream.content_length is not None and upstream.content_length <= WHOLE_BODY:
         return await _whole(router, deployment, endpoint, upstream, started)
-    return StreamingResponse(_relay(router, deployment, endpoint, upstream, started), status_code=upstream.status,
-                             headers={k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_DROP})
+    response = StreamingResponse(_relay(router, deployment, endpoint, upstream, started), status_code=upstream.status)
+    response.raw_headers = [(k, v) for k, v in upstream.headers if k.lower() not in RESPONSE_DROP]
+    return response
 
 
-async def _wait(waiter: Waiter, request: Request | None) -> bool:
-    """Wait for the decision; False if the client disconnected first (watched only once its body is read)."""
+async def _wait(waiter: Waiter, watch: Callable[[], Awaitable[None]]) -> bool:
+    """Wait for the decision; False if the client disconnected first (`watch` returns when it does)."""
     if waiter.future.done():
         return True
-    if request is None:
-        await asyncio.wait([waiter.future])
-        return True
-    watcher = asyncio.ensure_future(_disconnect(request))
+    watcher = asyncio.ensure_future(watch())
     try:
         await asyncio.wait([waiter.future, watcher], return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -187,17 +212,20 @@ async def _open(request: Request, router: Router, deployment: str, path: str, bo
     endpoint = router.pick(deployment)
     if endpoint is None:
         router.finished(deployment, None)
-        ROUTER_REQUESTS.labels(deployment, 503).inc()
+        _requests(deployment, 503).inc()
         return error(503, f"{deployment} has no healthy replica"), None
-    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in HOP_BY_HOP]
     if request.client:
-        headers.append(("x-forwarded-for", request.client.host))
-    url = f"http://{endpoint.address}{path}" + (f"?{request.url.query}" if request.url.query else "")
+        headers.append((b"x-forwarded-for", request.client.host.encode()))
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    target = path + (f"?{query}" if query else "")
     try:
-        upstream = await router.http.request(request.method, url, headers=headers, data=body, allow_redirects=False)
-    except (aiohttp.ClientError, OSError, TimeoutError) as failure:
+        upstream = await router.upstream.request(endpoint.address, request.method, target, headers,
+                                                 body if isinstance(body, bytes) else body.chunks(),
+                                                 _stream_length(request, body))
+    except (UpstreamError, OSError) as failure:
         router.finished(deployment, endpoint)
-        ROUTER_REQUESTS.labels(deployment, 502).inc()
+        _requests(deployment, 502).inc()
         return error(502, f"replica {endpoint.replica_id} of {deployment} failed: {failure}"), None
     except BaseException:
         router.finished(deployment, endpoint)
@@ -205,9 +233,26 @@ async def _open(request: Request, router: Router, deployment: str, path: str, bo
     return upstream, endpoint
 
 
-async def _whole(router: Router, deployment: str, endpoint, upstream: aiohttp.ClientResponse,
-                 started: float) -> Response:
-    """A small response of known length is one chunk anyway: relayed whole, it skips the streaming machinery."""
+def _stream_length(request: Request, body) -> int | None:
+    """The client's own length for a streamed body, which then goes upstream as it is (chunked when unknown)."""
+    if isinstance(body, bytes) or "chunked" in request.headers.get("transfer-encoding", "").lower():
+        return None
+    length = request.headers.get("content-length")
+    return int(length) if length and length.isdigit() else None
+
+
+class Whole:
+    """A small response of known length, sent in one piece: it skips the streaming machinery."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+async def _whole(router: Router, deployment: str, endpoint, upstream: Connection, started: float) -> Whole:
     try:
         content = await upstream.read()
     except BaseException:
@@ -216,13 +261,15 @@ async def _whole(router: Router, deployment: str, endpoint, upstream: aiohttp.Cl
     finally:
         router.finished(deployment, endpoint)
     upstream.release()
-    ROUTER_REQUESTS.labels(deployment, upstream.status).inc()
-    ROUTER_LATENCY.labels(deployment).observe(time.perf_counter() - started)
-    headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
-    return Response(content, status_code=upstream.status, headers=headers)
+    _requests(deployment, upstream.status).inc()
+    _latency(deployment).observe(time.perf_counter() - started)
+    headers = [(k, v) for k, v in upstream.headers if k.lower() not in HOP_BY_HOP]
+    length = upstream.content_length if upstream.head_only and upstream.content_length is not None else len(content)
+    headers.append((b"content-length", b"%d" % length))  # a HEAD answer tells the length it would have
+    return Whole(upstream.status, headers, content)
 
 
-async def _relay(router: Router, deployment: str, endpoint, upstream: aiohttp.ClientResponse,
+async def _relay(router: Router, deployment: str, endpoint, upstream: Connection,
                  started: float) -> AsyncIterator[bytes]:
     """Pass the replica's bytes on as they come; on any end (done, error, client gone) release the replica.
 
@@ -231,7 +278,7 @@ async def _relay(router: Router, deployment: str, endpoint, upstream: aiohttp.Cl
     """
     complete = False
     try:
-        async for chunk in upstream.content.iter_any():
+        async for chunk in upstream.chunks():
             yield chunk
         complete = True
     finally:
@@ -240,8 +287,8 @@ async def _relay(router: Router, deployment: str, endpoint, upstream: aiohttp.Cl
         else:
             upstream.close()
         router.finished(deployment, endpoint)
-        ROUTER_REQUESTS.labels(deployment, upstream.status).inc()
-        ROUTER_LATENCY.labels(deployment).observe(time.perf_counter() - started)
+        _requests(deployment, upstream.status).inc()
+        _latency(deployment).observe(time.perf_counter() - started)
 
 
 async def _queued_stream(request: Request, waiter: Waiter, path: str, body: bytes,
@@ -263,7 +310,7 @@ async def _queued_stream(request: Request, waiter: Waiter, path: str, body: byte
     try:
         waiter.future.result()
     except RouterError as failure:
-        ROUTER_REQUESTS.labels(deployment, failure.status).inc()
+        _requests(deployment, failure.status).inc()
         yield f"data: {json.dumps({'error': {'message': failure.reason, 'code': failure.status}})}\n\n".encode()
         return
     upstream, endpoint = await _open(request, router, deployment, path, body)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
-
-import aiohttp
 
 from corral.controller.metrics import (
     ROUTER_COLD_START,
@@ -26,20 +25,27 @@ from corral.controller.metrics import (
     ROUTER_QUEUE_DEPTH,
 )
 from corral.scheduling.placement import Request
+from corral.serving.autoscale import Decision, Sample, decide, trim
 from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
 from corral.serving.pool import Pool
 from corral.serving.scheduler import Policy, Req, Scheduler, Served
+from corral.serving.upstream import Upstream
 
 log = logging.getLogger("corral.router")
 
 TICK = 0.2  # how often idle timeouts, ageing and residency are looked at
 POOL_REFRESH = 1.0  # the pool is read this often, and every tick while requests wait
+LOAD_REPORT_FRESH = 3.0  # a standalone router's load report counts this long
 DEFAULT_SWAP_TIMEOUT = 600.0
+
+
+_in_flight = functools.lru_cache(maxsize=1024)(ROUTER_IN_FLIGHT.labels)  # looked up once: the lookup takes a lock
 
 
 class Backend(Protocol):
     async def scale(self, name: str, replicas: int, reason: str) -> None: ...
     async def pool(self) -> Pool: ...
+    async def report_load(self, loads: dict[str, int]) -> None: ...
 
 
 class RouterError(Exception):
@@ -55,8 +61,12 @@ class Waiter:
 
     req: Req
     future: asyncio.Future
-    positions: asyncio.Queue = field(default_factory=asyncio.Queue)
     since: float = field(default_factory=time.time)
+
+    @functools.cached_property
+    def positions(self) -> asyncio.Queue:
+        """Queue positions as they change; made only for a request that waits."""
+        return asyncio.Queue()
 
 
 def served_from(facts: DeploymentFacts) -> Served:
@@ -75,8 +85,13 @@ def request_of(facts: DeploymentFacts) -> Request:
 
 class Router:
     def __init__(self, backend: Backend, policy: Policy, *, max_wait: float = 60.0,
-                 swap_timeout: float = DEFAULT_SWAP_TIMEOUT) -> None:
+                 swap_timeout: float = DEFAULT_SWAP_TIMEOUT, autoscale: bool = False) -> None:
         self.backend = backend
+        self.autoscale = autoscale  # one router decides (the controller's): two would fight over the count
+        self.load_samples: dict[str, list[Sample]] = {}
+        self.autoscaled: dict[str, Decision] = {}  # the latest decision per deployment, for the views
+        self.reports: dict[str, tuple[float, dict[str, float]]] = {}  # standalone router -> (when, its loads)
+        self._scaling: set[str] = set()
         self.swap_timeout = swap_timeout
         self.catalog = Catalog()
         self.models: dict[str, str] = {}  # model name -> deployment name
@@ -88,7 +103,7 @@ class Router:
         self._turn = itertools.count()
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
-        self._http: aiohttp.ClientSession | None = None
+        self.upstream = Upstream()  # kept-alive connections to the replicas
 
     # feeding it --------------------------------------------------------------------------
 
@@ -108,26 +123,20 @@ class Router:
                     with contextlib.suppress(Exception):
                         self.pool_view = await self.backend.pool()
                         refreshed = time.monotonic()
+                        if not self.autoscale:
+                            await self.backend.report_load({name: self.load(name) for name in self.catalog.deployments})
                 self.scheduler.on_tick(time.time())
+                if self.autoscale:
+                    self._autoscale(time.time())
                 self._gauges()
                 await asyncio.sleep(TICK)
         finally:
             self.scheduler.on_shutdown("the router is shutting down")
             for task in self._tasks:
                 task.cancel()
-            if self._http is not None:
-                await self._http.close()
+            await self.upstream.close()
 
     # the proxy's side ----------------------------------------------------------------------
-
-    @property
-    def http(self) -> aiohttp.ClientSession:
-        """The upstream client: keep-alive connections to replicas, no overall timeout (generation is slow)."""
-        if self._http is None:
-            self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), auto_decompress=False,
-                connector=aiohttp.TCPConnector(limit=0), skip_auto_headers=("User-Agent", "Accept-Encoding"))
-        return self._http
 
     def deployment_for_model(self, model: str) -> str | None:
         return self.models.get(model)
@@ -241,6 +250,46 @@ class Router:
             ROUTER_EVICTIONS.labels(name, reason).inc()
             self._spawn(self._scale(name, 0, reason))
 
+    # autoscaling -----------------------------------------------------------------------------
+
+    def load(self, name: str) -> int:
+        """Requests in flight at `name` plus those waiting for it (queued or on its cold start)."""
+        return (self.scheduler.in_flight.get(name, 0) + sum(r.deployment == name for r in self.scheduler.queue)
+                + len(self.scheduler.swaps.get(name, ())))
+
+    def report_load(self, router: str, loads: dict[str, float], now: float) -> None:
+        self.reports[router] = (now, loads)
+
+    def _autoscale(self, now: float) -> None:
+        """Sample every deployment's load, here and at fresh standalone routers, and move its replica count where
+        the decider says."""
+        self.reports = {router: (at, loads) for router, (at, loads) in self.reports.items()
+                        if now - at <= LOAD_REPORT_FRESH}
+        for name, facts in self.catalog.deployments.items():
+            bounds = facts.spec.autoscale_bounds
+            samples = self.load_samples.setdefault(name, [])
+            elsewhere = sum(loads.get(name, 0.0) for _, loads in self.reports.values())
+            samples.append(Sample(now, self.load(name) + elsewhere))
+            trim(samples, bounds.scale_down_delay, now)
+            if name in self._scaling or name in self.scheduler.swaps:
+                continue
+            decision = decide(samples, bounds, facts.replicas, now)
+            if decision is not None and decision.replicas != facts.replicas:
+                self.autoscaled[name] = decision
+                self._scaling.add(name)
+                self._spawn(self._autoscale_to(name, decision))
+        for gone in self.load_samples.keys() - self.catalog.deployments.keys():
+            del self.load_samples[gone]
+            self.autoscaled.pop(gone, None)
+
+    async def _autoscale_to(self, name: str, decision: Decision) -> None:
+        try:
+            await self._scale(name, decision.replicas, decision.reason)
+        except Exception as error:
+            log.warning("autoscale %s: %s", name, error)
+        finally:
+            self._scaling.discard(name)
+
     # slow work -------------------------------------------------------------------------------
 
     async def _swap(self, target: str, evict: list[str]) -> None:
@@ -301,4 +350,4 @@ class Router:
         """Queue depth, and the in-flight gauge of `name` (of every deployment when None)."""
         ROUTER_QUEUE_DEPTH.set(len(self.scheduler.queue) + sum(len(w) for w in self.scheduler.swaps.values()))
         for each in [name] if name is not None else list(self.scheduler.in_flight):
-            ROUTER_IN_FLIGHT.labels(each).set(self.scheduler.in_flight.get(each, 0))
+            _in_flight(each).set(self.scheduler.in_flight.get(each, 0))

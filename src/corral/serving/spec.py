@@ -7,6 +7,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds
+from corral.serving.autoscale import Bounds
 
 MAX_DEPLOYMENT_REPLICAS = 1000
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -56,6 +57,10 @@ class DeploymentSpec(BaseModel):
     public: bool = Field(False, description="the router serves it without a key")
     preload: bool = Field(False, description="start a replica at once even if min_replicas is 0")
     grace_period: Seconds = Field(15.0, ge=0, le=3600)
+    target_concurrency: float = Field(2.0, gt=0, le=1_000_000,
+                                      description="requests per replica the autoscaler aims for, in flight or queued")
+    scale_down_delay: Seconds = Field(60.0, ge=0, le=MAX_TIME_LIMIT,
+                                      description="load must stay lower this long before replicas are removed")
 
     @field_validator("name")
     @classmethod
@@ -82,6 +87,10 @@ class DeploymentSpec(BaseModel):
             self.model_names = [self.name]
         JobSpec(command=self.command, env=self.env, bundle=self.bundle)  # the same checks a job gets
         return self
+
+    @property
+    def autoscale_bounds(self) -> Bounds:
+        return Bounds(self.min_replicas, self.max_replicas, self.target_concurrency, self.scale_down_delay)
 
     @property
     def initial_replicas(self) -> int:

@@ -31,5 +31,7 @@ REPLICA_ENDED = frozenset({R.TERMINATED})
 REPLICA_COUNTED = frozenset({R.PROVISIONING, R.DEGRADED, R.HEALTHY, R.UNHEALTHY})
 # Replicas on their way to serving.
 REPLICA_STARTING = frozenset({R.PROVISIONING, R.DEGRADED})
+# Replicas on their way out: a replica created meanwhile takes the place of one of them.
+REPLICA_LEAVING = frozenset({R.TERMINATING, R.FAILED_TO_START})
 # Replicas whose process may be up: the health prober looks at these.
 REPLICA_PROBED = frozenset({R.DEGRADED, R.HEALTHY, R.UNHEALTHY})

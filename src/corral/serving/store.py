@@ -8,13 +8,14 @@ from typing import Any
 from sqlalchemy import and_, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.core.events import REPLACEMENT
 from corral.core.states import JobState, TaskState
 from corral.serving.handlers import DeploymentFacts, Probe, ReplicaFacts, ServingSnapshot
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import DEPLOYMENT_LIVE, DeploymentState, ReplicaState
 from corral.store.changes import StaleWrite
 from corral.store.jobs import insert_job
-from corral.store.schema import deployments, jobs, replicas, serving_history, tasks, workers
+from corral.store.schema import deployments, history, jobs, replicas, tasks, workers
 
 D, R = DeploymentState, ReplicaState
 SHOWN = (*DEPLOYMENT_LIVE, D.DESTROYING)
@@ -73,13 +74,16 @@ async def live_deployment(connection: AsyncConnection, name: str):
         deployments.c.name == name, deployments.c.state.in_([str(s) for s in SHOWN])))).first()
 
 
-async def insert_replica(connection: AsyncConnection, deployment_id: int, spec: DeploymentSpec, now: float) -> int:
+async def insert_replica(connection: AsyncConnection, deployment_id: int, spec: DeploymentSpec, now: float,
+                         replaces: int | None = None) -> int:
+    """A new replica and its job; `replaces`: the replica on its way out whose place it takes."""
     job_id = await insert_job(connection, spec.replica_job(), None, now)
     replica_id = (await connection.execute(insert(replicas).values(
         deployment_id=deployment_id, job_id=job_id, state=R.PROVISIONING, state_since=now, created_at=now,
     ).returning(replicas.c.id))).scalar_one()
-    await record(connection, now, deployment_id, replica_id, "ScalingDeployment", "SUCCESS", None,
-                 R.PROVISIONING, f"created as job {job_id}")
+    result, note = ("SUCCESS", "") if replaces is None else (REPLACEMENT, f" in place of replica {replaces}")
+    await record(connection, now, deployment_id, replica_id, "ScalingDeployment", result, None, R.PROVISIONING,
+                 f"created as job {job_id}{note}")
     return replica_id
 
 
@@ -98,7 +102,7 @@ async def set_columns(connection: AsyncConnection, table, row_id: int, **columns
 
 async def record(connection: AsyncConnection, now: float, deployment_id: int, replica_id: int | None, handler: str,
                  result: str, from_state: str | None, to_state: str | None, message: str | None) -> None:
-    await connection.execute(insert(serving_history).values(
+    await connection.execute(insert(history).values(
         at=now, deployment_id=deployment_id, replica_id=replica_id, handler=handler, result=str(result),
         from_state=from_state and str(from_state), to_state=to_state and str(to_state), message=message))
 

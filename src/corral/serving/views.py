@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import DeploymentState, ReplicaState
@@ -42,6 +42,8 @@ class DeploymentView(BaseModel):
 
 
 class DeploymentDetail(DeploymentView):
+    desired_replicas: int | None = Field(None, description="the autoscaler's latest decision, if it made one")
+    autoscale_reason: str | None = None
     replica_list: list[ReplicaView] = []
     history: list[ServingHistoryEntry] = []
 
@@ -68,6 +70,21 @@ class CatalogDeployment(BaseModel):
     endpoints: list[str]  # host:port of each healthy replica
     replica_ids: list[int]
     start_failure: tuple[float, str] | None = None  # the latest replica that ended before it served
+
+
+class LoadReport(BaseModel):
+    """A standalone router's load per deployment (in flight plus waiting), for the controller's autoscaler."""
+
+    router: str = Field(..., min_length=1, max_length=100, description="the reporting router's id")
+    loads: dict[str, float] = Field(..., max_length=10_000)
+
+    @field_validator("loads")
+    @classmethod
+    def _counts(cls, loads: dict[str, float]) -> dict[str, float]:
+        bad = [name for name, load in loads.items() if not 0 <= load <= 1e9]
+        if bad:
+            raise ValueError(f"loads must be counts of requests: {', '.join(bad[:5])}")
+        return loads
 
 
 class CatalogView(BaseModel):

@@ -17,9 +17,9 @@ log = logging.getLogger("corral.serving")
 CONFIG_ENV = "CORRAL_ROUTER_CONFIG"  # a YAML file: max_wait, swap_timeout, and `groups` or `matrix`
 
 
-def router_from_config(backend, config: dict) -> Router:
+def router_from_config(backend, config: dict, *, autoscale: bool = False) -> Router:
     return Router(backend, policy_from_config(config), max_wait=float(config.get("max_wait", 60.0)),
-                  swap_timeout=float(config.get("swap_timeout", DEFAULT_SWAP_TIMEOUT)))
+                  swap_timeout=float(config.get("swap_timeout", DEFAULT_SWAP_TIMEOUT)), autoscale=autoscale)
 
 
 def health_changed(deployment: str, replica_id: int, healthy: bool) -> None:
@@ -31,7 +31,8 @@ def start_serving(state) -> list[asyncio.Task]:
     """Sets `state.router` and `state.serving`; returns their loops' tasks."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied request or probe is noise
     config = load_router_config(os.environ.get(CONFIG_ENV))
-    state.router = router_from_config(LocalBackend(state.store, lambda: state.serving.changed()), config)
+    state.router = router_from_config(LocalBackend(state.store, lambda: state.serving.changed()), config,
+                                      autoscale=True)
     state.serving = ServingEngine(state.store, wake_jobs=state.engine.wake, publish=state.router.publish,
                                   on_health=health_changed)
     return [asyncio.create_task(state.serving.run(), name="serving"),

@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import Select, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.events import Stamp, event_type, ready
 from corral.core.states import JOB_TERMINAL
 from corral.core.views import EventView
-from corral.store.schema import history, jobs, tasks
+from corral.store.schema import deployments, history, jobs, tasks
 
 PAGE = 500  # rows per read; a subscriber that is behind reads page after page
 
 
+def only(query: Select, job_id: int | None, deployment: str | None) -> Select:
+    """The query narrowed to one job's events, or to those of every deployment ever named `deployment`."""
+    if job_id is not None:
+        query = query.where(history.c.job_id == job_id)
+    if deployment is not None:
+        named = select(deployments.c.id).where(deployments.c.name == deployment)
+        query = query.where(history.c.deployment_id.in_(named))
+    return query
+
+
 async def read_events(connection: AsyncConnection, after: int, job_id: int | None = None,
-                      limit: int = PAGE, upto: int | None = None) -> list[EventView]:
+                      limit: int = PAGE, upto: int | None = None, deployment: str | None = None) -> list[EventView]:
     """Events with an id above `after` (and at most `upto`), oldest first."""
     query = (
-        select(history, tasks.c.index.label("task_index"))
-        .select_from(history.outerjoin(tasks, history.c.task_id == tasks.c.id))
+        select(history, tasks.c.index.label("task_index"), deployments.c.name.label("deployment"))
+        .select_from(history.outerjoin(tasks, history.c.task_id == tasks.c.id)
+                     .outerjoin(deployments, history.c.deployment_id == deployments.c.id))
         .where(history.c.id > after).order_by(history.c.id).limit(limit)
     )
     if upto is not None:
         query = query.where(history.c.id <= upto)
-    if job_id is not None:
-        query = query.where(history.c.job_id == job_id)
     return [
-        EventView(id=r.id, type=event_type(r.job_id, r.task_id, r.handler, r.result, r.to_state), at=r.at,
-                  job_id=r.job_id, task_id=r.task_id, task_index=r.task_index, attempt=r.attempt,
-                  worker_id=r.worker_id, handler=r.handler, result=r.result, from_state=r.from_state,
+        EventView(id=r.id, type=event_type(r.job_id, r.task_id, r.handler, r.result, r.to_state, r.deployment_id,
+                                           r.replica_id),
+                  at=r.at, job_id=r.job_id, task_id=r.task_id, task_index=r.task_index, attempt=r.attempt,
+                  worker_id=r.worker_id, deployment_id=r.deployment_id, deployment=r.deployment,
+                  replica_id=r.replica_id, handler=r.handler, result=r.result, from_state=r.from_state,
                   to_state=r.to_state, message=r.message)
-        for r in (await connection.execute(query)).all()
+        for r in (await connection.execute(only(query, job_id, deployment))).all()
     ]
 
 
@@ -38,11 +49,10 @@ async def latest_id(connection: AsyncConnection) -> int:
     return (await connection.execute(select(func.max(history.c.id)))).scalar() or 0
 
 
-async def before_last(connection: AsyncConnection, count: int, job_id: int | None = None) -> int:
-    """The id to start after so that the last `count` events (of a job) are read."""
-    query = select(history.c.id).order_by(history.c.id.desc()).limit(count)
-    if job_id is not None:
-        query = query.where(history.c.job_id == job_id)
+async def before_last(connection: AsyncConnection, count: int, job_id: int | None = None,
+                      deployment: str | None = None) -> int:
+    """The id to start after so that the last `count` events (of a job, of a deployment) are read."""
+    query = only(select(history.c.id).order_by(history.c.id.desc()).limit(count), job_id, deployment)
     ids = list((await connection.execute(query)).scalars())
     return min(ids) - 1 if ids else await latest_id(connection)
 

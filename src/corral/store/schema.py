@@ -151,7 +151,10 @@ history = Table(
     Column("to_state", String(20)),
     Column("message", Text),
     Column("worker_id", String(64)),  # set on a worker's own events (registered, lost)
+    Column("deployment_id", Integer),  # set on a deployment's and its replicas' events
+    Column("replica_id", Integer),
     Index("ix_history_job", "job_id", "id"),
+    Index("ix_history_deployment", "deployment_id", "id"),
     Index("ix_history_at", "at"),
 )
 
@@ -226,19 +229,4 @@ replicas = Table(
     Column("reason", Text),
     Column("created_at", Float, nullable=False),
     Index("ix_replicas_deployment_state", "deployment_id", "state"),
-)
-
-serving_history = Table(
-    "serving_history",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("at", Float, nullable=False),
-    Column("deployment_id", Integer, nullable=False),
-    Column("replica_id", Integer),
-    Column("handler", String(64), nullable=False),
-    Column("result", String(20), nullable=False),
-    Column("from_state", String(20)),
-    Column("to_state", String(20)),
-    Column("message", Text),
-    Index("ix_serving_history_deployment", "deployment_id", "id"),
 )

@@ -178,6 +178,7 @@ function route() {
   else if (parts[0] === "jobs") { name = "jobs"; current = jobsView(view, params); }
   else if (parts[0] === "queue") { name = "queue"; current = queueView(view, params); }
   else if (parts[0] === "workers") { name = "workers"; current = workersView(view); }
+  else if (parts[0] === "deployments") { name = "deployments"; current = deploymentsView(view); }
   else current = overviewView(view);
   for (const link of document.querySelectorAll("[data-nav]")) {
     if (link.dataset.nav === name) link.setAttribute("aria-current", "page");
@@ -210,7 +211,7 @@ function overviewView(view) {
   const body = h("div");
   view.append(h("h1", {}, "Overview"), body);
   return liveView(body, async () => {
-    const {summary, samples} = await getJSON("/overview");
+    const [{summary, samples}, served] = await Promise.all([getJSON("/overview"), getJSON("/overview/deployments?events=0")]);
     const cap = h("section", {class: "card", "aria-labelledby": "cap-title"}, h("h2", {id: "cap-title"}, "Capacity and use"));
     if (!summary.pools.length) cap.append(h("p", {class: "muted"}, "No worker is alive."));
     for (const pool of summary.pools) {
@@ -234,8 +235,20 @@ function overviewView(view) {
       chart("CPU in use (cores)", samples, (s) => s.used.cpu, "var(--running)"),
       chart("GPUs in use", samples, (s) => s.used.gpu, "var(--building)"),
       chart("Jobs waiting", samples, (s) => s.queued_jobs, "var(--pending)"));
-    fill(body, h("div", {class: "grid"}, cap, queue, counts), h("div", {class: "grid"}, charts));
+    fill(body, h("div", {class: "grid"}, cap, queue, counts, servingCard(served.summary)), h("div", {class: "grid"}, charts));
   }, {relevant: () => true, throttleMs: 1000});
+}
+
+function servingCard(summary) {
+  const total = Object.values(summary.deployments).reduce((n, k) => n + k, 0);
+  return h("section", {class: "card", "aria-labelledby": "serving-title"}, h("h2", {id: "serving-title"}, "Deployments"),
+    h("p", {}, h("span", {class: "big"}, total), " deployment(s) · ",
+      h("span", {class: summary.ready < summary.wanted ? "health bad" : "health ok", "data-ready": ""},
+        `${summary.ready} of ${summary.wanted} replicas ready`),
+      summary.unhealthy ? h("span", {class: "health bad"}, ` · ${summary.unhealthy} failing health checks`) : null),
+    countList(summary.deployments, () => "#/deployments"),
+    summary.degraded.length ? h("p", {class: "reason"}, `short of replicas: ${summary.degraded.join(", ")}`) : null,
+    h("p", {}, h("a", {href: "#/deployments"}, "See the deployments")));
 }
 
 function useBar(resource, used, capacity) {
@@ -545,6 +558,60 @@ function workersView(view) {
         h("td", {class: "num"}, w.running_tasks)))))
       : h("p", {class: "muted"}, "No worker has registered. Start one with `corral worker --controller URL --token JOIN_TOKEN`."));
   }, {relevant: (e) => e.worker_id !== null, every: 5000});
+}
+
+// ---- deployments -----------------------------------------------------------------------------
+
+function deploymentsView(view) {
+  const body = h("div");
+  view.append(h("h1", {}, "Deployments"), body);
+  // Health checks that fail below the threshold change no state (no event): a short timer shows them too.
+  return liveView(body, async () => {
+    const {deployments} = await getJSON("/overview/deployments");
+    fill(body, deployments.length ? deployments.map(deploymentCard)
+      : h("p", {class: "muted"}, "Nothing is deployed. Deploy with `corral deploy NAME -- COMMAND`."));
+  }, {relevant: (e) => e.deployment_id !== null, every: 2000, throttleMs: 300});
+}
+
+function deploymentCard(d) {
+  const title = `deployment-${d.id}`;
+  return h("section", {class: "card deployment", "data-deployment": d.name, "aria-labelledby": title},
+    h("div", {class: "head"}, h("h2", {id: title}, d.name), badge(d.state),
+      h("span", {class: d.ready < d.wanted ? "health bad" : "health ok", "data-ready": ""}, `${d.ready} / ${d.wanted} ready`),
+      h("span", {class: "muted"}, `${d.state.toLowerCase()} for ${since(d.state_since)}`),
+      h("span", {}, d.models.map((m) => h("span", {class: "tag", title: "model"}, m)))),
+    h("div", {class: "columns"},
+      h("div", {}, replicasTable(d)),
+      h("div", {}, h("h3", {class: "muted"}, "events"), eventList(d.events))));
+}
+
+function replicasTable(d) {
+  if (!d.replicas.length) return h("p", {class: "muted"}, "No replica is running.");
+  return h("table", {"aria-label": `replicas of ${d.name}`}, h("thead", {}, h("tr", {},
+    ["replica", "state", "health", "address", "worker"].map((c) => h("th", {scope: "col"}, c)))),
+  h("tbody", {}, d.replicas.map((r) => h("tr", {"data-replica": r.id},
+    h("td", {class: "num"}, h("a", {href: `#/jobs/${r.job_id}`, title: `job ${r.job_id}`}, r.id)),
+    h("td", {}, badge(r.state), h("span", {class: "reason"}, `for ${since(r.state_since)}`)),
+    h("td", {}, health(r)),
+    h("td", {class: "mono"}, r.address ?? "-"),
+    h("td", {}, r.worker_name ?? r.worker_id ?? "-")))));
+}
+
+function health(r) {
+  if (r.probe_ok === null || r.probe_ok === undefined) return h("span", {class: "muted"}, "not checked yet");
+  return h("span", {class: r.probe_ok ? "health ok" : "health bad"},
+    r.probe_ok ? "passing" : `failing ${r.failures}×`,
+    h("span", {class: "reason"}, `${r.probe_detail} · ${since(r.probed_at)} ago`));
+}
+
+function eventList(events) {
+  if (!events.length) return h("p", {class: "muted"}, "No event kept.");
+  const kind = (e) => (/unhealthy|evicted|failed|terminat/.test(e.type) ? "bad" : /replaced|scal|provision|degraded/.test(e.type) ? "retry" : "ok");
+  return h("ol", {class: "timeline", "aria-label": "deployment events"}, [...events].reverse().map((e) => h("li", {class: kind(e), "data-event": e.id},
+    h("span", {class: "when"}, clock(e.at)), h("strong", {}, e.type),
+    e.replica_id !== null ? ` replica ${e.replica_id} ` : " ",
+    e.from_state ? [badge(e.from_state), " → "] : null, e.to_state ? badge(e.to_state) : null,
+    e.message ? h("span", {class: "reason"}, e.message) : null)));
 }
 
 // ---- sign in and out -------------------------------------------------------------------------

@@ -1,0 +1,111 @@
+"""What the dashboard's Deployments page reads: each deployment, its replicas with their health, its latest events.
+
+Health is the prober's latest word (kept in the serving engine's memory, not in the store), so
+this is where the stored replicas and the live probes meet.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel
+from sqlalchemy import and_, select
+
+from corral.controller.auth import require_admin
+from corral.core.views import EventView
+from corral.serving.handlers import Probe
+from corral.serving.states import REPLICA_COUNTED, DeploymentState, ReplicaState
+from corral.serving.store import SHOWN, deployment_facts
+from corral.store.events import before_last, read_events
+from corral.store.schema import deployments, replicas, tasks, workers
+
+router = APIRouter(prefix="/api/v1", tags=["dashboard"], dependencies=[Depends(require_admin)])
+
+
+class ReplicaHealth(BaseModel):
+    id: int
+    state: ReplicaState
+    state_since: float
+    job_id: int
+    address: str | None
+    worker_id: str | None
+    worker_name: str | None
+    probed_at: float | None = None  # the last health check: when, whether it passed, what it saw
+    probe_ok: bool | None = None
+    probe_detail: str | None = None
+    failures: int = 0  # health checks failed in a row
+
+
+class DeploymentHealth(BaseModel):
+    id: int
+    name: str
+    state: DeploymentState
+    state_since: float
+    wanted: int
+    ready: int  # HEALTHY replicas
+    models: list[str]
+    replicas: list[ReplicaHealth]
+    events: list[EventView]
+
+
+class DeploymentsSummary(BaseModel):
+    deployments: dict[str, int]  # by state
+    wanted: int
+    ready: int
+    unhealthy: int  # replicas UNHEALTHY, or failing their health check right now
+    degraded: list[str]  # deployments with fewer ready replicas than wanted
+
+
+class DeploymentsBoard(BaseModel):
+    summary: DeploymentsSummary
+    deployments: list[DeploymentHealth]
+
+
+def with_probe(replica: ReplicaHealth, probe: Probe | None) -> ReplicaHealth:
+    if probe is None:
+        return replica
+    return replica.model_copy(update={"probed_at": probe.at, "probe_ok": probe.ok, "probe_detail": probe.detail,
+                                      "failures": probe.failures})
+
+
+def summarize(board: Sequence[DeploymentHealth]) -> DeploymentsSummary:
+    """Counts for the overview: deployments by state, replicas wanted and ready, and which fall short."""
+    return DeploymentsSummary(
+        deployments=dict(Counter(str(d.state) for d in board)),
+        wanted=sum(d.wanted for d in board), ready=sum(d.ready for d in board),
+        unhealthy=sum(r.state is ReplicaState.UNHEALTHY or (r.state in REPLICA_COUNTED and r.failures > 0)
+                      for d in board for r in d.replicas),
+        degraded=[d.name for d in board if d.ready < d.wanted],
+    )
+
+
+@router.get("/overview/deployments", response_model=DeploymentsBoard)
+async def deployments_board(request: Request,
+                            events: int = Query(30, ge=0, le=500, description="latest events per deployment")
+                            ) -> DeploymentsBoard:
+    """Live and destroying deployments, newest first, each with its replicas not yet TERMINATED."""
+    app = request.app.state
+    serving = getattr(app, "serving", None)
+    probes: dict[int, Probe] = dict(serving.probes) if serving is not None else {}
+    async with app.store.read() as connection:
+        rows = (await connection.execute(select(deployments).where(deployments.c.state.in_([str(s) for s in SHOWN]))
+                                         .order_by(deployments.c.id.desc()))).all()
+        replica_rows = (await connection.execute(
+            select(replicas, tasks.c.worker_id, workers.c.name.label("worker_name"))
+            .select_from(replicas.outerjoin(tasks, and_(tasks.c.job_id == replicas.c.job_id, tasks.c.index == 0))
+                         .outerjoin(workers, tasks.c.worker_id == workers.c.id))
+            .where(replicas.c.deployment_id.in_([r.id for r in rows]), replicas.c.state != ReplicaState.TERMINATED)
+            .order_by(replicas.c.id))).all()
+        board = []
+        for row in rows:
+            mine = [with_probe(ReplicaHealth.model_validate(r, from_attributes=True), probes.get(r.id))
+                    for r in replica_rows if r.deployment_id == row.id]
+            recent = await read_events(connection, await before_last(connection, events, None, row.name),
+                                       deployment=row.name) if events else []
+            board.append(DeploymentHealth(
+                id=row.id, name=row.name, state=DeploymentState(row.state), state_since=row.state_since,
+                wanted=row.replicas, ready=sum(r.state is ReplicaState.HEALTHY for r in mine),
+                models=deployment_facts(row).spec.model_names, replicas=mine, events=recent))
+    return DeploymentsBoard(summary=summarize(board), deployments=board)

@@ -1,0 +1,280 @@
+"""The router's upstream client: HTTP/1.1 over kept-alive connections per replica, bytes relayed as they come.
+
+One connection carries one exchange at a time. The request head and body are written straight
+to the transport (a streamed body as it arrives, chunked when its length is unknown); the
+response is parsed by httptools and its body handed on chunk by chunk, with reading paused
+while more than READ_BOUND bytes wait to be taken. A response read to its end puts the
+connection back for the next request to that replica; one cut short (client gone, error)
+closes it, which is how the replica learns that nobody listens any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator
+
+import httptools
+
+READ_BOUND = 256 * 2**10  # response bytes held before reading from the replica pauses
+IDLE_PER_REPLICA = 256  # kept-alive connections kept per replica address
+CONNECT_TIMEOUT = 10.0
+
+
+class UpstreamError(Exception):
+    """The replica could not be reached, or broke off its response."""
+
+
+class Connection(asyncio.Protocol):
+    """One connection to a replica, and the response of its current exchange."""
+
+    def __init__(self, pool: Upstream, address: str) -> None:
+        self.pool = pool
+        self.address = address
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._writable: asyncio.Future | None = None
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._parser = httptools.HttpResponseParser(self)  # one per connection: it reads message after message
+        self._reset(head_only=False)
+
+    def _reset(self, *, head_only: bool) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.content_length: int | None = None
+        self.chunked = False
+        self.complete = False
+        self.head_only = head_only
+        self._reusable = False
+        self._chunks.clear()
+        self._buffered = 0
+        self._failure: Exception | None = None
+        self._head: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._wakeup: asyncio.Future | None = None
+        self._paused = False
+        self._sender: asyncio.Task | None = None
+
+    # asyncio's side ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.complete:  # nothing is asked: a replica that talks now is not to be trusted with the next one
+            self.transport.close()
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as error:
+            self._fail(UpstreamError(f"a malformed response: {error}"))
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete and self.delimited_by_close and exc is None:
+            self.complete = True  # its body was all it sent before closing; the connection is not reused
+            self._wake()
+        elif not self.complete:
+            self._fail(UpstreamError("the replica closed the connection" + (f": {exc}" if exc else "")))
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    # httptools' side -----------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+        lowered = name.lower()
+        if lowered == b"content-length":
+            self.content_length = int(value)
+        elif lowered == b"transfer-encoding" and b"chunked" in value.lower():
+            self.chunked = True
+
+    @property
+    def delimited_by_close(self) -> bool:
+        """A response head with neither length nor chunks: its body ends when the replica closes (RFC 9112 6.3)."""
+        return self._head.done() and self._failure is None and self.content_length is None and not self.chunked
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        if not self._head.done():
+            self._head.set_result(None)
+        if self.head_only:  # a HEAD response has no body whatever its headers say; not reused, to stay simple
+            self.complete = True
+            self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        if self.head_only:
+            return
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > READ_BOUND and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._reusable = self._parser.should_keep_alive()
+        self._wake()
+
+    # the router's side ---------------------------------------------------------------------
+
+    async def send(self, head: bytes, body: bytes | AsyncIterator[bytes], chunked: bool) -> None:
+        """Write the request, and wait for the response's head."""
+        self.transport.write(head + body if isinstance(body, bytes) else head)
+        if not isinstance(body, bytes):
+            self._sender = asyncio.ensure_future(self._stream(body, chunked))
+        await self._head
+        if self._failure is not None:
+            raise self._failure
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The response body as it arrives; an UpstreamError if the replica breaks it off."""
+        while True:
+            while self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._paused and self._buffered <= READ_BOUND // 2:
+                    self._paused = False
+                    self.transport.resume_reading()
+                yield chunk
+            if self.complete:
+                return
+            if self._failure is not None:
+                raise self._failure
+            self._wakeup = asyncio.get_running_loop().create_future()
+            await self._wakeup
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    def release(self) -> None:
+        """Done with the response: a whole one leaves the connection for reuse, anything else closes it."""
+        sender, self._sender = self._sender, None
+        if sender is not None and not sender.done():
+            sender.cancel()
+            self.close()
+        elif self.complete and self._reusable and not self.closed:
+            self.pool.put_back(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _stream(self, body: AsyncIterator[bytes], chunked: bool) -> None:
+        try:
+            async for chunk in body:
+                if chunk:
+                    self.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
+                    if self._writable is not None:
+                        await self._writable
+                if self.closed:
+                    return
+            if chunked:
+                self.transport.write(b"0\r\n\r\n")
+        except BaseException:  # the client went away mid-body, or its stream failed: the replica hears of it
+            self.close()
+            self._fail(UpstreamError("the request body was cut short"))
+
+    def _fail(self, failure: Exception) -> None:
+        if self._failure is None:
+            self._failure = failure
+        if not self._head.done():
+            self._head.set_result(None)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+
+class Upstream:
+    """Kept-alive connections to replicas, by address (host:port)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[str, list[Connection]] = {}
+
+    async def request(self, address: str, method: str, target: str, headers: list[tuple[bytes, bytes]],
+                      body: bytes | AsyncIterator[bytes], length: int | None = None) -> Connection:
+        """Send the request and return once the response's head is in; its body is read from the connection.
+
+        `body` bytes go out with their length; a stream goes out with `length` when the client gave
+        one, chunked otherwise. Raises UpstreamError or OSError when the replica cannot be reached.
+        """
+        lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target.encode(), address.encode())]
+        lines += [b"%s: %s\r\n" % pair for pair in headers]
+        chunked = False
+        if isinstance(body, bytes):
+            if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+                lines.append(b"content-length: %d\r\n" % len(body))
+        elif length is not None:
+            lines.append(b"content-length: %d\r\n" % length)
+        else:
+            chunked = True
+            lines.append(b"transfer-encoding: chunked\r\n")
+        lines.append(b"\r\n")
+        head = b"".join(lines)
+        head_only = method == "HEAD"
+        reused = self._take(address)
+        if reused is not None:
+            reused._reset(head_only=head_only)
+            try:
+                await reused.send(head, body, chunked)
+                return reused
+            except UpstreamError:
+                reused.close()
+                if not isinstance(body, bytes):
+                    raise  # a streamed body cannot be sent twice; bytes go again on a fresh connection
+            except BaseException:
+                reused.close()
+                raise
+        connection = await self._connect(address, head_only)
+        try:
+            await connection.send(head, body, chunked)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def put_back(self, connection: Connection) -> None:
+        idle = self._idle.setdefault(connection.address, [])
+        if len(idle) < IDLE_PER_REPLICA:
+            idle.append(connection)
+        else:
+            connection.close()
+
+    async def close(self) -> None:
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.close()
+        self._idle.clear()
+
+    def _take(self, address: str) -> Connection | None:
+        idle = self._idle.get(address)
+        while idle:
+            connection = idle.pop()
+            if not connection.closed:
+                return connection
+        return None
+
+    async def _connect(self, address: str, head_only: bool) -> Connection:
+        host, _, port = address.rpartition(":")
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                _, connection = await loop.create_connection(lambda: Connection(self, address), host, int(port))
+        except TimeoutError as error:
+            raise UpstreamError(f"no connection to {address} within {CONNECT_TIMEOUT:.0f}s") from error
+        connection.head_only = head_only
+        return connection

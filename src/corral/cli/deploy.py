@@ -68,6 +68,7 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 @click.option("--cpus", type=float)
 @click.option("--memory")
 @click.option("--gpus", type=int)
+@click.option("--project", help="Whose quota its replicas use and whose tokens may call it (default: default).")
 @click.option("--priority", type=int, help="Queued requests of higher-priority deployments go first.")
 @click.option("--concurrency", type=int, help="Requests in flight before the router answers 429.")
 @click.option("--min-residency", help="A loaded deployment is not evicted sooner than this, e.g. 30s.")
@@ -153,6 +154,7 @@ def deployment_info(name: str, as_json: bool) -> None:
     out.print(f"[bold]{detail.name}[/bold]  ", _state(detail.state), f"  wanted {detail.replicas} "
               f"(min {spec.min_replicas}, max {spec.max_replicas})")
     out.print(f"command    {format_command(spec.command)}", highlight=False, markup=False)
+    out.print(f"project    {spec.project}", markup=False)
     out.print(f"models     {', '.join(spec.model_names)}", markup=False)
     out.print(f"resources  {format_resources(spec.resources)}   health GET {spec.health.path} every "
               f"{spec.health.interval:g}s   idle timeout {spec.idle_timeout and f'{spec.idle_timeout:g}s' or '-'}"

@@ -13,6 +13,7 @@ from corral.cli.deploy import COMMANDS as serving_commands
 from corral.cli.events import events
 from corral.cli.info import info
 from corral.cli.listing import jobs, workers
+from corral.cli.projects import project
 from corral.cli.submit import submit
 from corral.cli.up import up
 from corral.client.errors import CorralError, format_validation
@@ -41,6 +42,6 @@ def main() -> None:
     """
 
 
-for command in (up, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint,
+for command in (up, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
                 *serving_commands):
     main.add_command(command)

@@ -21,6 +21,7 @@ from corral.controller import (
     jobs_api,
     placement_api,
     preemption_api,
+    project_tokens_api,
     results_api,
     retry_api,
     workers_api,
@@ -97,6 +98,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(workers_api.router)
     app.include_router(files_api.router)
     app.include_router(admin_api.router)
+    app.include_router(project_tokens_api.router)
     app.include_router(placement_api.router)
     app.include_router(preemption_api.router)
     app.include_router(events_api.router)

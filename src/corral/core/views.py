@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
@@ -158,3 +158,18 @@ class PlacementAnalysis(BaseModel):
     gate: str | None  # a dependency or begin time it waits for
     quota: dict[str, tuple[float, float]]  # resource -> (used, limit) for its project
     workers: list[WorkerFit]
+
+
+class TokenRequest(BaseModel):
+    token: str | None = Field(None, min_length=16, max_length=200, pattern=r"^[!-~]+$",
+                              description="the token to accept (printable, no spaces); by default a random one")
+
+
+class ProjectToken(BaseModel):
+    id: int
+    project: str
+    created_at: float
+
+
+class IssuedToken(ProjectToken):
+    token: str = Field(..., description="shown this once: only its hash is kept")

@@ -1,10 +1,11 @@
-"""Who may call a deployment through the router: the admin token, one of its own keys, or anyone if public."""
+"""Who may call a deployment through the router: the admin token, one of its own keys, a token of its project,
+or anyone if public."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 
+from corral.core.keys import key_hash
 from corral.serving.handlers import DeploymentFacts
 
 
@@ -20,5 +21,5 @@ def may_call(facts: DeploymentFacts, key: str | None, admin_token: str) -> bool:
         return False
     if hmac.compare_digest(key, admin_token):
         return True
-    digest = hashlib.sha256(key.encode()).hexdigest()
-    return any(hmac.compare_digest(digest, known) for known in facts.key_hashes)
+    digest = key_hash(key)
+    return any(hmac.compare_digest(digest, known) for known in (*facts.key_hashes, *facts.project_key_hashes))

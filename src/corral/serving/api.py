@@ -143,6 +143,7 @@ async def catalog(request: Request) -> CatalogView:
                        holdings={name: [dataclasses.asdict(h) for h in held] for name, held in pool.holdings.items()},
                        deployments=[
         CatalogDeployment(name=name, spec=facts.spec, replicas=facts.replicas, key_hashes=list(facts.key_hashes),
+                          project_key_hashes=list(facts.project_key_hashes),
                           endpoints=[e.address for e in current.endpoints.get(name, ())],
                           replica_ids=[e.replica_id for e in current.endpoints.get(name, ())],
                           start_failure=current.start_failures.get(name))

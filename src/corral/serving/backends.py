@@ -61,7 +61,8 @@ class RemoteBackend:
         response.raise_for_status()
         view = CatalogView.model_validate(response.json())
         self.publish(Catalog(
-            {d.name: DeploymentFacts(0, d.name, d.spec, DeploymentState.READY, 0.0, d.replicas, tuple(d.key_hashes))
+            {d.name: DeploymentFacts(0, d.name, d.spec, DeploymentState.READY, 0.0, d.replicas, tuple(d.key_hashes),
+                                     tuple(d.project_key_hashes))
              for d in view.deployments},
             {d.name: tuple(Endpoint(i, a) for i, a in zip(d.replica_ids, d.endpoints, strict=True))
              for d in view.deployments},

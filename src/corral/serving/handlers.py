@@ -45,7 +45,8 @@ class DeploymentFacts:
     state: DeploymentState
     since: float
     replicas: int  # wanted now
-    key_hashes: tuple[str, ...] = ()
+    key_hashes: tuple[str, ...] = ()  # its own keys
+    project_key_hashes: tuple[str, ...] = ()  # its project's tokens
 
 
 @dataclass(frozen=True)

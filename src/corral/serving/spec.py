@@ -7,6 +7,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds
+from corral.core.spec import NAME as PROJECT_NAME
 from corral.serving.autoscale import Bounds
 
 MAX_DEPLOYMENT_REPLICAS = 1000
@@ -45,6 +46,8 @@ class DeploymentSpec(BaseModel):
     bundle: str | None = None
     resources: Resources = Field(default_factory=Resources)
     labels: dict[str, str] = Field(default_factory=dict)
+    project: str = Field("default", max_length=100, pattern=f"^{PROJECT_NAME}$",
+                         description="whose quota and share its replicas use, and whose tokens may call it")
     min_replicas: int = Field(1, ge=0, le=MAX_DEPLOYMENT_REPLICAS)
     max_replicas: int | None = Field(None, ge=1, le=MAX_DEPLOYMENT_REPLICAS)
     health: HealthCheck = Field(default_factory=HealthCheck)
@@ -102,5 +105,6 @@ class DeploymentSpec(BaseModel):
         return JobSpec(
             name=f"{self.name}.replica", command=self.command, env={**self.env, "CORRAL_DEPLOYMENT": self.name},
             bundle=self.bundle, resources=self.resources, labels=self.labels, priority=self.priority,
-            max_retries_failure=0, max_retries_preemption=0, grace_period=self.grace_period, allocate_port=True,
+            project=self.project, max_retries_failure=0, max_retries_preemption=0, grace_period=self.grace_period,
+            allocate_port=True,
         )

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 from typing import Any
 
 from sqlalchemy import and_, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.events import REPLACEMENT
+from corral.core.keys import key_hash
 from corral.core.states import JobState, TaskState
 from corral.serving.handlers import DeploymentFacts, Probe, ReplicaFacts, ServingSnapshot
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import DEPLOYMENT_LIVE, DeploymentState, ReplicaState
 from corral.store.changes import StaleWrite
 from corral.store.jobs import insert_job
+from corral.store.project_tokens import token_hashes
 from corral.store.schema import deployments, history, jobs, replicas, tasks, workers
 
 D, R = DeploymentState, ReplicaState
@@ -25,21 +27,21 @@ class NameTaken(ValueError):
     pass
 
 
-def key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def deployment_facts(row) -> DeploymentFacts:
     return DeploymentFacts(row.id, row.name, DeploymentSpec.model_validate(row.spec), DeploymentState(row.state),
                            row.state_since, row.replicas, tuple(row.key_hashes or ()))
 
 
 async def read_snapshot(connection: AsyncConnection, now: float, probes: dict[int, Probe]) -> ServingSnapshot:
-    """Live and destroying deployments, and their replicas not yet TERMINATED with their job's and task's state."""
+    """Live and destroying deployments with their project's token hashes, and their replicas not yet TERMINATED
+    with their job's and task's state."""
     snapshot = ServingSnapshot(now, probes=dict(probes))
-    for row in (await connection.execute(
-            select(deployments).where(deployments.c.state.in_([str(s) for s in SHOWN])))).all():
-        snapshot.deployments[row.id] = deployment_facts(row)
+    shown = [deployment_facts(row) for row in (await connection.execute(
+        select(deployments).where(deployments.c.state.in_([str(s) for s in SHOWN])))).all()]
+    tokens = await token_hashes(connection, (facts.spec.project for facts in shown))
+    for facts in shown:
+        hashes = tokens.get(facts.spec.project, ())
+        snapshot.deployments[facts.id] = dataclasses.replace(facts, project_key_hashes=hashes)
     rows = (await connection.execute(
         select(replicas, jobs.c.state.label("job_state"), tasks.c.state.label("task_state"), tasks.c.port,
                workers.c.address.label("host"))

@@ -67,6 +67,7 @@ class CatalogDeployment(BaseModel):
     spec: DeploymentSpec
     replicas: int
     key_hashes: list[str]
+    project_key_hashes: list[str] = []  # its project's tokens
     endpoints: list[str]  # host:port of each healthy replica
     replica_ids: list[int]
     start_failure: tuple[float, str] | None = None  # the latest replica that ended before it served

@@ -198,6 +198,17 @@ quotas = Table(
     Column("updated_at", Float, nullable=False),
 )
 
+# Bearer tokens of a project: they call its deployments through the router. Only the hash is kept.
+project_tokens = Table(
+    "project_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("project", String(100), nullable=False),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("created_at", Float, nullable=False),
+    Index("ix_project_tokens_project", "project"),
+)
+
 deployments = Table(
     "deployments",
     metadata,

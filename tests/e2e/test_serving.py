@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -43,6 +45,20 @@ def healthy(cluster: Cluster, name: str, count: int) -> list[dict]:
 
 def pid_of(address: str) -> int:
     return httpx.get(f"http://{address}/whoami", timeout=5).json()["pid"]
+
+
+@contextlib.contextmanager
+def standalone_router(cluster: Cluster) -> Iterator[str]:
+    """A `corral router` beside the cluster's controller, stopped on leaving; yields its base URL."""
+    port = free_port()
+    router = subprocess.Popen([sys.executable, "-m", "corral", "router", "--controller", cluster.url,
+                               "--token", cluster.admin_token, "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(router.pid, signal.SIGTERM)
+        router.wait(30)
 
 
 def test_a_replica_whose_process_dies_is_replaced(cluster):
@@ -236,21 +252,13 @@ def test_a_client_that_disconnects_while_waiting_leaves_the_queue_at_once(cluste
 
 
 def test_a_standalone_router_routes_cold_starts_and_checks_keys(cluster):
-    port = free_port()
-    router = subprocess.Popen([sys.executable, "-m", "corral", "router", "--controller", cluster.url,
-                               "--token", cluster.admin_token, "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
+    with standalone_router(cluster) as url:
         deploy(cluster, "far", min_replicas=0)
-        url = f"http://127.0.0.1:{port}"
         wait_for(lambda: "far" in _get(f"{url}/v1/models", cluster.admin_token)[1], 30, "the router to know 'far'")
         assert _get(f"{url}/serve/far/whoami", "wrong")[0] == 401
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=cluster.admin_token, max_retries=0, timeout=120)
         assert len(client.embeddings.create(model="far", input="cold").data[0].embedding) == 8
         assert info(cluster, "far")["replicas"] == 1
-    finally:
-        os.killpg(router.pid, signal.SIGTERM)
-        router.wait(30)
 
 
 def _get(url: str, token: str) -> tuple[int, str]:

@@ -1,18 +1,17 @@
-"""End to end: project tokens open the router to one project's deployments, at the controller and a standalone router."""
+"""End to end: project tokens open the router to one project's deployments (the controller's and a standalone one)."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
 import httpx
 import pytest
 
-from tests.e2e.cluster import Cluster, free_port, wait_for
-from tests.e2e.test_serving import deploy, info
+from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.test_serving import deploy, info, standalone_router
 
 pytestmark = pytest.mark.e2e
 
@@ -57,12 +56,8 @@ def test_a_project_token_calls_its_projects_deployments_and_nothing_else(cluster
     assert httpx.get(f"{cluster.url}/api/v1/jobs", headers={"Authorization": f"Bearer {team_a}"},
                      timeout=10).status_code == 401
 
-    port = free_port()
-    router = subprocess.Popen([sys.executable, "-m", "corral", "router", "--controller", cluster.url,
-                               "--token", cluster.admin_token, "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        far = f"http://127.0.0.1:{port}/serve/mine/whoami"
+    with standalone_router(cluster) as router:
+        far = f"{router}/serve/mine/whoami"
         wait_for(lambda: status(far, team_a) == 200, 30, "the standalone router to accept the project token")
         assert status(far, team_b) == 401
 
@@ -74,9 +69,6 @@ def test_a_project_token_calls_its_projects_deployments_and_nothing_else(cluster
         assert revoked.returncode == 0 and "revoked" in revoked.stdout, revoked.stderr
         assert status(mine, team_a) == 401  # at once here: revoking republishes the catalog before answering
         wait_for(lambda: status(far, team_a) == 401, 30, "the standalone router to drop the revoked token")
-    finally:
-        os.killpg(router.pid, signal.SIGTERM)
-        router.wait(30)
     assert corral(cluster, "project", "tokens", "team-a", "--json").stdout.strip() == "[]"
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -13,8 +10,8 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.cluster import free_port, wait_for
-from tests.e2e.test_serving import deploy, healthy, info
+from tests.e2e.cluster import wait_for
+from tests.e2e.test_serving import deploy, healthy, info, standalone_router
 
 pytestmark = pytest.mark.e2e
 
@@ -73,14 +70,10 @@ def test_a_replica_that_never_turns_healthy_fails_its_waiting_request_after_the_
 
 
 def test_load_at_a_standalone_router_scales_the_deployment_through_the_controller(cluster):
-    port = free_port()
-    router = subprocess.Popen([sys.executable, "-m", "corral", "router", "--controller", cluster.url,
-                               "--token", cluster.admin_token, "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
+    with standalone_router(cluster) as router:
         deploy(cluster, "far", min_replicas=1, max_replicas=2, target_concurrency=1, scale_down_delay=2)
         healthy(cluster, "far", 1)
-        url = f"http://127.0.0.1:{port}/serve/far/slow"
+        url = f"{router}/serve/far/slow"
         headers = {"Authorization": f"Bearer {cluster.admin_token}"}
         wait_for(lambda: _status(url, headers) == 200, 30, "the standalone router to serve 'far'")
         callers = [threading.Thread(target=_status, args=(url, headers, 8)) for _ in range(3)]
@@ -90,9 +83,6 @@ def test_load_at_a_standalone_router_scales_the_deployment_through_the_controlle
         for caller in callers:
             caller.join(60)
         wait_for(lambda: info(cluster, "far")["replicas"] == 1, 30, "the scale-down once the router is idle")
-    finally:
-        os.killpg(router.pid, signal.SIGTERM)
-        router.wait(30)
     bad = cluster.http.post("/api/v1/router/load", json={"router": "r", "loads": {"far": -1}})
     assert bad.status_code == 422 and "counts of requests" in bad.text
 

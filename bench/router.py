@@ -7,7 +7,8 @@ request at a time, and requests/s with concurrent clients. Then a trivial deploy
 zero is timed from a request to its first response (cold start). Only ratios from the same run
 are worth comparing. The CPU time each process spent per request during the throughput run
 shows where a machine's cores went: on a small machine the generator, the router and the
-replica share them, so the router's own cost bounds the ratio.
+replica share them, so the router's own cost bounds the ratio. A second throughput run against
+a replica that spends a fixed CPU time per request shows the ratio once the replica does work.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ LATENCY_REQUESTS = 2000
 THROUGHPUT_SECONDS = 5.0
 CONCURRENCY = 16
 TARGETS = {"p50_overhead_ms": 1.0, "throughput_ratio": 0.70}
+WORK_MS = 0.25  # CPU a replica spends per request in the second throughput run, as any real model does at least
 
 
 class Connection:
@@ -161,6 +163,11 @@ def main() -> None:
                 "corral router": measure(f"127.0.0.1:{port}", "/serve/bench/whoami", token,
                                          {**pids, "router": router.pid}),
             }
+            targets = (("direct", replica["address"], "/work"),
+                       ("controller's router", cluster.url.removeprefix("http://"), "/serve/bench/work"),
+                       ("corral router", f"127.0.0.1:{port}", "/serve/bench/work"))
+            working = {name: asyncio.run(throughput(address, f"{path}?ms={WORK_MS}", token))
+                       for name, address, path in targets}
             cold = cold_start(cluster)
         finally:
             if router is not None:
@@ -182,6 +189,10 @@ def main() -> None:
         print(f"  {name:20} " + ", ".join(f"{who} {us:.0f}" for who, us in cpu.items()))
     print(f"  targets: p50 overhead < {TARGETS['p50_overhead_ms']} ms, throughput >= "
           f"{TARGETS['throughput_ratio']:.0%} of direct")
+    print(f"with a replica that spends {WORK_MS} ms of CPU per request:")
+    for name, rps in working.items():
+        share = f"   {rps / working['direct']:.0%} of direct" if name != "direct" else ""
+        print(f"  {name:20} {rps:7,.0f} req/s{share}")
     print(f"cold start of a trivial server, zero to first response: {cold:.2f} s")
 
 

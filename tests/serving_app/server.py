@@ -42,6 +42,14 @@ async def whoami(request: Request):
                          "deployment": os.environ.get("CORRAL_DEPLOYMENT"), "job": os.environ.get("CORRAL_JOB_ID")})
 
 
+async def work(request: Request):
+    """Spend `ms` milliseconds of CPU before answering, as a model's forward pass would."""
+    until = time.thread_time() + float(request.query_params.get("ms", "1")) / 1000
+    while time.thread_time() < until:
+        pass
+    return PlainTextResponse("done")
+
+
 async def slow(request: Request):
     await asyncio.sleep(float(request.query_params.get("seconds", "1")))
     return PlainTextResponse("done")
@@ -100,7 +108,7 @@ async def chat(request: Request):
 
 app = Starlette(routes=[
     Route("/health", health), Route("/fail-health", fail_health, methods=["POST"]), Route("/whoami", whoami),
-    Route("/slow", slow), Route("/echo", echo, methods=["POST"]),
+    Route("/slow", slow), Route("/work", work), Route("/echo", echo, methods=["POST"]),
     Route("/digest", digest, methods=["POST"]),
     Route("/v1/embeddings", embeddings, methods=["POST"]), Route("/v1/chat/completions", chat, methods=["POST"]),
 ])

@@ -90,7 +90,7 @@ def test_key_scale_undeploy_and_list_call_the_api():
                                                                   {"replicas": 2})]
     assert run("undeploy", "chat")[1].calls == [("DELETE", "/api/v1/deployments/chat", None)]
     result, _ = run("deployments")
-    assert "NAME" in result.output and "x" in result.output
+    assert "PROJECT" in result.output and "default" in result.output and "x" in result.output
 
 
 def test_replica_summary_reads_in_lifecycle_order_without_ended_ones():
@@ -117,3 +117,12 @@ def test_deployment_info_shows_the_autoscaling_target_and_decision():
     result, _ = run("deployment", "info", "x")
     assert result.exit_code == 0, result.output
     assert "autoscale  target 2 per replica, scale down after 60s   desired -" in result.output
+
+
+def test_the_project_option_becomes_the_spec_and_a_bad_one_is_refused_before_any_call():
+    result, api = run("deploy", "chat", "--project", "team-a", "--", "python", "serve.py")
+    assert result.exit_code == 0, result.output
+    assert DeploymentSpec.model_validate(api.calls[0][2]).project == "team-a"
+    assert DeploymentSpec.model_validate(api.calls[0][2]).replica_job().project == "team-a"
+    result, api = run("deploy", "chat", "--project", "no spaces", "--", "python", "serve.py")
+    assert result.exit_code != 0 and "project" in result.output and api.calls == []

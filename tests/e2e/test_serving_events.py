@@ -52,8 +52,8 @@ def test_corral_events_shows_a_deployment_and_refuses_an_unknown_one(cluster):
     (replica,) = healthy(cluster, "svc", 1)
     board = cluster.get("/api/v1/overview/deployments")
     (shown,) = board["deployments"]
-    assert (shown["name"], shown["state"], shown["wanted"], shown["ready"], shown["models"]) == (
-        "svc", "READY", 1, 1, ["svc-a", "svc-b"])
+    assert (shown["name"], shown["state"], shown["wanted"], shown["ready"], shown["models"], shown["project"]) == (
+        "svc", "READY", 1, 1, ["svc-a", "svc-b"], "default")
     (row,) = shown["replicas"]
     assert (row["id"], row["address"], row["probe_ok"], row["failures"]) == (replica["id"], replica["address"], True, 0)
     assert row["worker_name"] in ("w1", "w2") and row["worker_id"]

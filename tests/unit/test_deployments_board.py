@@ -14,8 +14,8 @@ def replica(id_, state, failures=0) -> ReplicaHealth:
 
 def deployment(name, state, wanted, replicas) -> DeploymentHealth:
     return DeploymentHealth(id=1, name=name, state=state, state_since=0.0, wanted=wanted,
-                            ready=sum(r.state == "HEALTHY" for r in replicas), models=[name], replicas=replicas,
-                            events=[])
+                            ready=sum(r.state == "HEALTHY" for r in replicas), models=[name], project="default",
+                            replicas=replicas, events=[])
 
 
 def test_the_summary_counts_ready_replicas_and_names_deployments_short_of_them():

@@ -120,18 +120,19 @@ def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replica
 @click.option("--all", "include_ended", is_flag=True, help="Include destroyed deployments.")
 @json_option
 def deployments(include_ended: bool, as_json: bool) -> None:
-    """List deployments: state, replicas wanted and by state, models."""
+    """List deployments: state, replicas wanted and by state, models, project."""
     found = serving.deployments(client(), include_ended)
     if as_json:
         print_json(found)
         return
     table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "STATE", "WANTED", "REPLICAS", "MODELS", "AGE"):
+    for column in ("NAME", "STATE", "WANTED", "REPLICAS", "MODELS", "PROJECT", "AGE"):
         table.add_column(column, no_wrap=True)
     now = time.time()
     for view in found:
         table.add_row(Text(view.name), _state(view.state), str(view.replicas), replica_summary(view.replica_counts),
-                      Text(", ".join(view.spec.model_names)), format_age(now - view.created_at))
+                      Text(", ".join(view.spec.model_names)), Text(view.spec.project),
+                      format_age(now - view.created_at))
     console().print(table)
 
 

@@ -46,6 +46,7 @@ class DeploymentHealth(BaseModel):
     wanted: int
     ready: int  # HEALTHY replicas
     models: list[str]
+    project: str
     replicas: list[ReplicaHealth]
     events: list[EventView]
 
@@ -104,8 +105,9 @@ async def deployments_board(request: Request,
                     for r in replica_rows if r.deployment_id == row.id]
             recent = await read_events(connection, await before_last(connection, events, None, row.name),
                                        deployment=row.name) if events else []
+            spec = deployment_facts(row).spec
             board.append(DeploymentHealth(
                 id=row.id, name=row.name, state=DeploymentState(row.state), state_since=row.state_since,
                 wanted=row.replicas, ready=sum(r.state is ReplicaState.HEALTHY for r in mine),
-                models=deployment_facts(row).spec.model_names, replicas=mine, events=recent))
+                models=spec.model_names, project=spec.project, replicas=mine, events=recent))
     return DeploymentsBoard(summary=summarize(board), deployments=board)

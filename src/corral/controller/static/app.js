@@ -579,7 +579,8 @@ function deploymentCard(d) {
     h("div", {class: "head"}, h("h2", {id: title}, d.name), badge(d.state),
       h("span", {class: d.ready < d.wanted ? "health bad" : "health ok", "data-ready": ""}, `${d.ready} / ${d.wanted} ready`),
       h("span", {class: "muted"}, `${d.state.toLowerCase()} for ${since(d.state_since)}`),
-      h("span", {}, d.models.map((m) => h("span", {class: "tag", title: "model"}, m)))),
+      h("span", {}, d.models.map((m) => h("span", {class: "tag", title: "model"}, m))),
+      h("span", {class: "muted", title: "project"}, `project ${d.project}`)),
     h("div", {class: "columns"},
       h("div", {}, replicasTable(d)),
       h("div", {}, h("h3", {class: "muted"}, "events"), eventList(d.events))));

@@ -145,9 +145,7 @@ async def dispatch(app, scope, receive, send) -> bool:
 
 def routes() -> list[Route]:
     return [
-        Route("/v1/chat/completions", openai, methods=["POST"]),
-        Route("/v1/completions", openai, methods=["POST"]),
-        Route("/v1/embeddings", openai, methods=["POST"]),
+        *(Route(path, openai, methods=["POST"]) for path in sorted(OPENAI_PATHS)),
         Route("/v1/models", models, methods=["GET"]),
         Route("/serve/{deployment}/{path:path}", serve, methods=list(SERVE_METHODS)),
         Route("/api/v1/router/queue", queue, methods=["GET"]),

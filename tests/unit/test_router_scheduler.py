@@ -286,3 +286,17 @@ def test_every_request_is_answered_once_and_in_flight_never_goes_negative(events
     assert len(answered) == len(set(answered))
     assert set(answered) | set(waiting) | effects.gone >= set(range(1, next_id + 1))
     assert not set(answered) & set(waiting)
+
+
+def test_waits_tells_ahead_whether_a_request_would_wait_or_be_decided_at_once():
+    effects, scheduler = setup("a", "b", "c", c=Served("c", concurrency=1))
+    effects.loaded_ = effects.ready_ = {"a", "c"}
+    assert not scheduler.waits("a")  # ready: granted at once
+    assert not scheduler.waits("nope")  # unknown: 404 at once
+    assert scheduler.on_request(Req(1, "c"), 0) == "granted"
+    assert not scheduler.waits("c")  # at its concurrency: 429 at once
+    assert scheduler.waits("b")  # not loaded: it would queue and start it
+    assert scheduler.on_request(Req(2, "b"), 0) in ("started", "queued")
+    assert scheduler.waits("b")  # its start is in flight: it would join it
+    scheduler.on_shutdown("stopping")
+    assert not scheduler.waits("b")  # shutting down: 503 at once

@@ -93,18 +93,12 @@ class Scheduler:
         5. a swap to load it is in flight: join it;
         6. otherwise queue it and re-examine the queue, which may start a swap for it.
         """
-        if self.closed is not None:  # 1
-            self.effects.grant_error(req, 503, self.closed)
+        refusal = self._refusal(req.deployment)
+        if refusal is not None:  # 1 to 3
+            self.effects.grant_error(req, *refusal)
             return "errored"
-        served = self.effects.served(req.deployment)
-        if served is None:  # 2
-            self.effects.grant_error(req, 404, f"no deployment serves {req.deployment!r}")
-            return "errored"
-        if served.concurrency is not None and self.in_flight.get(req.deployment, 0) >= served.concurrency:  # 3
-            self.effects.grant_error(req, 429, f"{req.deployment} has {served.concurrency} requests in flight")
-            return "errored"
-        req.priority, req.at, req.seq = served.priority, now, next(self._seq)
-        if self._servable(req.deployment) and req.deployment not in self.draining:  # 4
+        req.priority, req.at, req.seq = self.effects.served(req.deployment).priority, now, next(self._seq)
+        if self._at_once(req.deployment):  # 4
             return "granted" if self._grant(req, now) else "gone"
         if req.deployment in self.swaps:  # 5
             self.swaps[req.deployment].append(req)
@@ -113,6 +107,24 @@ class Scheduler:
         self._drain(now)
         return "started" if any(req in waiters for waiters in self.swaps.values()) else \
             "granted" if req not in self.queue else "queued"
+
+    def waits(self, deployment: str) -> bool:
+        """Whether a request for `deployment` now would wait (queued, or joining a start), not be decided at once."""
+        return self._refusal(deployment) is None and not self._at_once(deployment)
+
+    def _refusal(self, deployment: str) -> tuple[int, str] | None:
+        if self.closed is not None:
+            return 503, self.closed
+        served = self.effects.served(deployment)
+        if served is None:
+            return 404, f"no deployment serves {deployment!r}"
+        if served.concurrency is not None and self.in_flight.get(deployment, 0) >= served.concurrency:
+            return 429, f"{deployment} has {served.concurrency} requests in flight"
+        return None
+
+    def _at_once(self, deployment: str) -> bool:
+        """Ready, and no overdue request waits for it to drain."""
+        return self._servable(deployment) and deployment not in self.draining
 
     def on_swap_done(self, target: str, error: str | None, now: float) -> None:
         """Hand the result to every request that waited on the swap, then re-examine the queue."""

@@ -7,49 +7,7 @@ import asyncio
 import pytest
 
 from corral.serving.upstream import READ_BOUND, Upstream, UpstreamError
-
-
-class Replica:
-    """A loopback server that answers each request with what `answer` writes; it records what it received."""
-
-    def __init__(self, answer) -> None:
-        self.answer = answer
-        self.connections = 0
-        self.closed = asyncio.Event()
-        self.received: list[bytes] = []
-
-    async def __aenter__(self) -> Replica:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                body = await reader.readexactly(length)
-                if b"transfer-encoding: chunked" in head.lower():
-                    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
-                        body += (await reader.readexactly(size + 2))[:-2]
-                    await reader.readuntil(b"\r\n")
-                self.received.append(head + body)
-                if await self.answer(reader, writer, body) is False:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            self.closed.set()
-            writer.close()
-
-
-async def ok(reader, writer, body) -> None:
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nx-echo: yes\r\n\r\n%b" % (len(body) or 2, body or b"hi"))
+from tests.serving.loopback import Replica, ok
 
 
 async def test_a_connection_is_kept_alive_and_reused():
@@ -122,7 +80,7 @@ async def test_a_body_without_length_or_chunks_ends_when_the_replica_closes():
         response = await upstream.request(replica.address, "GET", "/", [], b"")
         assert (response.status, await response.read()) == (200, b"all of it")
         response.release()
-        assert upstream._take(replica.address) is None  # a closed connection is never reused
+        assert upstream.take(replica.address) is None  # a closed connection is never reused
     async with Replica(chunks_cut) as replica:
         response = await upstream.request(replica.address, "GET", "/", [], b"")
         with pytest.raises(UpstreamError, match="closed"):

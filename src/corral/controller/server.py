@@ -9,11 +9,13 @@ import uvicorn
 from corral.controller.app import create_app
 from corral.controller.settings import ControllerSettings
 from corral.log_format import configure_logging
+from corral.serving.fast_lane import protocol_for
 
 
 def serve(settings: ControllerSettings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     configure_logging(settings.log_format)
     json_logs = {"log_config": None} if settings.log_format == "json" else {}  # uvicorn's lines as JSON too
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
-                access_log=False, timeout_keep_alive=75, **json_logs)
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                timeout_keep_alive=75, http=protocol_for(app), **json_logs)

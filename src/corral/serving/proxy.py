@@ -16,6 +16,7 @@ import functools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -38,14 +39,50 @@ RESPONSE_DROP = HOP_BY_HOP - {b"content-length"}
 
 
 # Labelled metrics, looked up once per label set: the lookup takes a lock, on every request otherwise.
-_requests = functools.lru_cache(maxsize=4096)(ROUTER_REQUESTS.labels)
-_latency = functools.lru_cache(maxsize=1024)(ROUTER_LATENCY.labels)
+requests_metric = functools.lru_cache(maxsize=4096)(ROUTER_REQUESTS.labels)
+latency_metric = functools.lru_cache(maxsize=1024)(ROUTER_LATENCY.labels)
+
+
+class Refusal(NamedTuple):
+    """A request answered by the router itself, before any replica sees it."""
+
+    status: int
+    message: str
+    code: str | None = None
+
+    def body(self) -> dict:
+        """OpenAI-shaped, so SDKs show the message."""
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "code": self.code}}
 
 
 def error(status: int, message: str, code: str | None = None) -> JSONResponse:
-    """An OpenAI-shaped error body, so SDKs show the message."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
+    return JSONResponse(Refusal(status, message, code).body(), status_code=status)
+
+
+def refusal(router: Router, deployment: str, authorization: str | None, admin_token: str) -> Refusal | None:
+    """404 for an unknown deployment, 401 for a wrong or missing key; None when the call may go ahead."""
+    facts = router.catalog.deployments.get(deployment)
+    if facts is None:
+        return Refusal(404, f"no deployment named {deployment!r}", "model_not_found")
+    if not may_call(facts, bearer(authorization), admin_token):
+        return Refusal(401, f"a valid key for {deployment} is needed (Authorization: Bearer ...)", "invalid_api_key")
+    return None
+
+
+def model_route(router: Router, body: bytes) -> tuple[str, dict] | Refusal:
+    """The deployment serving an OpenAI request's `model`, and the parsed body."""
+    try:
+        payload = json.loads(body)
+        model = payload["model"]
+        if not isinstance(model, str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        return Refusal(400, "the body must be a JSON object with a string 'model'")
+    deployment = router.deployment_for_model(model)
+    if deployment is None:
+        return Refusal(404, f"the model {model!r} is not served here", "model_not_found")
+    return deployment, payload
 
 
 def _router(request: Request) -> Router:
@@ -53,13 +90,8 @@ def _router(request: Request) -> Router:
 
 
 def _denied(request: Request, deployment: str) -> Response | None:
-    """401 for a wrong or missing key, 404 for an unknown deployment; None when the call may go ahead."""
-    facts = _router(request).catalog.deployments.get(deployment)
-    if facts is None:
-        return error(404, f"no deployment named {deployment!r}", "model_not_found")
-    if not may_call(facts, bearer(request.headers.get("authorization")), request.app.state.tokens.admin):
-        return error(401, f"a valid key for {deployment} is needed (Authorization: Bearer ...)", "invalid_api_key")
-    return None
+    found = refusal(_router(request), deployment, request.headers.get("authorization"), request.app.state.tokens.admin)
+    return None if found is None else error(*found)
 
 
 async def openai(request: Request) -> Response:
@@ -68,16 +100,10 @@ async def openai(request: Request) -> Response:
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
         return error(413, f"request body over {MAX_BODY} bytes")
     body = await request.body()
-    try:
-        payload = json.loads(body)
-        model = payload["model"]
-        if not isinstance(model, str):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
-        return error(400, "the body must be a JSON object with a string 'model'")
-    deployment = _router(request).deployment_for_model(model)
-    if deployment is None:
-        return error(404, f"the model {model!r} is not served here", "model_not_found")
+    route = model_route(_router(request), body)
+    if isinstance(route, Refusal):
+        return error(*route)
+    deployment, payload = route
     if (denied := _denied(request, deployment)) is not None:
         return denied
     return await _forward(request, deployment, request.url.path, body,
@@ -174,7 +200,7 @@ async def _forward(request: Request, deployment: str, path: str, body: bytes | S
     try:
         waiter.future.result()
     except RouterError as failure:
-        _requests(deployment, failure.status).inc()
+        requests_metric(deployment, failure.status).inc()
         return error(failure.status, failure.reason)
     if isinstance(body, StreamedBody):
         body = body.whole() or body
@@ -210,7 +236,7 @@ async def _open(request: Request, router: Router, deployment: str, path: str, bo
     endpoint = router.pick(deployment)
     if endpoint is None:
         router.finished(deployment, None)
-        _requests(deployment, 503).inc()
+        requests_metric(deployment, 503).inc()
         return error(503, f"{deployment} has no healthy replica"), None
     headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in HOP_BY_HOP]
     if request.client:
@@ -223,7 +249,7 @@ async def _open(request: Request, router: Router, deployment: str, path: str, bo
                                                  _stream_length(request, body))
     except (UpstreamError, OSError) as failure:
         router.finished(deployment, endpoint)
-        _requests(deployment, 502).inc()
+        requests_metric(deployment, 502).inc()
         return error(502, f"replica {endpoint.replica_id} of {deployment} failed: {failure}"), None
     except BaseException:
         router.finished(deployment, endpoint)
@@ -259,8 +285,8 @@ async def _whole(router: Router, deployment: str, endpoint, upstream: Connection
     finally:
         router.finished(deployment, endpoint)
     upstream.release()
-    _requests(deployment, upstream.status).inc()
-    _latency(deployment).observe(time.perf_counter() - started)
+    requests_metric(deployment, upstream.status).inc()
+    latency_metric(deployment).observe(time.perf_counter() - started)
     headers = [(k, v) for k, v in upstream.headers if k.lower() not in HOP_BY_HOP]
     length = upstream.content_length if upstream.head_only and upstream.content_length is not None else len(content)
     headers.append((b"content-length", b"%d" % length))  # a HEAD answer tells the length it would have
@@ -285,8 +311,8 @@ async def _relay(router: Router, deployment: str, endpoint, upstream: Connection
         else:
             upstream.close()
         router.finished(deployment, endpoint)
-        _requests(deployment, upstream.status).inc()
-        _latency(deployment).observe(time.perf_counter() - started)
+        requests_metric(deployment, upstream.status).inc()
+        latency_metric(deployment).observe(time.perf_counter() - started)
 
 
 async def _queued_stream(request: Request, waiter: Waiter, path: str, body: bytes,
@@ -308,7 +334,7 @@ async def _queued_stream(request: Request, waiter: Waiter, path: str, body: byte
     try:
         waiter.future.result()
     except RouterError as failure:
-        _requests(deployment, failure.status).inc()
+        requests_metric(deployment, failure.status).inc()
         yield f"data: {json.dumps({'error': {'message': failure.reason, 'code': failure.status}})}\n\n".encode()
         return
     upstream, endpoint = await _open(request, router, deployment, path, body)

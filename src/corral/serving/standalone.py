@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from corral.serving import proxy
 from corral.serving.backends import RemoteBackend, load_router_config
+from corral.serving.fast_lane import protocol_for
 from corral.serving.wiring import router_from_config
 
 
@@ -55,4 +56,4 @@ def create_router_app(controller_url: str, token: str, config: dict) -> Starlett
 
 def run_router(controller_url: str, token: str, host: str, port: int, config_path: Path | None) -> None:
     app = create_router_app(controller_url, token, load_router_config(config_path))
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning", http=protocol_for(app))

@@ -6,6 +6,10 @@ response is parsed by httptools and its body handed on chunk by chunk, with read
 while more than READ_BOUND bytes wait to be taken. A response read to its end puts the
 connection back for the next request to that replica; one cut short (client gone, error)
 closes it, which is how the replica learns that nobody listens any more.
+
+A connection serves either an awaiting caller (`Upstream.request`) or a `Sink`, to which its
+parser's callbacks hand the response as it is parsed: the router's fast lane relays that way,
+with no task or future per request.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import httptools
 
@@ -21,8 +26,38 @@ IDLE_PER_REPLICA = 256  # kept-alive connections kept per replica address
 CONNECT_TIMEOUT = 10.0
 
 
+BODYLESS_METHODS = ("GET", "HEAD", "DELETE", "OPTIONS")  # no content-length for an empty body of these
+
+
 class UpstreamError(Exception):
     """The replica could not be reached, or broke off its response."""
+
+
+class Sink(Protocol):
+    """Where a relayed response goes, from inside the connection's callbacks."""
+
+    def response_head(self, connection: Connection) -> None: ...
+    def response_body(self, body: bytes) -> None: ...
+    def response_done(self, connection: Connection) -> None: ...
+    def response_failed(self, connection: Connection, failure: UpstreamError) -> None: ...
+    def flush(self) -> None: ...
+
+
+def request_head(method: str, target: str, address: str, headers: list[tuple[bytes, bytes]],
+                 body: bytes | None, length: int | None) -> bytes:
+    """The request line and headers. Bytes `body` goes with its length; a stream (None) with `length`,
+    or chunked when that is None too."""
+    lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target.encode(), address.encode())]
+    lines += [b"%s: %s\r\n" % pair for pair in headers]
+    if body is not None:
+        if body or method not in BODYLESS_METHODS:
+            lines.append(b"content-length: %d\r\n" % len(body))
+    elif length is not None:
+        lines.append(b"content-length: %d\r\n" % length)
+    else:
+        lines.append(b"transfer-encoding: chunked\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
 
 
 class Connection(asyncio.Protocol):
@@ -38,7 +73,8 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)  # one per connection: it reads message after message
         self._reset(head_only=False)
 
-    def _reset(self, *, head_only: bool) -> None:
+    def _reset(self, *, head_only: bool, sink: Sink | None = None) -> None:
+        self.sink = sink
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.content_length: int | None = None
@@ -68,12 +104,14 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as error:
             self._fail(UpstreamError(f"a malformed response: {error}"))
             self.transport.close()
+        else:
+            if self.sink is not None:
+                self.sink.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if not self.complete and self.delimited_by_close and exc is None:
-            self.complete = True  # its body was all it sent before closing; the connection is not reused
-            self._wake()
+            self._completed()  # its body was all it sent before closing; the connection is not reused
         elif not self.complete:
             self._fail(UpstreamError("the replica closed the connection" + (f": {exc}" if exc else "")))
         if self._writable is not None and not self._writable.done():
@@ -106,11 +144,15 @@ class Connection(asyncio.Protocol):
         self.status = self._parser.get_status_code()
         if not self._head.done():
             self._head.set_result(None)
-        if self.head_only:  # a HEAD response has no body whatever its headers say; not reused, to stay simple
-            self.complete = True
-            self._wake()
+        if self.sink is not None:
+            self.sink.response_head(self)
+        elif self.head_only:  # a HEAD response has no body whatever its headers say; not reused, to stay simple
+            self._completed()
 
     def on_body(self, body: bytes) -> None:
+        if self.sink is not None:
+            self.sink.response_body(body)
+            return
         if self.head_only:
             return
         self._chunks.append(body)
@@ -121,11 +163,15 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
-        self.complete = True
         self._reusable = self._parser.should_keep_alive()
-        self._wake()
+        self._completed()
 
     # the router's side ---------------------------------------------------------------------
+
+    def relay(self, request: bytes, sink: Sink) -> None:
+        """Write a whole request; its response goes to `sink` as it is parsed."""
+        self._reset(head_only=False, sink=sink)
+        self.transport.write(request)
 
     async def send(self, head: bytes, body: bytes | AsyncIterator[bytes], chunked: bool) -> None:
         """Write the request, and wait for the response's head."""
@@ -163,6 +209,7 @@ class Connection(asyncio.Protocol):
             sender.cancel()
             self.close()
         elif self.complete and self._reusable and not self.closed:
+            self.sink = None
             self.pool.put_back(self)
         else:
             self.close()
@@ -192,7 +239,17 @@ class Connection(asyncio.Protocol):
             self._failure = failure
         if not self._head.done():
             self._head.set_result(None)
-        self._wake()
+        if self.sink is not None:
+            self.sink.response_failed(self, failure)
+        else:
+            self._wake()
+
+    def _completed(self) -> None:
+        self.complete = True
+        if self.sink is not None:
+            self.sink.response_done(self)
+        else:
+            self._wake()
 
     def _wake(self) -> None:
         if self._wakeup is not None and not self._wakeup.done():
@@ -212,21 +269,11 @@ class Upstream:
         `body` bytes go out with their length; a stream goes out with `length` when the client gave
         one, chunked otherwise. Raises UpstreamError or OSError when the replica cannot be reached.
         """
-        lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target.encode(), address.encode())]
-        lines += [b"%s: %s\r\n" % pair for pair in headers]
-        chunked = False
-        if isinstance(body, bytes):
-            if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
-                lines.append(b"content-length: %d\r\n" % len(body))
-        elif length is not None:
-            lines.append(b"content-length: %d\r\n" % length)
-        else:
-            chunked = True
-            lines.append(b"transfer-encoding: chunked\r\n")
-        lines.append(b"\r\n")
-        head = b"".join(lines)
+        whole = body if isinstance(body, bytes) else None
+        head = request_head(method, target, address, headers, whole, length)
+        chunked = whole is None and length is None
         head_only = method == "HEAD"
-        reused = self._take(address)
+        reused = self.take(address)
         if reused is not None:
             reused._reset(head_only=head_only)
             try:
@@ -239,7 +286,8 @@ class Upstream:
             except BaseException:
                 reused.close()
                 raise
-        connection = await self._connect(address, head_only)
+        connection = await self.connect(address)
+        connection.head_only = head_only
         try:
             await connection.send(head, body, chunked)
         except BaseException:
@@ -260,15 +308,16 @@ class Upstream:
                 connection.close()
         self._idle.clear()
 
-    def _take(self, address: str) -> Connection | None:
+    def take(self, address: str) -> Connection | None:
+        """An idle kept-alive connection to `address`, if one is open."""
         idle = self._idle.get(address)
         while idle:
             connection = idle.pop()
-            if not connection.closed:
+            if not connection.closed and not connection.transport.is_closing():  # else the replica hung up
                 return connection
         return None
 
-    async def _connect(self, address: str, head_only: bool) -> Connection:
+    async def connect(self, address: str) -> Connection:
         host, _, port = address.rpartition(":")
         loop = asyncio.get_running_loop()
         try:
@@ -276,5 +325,4 @@ class Upstream:
                 _, connection = await loop.create_connection(lambda: Connection(self, address), host, int(port))
         except TimeoutError as error:
             raise UpstreamError(f"no connection to {address} within {CONNECT_TIMEOUT:.0f}s") from error
-        connection.head_only = head_only
         return connection

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import uvicorn
 
+from corral.controller.metrics import REGISTRY
 from corral.serving import proxy
 from corral.serving.fast_lane import FastLane, protocol_for
 from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
@@ -217,10 +218,11 @@ async def test_a_request_waits_for_a_cold_start_and_is_then_relayed():
         while not lane.backend.scaled:
             await asyncio.sleep(0.01)
         assert lane.backend.scaled == [("svc", 1)]
+        assert REGISTRY.get_sample_value("corral_router_queue_depth") == 1  # waiting on the start
         lane.router.publish(catalog(replica.address))
         status, _, body = await client.answer()
         assert (status, body) == (200, b"hi")
-        assert lane.lanes() == 1
+        assert lane.lanes() == 1 and REGISTRY.get_sample_value("corral_router_queue_depth") == 0
 
 
 async def test_a_client_that_leaves_while_queued_leaves_the_queue():
@@ -292,10 +294,12 @@ async def test_past_its_concurrency_limit_a_deployment_answers_429():
         first.writer.write(get("/serve/svc/x"))
         while not lane.router.endpoint_load:
             await asyncio.sleep(0.01)
+        assert REGISTRY.get_sample_value("corral_router_in_flight", {"deployment": "svc"}) == 1
         status, _, body = await second.ask(get("/serve/svc/x"))
         assert status == 429
         release.set()
         assert (await first.answer())[0] == 200
+        assert REGISTRY.get_sample_value("corral_router_in_flight", {"deployment": "svc"}) == 0
 
 
 async def test_an_idle_connection_is_closed_after_the_keep_alive_timeout():

@@ -58,6 +58,8 @@ class FastLane(asyncio.Protocol):
         self.buffer = b""
         self.parser = httptools.HttpRequestParser(self)
         self.exchange: Exchange | None = None
+        self.router: Router | None = None  # the app's, once its server has started
+        self.admin = ""
         self.idle_timer: asyncio.TimerHandle | None = None
         self.active = 0.0  # loop time of the last request's end
         self.closing = False
@@ -126,8 +128,9 @@ class FastLane(asyncio.Protocol):
             if len(self.buffer) > HEAD_LIMIT:
                 self._hand_over()
             return
-        router = getattr(self.app.state, "router", None)
-        request = self._parse(end + 4, router) if router is not None else None
+        if self.router is None and (router := getattr(self.app.state, "router", None)) is not None:
+            self.router, self.admin = router, self.app.state.tokens.admin
+        request = self._parse(end + 4, self.router) if self.router is not None else None
         if request is None:
             self._hand_over()
             return
@@ -179,7 +182,7 @@ class FastLane(asyncio.Protocol):
             self.parser.feed_data(body)
         self.buffer = self.buffer[end:]
         if refused is None:
-            refused = proxy.refusal(router, name, self._authorization, self.app.state.tokens.admin)
+            refused = proxy.refusal(router, name, self._authorization, self.admin)
         return Exchange(self, router, name, method.decode(), target, self._headers, body, refused)
 
     def on_url(self, url: bytes) -> None:
@@ -243,6 +246,9 @@ class FastLane(asyncio.Protocol):
 
 class Exchange:
     """One request in the fast lane, from the scheduler's decision to the last byte of its response."""
+
+    __slots__ = ("lane", "router", "deployment", "method", "target", "headers", "body", "started", "refused", "waiter",
+                 "granted", "endpoint", "upstream", "request", "reused", "answering", "chunked", "out", "ended")
 
     def __init__(self, lane: FastLane, router: Router, deployment: str, method: str, target: str,
                  headers: list[tuple[bytes, bytes]], body: bytes, refused: proxy.Refusal | None) -> None:

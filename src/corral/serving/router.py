@@ -39,9 +39,6 @@ LOAD_REPORT_FRESH = 3.0  # a standalone router's load report counts this long
 DEFAULT_SWAP_TIMEOUT = 600.0
 
 
-_in_flight = functools.lru_cache(maxsize=1024)(ROUTER_IN_FLIGHT.labels)  # looked up once: the lookup takes a lock
-
-
 class Backend(Protocol):
     async def scale(self, name: str, replicas: int, reason: str) -> None: ...
     async def pool(self) -> Pool: ...
@@ -95,6 +92,8 @@ class Router:
         self.swap_timeout = swap_timeout
         self.catalog = Catalog()
         self.models: dict[str, str] = {}  # model name -> deployment name
+        self._served: dict[str, Served] = {}  # the scheduler's view of each deployment, made once per catalog
+        self._gauged: set[str] = set()
         self.pool_view = Pool()
         self.scheduler = Scheduler(self, policy, max_wait=max_wait)
         self.waiters: dict[int, Waiter] = {}
@@ -104,6 +103,9 @@ class Router:
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self.upstream = Upstream()  # kept-alive connections to the replicas
+        # Gauges read when scraped: nothing to update on the request path.
+        ROUTER_QUEUE_DEPTH.set_function(
+            lambda: len(self.scheduler.queue) + sum(len(w) for w in self.scheduler.swaps.values()))
 
     # feeding it --------------------------------------------------------------------------
 
@@ -111,6 +113,10 @@ class Router:
         """A new view of the deployments and their healthy endpoints (ServiceDiscoverySync, or a poll)."""
         self.catalog = catalog
         self.models = {model: name for name, facts in catalog.deployments.items() for model in facts.spec.model_names}
+        self._served = {name: served_from(facts) for name, facts in catalog.deployments.items()}
+        for name in catalog.deployments.keys() - self._gauged:
+            self._gauged.add(name)
+            ROUTER_IN_FLIGHT.labels(name).set_function(functools.partial(self.scheduler.in_flight.get, name, 0))
         self._changed.set()
 
     async def run(self) -> None:
@@ -128,7 +134,6 @@ class Router:
                 self.scheduler.on_tick(time.time())
                 if self.autoscale:
                     self._autoscale(time.time())
-                self._gauges()
                 await asyncio.sleep(TICK)
         finally:
             self.scheduler.on_shutdown("the router is shutting down")
@@ -147,7 +152,6 @@ class Router:
         self.scheduler.on_request(waiter.req, time.time())
         if waiter.future.done():
             self.waiters.pop(waiter.req.id, None)
-        self._gauges(deployment)
         return waiter
 
     def abandon(self, waiter: Waiter) -> None:
@@ -158,17 +162,18 @@ class Router:
             return
         waiter.future.cancel()
         self.scheduler.on_cancel(waiter.req.id, time.time())
-        self._gauges()
 
     def pick(self, deployment: str) -> Endpoint | None:
         """The healthy endpoint with the fewest requests in flight (ties in turn); counted until `finished`."""
         endpoints = self.catalog.endpoints.get(deployment, ())
-        if not endpoints:
+        if len(endpoints) == 1:
+            endpoint = endpoints[0]
+        elif not endpoints:
             return None
-        turn = next(self._turn)
-        best = min(range(len(endpoints)), key=lambda i: (self.endpoint_load.get(endpoints[i].address, 0),
-                                                         (i - turn) % len(endpoints)))
-        endpoint = endpoints[best]
+        else:
+            turn = next(self._turn)
+            endpoint = endpoints[min(range(len(endpoints)), key=lambda i: (
+                self.endpoint_load.get(endpoints[i].address, 0), (i - turn) % len(endpoints)))]
         self.endpoint_load[endpoint.address] = self.endpoint_load.get(endpoint.address, 0) + 1
         return endpoint
 
@@ -180,12 +185,10 @@ class Router:
             else:
                 self.endpoint_load.pop(endpoint.address, None)
         self.scheduler.on_serve_done(deployment, time.time())
-        self._gauges(deployment)
 
     def unloaded(self, name: str, reason: str) -> None:
         """A user scaled `name` to zero or removed it: its waiting requests end with the reason."""
         self.scheduler.on_unload([name], reason, time.time())
-        self._gauges()
 
     def queue_view(self) -> list[dict]:
         now = time.time()
@@ -198,8 +201,7 @@ class Router:
     # Effects -------------------------------------------------------------------------------
 
     def served(self, name: str) -> Served | None:
-        facts = self.catalog.deployments.get(name)
-        return served_from(facts) if facts is not None else None
+        return self._served.get(name)
 
     def ready(self, name: str) -> bool:
         facts = self.catalog.deployments.get(name)
@@ -313,7 +315,6 @@ class Router:
         if error:
             log.warning("swap: %s failed: %s", target, error)
         self.scheduler.on_swap_done(target, error, time.time())
-        self._gauges()
 
     async def _until_ready(self, target: str, since: float) -> None:
         while not self.ready(target):
@@ -345,9 +346,3 @@ class Router:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def _gauges(self, name: str | None = None) -> None:
-        """Queue depth, and the in-flight gauge of `name` (of every deployment when None)."""
-        ROUTER_QUEUE_DEPTH.set(len(self.scheduler.queue) + sum(len(w) for w in self.scheduler.swaps.values()))
-        for each in [name] if name is not None else list(self.scheduler.in_flight):
-            _in_flight(each).set(self.scheduler.in_flight.get(each, 0))

@@ -93,11 +93,12 @@ class Scheduler:
         5. a swap to load it is in flight: join it;
         6. otherwise queue it and re-examine the queue, which may start a swap for it.
         """
-        refusal = self._refusal(req.deployment)
+        served = self.effects.served(req.deployment)
+        refusal = self._refusal(req.deployment, served)
         if refusal is not None:  # 1 to 3
             self.effects.grant_error(req, *refusal)
             return "errored"
-        req.priority, req.at, req.seq = self.effects.served(req.deployment).priority, now, next(self._seq)
+        req.priority, req.at, req.seq = served.priority, now, next(self._seq)
         if self._at_once(req.deployment):  # 4
             return "granted" if self._grant(req, now) else "gone"
         if req.deployment in self.swaps:  # 5
@@ -110,12 +111,11 @@ class Scheduler:
 
     def waits(self, deployment: str) -> bool:
         """Whether a request for `deployment` now would wait (queued, or joining a start), not be decided at once."""
-        return self._refusal(deployment) is None and not self._at_once(deployment)
+        return self._refusal(deployment, self.effects.served(deployment)) is None and not self._at_once(deployment)
 
-    def _refusal(self, deployment: str) -> tuple[int, str] | None:
+    def _refusal(self, deployment: str, served: Served | None) -> tuple[int, str] | None:
         if self.closed is not None:
             return 503, self.closed
-        served = self.effects.served(deployment)
         if served is None:
             return 404, f"no deployment serves {deployment!r}"
         if served.concurrency is not None and self.in_flight.get(deployment, 0) >= served.concurrency:

@@ -85,7 +85,8 @@ class Connection(asyncio.Protocol):
         self._chunks.clear()
         self._buffered = 0
         self._failure: Exception | None = None
-        self._head: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.headed = False  # the response's head is in
+        self._head: asyncio.Future | None = None  # what `send` awaits the head on
         self._wakeup: asyncio.Future | None = None
         self._paused = False
         self._sender: asyncio.Task | None = None
@@ -138,12 +139,12 @@ class Connection(asyncio.Protocol):
     @property
     def delimited_by_close(self) -> bool:
         """A response head with neither length nor chunks: its body ends when the replica closes (RFC 9112 6.3)."""
-        return self._head.done() and self._failure is None and self.content_length is None and not self.chunked
+        return self.headed and self._failure is None and self.content_length is None and not self.chunked
 
     def on_headers_complete(self) -> None:
         self.status = self._parser.get_status_code()
-        if not self._head.done():
-            self._head.set_result(None)
+        self.headed = True
+        self._headed()
         if self.sink is not None:
             self.sink.response_head(self)
         elif self.head_only:  # a HEAD response has no body whatever its headers say; not reused, to stay simple
@@ -178,7 +179,9 @@ class Connection(asyncio.Protocol):
         self.transport.write(head + body if isinstance(body, bytes) else head)
         if not isinstance(body, bytes):
             self._sender = asyncio.ensure_future(self._stream(body, chunked))
-        await self._head
+        if not self.headed and self._failure is None:
+            self._head = asyncio.get_running_loop().create_future()
+            await self._head
         if self._failure is not None:
             raise self._failure
 
@@ -237,12 +240,15 @@ class Connection(asyncio.Protocol):
     def _fail(self, failure: Exception) -> None:
         if self._failure is None:
             self._failure = failure
-        if not self._head.done():
-            self._head.set_result(None)
+        self._headed()
         if self.sink is not None:
             self.sink.response_failed(self, failure)
         else:
             self._wake()
+
+    def _headed(self) -> None:
+        if self._head is not None and not self._head.done():
+            self._head.set_result(None)
 
     def _completed(self) -> None:
         self.complete = True

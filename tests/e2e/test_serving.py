@@ -199,6 +199,11 @@ def test_bad_deployments_and_requests_are_refused_with_the_reason(cluster):
     assert cluster.http.post("/v1/embeddings", content=b"not json").status_code == 400
     missing = cluster.http.post("/v1/embeddings", json={"model": "no-such", "input": "x"})
     assert missing.status_code == 404 and "no-such" in missing.json()["error"]["message"]
+    # A replica the pool would refuse as a job is refused at deploy time, not left pending.
+    assert cluster.http.put("/api/v1/admin/pools/default", json={"max_per_job": {"cpu": 1}}).status_code == 200
+    big = cluster.http.post("/api/v1/deployments", json={"name": "big", "command": ["x"], "resources": {"cpu": 2}})
+    assert big.status_code == 400 and "at most 1 per job (each replica runs as a job)" in big.text
+    assert [d["name"] for d in cluster.get("/api/v1/deployments?all=true")] == ["dup"]
 
 
 def embedding_python() -> str | None:

@@ -10,6 +10,7 @@ from collections import Counter
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sqlalchemy import func, select
 
+from corral.controller.admission import refusal
 from corral.controller.auth import require_admin
 from corral.serving.pool import read_pool
 from corral.serving.spec import DeploymentSpec
@@ -48,6 +49,10 @@ async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
     if spec.bundle and not app.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
+    async with app.store.read() as connection:
+        refused = await refusal(connection, spec.replica_job())
+    if refused:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{refused} (each replica runs as a job)")
     try:
         async with app.store.write() as connection:
             await insert_deployment(connection, spec, [], time.time())

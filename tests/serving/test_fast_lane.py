@@ -190,6 +190,8 @@ async def test_other_requests_hand_the_connection_to_uvicorn_which_answers_throu
         status, _, body = await client.ask(post("/serve/svc/echo", b"still served"))  # now by proxy.dispatch
         assert (status, body) == (200, b"still served")
         for request in (b"HEAD /serve/svc/x HTTP/1.1\r\nhost: r\r\n" + AUTH + b"\r\n",
+                        b"GET /serve/svc/x HTTP/1.0\r\nhost: r\r\n" + AUTH + b"\r\n",
+                        b"GET /serve/svc/x HTTP/1.1\r\nhost: r\r\nconnection: close\r\n" + AUTH + b"\r\n",
                         b"POST /serve/svc/echo HTTP/1.1\r\nhost: r\r\ntransfer-encoding: chunked\r\n" + AUTH
                         + b"\r\n5\r\nhello\r\n0\r\n\r\n"):
             other = await lane.connect()

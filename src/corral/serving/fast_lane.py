@@ -146,8 +146,7 @@ class FastLane(asyncio.Protocol):
             return None
         parser = self.parser
         method = parser.get_method()
-        if (method not in FAST_METHODS or not self._plain or parser.get_http_version() != "1.1"
-                or not parser.should_keep_alive() or parser.should_upgrade()):
+        if method not in FAST_METHODS or not self._plain or parser.get_http_version() != "1.1":
             return None
         end = head_end + self._length
         if self._length > proxy.WHOLE_BODY or len(self.buffer) < end:
@@ -187,6 +186,11 @@ class FastLane(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+
+    def on_headers_complete(self) -> None:
+        """Read here: a message without a body is complete at once, and the parser forgets its flags."""
+        if not self.parser.should_keep_alive() or self.parser.should_upgrade():
+            self._plain = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()

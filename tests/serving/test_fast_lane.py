@@ -346,3 +346,15 @@ async def test_a_streaming_request_stays_in_the_fast_lane_unless_it_must_wait_an
         assert b"x-corral-queue-position" in head.lower() and lane.lanes() == 0  # the general path answers it
         lane.router.publish(catalog(replica.address))
         assert stream in await client.reader.readuntil(stream)
+
+
+async def test_a_replica_that_hangs_up_without_answering_is_a_502_and_its_connection_is_dropped():
+    async def hangs_up(reader, writer, body):
+        return False
+
+    async with Replica(hangs_up) as replica, Lane(replica.address) as lane:
+        client = await lane.connect()
+        status, _, body = await client.ask(get("/serve/svc/x"))
+        assert status == 502 and b"closed the connection" in body
+        assert (await client.ask(get("/serve/svc/x")))[0] == 502 and replica.connections == 2  # never reused
+        assert lane.router.endpoint_load == {} and lane.lanes() == 1

@@ -5,7 +5,9 @@ keep-alive HTTP/1.1 load generator then hits the replica directly, through the c
 router and through a standalone `corral router` (the /serve path): median and p99 latency one
 request at a time, and requests/s with concurrent clients. Then a trivial deployment scaled to
 zero is timed from a request to its first response (cold start). Only ratios from the same run
-are worth comparing. The CPU time each process spent per request during the throughput run
+are worth comparing; within a run the throughput of the three paths is measured in interleaved
+rounds and each path's median round is reported, so a noisy moment on a shared machine does not
+land on one path alone. The CPU time each process spent per request during the throughput run
 shows where a machine's cores went: on a small machine the generator, the router and the
 replica share them, so the router's own cost bounds the ratio. A second throughput run against
 a replica that spends a fixed CPU time per request shows the ratio once the replica does work.
@@ -32,7 +34,8 @@ from tests.e2e.cluster import Cluster, free_port, wait_for  # noqa: E402  (the s
 
 SERVER = [sys.executable, str(ROOT / "tests" / "serving_app" / "server.py")]
 LATENCY_REQUESTS = 2000
-THROUGHPUT_SECONDS = 5.0
+THROUGHPUT_SECONDS = 3.0  # per round
+ROUNDS = 3
 CONCURRENCY = 16
 TARGETS = {"p50_overhead_ms": 1.0, "throughput_ratio": 0.70}
 WORK_MS = 0.25  # CPU a replica spends per request in the second throughput run, as any real model does at least
@@ -127,13 +130,22 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(address: str, path: str, token: str, pids: dict[str, int | None]) -> tuple[list[float], float, dict]:
-    """Latencies, requests/s, and CPU microseconds per request of each process in `pids` during the throughput run."""
-    samples = asyncio.run(latencies(address, path, token))
-    before, started = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.perf_counter()
-    rps = asyncio.run(throughput(address, path, token))
-    requests = rps * (time.perf_counter() - started)
-    return samples, rps, {name: (cpu_seconds(pid) - before[name]) / requests * 1e6 for name, pid in pids.items()}
+def rounds(targets: dict[str, tuple[str, str, dict[str, int | None]]], token: str) -> dict[str, tuple[float, dict]]:
+    """Each target's median requests/s over ROUNDS interleaved rounds, and the CPU microseconds per request
+    of each process in its `pids` over all its rounds."""
+    rates: dict[str, list[float]] = {name: [] for name in targets}
+    cpu: dict[str, dict[str, float]] = {name: dict.fromkeys(pids, 0.0) for name, (_, _, pids) in targets.items()}
+    served = dict.fromkeys(targets, 0.0)
+    for _ in range(ROUNDS):
+        for name, (address, path, pids) in targets.items():
+            before, started = {who: cpu_seconds(pid) for who, pid in pids.items()}, time.perf_counter()
+            rps = asyncio.run(throughput(address, path, token))
+            served[name] += rps * (time.perf_counter() - started)
+            rates[name].append(rps)
+            for who, pid in pids.items():
+                cpu[name][who] += cpu_seconds(pid) - before[who]
+    return {name: (statistics.median(rates[name]), {who: used / served[name] * 1e6 for who, used in cpu[name].items()})
+            for name in targets}
 
 
 def main() -> None:
@@ -156,36 +168,34 @@ def main() -> None:
             token = cluster.admin_token
             replica_pid = httpx.get(f"http://{replica['address']}/whoami", timeout=5).json()["pid"]
             pids = {"replica": replica_pid, "load generator": None}
-            results = {
-                "direct": measure(replica["address"], "/whoami", token, pids),
-                "controller's router": measure(cluster.url.removeprefix("http://"), "/serve/bench/whoami", token,
+            targets = {"direct": (replica["address"], "/whoami", pids),
+                       "controller's router": (cluster.url.removeprefix("http://"), "/serve/bench/whoami",
                                                {**pids, "router": cluster.controller.pid}),
-                "corral router": measure(f"127.0.0.1:{port}", "/serve/bench/whoami", token,
-                                         {**pids, "router": router.pid}),
-            }
-            targets = (("direct", replica["address"], "/work"),
-                       ("controller's router", cluster.url.removeprefix("http://"), "/serve/bench/work"),
-                       ("corral router", f"127.0.0.1:{port}", "/serve/bench/work"))
-            working = {name: asyncio.run(throughput(address, f"{path}?ms={WORK_MS}", token))
-                       for name, address, path in targets}
+                       "corral router": (f"127.0.0.1:{port}", "/serve/bench/whoami", {**pids, "router": router.pid})}
+            samples = {name: asyncio.run(latencies(address, path, token))
+                       for name, (address, path, _) in targets.items()}
+            rates = rounds(targets, token)
+            working = {name: rps for name, (rps, _) in rounds(
+                {name: (address, path.replace("/whoami", f"/work?ms={WORK_MS}"), {})
+                 for name, (address, path, _) in targets.items()}, token).items()}
             cold = cold_start(cluster)
         finally:
             if router is not None:
                 router.terminate()
                 router.wait(30)
             cluster.stop()
-    print(f"router overhead on loopback ({LATENCY_REQUESTS} sequential GETs for latency; {CONCURRENCY} clients "
-          f"for {THROUGHPUT_SECONDS:.0f}s for throughput):")
-    direct_p50 = statistics.median(results["direct"][0])
-    direct_rps = results["direct"][1]
-    for name, (samples, rps, _) in results.items():
-        p50, p99 = statistics.median(samples), quantile(samples, 0.99)
+    print(f"router overhead on loopback ({LATENCY_REQUESTS} sequential GETs for latency; {CONCURRENCY} clients, "
+          f"median of {ROUNDS} interleaved {THROUGHPUT_SECONDS:.0f}s rounds for throughput):")
+    direct_p50 = statistics.median(samples["direct"])
+    direct_rps = rates["direct"][0]
+    for name, (rps, _) in rates.items():
+        p50, p99 = statistics.median(samples[name]), quantile(samples[name], 0.99)
         line = f"  {name:20} p50 {p50 * 1000:6.3f} ms  p99 {p99 * 1000:6.3f} ms  {rps:7,.0f} req/s"
         if name != "direct":
             line += f"   overhead p50 {(p50 - direct_p50) * 1000:.3f} ms, throughput {rps / direct_rps:.0%} of direct"
         print(line)
     print(f"  CPU per request on {os.cpu_count()} cores shared by all (µs):")
-    for name, (_, _, cpu) in results.items():
+    for name, (_, cpu) in rates.items():
         print(f"  {name:20} " + ", ".join(f"{who} {us:.0f}" for who, us in cpu.items()))
     print(f"  targets: p50 overhead < {TARGETS['p50_overhead_ms']} ms, throughput >= "
           f"{TARGETS['throughput_ratio']:.0%} of direct")

@@ -14,7 +14,7 @@ from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe
 from corral.serving.pool import read_pool
 from corral.serving.spec import DeploymentSpec
 from corral.serving.store import NameTaken, destroy_deployment, insert_deployment, scale_deployment
-from corral.store.events import before_last, read_events
+from corral.store.events import before_last, latest_by_deployment, read_events
 from corral.store.schema import deployments, history, replicas
 from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle
 
@@ -130,8 +130,11 @@ async def test_a_failing_replica_is_unhealthy_evicted_and_replaced_on_the_event_
         events = await read_events(connection, 0, deployment="svc")
         last_two = await read_events(connection, await before_last(connection, 2, None, "svc"), deployment="svc")
         unknown = await read_events(connection, 0, deployment="nobody")
+        others = await read_events(connection, 0, deployment="other")
+        latest = await latest_by_deployment(connection, ["svc", "other", "nobody"], 2)
     assert {e.deployment for e in events} == {"svc"} and unknown == []
     assert last_two == events[-2:]
+    assert latest == {"svc": events[-2:], "other": others[-2:]}  # the board's one query for every deployment
     mine = [(e.type, e.replica_id) for e in events if e.replica_id is not None]
     assert mine[:3] == [("replica.provisioning", first.id), ("replica.started", first.id),
                         ("replica.healthy", first.id)]

@@ -18,7 +18,7 @@ from corral.core.views import EventView
 from corral.serving.handlers import Probe
 from corral.serving.states import REPLICA_COUNTED, DeploymentState, ReplicaState
 from corral.serving.store import SHOWN, deployment_facts
-from corral.store.events import before_last, read_events
+from corral.store.events import latest_by_deployment
 from corral.store.schema import deployments, replicas, tasks, workers
 
 router = APIRouter(prefix="/api/v1", tags=["dashboard"], dependencies=[Depends(require_admin)])
@@ -99,15 +99,14 @@ async def deployments_board(request: Request,
                          .outerjoin(workers, tasks.c.worker_id == workers.c.id))
             .where(replicas.c.deployment_id.in_([r.id for r in rows]), replicas.c.state != ReplicaState.TERMINATED)
             .order_by(replicas.c.id))).all()
-        board = []
-        for row in rows:
-            mine = [with_probe(ReplicaHealth.model_validate(r, from_attributes=True), probes.get(r.id))
-                    for r in replica_rows if r.deployment_id == row.id]
-            recent = await read_events(connection, await before_last(connection, events, None, row.name),
-                                       deployment=row.name) if events else []
-            spec = deployment_facts(row).spec
-            board.append(DeploymentHealth(
-                id=row.id, name=row.name, state=DeploymentState(row.state), state_since=row.state_since,
-                wanted=row.replicas, ready=sum(r.state is ReplicaState.HEALTHY for r in mine),
-                models=spec.model_names, project=spec.project, replicas=mine, events=recent))
+        latest = await latest_by_deployment(connection, [r.name for r in rows], events) if events else {}
+    board = []
+    for row in rows:
+        mine = [with_probe(ReplicaHealth.model_validate(r, from_attributes=True), probes.get(r.id))
+                for r in replica_rows if r.deployment_id == row.id]
+        spec = deployment_facts(row).spec
+        board.append(DeploymentHealth(
+            id=row.id, name=row.name, state=DeploymentState(row.state), state_since=row.state_since,
+            wanted=row.replicas, ready=sum(r.state is ReplicaState.HEALTHY for r in mine),
+            models=spec.model_names, project=spec.project, replicas=mine, events=latest.get(row.name, [])))
     return DeploymentsBoard(summary=summarize(board), deployments=board)

@@ -23,17 +23,14 @@ def only(query: Select, job_id: int | None, deployment: str | None) -> Select:
     return query
 
 
-async def read_events(connection: AsyncConnection, after: int, job_id: int | None = None,
-                      limit: int = PAGE, upto: int | None = None, deployment: str | None = None) -> list[EventView]:
-    """Events with an id above `after` (and at most `upto`), oldest first."""
-    query = (
-        select(history, tasks.c.index.label("task_index"), deployments.c.name.label("deployment"))
-        .select_from(history.outerjoin(tasks, history.c.task_id == tasks.c.id)
-                     .outerjoin(deployments, history.c.deployment_id == deployments.c.id))
-        .where(history.c.id > after).order_by(history.c.id).limit(limit)
-    )
-    if upto is not None:
-        query = query.where(history.c.id <= upto)
+def _events() -> Select:
+    return (select(history, tasks.c.index.label("task_index"), deployments.c.name.label("deployment"))
+            .select_from(history.outerjoin(tasks, history.c.task_id == tasks.c.id)
+                         .outerjoin(deployments, history.c.deployment_id == deployments.c.id))
+            .order_by(history.c.id))
+
+
+async def _read(connection: AsyncConnection, query: Select) -> list[EventView]:
     return [
         EventView(id=r.id, type=event_type(r.job_id, r.task_id, r.handler, r.result, r.to_state, r.deployment_id,
                                            r.replica_id),
@@ -41,8 +38,30 @@ async def read_events(connection: AsyncConnection, after: int, job_id: int | Non
                   worker_id=r.worker_id, deployment_id=r.deployment_id, deployment=r.deployment,
                   replica_id=r.replica_id, handler=r.handler, result=r.result, from_state=r.from_state,
                   to_state=r.to_state, message=r.message)
-        for r in (await connection.execute(only(query, job_id, deployment))).all()
+        for r in (await connection.execute(query)).all()
     ]
+
+
+async def read_events(connection: AsyncConnection, after: int, job_id: int | None = None,
+                      limit: int = PAGE, upto: int | None = None, deployment: str | None = None) -> list[EventView]:
+    """Events with an id above `after` (and at most `upto`), oldest first."""
+    query = _events().where(history.c.id > after).limit(limit)
+    if upto is not None:
+        query = query.where(history.c.id <= upto)
+    return await _read(connection, only(query, job_id, deployment))
+
+
+async def latest_by_deployment(connection: AsyncConnection, names: list[str], count: int) -> dict[str, list[EventView]]:
+    """The last `count` events of every deployment ever named each of `names`, oldest first: one query for all."""
+    ranked = (select(history.c.id, func.row_number().over(partition_by=deployments.c.name,
+                                                          order_by=history.c.id.desc()).label("rank"))
+              .select_from(history.join(deployments, history.c.deployment_id == deployments.c.id))
+              .where(deployments.c.name.in_(names))).subquery()
+    latest: dict[str, list[EventView]] = {}
+    for event in await _read(connection, _events().where(
+            history.c.id.in_(select(ranked.c.id).where(ranked.c.rank <= count)))):
+        latest.setdefault(event.deployment, []).append(event)
+    return latest
 
 
 async def latest_id(connection: AsyncConnection) -> int:

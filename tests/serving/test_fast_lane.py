@@ -72,7 +72,11 @@ class Lane:
 
     async def __aexit__(self, *exc) -> None:
         self.server.should_exit = True
-        await self.task
+        try:  # a graceful stop waits for requests in hand; a test that failed may have left one that never ends
+            await asyncio.wait_for(asyncio.shield(self.task), 10)
+        except TimeoutError:
+            self.server.force_exit = True
+            await self.task
         await self.router.upstream.close()
 
     async def connect(self) -> Client:
@@ -358,3 +362,32 @@ async def test_a_replica_that_hangs_up_without_answering_is_a_502_and_its_connec
         assert status == 502 and b"closed the connection" in body
         assert (await client.ask(get("/serve/svc/x")))[0] == 502 and replica.connections == 2  # never reused
         assert lane.router.endpoint_load == {} and lane.lanes() == 1
+
+
+async def test_a_slow_client_holds_the_replica_back_and_a_connection_left_held_reads_again_when_reused():
+    release = asyncio.Event()
+
+    async def held(reader, writer, body):
+        await release.wait()
+        await ok(reader, writer, body)
+
+    async with Replica(held) as replica, Lane(replica.address) as lane:
+        client = await lane.connect()
+        client.writer.write(get("/serve/svc/x"))
+        protocol = next(c for c in lane.server.server_state.connections if isinstance(c, FastLane))
+        while protocol.exchange is None or protocol.exchange.upstream is None:
+            await asyncio.sleep(0.01)
+        upstream = protocol.exchange.upstream
+        protocol.pause_writing()  # as the transport does when the client's buffer passes its high-water mark
+        assert not upstream.transport.is_reading()
+        protocol.resume_writing()
+        assert upstream.transport.is_reading()
+        protocol.pause_writing()
+        release.set()
+        await asyncio.sleep(0.1)
+        assert not protocol.exchange.answering  # held: the answer waits in the socket
+        protocol.resume_writing()
+        assert (await client.answer())[0] == 200
+        upstream.hold()  # as if the client's last write had paused it just before the exchange ended
+        assert (await asyncio.wait_for(client.ask(get("/serve/svc/x")), 5))[0] == 200
+        assert replica.connections == 1 and upstream.transport.is_reading()

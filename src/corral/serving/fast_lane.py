@@ -3,14 +3,14 @@
 Through uvicorn and the app, a request costs a task, a scope, a handful of ASGI messages and
 an awaiting upstream read: most of the router's CPU when a replica answers in a tenth of a
 millisecond. The fast lane is the HTTP protocol of the router's server. It frames requests
-itself and serves a proxied request (`/serve/...`, or a non-streaming OpenAI POST) whose body
-came whole with its head: the decision, the replica's connection and the response all move
-through callbacks, the response relayed as the replica's parser hands it on.
+itself and serves a proxied request (`/serve/...`, or an OpenAI POST) whose body came whole
+with its head: the decision, the replica's connection and the response (streams included) all
+move through callbacks, the response relayed as the replica's parser hands it on.
 
-Anything else (another path, HEAD, a streamed or large body, `Expect`, HTTP/1.0, a streaming
-OpenAI request that shows its queue position) hands the connection, with its unread bytes, to
-uvicorn's own protocol, which serves it through the app from then on: the general path in
-`proxy`, with the same answers.
+Anything else (another path, HEAD, a streamed or large body, `Expect`, HTTP/1.0, `Connection:
+close`, a streaming OpenAI request that must wait and so is shown its queue position) hands the
+connection, with its unread bytes, to uvicorn's own protocol, which serves it through the app
+from then on: the general path in `proxy`, with the same answers.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from corral.serving.upstream import Connection, UpstreamError, request_head
 
 FAST_METHODS = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"DELETE", b"OPTIONS"})
 OPENAI_PATHS = frozenset(path.encode() for path in proxy.OPENAI_PATHS)
-HEAD_LIMIT = 64 * 2**10  # a request head longer than this goes to uvicorn, which refuses it
+HEAD_LIMIT = 64 * 2**10  # a request head longer than this is left to uvicorn
 PIPELINE_BOUND = 2**20  # bytes of pipelined requests held before reading pauses
 NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -90,17 +90,15 @@ class FastLane(asyncio.Protocol):
             self.transport.pause_reading()
 
     def pause_writing(self) -> None:
-        """The client reads slower than the replica writes: hold the replica back."""
-        if (upstream := self._upstream()) is not None:
-            upstream.transport.pause_reading()
+        """The client reads slower than the replica writes: hold the replica back.
+
+        A connection still held when its exchange ends is let go by its next use."""
+        if self.exchange is not None and self.exchange.upstream is not None:
+            self.exchange.upstream.hold()
 
     def resume_writing(self) -> None:
-        if (upstream := self._upstream()) is not None:
-            upstream.transport.resume_reading()
-
-    def _upstream(self) -> Connection | None:
-        upstream = self.exchange.upstream if self.exchange is not None else None
-        return upstream if upstream is not None and not upstream.closed else None
+        if self.exchange is not None and self.exchange.upstream is not None:
+            self.exchange.upstream.let_go()
 
     def shutdown(self) -> None:
         """The server stops: close now when idle, else once the request in hand is answered."""

@@ -71,6 +71,7 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future | None = None
         self._chunks: collections.deque[bytes] = collections.deque()
         self._parser = httptools.HttpResponseParser(self)  # one per connection: it reads message after message
+        self._paused = False  # reading from the replica is paused (too much read ahead, or a slow client)
         self._reset(head_only=False)
 
     def _reset(self, *, head_only: bool, sink: Sink | None = None) -> None:
@@ -84,11 +85,11 @@ class Connection(asyncio.Protocol):
         self._reusable = False
         self._chunks.clear()
         self._buffered = 0
+        self.let_go()  # whoever paused it is done with it
         self._failure: Exception | None = None
         self.headed = False  # the response's head is in
         self._head: asyncio.Future | None = None  # what `send` awaits the head on
         self._wakeup: asyncio.Future | None = None
-        self._paused = False
         self._sender: asyncio.Task | None = None
 
     # asyncio's side ------------------------------------------------------------------------
@@ -158,9 +159,8 @@ class Connection(asyncio.Protocol):
             return
         self._chunks.append(body)
         self._buffered += len(body)
-        if self._buffered > READ_BOUND and not self._paused:
-            self._paused = True
-            self.transport.pause_reading()
+        if self._buffered > READ_BOUND:
+            self.hold()
         self._wake()
 
     def on_message_complete(self) -> None:
@@ -168,6 +168,18 @@ class Connection(asyncio.Protocol):
         self._completed()
 
     # the router's side ---------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Read no more from the replica for now; `let_go` reads on."""
+        if not self._paused and not self.closed:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def let_go(self) -> None:
+        if self._paused:
+            self._paused = False
+            if not self.closed:
+                self.transport.resume_reading()
 
     def relay(self, request: bytes, sink: Sink) -> None:
         """Write a whole request; its response goes to `sink` as it is parsed."""
@@ -191,9 +203,8 @@ class Connection(asyncio.Protocol):
             while self._chunks:
                 chunk = self._chunks.popleft()
                 self._buffered -= len(chunk)
-                if self._paused and self._buffered <= READ_BOUND // 2:
-                    self._paused = False
-                    self.transport.resume_reading()
+                if self._buffered <= READ_BOUND // 2:
+                    self.let_go()
                 yield chunk
             if self.complete:
                 return

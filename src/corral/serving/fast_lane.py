@@ -271,8 +271,7 @@ class Exchange:
 
     def start(self) -> None:
         if self.refused is not None:
-            self.lane.answer(self.refused)
-            self.lane.exchange_done()
+            self._refuse(self.refused)
             return
         self.waiter = self.router.submit(self.deployment)
         if self.waiter.future.done():
@@ -295,14 +294,13 @@ class Exchange:
         self.endpoint = self.router.pick(self.deployment)
         if self.endpoint is None:
             self.router.finished(self.deployment, None)
-            self.ended = True
             proxy.requests_metric(self.deployment, 503).inc()
             self._refuse(proxy.Refusal(503, f"{self.deployment} has no healthy replica"))
             return
         headers = [*self.headers, (b"x-forwarded-for", self.lane.client.encode())]
         address = self.endpoint.address
         self.request = request_head(self.method, self.target, address, headers, self.body, None) + self.body
-        connection = self.router.upstream.take(self.endpoint.address)
+        connection = self.router.upstream.take(address)
         if connection is None:
             self._connect()
         else:
@@ -310,6 +308,8 @@ class Exchange:
             self._send(connection)
 
     def _refuse(self, refused: proxy.Refusal) -> None:
+        """Answered by the router: the exchange is over."""
+        self.ended = True
         self.lane.answer(refused)
         self.lane.exchange_done()
 

@@ -391,3 +391,17 @@ async def test_a_slow_client_holds_the_replica_back_and_a_connection_left_held_r
         upstream.hold()  # as if the client's last write had paused it just before the exchange ended
         assert (await asyncio.wait_for(client.ask(get("/serve/svc/x")), 5))[0] == 200
         assert replica.connections == 1 and upstream.transport.is_reading()
+
+
+async def test_pipelined_requests_that_turn_to_the_general_path_half_way_are_all_answered_in_order():
+    async with Replica(ok) as replica, Lane(replica.address) as lane:
+        client = await lane.connect()
+        client.writer.write(post("/serve/svc/a", b"one") + get("/serve/svc/b") + get("/v1/models")
+                            + post("/serve/svc/c", b"four") + b"HEAD /serve/svc/d HTTP/1.1\r\nhost: r\r\n" + AUTH
+                            + b"\r\n" + post("/serve/svc/e", b"six"))
+        answers = [await client.answer() for _ in range(4)]
+        assert [body for _, _, body in answers[:2]] == [b"one", b"hi"]
+        assert b'"id":"m"' in answers[2][2] and answers[3][2] == b"four"
+        head = await client.reader.readuntil(b"\r\n\r\n")  # the HEAD answer: a head alone
+        assert head.startswith(b"HTTP/1.1 200") and b"content-length: 2" in head.lower()
+        assert (await client.answer())[2] == b"six" and lane.lanes() == 0

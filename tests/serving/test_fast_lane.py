@@ -17,6 +17,7 @@ from corral.serving.pool import Pool
 from corral.serving.spec import DeploymentSpec
 from corral.serving.standalone import RouterApp
 from corral.serving.states import DeploymentState
+from corral.serving.upstream import Connection
 from corral.serving.wiring import router_from_config
 from tests.serving.loopback import Replica, ok
 
@@ -405,3 +406,50 @@ async def test_pipelined_requests_that_turn_to_the_general_path_half_way_are_all
         head = await client.reader.readuntil(b"\r\n\r\n")  # the HEAD answer: a head alone
         assert head.startswith(b"HTTP/1.1 200") and b"content-length: 2" in head.lower()
         assert (await client.answer())[2] == b"six" and lane.lanes() == 0
+
+
+class FakeTransport:
+    """Keeps what is written, so that a test can drive the protocols' callbacks by hand within one loop turn."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def get_extra_info(self, name: str):
+        return ("127.0.0.1", 5555)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closing = True
+
+
+async def test_a_request_arriving_while_a_pipelined_one_waits_its_turn_does_not_jump_ahead():
+    lane = Lane("127.0.0.1:9")
+    protocol = FastLane(lane.app, config=SimpleNamespace(timeout_keep_alive=5),
+                        server_state=SimpleNamespace(connections=set()), app_state={})
+    client, replica = FakeTransport(), FakeTransport()
+    protocol.connection_made(client)
+    upstream = Connection(lane.router.upstream, "127.0.0.1:9")
+    upstream.connection_made(replica)
+    lane.router.upstream.put_back(upstream)
+    protocol.data_received(get("/serve/svc/1") + get("/serve/svc/2"))
+    upstream.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n1")  # /2 is served on the next turn
+    protocol.data_received(get("/serve/svc/3"))  # ...but more arrives first, in this same turn
+    await asyncio.sleep(0)
+    assert [request.split(b" ", 2)[1] for request in replica.written] == [b"/1", b"/2"]  # /3 waits for /2
+    upstream.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n2")
+    await asyncio.sleep(0)
+    assert [request.split(b" ", 2)[1] for request in replica.written] == [b"/1", b"/2", b"/3"]
+    upstream.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n3")
+    assert b"".join(client.written).count(b"HTTP/1.1 200 OK") == 3 and protocol.exchange is None

@@ -64,6 +64,7 @@ class FastLane(asyncio.Protocol):
         self.active = 0.0  # loop time of the last request's end
         self.closing = False
         self.paused = False
+        self.handed_over = False
 
     # asyncio's side ------------------------------------------------------------------------
 
@@ -111,6 +112,8 @@ class FastLane(asyncio.Protocol):
 
     def _next(self) -> None:
         """Serve the next request in the buffer if it is whole and for the fast lane; else hand the connection on."""
+        if self.exchange is not None or self.handed_over:
+            return  # a turn scheduled by `exchange_done` that data arriving in between already took
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
@@ -204,6 +207,7 @@ class FastLane(asyncio.Protocol):
     def _hand_over(self) -> None:
         """uvicorn's protocol serves this connection from here on, starting with the bytes not yet answered."""
         self._disarm_idle_timer()
+        self.handed_over = True
         self.server_state.connections.discard(self)
         protocol = HttpToolsProtocol(config=self.config, server_state=self.server_state, app_state=self.app_state,
                                      _loop=self.loop)

@@ -5,9 +5,9 @@ keep-alive HTTP/1.1 load generator then hits the replica directly, through the c
 router and through a standalone `corral router` (the /serve path): median and p99 latency one
 request at a time, and requests/s with concurrent clients. Then a trivial deployment scaled to
 zero is timed from a request to its first response (cold start). Only ratios from the same run
-are worth comparing; within a run the throughput of the three paths is measured in interleaved
-rounds and each path's median round is reported, so a noisy moment on a shared machine does not
-land on one path alone. The CPU time each process spent per request during the throughput run
+are worth comparing; within a run the three paths are measured in interleaved rounds (latency
+samples pooled, throughput as each path's median round), so a noisy moment on a shared machine
+does not land on one path alone. The CPU time each process spent per request during the throughput run
 shows where a machine's cores went: on a small machine the generator, the router and the
 replica share them, so the router's own cost bounds the ratio. A second throughput run against
 a replica that spends a fixed CPU time per request shows the ratio once the replica does work.
@@ -33,7 +33,7 @@ import httpx  # noqa: E402
 from tests.e2e.cluster import Cluster, free_port, wait_for  # noqa: E402  (the same harness the e2e tests use)
 
 SERVER = [sys.executable, str(ROOT / "tests" / "serving_app" / "server.py")]
-LATENCY_REQUESTS = 2000
+LATENCY_REQUESTS = 2400
 THROUGHPUT_SECONDS = 3.0  # per round
 ROUNDS = 3
 CONCURRENCY = 16
@@ -76,7 +76,7 @@ async def latencies(address: str, path: str, token: str) -> list[float]:
     for _ in range(50):  # warm up
         assert await connection.get() == 200
     samples = []
-    for _ in range(LATENCY_REQUESTS):
+    for _ in range(LATENCY_REQUESTS // ROUNDS):
         started = time.perf_counter()
         assert await connection.get() == 200
         samples.append(time.perf_counter() - started)
@@ -172,8 +172,10 @@ def main() -> None:
                        "controller's router": (cluster.url.removeprefix("http://"), "/serve/bench/whoami",
                                                {**pids, "router": cluster.controller.pid}),
                        "corral router": (f"127.0.0.1:{port}", "/serve/bench/whoami", {**pids, "router": router.pid})}
-            samples = {name: asyncio.run(latencies(address, path, token))
-                       for name, (address, path, _) in targets.items()}
+            samples: dict[str, list[float]] = {name: [] for name in targets}
+            for _ in range(ROUNDS):
+                for name, (address, path, _) in targets.items():
+                    samples[name] += asyncio.run(latencies(address, path, token))
             rates = rounds(targets, token)
             working = {name: rps for name, (rps, _) in rounds(
                 {name: (address, path.replace("/whoami", f"/work?ms={WORK_MS}"), {})
@@ -184,8 +186,9 @@ def main() -> None:
                 router.terminate()
                 router.wait(30)
             cluster.stop()
-    print(f"router overhead on loopback ({LATENCY_REQUESTS} sequential GETs for latency; {CONCURRENCY} clients, "
-          f"median of {ROUNDS} interleaved {THROUGHPUT_SECONDS:.0f}s rounds for throughput):")
+    print(f"router overhead on loopback, {ROUNDS} interleaved rounds ({LATENCY_REQUESTS} sequential GETs in all "
+          f"for latency; {CONCURRENCY} clients for {THROUGHPUT_SECONDS:.0f}s per round, the median round, for "
+          "throughput):")
     direct_p50 = statistics.median(samples["direct"])
     direct_rps = rates["direct"][0]
     for name, (rps, _) in rates.items():

@@ -122,8 +122,14 @@ def post(path: str, body: bytes, extra: bytes = AUTH) -> bytes:
                                                                                    body)
 
 
+def counted(metric: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(metric, {"deployment": "svc", **labels}) or 0.0
+
+
 async def test_a_proxied_request_is_relayed_in_the_fast_lane_on_a_kept_alive_connection():
     async with Replica(ok) as replica, Lane(replica.address) as lane:
+        ok_before = counted("corral_router_requests_total", status="200")
+        timed_before = counted("corral_router_request_seconds_count")
         client = await lane.connect()
         status, headers, body = await client.ask(get("/serve/svc/x?y=1", AUTH + b"connection: keep-alive\r\n"))
         assert (status, body, headers[b"x-echo"]) == (200, b"hi", b"yes")
@@ -136,6 +142,8 @@ async def test_a_proxied_request_is_relayed_in_the_fast_lane_on_a_kept_alive_con
         assert b"x-forwarded-for: 127.0.0.1" in first
         assert second.startswith(b"POST /echo HTTP/1.1") and second.endswith(b"\r\n\r\npayload")
         assert lane.router.endpoint_load == {} and lane.router.scheduler.in_flight.get("svc", 0) == 0
+        assert counted("corral_router_requests_total", status="200") == ok_before + 2
+        assert counted("corral_router_request_seconds_count") == timed_before + 2
         client.close()
 
 
@@ -302,8 +310,9 @@ async def test_past_its_concurrency_limit_a_deployment_answers_429():
         while not lane.router.endpoint_load:
             await asyncio.sleep(0.01)
         assert REGISTRY.get_sample_value("corral_router_in_flight", {"deployment": "svc"}) == 1
+        refused_before = counted("corral_router_requests_total", status="429")
         status, _, body = await second.ask(get("/serve/svc/x"))
-        assert status == 429
+        assert status == 429 and counted("corral_router_requests_total", status="429") == refused_before + 1
         release.set()
         assert (await first.answer())[0] == 200
         assert REGISTRY.get_sample_value("corral_router_in_flight", {"deployment": "svc"}) == 0

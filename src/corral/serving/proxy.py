@@ -6,6 +6,9 @@ Responses stream through chunk by chunk (SSE included); a client that goes away 
 queued leaves the queue at once, and one that goes away mid-response closes the upstream
 connection. Bodies are buffered only where routing needs them: the /v1 routes read the JSON
 for its `model`; /serve streams its body through.
+
+This is the general path, through the app. The router's server serves the common request
+before it gets here, in `fast_lane`, with the same checks (`refusal`, `model_route`) and answers.
 """
 
 from __future__ import annotations

@@ -202,6 +202,10 @@ async def test_other_requests_hand_the_connection_to_uvicorn_which_answers_throu
         assert status == 200 and b'"id":"m"' in body and lane.lanes() == 0
         status, _, body = await client.ask(post("/serve/svc/echo", b"still served"))  # now by proxy.dispatch
         assert (status, body) == (200, b"still served")
+        upgrade = await lane.connect()
+        upgrade.writer.write(b"GET /serve/svc/x HTTP/1.1\r\nhost: r\r\nconnection: upgrade\r\nupgrade: h2c\r\n"
+                             + AUTH + b"\r\n")
+        assert (await asyncio.wait_for(upgrade.answer(), 5))[0] == 200 and lane.lanes() == 0  # served as plain HTTP
         for request in (b"HEAD /serve/svc/x HTTP/1.1\r\nhost: r\r\n" + AUTH + b"\r\n",
                         b"GET /serve/svc/x HTTP/1.0\r\nhost: r\r\n" + AUTH + b"\r\n",
                         b"GET /serve/svc/x HTTP/1.1\r\nhost: r\r\nconnection: close\r\n" + AUTH + b"\r\n",

@@ -143,7 +143,7 @@ class FastLane(asyncio.Protocol):
         self._url, self._headers, self._authorization, self._plain, self._length = b"", [], None, True, 0
         try:
             self.parser.feed_data(self.buffer[:head_end])
-        except httptools.HttpParserError:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # not one kind: uvicorn answers both
             return None
         parser = self.parser
         method = parser.get_method()

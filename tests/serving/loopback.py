@@ -15,7 +15,7 @@ class Replica:
         self.received: list[bytes] = []
 
     async def __aenter__(self) -> Replica:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, limit=2**20)
         self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
         return self
 

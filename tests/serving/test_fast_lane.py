@@ -122,6 +122,13 @@ def post(path: str, body: bytes, extra: bytes = AUTH) -> bytes:
                                                                                    body)
 
 
+async def until(condition, timeout: float = 5.0) -> None:
+    """Wait for `condition`, failing (not hanging) when it does not come."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
 def counted(metric: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(metric, {"deployment": "svc", **labels}) or 0.0
 
@@ -466,3 +473,34 @@ async def test_a_request_arriving_while_a_pipelined_one_waits_its_turn_does_not_
     assert [request.split(b" ", 2)[1] for request in replica.written] == [b"/1", b"/2", b"/3"]
     upstream.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n3")
     assert b"".join(client.written).count(b"HTTP/1.1 200 OK") == 3 and protocol.exchange is None
+
+
+async def test_a_head_still_unfinished_past_the_limit_is_left_to_uvicorn():
+    async with Replica(ok) as replica, Lane(replica.address) as lane:
+        client = await lane.connect()
+        head = get("/serve/svc/x", AUTH + b"x-long: " + b"a" * (70 * 2**10) + b"\r\n")
+        client.writer.write(head[:-2])  # no end of head yet: the lane stops holding it
+        await until(lambda: lane.lanes() == 0)
+        status, _, body = await asyncio.wait_for(client.ask(head[-2:]), 5)
+        assert (status, body) == (200, b"hi") and b"a" * 1000 in replica.received[0]  # relayed by the general path
+
+
+async def test_pipelined_requests_past_the_bound_pause_reading_until_their_turn_comes():
+    release = asyncio.Event()
+
+    async def first_held(reader, writer, body):
+        if not body:
+            await release.wait()
+        await ok(reader, writer, body)
+
+    async with Replica(first_held) as replica, Lane(replica.address) as lane:
+        client = await lane.connect()
+        bodies = [bytes([65 + i]) * (60 * 2**10) for i in range(20)]  # 1.2 MB queued behind a held request
+        client.writer.write(get("/serve/svc/held") + b"".join(post("/serve/svc/echo", body) for body in bodies))
+        protocol = next(c for c in lane.server.server_state.connections if isinstance(c, FastLane))
+        await until(lambda: protocol.paused)
+        assert len(protocol.buffer) <= 2 * 2**20  # held there, the rest waits in the socket
+        release.set()
+        assert (await client.answer())[2] == b"hi"
+        assert [(await asyncio.wait_for(client.answer(), 5))[2] for _ in bodies] == bodies
+        assert lane.lanes() == 1

@@ -17,7 +17,7 @@ install: $(STAMP)
 up: $(STAMP)
 	$(BIN)/corral up --workers 2 --data-dir .corral
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium lint
 	$(BIN)/pytest -q
 
 # The dashboard tests drive the system's chromium (Debian's package), never a downloaded browser.

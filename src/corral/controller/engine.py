@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -13,6 +12,7 @@ from corral.controller.reports import reap_lost_workers
 from corral.controller.retries import run_retries
 from corral.core.handlers import JOB_HANDLERS
 from corral.store.store import Store
+from corral.waiting import woken
 
 log = logging.getLogger("corral.engine")
 
@@ -53,8 +53,7 @@ class Engine:
             changed = await self.run_pass()
             if changed:
                 continue  # one handler's successes are the next one's targets
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._woken.wait(), self._idle_timeout())
+            await woken(self._woken, self._idle_timeout())
 
     def _idle_timeout(self) -> float:
         if self.retry_due is None:

@@ -17,6 +17,7 @@ from corral.core.events import GAP_SETTLE_SECONDS
 from corral.core.views import EventView
 from corral.store.events import PAGE, prune_events, read_events, safe_horizon
 from corral.store.store import Store
+from corral.waiting import woken
 
 log = logging.getLogger("corral.events")
 
@@ -65,9 +66,7 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
         if horizon is not None:
             await asyncio.sleep(COALESCE * 10)  # a gap still filling: look again shortly
             continue
-        try:
-            await asyncio.wait_for(rung.wait(), idle)
-        except TimeoutError:
+        if not await woken(rung, idle):
             if not batch:
                 yield []
             continue

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
+
+from corral.waiting import woken
 
 MAX_RESULT = 16 * 2**20  # a return value is a result, not a data set: larger ones belong in storage
 
@@ -30,8 +31,7 @@ class ResultFiles:
 
     async def written(self, timeout: float) -> None:
         """Returns when a result is written, or after `timeout` seconds."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._written.wait(), timeout)
+        await woken(self._written, timeout)
 
     def read(self, task_id: int, attempt: int) -> bytes | None:
         try:

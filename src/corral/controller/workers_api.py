@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import defaultdict
 
@@ -18,6 +17,7 @@ from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply
 from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.core.views import WorkerView
 from corral.store.schema import tasks, workers
+from corral.waiting import woken
 
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 
@@ -52,14 +52,9 @@ async def heartbeat(worker_id: str, body: HeartbeatRequest, request: Request) ->
     if not changes.empty:
         app.engine.wake()
         app.signals.notify(changes.touched_workers - {worker_id})
-    if not orders and body.wait > 0:
-        try:
-            await asyncio.wait_for(signal.wait(), body.wait)
-        except TimeoutError:
-            pass
-        else:
-            async with app.store.read() as connection:
-                orders = await orders_for(connection, worker_id, job_token)
+    if not orders and body.wait > 0 and await woken(signal, body.wait):
+        async with app.store.read() as connection:
+            orders = await orders_for(connection, worker_id, job_token)
     return HeartbeatReply(orders=orders, heartbeat_interval=app.settings.heartbeat_interval)
 
 

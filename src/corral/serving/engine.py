@@ -8,7 +8,6 @@ reads it from its snapshot like any other fact.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -30,6 +29,7 @@ from corral.serving.handlers import (
 from corral.serving.states import REPLICA_PROBED, REPLICA_STARTING, ReplicaState
 from corral.serving.store import read_snapshot
 from corral.store.store import Store
+from corral.waiting import woken
 
 log = logging.getLogger("corral.serving")
 
@@ -81,8 +81,7 @@ class ServingEngine:
             while True:
                 if await self.run_pass():
                     continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._woken.wait(), STARTING_PERIOD if self._starting() else PERIOD)
+                await woken(self._woken, STARTING_PERIOD if self._starting() else PERIOD)
         finally:
             prober.cancel()
             for task in self._probing.values():

@@ -368,7 +368,8 @@ class Runner:
         process = att.process
         assert process is not None
         try:
-            await asyncio.wait_for(process.wait(), att.order.time_limit)
+            async with asyncio.timeout(att.order.time_limit):
+                await process.wait()
         except TimeoutError:
             self._terminate(att, "time limit", att.order.grace_period)
         returncode = await process.wait()

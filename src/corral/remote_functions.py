@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from corral.client.jobs import FunctionJob
 
 # Shorthands for the fields of `resources`, as the CLI spells them.
-RESOURCE_OPTIONS = {"cpus": "cpu", "memory": "memory", "gpus": "gpu"}
+RESOURCE_OPTIONS = {"cpus": "cpu", "memory": "memory", "gpus": "gpu", "gpu_memory": "gpu_memory"}
 
 
 class RemoteFunction:
@@ -45,7 +45,7 @@ class RemoteFunction:
 
 def remote(function: Callable | None = None, **options: Any) -> Any:
     """`@remote` or `@remote(gpus=1, replicas=4, workdir=".", time_limit="1h", ...)`: any JobSpec field,
-    plus `cpus`, `gpus`, `memory` for the resources of each task and `workdir` to ship with it."""
+    plus `cpus`, `gpus`, `gpu_memory`, `memory` for the resources of each task and `workdir` to ship with it."""
     if function is not None:
         return RemoteFunction(function, options)
     return lambda f: RemoteFunction(f, options)

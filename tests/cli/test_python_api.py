@@ -250,10 +250,10 @@ def test_remote_functions_run_locally_and_submit_with_their_options():
         return lr * epochs
 
     assert train(0.5, epochs=2) == 1.0 and train.__name__ == "train"
-    train.options(gpus=2).submit(0.1, epochs=3, client=Recorder())
+    train.options(gpus=2, gpu_memory="40G").submit(0.1, epochs=3, client=Recorder())
     function, args, kwargs = submitted[0]
     assert function is train.function and args == (0.1,)
-    assert kwargs == {"resources": {"gpu": 2, "cpu": 2}, "replicas": 4, "workdir": None,
+    assert kwargs == {"resources": {"gpu": 2, "cpu": 2, "gpu_memory": "40G"}, "replicas": 4, "workdir": None,
                       "options": {"time_limit": "1h"}, "epochs": 3}
 
 

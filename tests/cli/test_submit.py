@@ -54,6 +54,16 @@ def test_submit_prints_only_the_job_id(cli, fake):
     assert (spec.resources.cpu, spec.env, spec.labels, key) == (2.0, {"A": "b=c"}, {"k": "v"}, "K")
 
 
+def test_gpu_memory_from_the_option_or_the_file_and_refused_without_gpus(cli, fake, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: [train]\nresources: {gpu: 2, gpu_memory: 24Gi}\n")
+    assert cli("submit", "-f", str(path), "--gpu-memory", "40G").exit_code == 0
+    assert cli("submit", "-f", str(path)).exit_code == 0
+    assert [spec.resources.gpu_memory for spec, _ in fake.submitted] == [40 * 10**9, 24 * 2**30]
+    result = cli("submit", "--gpu-memory", "40G", "--", "train")
+    assert result.exit_code == 1 and "gpu >= 1" in result.output
+
+
 def test_submit_json_prints_the_job_view(cli):
     result = cli("submit", "--json", "--", "true")
     assert json.loads(result.output)["id"] == 42

@@ -76,6 +76,25 @@ def test_pools_labels_and_constraints_across_real_workers(bare_cluster):
         "plain": "in pool default, not gpu", "gpu-box": "has gpu=h100; the job needs gpu=b200"}
 
 
+def test_gpu_memory_decides_which_jobs_virtual_gpus_can_take(bare_cluster):
+    cluster = bare_cluster
+    cluster.start_worker("gpu-box", 2, "--gpus", "2", "--gpu-memory", "24Gi")
+    (worker,) = cluster.get("/api/v1/workers")
+    assert [g["memory"] for g in worker["gpus"]] == [24 * 2**30] * 2
+    big = cluster.submit(command=["true"], resources={"gpu": 1, "gpu_memory": "40Gi"})
+    small = cluster.submit(command=["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+                           resources={"gpu": 1, "gpu_memory": "16Gi"})
+    assert cluster.wait_end(small)["state"] == "SUCCEEDED"
+    assert cluster.logs(small).strip() == "0"
+    job = wait_for(lambda: (j := cluster.job(big))["pending_reason"] and j, 10, "a pending reason")
+    assert job["state"] == "PENDING"
+    assert job["pending_reason"] == ("needs 1 gpu with at least 40G memory per task; no worker has that much "
+                                     "(largest: gpu-box has 2 gpu of 24G); waiting for one to join")
+    analysis = cluster.get(f"/api/v1/jobs/{big}/placement")
+    assert [w["why"] for w in analysis["workers"]] == [
+        "too small: has 2 gpu of 24G, a task needs 1 gpu with at least 40G memory"]
+
+
 def test_dependencies_run_in_order_and_a_failed_one_fails_its_dependants(cluster):
     first = cluster.submit(command=["sh", "-c", "sleep 0.5; exit 3"])
     needs = cluster.submit(command=["true"], after=[first])

@@ -6,6 +6,7 @@ from corral.controller.admission import refusal
 from corral.core.spec import JobSpec
 from corral.scheduling.policy import PolicyFile, PoolPolicy, ProjectQuota
 from corral.store.policy import apply_policy_file, put_quota, read_policy
+from corral.store.scheduling_reads import read_cluster
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, report, run_task, settle, submit
 
 
@@ -152,3 +153,21 @@ async def test_custom_slots_held_by_placed_tasks_are_not_offered_again(store):
     (task,) = await job_tasks(store, first)
     await run_task(store, worker, task)
     assert [t.state for t in await job_tasks(store, second)] == ["ASSIGNED"]
+
+
+async def test_gpu_memory_reaches_the_snapshot_from_the_spec_and_the_reported_devices(store):
+    GiB = 2**30
+    worker = await add_worker(store, "gpu-box", cpu=8, gpu=3, gpu_memory=(80 * GiB, 24 * GiB, 80 * GiB))
+    big = await submit(store, resources={"gpu": 1, "gpu_memory": "40Gi"})
+    too_big = await submit(store, resources={"gpu": 1, "gpu_memory": "100Gi"})
+    await settle(store)
+    assert [t.gpu_ids for t in await job_tasks(store, big)] == [[0]]
+    assert (await job(store, too_big)).pending_reason == (
+        "needs 1 gpu with at least 100G memory per task; no worker has that much "
+        "(largest: gpu-box has 1 gpu of 24G, 2 gpu of 80G); waiting for one to join")
+    async with store.read() as connection:
+        cluster = await read_cluster(connection)
+    (room,) = cluster.rooms
+    assert (room.id, tuple(room.gpu_memory), room.free_gpu_ids) == (worker, (80 * GiB, 24 * GiB, 80 * GiB), [1, 2])
+    (running,) = cluster.running
+    assert running.request.gpu_memory == cluster.jobs[big].gpu_memory == 40 * GiB

@@ -60,7 +60,7 @@ def test_could_ever_fit_uses_capacity_not_free_room():
 
 def test_take_consumes_room_and_the_first_free_gpus():
     r = room("w", cpu=8, memory=16 * GiB, gpus=4, free_gpus=[2, 0, 3])
-    assert r.take(Request(2, GiB, 2)) == [2, 0]
+    assert r.take(Request(2, GiB, 2)) == [0, 2]  # the first two free, handed out in index order
     assert (r.free_cpu, r.free_memory, r.free_gpu_ids) == (6, 15 * GiB, [3])
 
 
@@ -210,14 +210,18 @@ def worlds(draw):
         cpu = draw(st.sampled_from([1.0, 2.0, 4.0, 8.0, 16.0]))
         memory = draw(st.integers(0, 64)) * GiB
         free_gpus = draw(st.lists(st.sampled_from(range(gpus)), unique=True)) if gpus else []
+        gpu_memory = tuple(draw(st.lists(st.sampled_from([0, 16 * GiB, 24 * GiB, 80 * GiB]),
+                                         min_size=gpus, max_size=gpus))) if draw(st.booleans()) else ()
         rooms.append(WorkerRoom(f"w{i}", f"n{i}", cpu, memory, gpus,
                                 draw(st.sampled_from([0.0, 0.5, 1.0, cpu / 2, cpu])),
-                                draw(st.integers(0, memory // GiB)) * GiB, free_gpus))
+                                draw(st.integers(0, memory // GiB)) * GiB, free_gpus, gpu_memory=gpu_memory))
     units, next_task = [], 0
     for j in range(draw(st.integers(0, 10))):
         n = draw(st.integers(1, 4)) if draw(st.booleans()) else 1
+        gpu = draw(st.integers(0, 4))
         request = Request(draw(st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 8.0])),
-                          draw(st.integers(0, 16)) * GiB, draw(st.integers(0, 4)))
+                          draw(st.integers(0, 16)) * GiB, gpu,
+                          gpu_memory=draw(st.sampled_from([0, 0, 20 * GiB, 40 * GiB])) if gpu else 0)
         task_ids = tuple(range(next_task, next_task + n))
         next_task += n
         key = (j, None) if n > 1 or draw(st.booleans()) else (j, task_ids[0])
@@ -240,6 +244,7 @@ def test_placement_never_overcommits(world):
             assert sorted(a.task_id for a in assignments) == sorted(unit.task_ids)
             for a in assignments:
                 assert len(a.gpu_ids) == unit.request.gpu
+                assert all(by_id[a.worker_id].device_memory(i) >= unit.request.gpu_memory for i in a.gpu_ids)
                 used_cpu[a.worker_id] += unit.request.cpu
                 used_memory[a.worker_id] += unit.request.memory
                 used_gpus[a.worker_id].extend(a.gpu_ids)

@@ -138,6 +138,32 @@ def test_accepts_max_task_failures_below_replicas(replicas, max_task_failures):
     assert spec.max_task_failures == max_task_failures
 
 
+@pytest.mark.parametrize(("value", "size"), [("40G", 40 * 10**9), ("512Mi", 512 * 2**20), (24 * GiB, 24 * GiB)])
+def test_gpu_memory_is_a_size_per_device(value, size):
+    assert JobSpec(command=["true"], resources={"gpu": 2, "gpu_memory": value}).resources.gpu_memory == size
+
+
+def test_gpu_memory_is_optional():
+    assert JobSpec(command=["true"], resources={"gpu": 1}).resources.gpu_memory is None
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    (0, "greater than 0"), ("-1G", "not a size"), ("lots", "not a size"), ("65Ti", "less than or equal"),
+])
+def test_rejects_a_gpu_memory_that_is_not_a_positive_size(value, says):
+    errors = errors_of(command=["true"], resources={"gpu": 1, "gpu_memory": value})
+    assert [e["loc"] for e in errors] == [("resources", "gpu_memory")]
+    assert says in errors[0]["msg"]
+
+
+@pytest.mark.parametrize("gpu", [None, 0])
+def test_rejects_gpu_memory_without_gpus(gpu):
+    resources = {"gpu_memory": "40G"} | ({} if gpu is None else {"gpu": gpu})
+    errors = errors_of(command=["true"], resources=resources)
+    assert [e["loc"] for e in errors] == [("resources",)]
+    assert "gpu_memory" in errors[0]["msg"] and "gpu >= 1" in errors[0]["msg"]
+
+
 def test_several_errors_are_reported_together():
     found = set(locs(command=[], replicas=0, resources={"gpu": -1}, bogus=1))
     assert found == {("command",), ("replicas",), ("resources", "gpu"), ("bogus",)}

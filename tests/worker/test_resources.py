@@ -5,7 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
 
+from corral.cli.main import main
 from corral.core.protocol import GpuDevice
 from corral.worker.resources import detect_capacity, detect_gpus
 
@@ -77,3 +79,16 @@ def test_a_gpu_override_keeps_real_devices_first(override, models):
     assert [d.model for d in devices] == models
     assert [d.index for d in devices] == list(range(len(models)))
     assert capacity.gpu == len(models) and capacity.custom == {"tpu": 2}
+
+
+def test_virtual_gpus_report_the_memory_given_and_real_ones_keep_theirs():
+    _, devices = detect_capacity(cpus=4, memory=2**30, gpus=3, nvml=FakeNvml(), gpu_memory=24 * 2**30)
+    assert [(d.model, d.memory) for d in devices] == [("NVIDIA H100 80GB HBM3", 80 * 2**30)] * 2 + [
+        ("virtual", 24 * 2**30)]
+
+
+@pytest.mark.parametrize("args", [["worker", "--controller", "http://127.0.0.1:1", "--token", "t"], ["up"]])
+def test_a_virtual_gpu_memory_needs_virtual_gpus(args):
+    flag = "--gpu-memory" if args[0] == "worker" else "--worker-gpu-memory"
+    result = CliRunner().invoke(main, [*args, flag, "24G"])
+    assert result.exit_code == 2 and "virtual GPUs" in result.output and "gpus too" in result.output

@@ -92,6 +92,8 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="Cores to offer (default: detected).")
 @click.option("--memory", callback=memory_option, help="Memory to offer, e.g. 16G (default: detected).")
 @click.option("--gpus", type=click.IntRange(min=0), help="GPUs to offer (default: detected through NVML).")
+@click.option("--gpu-memory", callback=memory_option,
+              help="Memory of each virtual GPU that --gpus adds beyond the detected ones, e.g. 24G (default: unknown).")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V",
               help="A label jobs can constrain on, e.g. gpu=h100 (repeatable).")
 @click.option("--pool", default="default", show_default=True, help="The resource group this worker serves.")
@@ -100,14 +102,17 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
 @log_format_option
 def worker(controller_url: str, token: str, name: str, address: str | None, work_dir: Path, cpus: float | None,
-           memory: int | None, gpus: int | None, labels: dict[str, str], pool: str, resources: dict[str, float],
-           heartbeat_interval: float, log_format: str) -> None:
+           memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str], pool: str,
+           resources: dict[str, float], heartbeat_interval: float, log_format: str) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
 
+    if gpu_memory is not None and gpus is None:
+        raise click.UsageError("--gpu-memory sets the memory of virtual GPUs: give --gpus too")
     configure_logging(log_format)
 
     run_worker(WorkerOptions(
         controller_url=controller_url.rstrip("/"), token=token, name=name,
         address=address or default_address(controller_url), work_dir=work_dir, cpus=cpus, memory=memory,
-        gpus=gpus, labels=labels, heartbeat_interval=heartbeat_interval, pool=pool, resources=resources))
+        gpus=gpus, gpu_memory=gpu_memory or 0, labels=labels, heartbeat_interval=heartbeat_interval, pool=pool,
+        resources=resources))

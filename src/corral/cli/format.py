@@ -76,7 +76,8 @@ def task_summary(counts: Mapping[str, int]) -> str:
 def format_resources(resources: Resources) -> str:
     text = f"cpu {format_number(resources.cpu)}"
     text += f", mem {format_bytes(resources.memory)}" if resources.memory else ""
-    return text + (f", gpu {resources.gpu}" if resources.gpu else "")
+    text += f", gpu {resources.gpu}" if resources.gpu else ""
+    return text + (f" ({format_bytes(resources.gpu_memory)}+ each)" if resources.gpu_memory else "")
 
 
 def format_command(command: list[str]) -> str:

@@ -24,7 +24,7 @@ TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max
 # Repeatable options that replace the file's list when given.
 LISTS = ("constraints", "after", "after_any")
 # Options that set a field of `resources`.
-RESOURCES = {"cpus": "cpu", "memory": "memory", "gpus": "gpu"}
+RESOURCES = {"cpus": "cpu", "memory": "memory", "gpus": "gpu", "gpu_memory": "gpu_memory"}
 # Options that set a field of `retry_policy`.
 RETRY = {"retry_max": "max_retries", "retry_delay": "retry_delay", "retry_backoff": "backoff",
          "retry_multiplier": "backoff_multiplier", "retry_max_delay": "max_retry_delay", "retry_jitter": "jitter",
@@ -126,6 +126,7 @@ def _strings(mapping: object) -> dict:
 @click.option("--cpus", type=float, help="Cores per task (fractional).")
 @click.option("--memory", help="Memory per task, e.g. 512M, 4G, 2Gi.")
 @click.option("--gpus", type=int, help="Whole GPUs per task.")
+@click.option("--gpu-memory", help="Memory each of those GPUs must have at least, e.g. 40G.")
 @click.option("--replicas", type=int, help="Number of tasks.")
 @click.option("--gang/--no-gang", default=None, help="Place, start and restart all tasks together.")
 @click.option("--priority", help="An integer (-1000..1000) or low, normal, high, critical.")

@@ -153,13 +153,18 @@ class Cluster:
 @click.option("--worker-cpus", type=click.FloatRange(min=0, min_open=True), help="Cores each worker offers.")
 @click.option("--worker-memory", callback=memory_option, help="Memory each worker offers, e.g. 8G.")
 @click.option("--worker-gpus", type=click.IntRange(min=0), help="GPUs each worker offers (default: detected).")
+@click.option("--worker-gpu-memory", callback=memory_option,
+              help="Memory of each virtual GPU that --worker-gpus adds, e.g. 24G (default: unknown).")
 @click.option("--worker-label", "worker_labels", multiple=True, callback=parse_pairs, metavar="K=V",
               help="A label every worker carries, e.g. gpu=h100 (repeatable).")
 @click.option("--db", "db_url", help="SQLAlchemy URL of the store (default: SQLite in the data directory).")
 @click.pass_context
 def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path, worker_cpus: float | None,
-       worker_memory: int | None, worker_gpus: int | None, worker_labels: dict[str, str], db_url: str | None) -> None:
+       worker_memory: int | None, worker_gpus: int | None, worker_gpu_memory: int | None,
+       worker_labels: dict[str, str], db_url: str | None) -> None:
     """Start a local cluster: a controller and N workers, until Ctrl-C."""
+    if worker_gpu_memory is not None and worker_gpus is None:
+        raise click.UsageError("--worker-gpu-memory sets the memory of virtual GPUs: give --worker-gpus too")
     data_dir = data_dir.resolve()
     url = client_url(host, port)
     if healthy(url):
@@ -176,6 +181,7 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
             worker_args += ["--cpus", str(worker_cpus)] if worker_cpus else []
             worker_args += ["--memory", str(worker_memory)] if worker_memory else []
             worker_args += ["--gpus", str(worker_gpus)] if worker_gpus is not None else []
+            worker_args += ["--gpu-memory", str(worker_gpu_memory)] if worker_gpu_memory else []
             worker_args += [arg for key, value in worker_labels.items() for arg in ("--label", f"{key}={value}")]
             for index in range(1, n_workers + 1):
                 cluster.start_worker(index, worker_args)

@@ -178,9 +178,9 @@ class ScheduleJobs(Handler):
         failed_on = snapshot.cluster.avoid
         avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
         base = snapshot.jobs[target.job_id].request
-        return Unit(target.key, pending, Request(base.cpu, base.memory, base.gpu, job.custom), pool=job.pool,
-                    constraints=job.constraints, spread=job.spread, priority=job.priority, project=job.project,
-                    since=since, avoid=avoid)
+        request = Request(base.cpu, base.memory, base.gpu, job.custom, job.gpu_memory)
+        return Unit(target.key, pending, request, pool=job.pool, constraints=job.constraints, spread=job.spread,
+                    priority=job.priority, project=job.project, since=since, avoid=avoid)
 
 
 class PrepareJobs(Handler):

@@ -90,6 +90,8 @@ class Resources(BaseModel):
     cpu: float = Field(1.0, ge=0, le=MAX_CPU, description="cores, fractional")
     memory: Bytes = Field(0, ge=0, le=MAX_MEMORY, description="bytes")
     gpu: int = Field(0, ge=0, le=MAX_GPU, description="whole devices")
+    gpu_memory: Bytes | None = Field(None, gt=0, le=MAX_MEMORY,
+                                     description="bytes each of its GPUs must have at least; any GPU when unset")
     custom: dict[str, float] = Field(default_factory=dict, description="custom slots by name, e.g. {tpu: 4}")
 
     @field_validator("custom")
@@ -101,6 +103,12 @@ class Resources(BaseModel):
             if amount < 0:
                 raise ValueError(f"custom resource {name} must not be negative")
         return custom
+
+    @model_validator(mode="after")
+    def _gpu_memory_needs_gpus(self) -> Resources:
+        if self.gpu_memory is not None and self.gpu < 1:
+            raise ValueError("gpu_memory is the memory each requested GPU must have: ask for gpu >= 1 with it")
+        return self
 
 
 class JobSpec(BaseModel):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.reasons import format_amount
+from corral.scheduling.reasons import format_amount, format_devices
 from corral.scheduling.rooms import EPS, Request, WorkerRoom
 from corral.scheduling.snapshot import JobPlacement
 
@@ -41,18 +41,25 @@ def _judge(job: JobPlacement, request: Request, room: WorkerRoom, failed_here: b
             has = room.labels.get(constraint.key)
             label = f"has {constraint.key}={has}" if has is not None else f"has no label {constraint.key}"
             return verdict(False, f"{label}; the job needs {constraint}")
-    need = request.amounts()
+    need, gpu_memory = request.amounts(), request.gpu_memory
     for resource, amount in need.items():
-        if amount > room.capacity(resource) + EPS:
-            return verdict(False, f"too small: has {format_amount(resource, room.capacity(resource))}, "
-                                  f"a task needs {format_amount(resource, amount)}")
+        if amount > room.capacity(resource, gpu_memory) + EPS:
+            return verdict(False, f"too small: has {_has(room, resource, gpu_memory, free=False)}, "
+                                  f"a task needs {format_amount(resource, amount, gpu_memory)}")
     for resource, amount in need.items():
-        if amount > room.free(resource) + EPS:
-            return verdict(False, f"busy: {format_amount(resource, room.free(resource))} free of "
-                                  f"{format_amount(resource, room.capacity(resource))}, a task needs "
-                                  f"{format_amount(resource, amount)}")
+        if amount > room.free(resource, gpu_memory) + EPS:
+            return verdict(False, f"busy: {_has(room, resource, gpu_memory, free=True)} free "
+                                  f"of {_has(room, resource, gpu_memory, free=False)}, a task needs "
+                                  f"{format_amount(resource, amount, gpu_memory)}")
     note = " (a task of this job failed here before: others are tried first)" if failed_here else ""
     return verdict(True, "fits now" + note)
+
+
+def _has(room: WorkerRoom, resource: str, gpu_memory: int, *, free: bool) -> str:
+    """"8 cpu"; for GPUs under a memory rule, their memory: "2 gpu of 24G"."""
+    if resource == "gpu" and gpu_memory:
+        return format_devices(room.memories(room.free_gpu_ids if free else range(room.gpu)))
+    return format_amount(resource, room.free(resource) if free else room.capacity(resource))
 
 
 def quota_use(project: str, limits: Mapping[str, float],

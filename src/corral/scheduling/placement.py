@@ -197,12 +197,14 @@ class _Pass:
             self.ever_fits[key] = any(rooms[i].could_ever_fit(unit.request) for i in group.members)
         if self.ever_fits[key]:
             return None
-        need = unit.request.amounts()
+        need, gpu_memory = unit.request.amounts(), unit.request.gpu_memory
         for resource, amount in need.items():
-            largest = max(group.members, key=lambda i: rooms[i].capacity(resource))
-            if amount > rooms[largest].capacity(resource) + EPS:
-                return TooLarge(unit.pool, need, resource, rooms[largest].capacity(resource), rooms[largest].name)
-        return TooLarge(unit.pool, need, None)
+            largest = rooms[_most(rooms, group.members, resource, gpu_memory, free=False)]
+            if amount > largest.capacity(resource, gpu_memory) + EPS:
+                devices = largest.memories(range(largest.gpu)) if resource == "gpu" and gpu_memory else ()
+                return TooLarge(unit.pool, need, resource, largest.capacity(resource, gpu_memory), largest.name,
+                                gpu_memory, devices)
+        return TooLarge(unit.pool, need, None, gpu_memory=gpu_memory)
 
     # 4 -------------------------------------------------------------------------------------
 
@@ -230,17 +232,22 @@ class _Pass:
 
     def _no_room(self, unit: Unit, group: Group, placeable: int) -> NoRoom:
         rooms, need, tasks = self.book.rooms, unit.request.amounts(), len(unit.task_ids)
+        gpu_memory = unit.request.gpu_memory
         wanted = [resource for resource, amount in need.items() if amount > 0]
-        most_free = {r: max(group.members, key=lambda i, r=r: rooms[i].free(r)) for r in wanted}
+        most_free = {r: rooms[_most(rooms, group.members, r, gpu_memory, free=True)] for r in wanted}
         # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
-        binding = next((r for r in wanted if need[r] > rooms[most_free[r]].free(r) + EPS), None)
+        binding = next((r for r in wanted if need[r] > most_free[r].free(r, gpu_memory) + EPS), None)
         if binding is None and tasks > 1 and wanted:
             binding = wanted[0]
         if binding is None:
-            return NoRoom(unit.pool, need, tasks, placeable, None)
-        free = rooms[most_free[binding]].free(binding)
-        return NoRoom(unit.pool, need, tasks, placeable, binding, free,
-                      rooms[most_free[binding]].name if free > EPS else "")
+            return NoRoom(unit.pool, need, tasks, placeable, None, gpu_memory=gpu_memory)
+        room = most_free[binding]
+        free = room.free(binding, gpu_memory)
+        if binding == "gpu" and gpu_memory:  # name the free devices too small, if that is all there is
+            devices = room.memories(room.free_gpu_ids)
+            return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if devices else "",
+                          gpu_memory, devices)
+        return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free > EPS else "", gpu_memory)
 
     def _preempt(self, unit: Unit, group: Group) -> Reason | None:
         if unit.priority <= self.lowest_running.get(unit.pool, unit.priority):
@@ -276,7 +283,7 @@ class _Pass:
         rooms, request = self.book.rooms, unit.request
         binding = getattr(reason, "resource", None) or "cpu"
         closest = sorted((i for i in group.members if i not in self.book.held and rooms[i].could_ever_fit(request)),
-                         key=lambda i: -rooms[i].free(binding))
+                         key=lambda i: -rooms[i].free(binding, request.gpu_memory))
         held: list[int] = []
         remaining = len(unit.task_ids)
         for i in closest:
@@ -335,5 +342,17 @@ class _Pass:
 
 def _tasks_held_when_empty(room: WorkerRoom, request: Request) -> int:
     """How many tasks of this size the worker holds when nothing else runs there (at least 1)."""
-    counts = [room.capacity(r) // amount for r, amount in request.amounts().items() if amount > 0]
+    counts = [room.capacity(r, request.gpu_memory) // amount for r, amount in request.amounts().items() if amount > 0]
     return max(1, int(min(counts, default=1)))
+
+
+def _most(rooms: Sequence[WorkerRoom], members: Sequence[int], resource: str, gpu_memory: int, *, free: bool) -> int:
+    """The member with the most of a resource, free now or in all; for GPUs with a memory rule, the
+    most devices that satisfy it, then the biggest device (the one a reason names)."""
+    def amount(i: int) -> tuple[float, int]:
+        room = rooms[i]
+        most = room.free(resource, gpu_memory) if free else room.capacity(resource, gpu_memory)
+        if resource != "gpu" or not gpu_memory:
+            return most, 0
+        return most, max(room.memories(room.free_gpu_ids if free else range(room.gpu)), default=-1)
+    return max(members, key=amount)

@@ -7,6 +7,8 @@ change: a smaller request, another pool, a quota, or patience.
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.scheduling.constraints import Constraint
@@ -21,14 +23,23 @@ def format_bytes(size: float) -> str:
     return f"{size:g}B"
 
 
-def format_amount(resource: str, amount: float) -> str:
-    """"8 gpu", "0.5 cpu", "4G memory"."""
+def format_amount(resource: str, amount: float, gpu_memory: int = 0) -> str:
+    """"8 gpu", "0.5 cpu", "4G memory", "1 gpu with at least 40G memory"."""
     value = format_bytes(amount) if resource == "memory" else f"{amount:g}"
-    return f"{value} {resource}"
+    text = f"{value} {resource}"
+    return f"{text} with at least {format_bytes(gpu_memory)} memory" if resource == "gpu" and gpu_memory else text
 
 
-def format_amounts(amounts: dict[str, float]) -> str:
-    return ", ".join(format_amount(r, a) for r, a in amounts.items() if a or r == "cpu")
+def format_amounts(amounts: dict[str, float], gpu_memory: int = 0) -> str:
+    return ", ".join(format_amount(r, a, gpu_memory) for r, a in amounts.items() if a or r == "cpu")
+
+
+def format_devices(memories: Sequence[int]) -> str:
+    """"2 gpu of 24G", "1 gpu of 24G, 1 gpu of 80G": what a worker's GPUs offer to a request for memory."""
+    if not memories:
+        return "no gpu"
+    counts = Counter(sorted(memories))
+    return ", ".join(f"{n} gpu of {format_bytes(m) if m else 'unknown memory'}" for m, n in counts.items())
 
 
 def _in_pool(pool: str) -> str:
@@ -73,15 +84,20 @@ class TooLarge(Reason):
     resource: str | None  # the one no worker has enough of, if a single one
     largest: float = 0.0
     worker: str = ""
+    gpu_memory: int = 0  # bytes each GPU must have
+    devices: tuple[int, ...] = ()  # the memory of the worker's GPUs, when too little memory is what binds
 
     def sentence(self) -> str:
-        need = format_amounts(self.need)
+        need = format_amounts(self.need, self.gpu_memory)
         if self.resource is None:
             return (f"needs {need} per task; no worker{_in_pool(self.pool)} is that large "
                     f"(waiting for one to join)")
-        return (f"needs {format_amount(self.resource, self.need[self.resource])} per task; no worker"
-                f"{_in_pool(self.pool)} has that much (largest: {format_amount(self.resource, self.largest)} "
-                f"on {self.worker}); waiting for one to join")
+        if self.resource == "gpu" and self.gpu_memory:
+            largest = f"{self.worker} has {format_devices(self.devices)}"
+        else:
+            largest = f"{format_amount(self.resource, self.largest)} on {self.worker}"
+        return (f"needs {format_amount(self.resource, self.need[self.resource], self.gpu_memory)} per task; "
+                f"no worker{_in_pool(self.pool)} has that much (largest: {largest}); waiting for one to join")
 
 
 @dataclass(frozen=True)
@@ -95,15 +111,22 @@ class NoRoom(Reason):
     resource: str | None  # the resource that binds on every worker, if a single one
     most_free: float = 0.0
     worker: str = ""
+    gpu_memory: int = 0  # bytes each GPU must have
+    devices: tuple[int, ...] = ()  # the memory of the worker's free GPUs, when too little memory is what binds
 
     def sentence(self) -> str:
         where = _in_pool(self.pool)
         if self.resource is not None:
-            need = format_amount(self.resource, self.need[self.resource])
-            free = (f"most free on one worker: {format_amount(self.resource, self.most_free)} ({self.worker})"
-                    if self.worker else f"no worker has any {self.resource} free")
+            need = format_amount(self.resource, self.need[self.resource], self.gpu_memory)
+            if self.resource == "gpu" and self.gpu_memory and self.worker:
+                free = (f"most free on one worker: {self.most_free:g} "
+                        f"({self.worker} has {format_devices(self.devices)} free)")
+            elif self.worker:
+                free = f"most free on one worker: {format_amount(self.resource, self.most_free)} ({self.worker})"
+            else:
+                free = f"no worker has any {self.resource} free"
         else:
-            need = format_amounts(self.need)
+            need = format_amounts(self.need, self.gpu_memory)
             free = "no worker has all of it free at once"
         if self.tasks > 1:
             return f"gang of {self.tasks} needs {need} per task{where}; only {self.placeable} fit now; {free}"

@@ -10,7 +10,7 @@ dispersed the emptiest (worst fit), round-robin the next in turn.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from corral.scheduling.constraints import Constraint, all_match
@@ -27,6 +27,7 @@ class Request:
     memory: int
     gpu: int
     custom: tuple[tuple[str, float], ...] = ()  # sorted (name, amount) pairs, hashable
+    gpu_memory: int = 0  # bytes each of its GPUs must have; 0: any GPU
 
     def amounts(self, tasks: int = 1) -> dict[str, float]:
         """Per resource, in the order a reason names them: the scarcest kinds first."""
@@ -38,7 +39,11 @@ class Request:
 
 @dataclass
 class WorkerRoom:
-    """What one alive worker has, and has free, in this snapshot."""
+    """What one alive worker has, and has free, in this snapshot.
+
+    With device memory known, free GPUs are kept smallest first, so that `take` hands out the
+    smallest devices that suffice and keeps the big ones for the requests that need them.
+    """
 
     id: str
     name: str
@@ -52,11 +57,18 @@ class WorkerRoom:
     labels: dict[str, str] = field(default_factory=dict)
     custom: dict[str, float] = field(default_factory=dict)
     free_custom: dict[str, float] = field(default_factory=dict)
+    gpu_memory: Sequence[int] = ()  # bytes per device index, 0 where unknown; empty when none is known
+
+    def __post_init__(self) -> None:
+        if self.gpu_memory:
+            self.free_gpu_ids.sort(key=self._device_order)
 
     def fits(self, request: Request) -> bool:
         if request.cpu > self.free_cpu + EPS or request.memory > self.free_memory:
             return False
         if request.gpu > len(self.free_gpu_ids):
+            return False
+        if request.gpu_memory and request.gpu > len(self.gpus_with(request.gpu_memory, self.free_gpu_ids)):
             return False
         return not request.custom or all(amount <= self.free_custom.get(name, 0.0) + EPS
                                          for name, amount in request.custom)
@@ -65,7 +77,7 @@ class WorkerRoom:
         return (
             request.cpu <= self.cpu + EPS
             and request.memory <= self.memory
-            and request.gpu <= self.gpu
+            and request.gpu <= self.capacity("gpu", request.gpu_memory)
             and all(amount <= self.custom.get(name, 0.0) + EPS for name, amount in request.custom)
         )
 
@@ -74,8 +86,12 @@ class WorkerRoom:
         self.free_memory -= request.memory
         for name, amount in request.custom:
             self.free_custom[name] = self.free_custom.get(name, 0.0) - amount
-        gpu_ids, self.free_gpu_ids = self.free_gpu_ids[: request.gpu], self.free_gpu_ids[request.gpu :]
-        return gpu_ids
+        if request.gpu_memory:
+            gpu_ids = self.gpus_with(request.gpu_memory, self.free_gpu_ids)[: request.gpu]
+            self.free_gpu_ids = [i for i in self.free_gpu_ids if i not in gpu_ids]
+        else:
+            gpu_ids, self.free_gpu_ids = self.free_gpu_ids[: request.gpu], self.free_gpu_ids[request.gpu :]
+        return sorted(gpu_ids)  # chosen smallest first, handed to the task in index order
 
     def give(self, request: Request, gpu_ids: Sequence[int]) -> None:
         """Undo a `take` (a gang that did not fit whole), or release a victim's reservation."""
@@ -83,21 +99,44 @@ class WorkerRoom:
         self.free_memory += request.memory
         for name, amount in request.custom:
             self.free_custom[name] = self.free_custom.get(name, 0.0) + amount
-        self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids})
+        order = self._device_order if self.gpu_memory else None
+        self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids}, key=order)
 
-    def free(self, resource: str) -> float:
-        return {"cpu": self.free_cpu, "memory": self.free_memory, "gpu": len(self.free_gpu_ids)}.get(
-            resource, self.free_custom.get(resource, 0.0))
+    def device_memory(self, gpu_id: int) -> int:
+        return self.gpu_memory[gpu_id] if gpu_id < len(self.gpu_memory) else 0
 
-    def capacity(self, resource: str) -> float:
-        return {"cpu": self.cpu, "memory": self.memory, "gpu": self.gpu}.get(resource, self.custom.get(resource, 0.0))
+    def memories(self, gpu_ids: Iterable[int]) -> tuple[int, ...]:
+        """The memory of these devices, smallest first: what a reason says they offer."""
+        return tuple(sorted(map(self.device_memory, gpu_ids)))
+
+    def gpus_with(self, memory: int, gpu_ids: Sequence[int]) -> list[int]:
+        """Those of `gpu_ids` with at least `memory` bytes (a device of unknown memory only for 0), in order."""
+        return [i for i in gpu_ids if self.device_memory(i) >= memory]
+
+    def free(self, resource: str, gpu_memory: int = 0) -> float:
+        """Free room of a resource; GPUs counted among those with at least `gpu_memory` bytes."""
+        if resource == "gpu":
+            return len(self.gpus_with(gpu_memory, self.free_gpu_ids)) if gpu_memory else len(self.free_gpu_ids)
+        return {"cpu": self.free_cpu, "memory": self.free_memory}.get(resource, self.free_custom.get(resource, 0.0))
+
+    def capacity(self, resource: str, gpu_memory: int = 0) -> float:
+        if resource == "gpu":
+            return len(self.gpus_with(gpu_memory, range(self.gpu))) if gpu_memory else self.gpu
+        return {"cpu": self.cpu, "memory": self.memory}.get(resource, self.custom.get(resource, 0.0))
 
     def copy(self) -> WorkerRoom:
         return replace(self, free_gpu_ids=list(self.free_gpu_ids), free_custom=dict(self.free_custom))
 
+    def _device_order(self, gpu_id: int) -> tuple[int, int]:
+        return (self.device_memory(gpu_id), gpu_id)
+
 
 class Group:
-    """The workers one kind of job may use, indexed by free room: (free GPUs, free cores, free memory, room)."""
+    """The workers one kind of job may use, indexed by free room: (free GPUs, free cores, free memory, room).
+
+    Free GPUs count whatever their memory, so a search only narrows the candidates: each one's
+    `fits` has the last word.
+    """
 
     def __init__(self, members: list[int], rooms: list[WorkerRoom]) -> None:
         self.members = members  # in registration order, for round-robin and reasons

@@ -28,6 +28,7 @@ class JobPlacement:
     priority: int = 0
     constraints: tuple[Constraint, ...] = ()
     custom: tuple[tuple[str, float], ...] = ()
+    gpu_memory: int = 0  # bytes each of its GPUs must have
     spread: bool = False
     after: tuple[int, ...] = ()
     after_any: tuple[int, ...] = ()
@@ -41,6 +42,7 @@ class JobPlacement:
             pool=spec.get("pool") or DEFAULT_POOL, project=spec.get("project") or DEFAULT_PROJECT,
             priority=priority, constraints=tuple(parse_constraint(c) for c in spec.get("constraints") or ()),
             custom=tuple(sorted((k, float(v)) for k, v in (resources.get("custom") or {}).items() if v)),
+            gpu_memory=int(resources.get("gpu_memory") or 0),
             spread=bool(spec.get("spread")), after=tuple(spec.get("after") or ()),
             after_any=tuple(spec.get("after_any") or ()), begin=spec.get("begin"), gang=gang,
         )

@@ -59,7 +59,8 @@ async def _running_tasks(connection: AsyncConnection, job_facts: dict[int, JobPl
         job = job_facts.get(row.job_id, JobPlacement())
         running.append(RunningTask(
             task_id=row.id, job_id=row.job_id, worker_id=row.worker_id,
-            request=Request(row.cpu, row.memory, row.gpu, job.custom), gpu_ids=tuple(row.gpu_ids or ()),
+            request=Request(row.cpu, row.memory, row.gpu, job.custom, job.gpu_memory),
+            gpu_ids=tuple(row.gpu_ids or ()),
             priority=job.priority, project=job.project, since=row.assigned_at or 0.0, gang=job.gang,
             stopping=TaskState(row.state) in STOPPING,
         ))
@@ -90,8 +91,16 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
             free_memory=worker.memory - sum(t.request.memory for t in held),
             free_gpu_ids=[i for i in range(worker.gpu) if i not in taken_gpus],
             pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=free_custom,
+            gpu_memory=_device_memory(worker.gpu, worker.gpu_devices),
         ))
     return rooms
+
+
+def _device_memory(gpus: int, devices: list[dict] | None) -> tuple[int, ...]:
+    """Bytes per device index as NVML reported them; empty when no device's memory is known (virtual GPUs)."""
+    by_index = {device["index"]: device.get("memory") or 0 for device in devices or ()}
+    memory = tuple(by_index.get(i, 0) for i in range(gpus))
+    return memory if any(memory) else ()
 
 
 async def _failed_on(connection: AsyncConnection) -> dict[int, frozenset[str]]:

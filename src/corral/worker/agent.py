@@ -80,6 +80,7 @@ class WorkerOptions:
     cpus: float | None = None
     memory: int | None = None
     gpus: int | None = None
+    gpu_memory: int = 0  # bytes each virtual GPU reports (0: unknown)
     labels: dict[str, str] = field(default_factory=dict)
     heartbeat_interval: float = 2.0
     pool: str = "default"
@@ -122,7 +123,8 @@ class Agent:
         self.options = options
         self.http = http
         work_dir = options.work_dir.resolve()
-        self.capacity, self.gpus = detect_capacity(options.cpus, options.memory, options.gpus, options.resources)
+        self.capacity, self.gpus = detect_capacity(options.cpus, options.memory, options.gpus, options.resources,
+                                                   gpu_memory=options.gpu_memory)
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
         self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,

@@ -52,16 +52,18 @@ def detect_gpus(nvml: ModuleType | None = None) -> list[GpuDevice]:
 
 def detect_capacity(
     cpus: float | None = None, memory: int | None = None, gpus: int | None = None,
-    custom: dict[str, float] | None = None, nvml: ModuleType | None = None,
+    custom: dict[str, float] | None = None, nvml: ModuleType | None = None, gpu_memory: int = 0,
 ) -> tuple[Capacity, list[GpuDevice]]:
     """The capacity to register with, and the GPUs behind it.
 
     With a GPU override, the detected devices are kept for the indices that exist and the
-    rest (virtual devices) are named "virtual".
+    rest (virtual devices) are named "virtual", each with `gpu_memory` bytes (0: unknown),
+    so that placement by GPU memory can be tried without NVML.
     """
     devices = detect_gpus(nvml)
     if gpus is not None:
-        devices = devices[:gpus] + [GpuDevice(index=i, model="virtual") for i in range(len(devices), gpus)]
+        devices = devices[:gpus] + [GpuDevice(index=i, model="virtual", memory=gpu_memory)
+                                    for i in range(len(devices), gpus)]
     capacity = Capacity(
         cpu=float(cpus if cpus is not None else psutil.cpu_count() or 1),
         memory=int(memory if memory is not None else psutil.virtual_memory().total),

@@ -1,0 +1,153 @@
+"""GPU memory in placement (DESIGN.md, Scheduling): each GPU a task gets has at least the memory it asks for."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.scheduling.analysis import judge_workers
+from corral.scheduling.placement import Request, Unit, WorkerRoom, place
+from corral.scheduling.policy import Policy, PoolPolicy, Strategy
+from corral.scheduling.preemption import RunningTask, choose_victims
+from corral.scheduling.reasons import NoRoom, TooLarge
+from corral.scheduling.snapshot import JobPlacement
+from corral.serving.handlers import DeploymentFacts
+from corral.serving.pool import Holding, Pool
+from corral.serving.router import request_of
+from corral.serving.spec import DeploymentSpec
+from corral.serving.states import DeploymentState
+
+GiB = 2**30
+
+
+def room(id_: str, memories: tuple[int, ...], free: list[int] | None = None, cpu: float = 16) -> WorkerRoom:
+    """A worker whose GPU i has memories[i] bytes (0: unknown)."""
+    gpus = len(memories)
+    return WorkerRoom(id_, id_, cpu, 64 * GiB, gpus, cpu, 64 * GiB, list(range(gpus)) if free is None else free,
+                      gpu_memory=memories if any(memories) else ())
+
+
+def gpus(n: int, gpu_memory: int = 0) -> Request:
+    return Request(1, 0, n, gpu_memory=gpu_memory)
+
+
+def one(job: int, request: Request) -> Unit:
+    return Unit((job, job * 100), (job * 100,), request)
+
+
+# --- WorkerRoom --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("request_", "fits"), [
+    (gpus(1, 40 * GiB), True),
+    (gpus(1, 80 * GiB), True),
+    (gpus(2, 40 * GiB), False),  # one free device is big enough
+    (gpus(1, 81 * GiB), False),
+    (gpus(2), True),  # no memory rule: any free device
+])
+def test_fits_counts_only_the_free_devices_with_enough_memory(request_, fits):
+    assert room("w", (24 * GiB, 80 * GiB, 80 * GiB), free=[0, 1]).fits(request_) is fits
+
+
+def test_a_device_of_unknown_memory_serves_only_requests_without_a_memory_rule():
+    virtual = room("w", (0, 0))
+    assert virtual.fits(gpus(2)) and virtual.could_ever_fit(gpus(2))
+    assert not virtual.fits(gpus(1, GiB)) and not virtual.could_ever_fit(gpus(1, GiB))
+    mixed = room("w", (0, 24 * GiB))
+    assert mixed.take(gpus(1, GiB)) == [1]
+
+
+def test_could_ever_fit_judges_every_device_busy_or_not():
+    busy = room("w", (24 * GiB, 80 * GiB), free=[])
+    assert busy.could_ever_fit(gpus(1, 80 * GiB))
+    assert not busy.could_ever_fit(gpus(2, 40 * GiB))
+
+
+def test_take_chooses_the_smallest_devices_that_suffice():
+    r = room("w", (80 * GiB, 24 * GiB, 40 * GiB, 24 * GiB))
+    assert r.free_gpu_ids == [1, 3, 2, 0]  # smallest first, then by index
+    assert r.take(gpus(1, 32 * GiB)) == [2]
+    assert r.take(gpus(1)) == [1]  # no rule: the smallest, keeping the big ones
+    assert r.take(gpus(1, 40 * GiB)) == [0]
+    assert r.free_gpu_ids == [3]
+
+
+def test_give_undoes_take_in_the_same_order():
+    r = room("w", (80 * GiB, 24 * GiB, 40 * GiB, 24 * GiB))
+    before = r.copy()
+    request = gpus(2, 30 * GiB)
+    taken = r.take(request)
+    assert taken == [0, 2] and before.free_gpu_ids == [1, 3, 2, 0]  # the task sees them in index order
+    r.give(request, taken)
+    assert r == before
+
+
+# --- place --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_every_strategy_passes_over_workers_with_more_but_smaller_free_devices(strategy):
+    rooms = [room("small", (24 * GiB,) * 4), room("big", (80 * GiB,))]
+    policy = Policy(pools={"default": PoolPolicy(strategy=strategy)})
+    result = place([one(1, gpus(1, 40 * GiB))], rooms, policy=policy)
+    assert [(a.worker_id, a.gpu_ids) for a in result.assignments[(1, 100)]] == [("big", (0,))]
+
+
+def test_a_request_without_a_memory_rule_leaves_the_big_device_to_one_that_needs_it():
+    rooms = [room("w", (80 * GiB, 16 * GiB))]
+    result = place([one(1, gpus(1)), one(2, gpus(1, 40 * GiB))], rooms)
+    assert result.assignments[(1, 100)][0].gpu_ids == (1,)
+    assert result.assignments[(2, 200)][0].gpu_ids == (0,)
+
+
+def test_a_gang_that_needs_big_devices_goes_where_they_are():
+    rooms = [room("w1", (24 * GiB, 24 * GiB)), room("w2", (24 * GiB, 80 * GiB)), room("w3", (80 * GiB,))]
+    unit = Unit((1, None), (10, 11), gpus(1, 80 * GiB))
+    placed = place([unit], rooms).assignments[(1, None)]
+    assert sorted((a.worker_id, a.gpu_ids) for a in placed) == [("w2", (1,)), ("w3", (0,))]
+
+
+def test_preemption_evicts_the_task_on_a_device_that_is_big_enough():
+    r = room("w", (24 * GiB, 80 * GiB), free=[])
+    small = RunningTask(1, 1, "w", gpus(1), (0,), priority=0, since=20.0)  # younger: cheaper, but no help
+    big = RunningTask(2, 2, "w", gpus(1), (1,), priority=0, since=10.0)
+    plan = choose_victims(gpus(1, 40 * GiB), 1, 10, [r], [small, big])
+    assert plan is not None and [t.task_id for t in plan.victims] == [2]
+
+
+def test_the_routers_fit_check_follows_the_rule_for_a_deployment():
+    spec = DeploymentSpec(name="llm", command=["serve"], resources={"gpu": 1, "gpu_memory": 40 * GiB})
+    assert spec.replica_job().resources.gpu_memory == 40 * GiB  # its replicas are placed by the rule
+    request = request_of(DeploymentFacts(1, "llm", spec, DeploymentState.READY, 0.0, 1))
+    pool = Pool([room("w", (24 * GiB, 80 * GiB), free=[0])], {"chat": [Holding("w", gpus(1), (1,))]})
+    assert pool.could_ever_fit(request) and not pool.fits(request, 1)
+    assert pool.fits(request, 1, freed=["chat"])  # once chat gives back the big device
+
+
+# --- why it waits ----------------------------------------------------------------------------------
+
+
+def test_reason_when_no_worker_has_devices_that_large():
+    reason = place([one(1, gpus(1, 40 * GiB))], [room("w3", (24 * GiB, 24 * GiB))]).waiting[(1, 100)]
+    assert isinstance(reason, TooLarge)
+    assert reason.sentence() == ("needs 1 gpu with at least 40G memory per task; no worker has that much "
+                                 "(largest: w3 has 2 gpu of 24G); waiting for one to join")
+
+
+def test_reason_when_the_big_devices_are_busy():
+    rooms = [room("w3", (80 * GiB, 24 * GiB, 24 * GiB), free=[1, 2]), room("w4", (80 * GiB,), free=[])]
+    reason = place([one(1, gpus(1, 40 * GiB))], rooms).waiting[(1, 100)]
+    assert isinstance(reason, NoRoom)
+    assert reason.sentence() == ("needs 1 gpu with at least 40G memory on one worker; "
+                                 "most free on one worker: 0 (w3 has 2 gpu of 24G free)")
+
+
+def test_the_analysis_explains_each_worker_by_its_devices():
+    rooms = [room("virtual", (0, 0)), room("small", (24 * GiB,)), room("busy", (80 * GiB, 24 * GiB), free=[1]),
+             room("big", (80 * GiB,))]
+    verdicts = {v.name: v.why for v in judge_workers(JobPlacement(), gpus(1, 40 * GiB), rooms)}
+    assert verdicts == {
+        "virtual": "too small: has 2 gpu of unknown memory, a task needs 1 gpu with at least 40G memory",
+        "small": "too small: has 1 gpu of 24G, a task needs 1 gpu with at least 40G memory",
+        "busy": "busy: 1 gpu of 24G free of 1 gpu of 24G, 1 gpu of 80G, a task needs 1 gpu with at least 40G memory",
+        "big": "fits now",
+    }

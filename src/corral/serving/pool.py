@@ -34,26 +34,32 @@ class Pool:
     def fits(self, request: Request, count: int, freed: Iterable[str] = (),
              reserved: Mapping[str, tuple[Request, int]] | None = None) -> bool:
         """Would `count` replicas of `request` fit once the deployments in `freed` released what they hold,
-        after the replicas in `reserved` (deployments loading, not placed yet: (request, count)) took theirs?"""
-        rooms = {room.id: copy.deepcopy(room) for room in self.rooms}
+        after the replicas in `reserved` (wanted, not placed yet: (request, count)) took theirs?
+
+        A reserved replica that fits nowhere waits in placement and holds nothing, so it blocks nothing."""
+        rooms = [copy.deepcopy(room) for room in self.rooms]
+        by_id = {room.id: room for room in rooms}
         for name in freed:
             for holding in self.holdings.get(name, ()):
-                room = rooms.get(holding.worker_id)
+                room = by_id.get(holding.worker_id)
                 if room is not None:
-                    room.free_cpu += holding.request.cpu
-                    room.free_memory += holding.request.memory
-                    room.free_gpu_ids = sorted({*room.free_gpu_ids, *holding.gpu_ids})
-        wanted = [(r, n) for r, n in (reserved or {}).values()] + [(request, count)]
-        for each, n in wanted:
+                    room.give(holding.request, holding.gpu_ids)
+        for each, n in (reserved or {}).values():
             for _ in range(n):
-                room = next((room for room in rooms.values() if room.fits(each)), None)
-                if room is None:
-                    return False
-                room.take(each)
-        return True
+                if not _take_first(rooms, each):
+                    break
+        return all(_take_first(rooms, request) for _ in range(count))
 
     def could_ever_fit(self, request: Request) -> bool:
         return any(room.could_ever_fit(request) for room in self.rooms)
+
+
+def _take_first(rooms: list[WorkerRoom], request: Request) -> bool:
+    """Book `request` on the first room it fits; says whether one did."""
+    room = next((room for room in rooms if room.fits(request)), None)
+    if room is not None:
+        room.take(request)
+    return room is not None
 
 
 async def read_pool(connection: AsyncConnection) -> Pool:

@@ -77,7 +77,7 @@ def wanted_when_loaded(facts: DeploymentFacts) -> int:
 
 def request_of(facts: DeploymentFacts) -> Request:
     resources = facts.spec.resources
-    return Request(resources.cpu, resources.memory, resources.gpu)
+    return Request(resources.cpu, resources.memory, resources.gpu, gpu_memory=resources.gpu_memory or 0)
 
 
 class Router:
@@ -211,6 +211,8 @@ class Router:
         return {name for name, facts in self.catalog.deployments.items() if facts.replicas > 0}
 
     def fits(self, target: str, evicting: frozenset[str], loading: frozenset[str]) -> bool:
+        """Whether `target` fits once `evicting` are gone and every other running or loading deployment has the
+        replicas it wants: the pool view is read once a tick, so a replica placed since holds room it does not show."""
         facts = self.catalog.deployments.get(target)
         if facts is None:
             return True
@@ -218,11 +220,14 @@ class Router:
         if not self.pool_view.could_ever_fit(request):
             return True  # no eviction helps; its replica waits in placement, which says why
         reserved = {}
-        for name in loading - {target}:
+        for name in ((self.loaded() - self.scheduler.unloading) | loading) - evicting - {target}:
             other = self.catalog.deployments.get(name)
-            if other is not None:
-                missing = wanted_when_loaded(other) - len(self.pool_view.holdings.get(name, ()))
-                reserved[name] = (request_of(other), max(missing, 0))
+            if other is None:
+                continue
+            wanted = max(other.replicas, wanted_when_loaded(other)) if name in loading else other.replicas
+            missing = wanted - len(self.pool_view.holdings.get(name, ()))
+            if missing > 0:
+                reserved[name] = (request_of(other), missing)
         missing = wanted_when_loaded(facts) - len(self.pool_view.holdings.get(target, ()))
         return self.pool_view.fits(request, max(missing, 0), evicting, reserved)
 
@@ -306,7 +311,8 @@ class Router:
                 raise RouterError(404, f"{target} is no longer deployed")
             if facts.replicas < wanted_when_loaded(facts):
                 await self._scale(target, wanted_when_loaded(facts), "a request arrived")
-            await asyncio.wait_for(self._until_ready(target, time.time()), self.swap_timeout)
+            async with asyncio.timeout(self.swap_timeout):
+                await self._until_ready(target, time.time())
             ROUTER_COLD_START.labels(target).observe(time.monotonic() - started)
         except TimeoutError:
             error = f"no healthy replica within {self.swap_timeout:.0f}s"

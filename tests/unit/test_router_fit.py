@@ -1,0 +1,65 @@
+"""The router's fit check counts the room of deployments whose replicas its pool view does not show yet."""
+
+from __future__ import annotations
+
+import functools
+
+from corral.scheduling.placement import WorkerRoom
+from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
+from corral.serving.policies import FitPolicy
+from corral.serving.pool import Holding, Pool
+from corral.serving.router import Router, request_of
+from corral.serving.spec import DeploymentSpec
+from corral.serving.states import DeploymentState
+
+
+def worker(cores: float) -> WorkerRoom:
+    return WorkerRoom("w1", "w1", cpu=cores, memory=2**30, gpu=0, free_cpu=cores, free_memory=2**30)
+
+
+def router_with(replicas: dict[str, int], holdings: dict[str, int], resources: dict[str, dict] | None = None,
+                cores: float = 1.0) -> Router:
+    """Deployments of one core each (unless `resources` says otherwise) on a worker of `cores`;
+    `holdings`: the replicas the pool view shows placed."""
+    router = Router(backend=None, policy=FitPolicy())
+    facts = {name: DeploymentFacts(i, name, DeploymentSpec(
+        name=name, command=["serve"], min_replicas=0, resources=(resources or {}).get(name, {"cpu": 1})),
+        DeploymentState.READY, 0.0, count) for i, (name, count) in enumerate(replicas.items(), start=1)}
+    router.publish(Catalog(facts, {name: (Endpoint(1, "127.0.0.1:1"),) for name, n in replicas.items() if n}))
+    room = worker(cores)
+    shown = {}
+    for name, count in holdings.items():
+        request = request_of(facts[name])
+        shown[name] = [Holding("w1", request)] * count
+        for _ in range(count):
+            room.take(request)
+    router.pool_view = Pool([room], shown)
+    return router
+
+
+def test_a_deployment_loaded_since_the_pool_was_read_is_evicted_to_make_room():
+    router = router_with({"left": 1, "right": 0}, holdings={})  # left's replica placed after the last read
+    assert not router.fits("right", frozenset(), frozenset())
+    assert router.fits("right", frozenset({"left"}), frozenset())
+    fits = functools.partial(router.fits, "right", loading=frozenset())
+    assert FitPolicy().evict_for("right", ["left"], fits) == ["left"]
+
+
+def test_a_loaded_deployment_the_view_shows_is_counted_once():
+    router = router_with({"left": 1, "right": 0}, holdings={"left": 1}, cores=2)  # one core left for right
+    assert router.fits("right", frozenset(), frozenset())
+    router = router_with({"left": 2, "right": 0}, holdings={"left": 1}, cores=2)  # left's second takes the other
+    assert not router.fits("right", frozenset(), frozenset())
+
+
+def test_a_deployment_being_unloaded_reserves_nothing_more():
+    router = router_with({"left": 1, "right": 0}, holdings={})
+    router.scheduler.unloading.add("left")
+    assert router.fits("right", frozenset(), frozenset())
+
+
+def test_a_loaded_deployment_whose_replica_fits_nowhere_blocks_nothing():
+    router = router_with({"big": 1, "small": 0}, holdings={},
+                         resources={"big": {"cpu": 0.5, "gpu": 1}, "small": {"cpu": 0.5}})  # no worker has a GPU
+    assert router.fits("small", frozenset(), frozenset())
+    assert FitPolicy().evict_for("small", ["big"], functools.partial(router.fits, "small", loading=frozenset())) == []

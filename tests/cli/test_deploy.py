@@ -43,7 +43,8 @@ def run(*args, env=None):
 
 def test_deploy_options_become_the_spec():
     result, api = run("deploy", "chat", "--replicas", "0:3", "--model-name", "m1", "--model-name", "m2",
-                      "--health", "/ready", "--idle-timeout", "10m", "--gpus", "1", "--concurrency", "8",
+                      "--health", "/ready", "--idle-timeout", "10m", "--gpus", "1", "--gpu-memory", "40G",
+                      "--concurrency", "8",
                       "--public", "--env", "A=1", "--", "python", "serve.py")
     assert result.exit_code == 0, result.output
     method, path, body = api.calls[0]
@@ -52,6 +53,7 @@ def test_deploy_options_become_the_spec():
     assert (spec.min_replicas, spec.max_replicas, spec.model_names) == (0, 3, ["m1", "m2"])
     assert (spec.health.path, spec.idle_timeout, spec.resources.gpu, spec.concurrency) == ("/ready", 600.0, 1, 8)
     assert spec.public and spec.env == {"A": "1"} and spec.command == ["python", "serve.py"]
+    assert spec.resources.gpu_memory == 40 * 10**9
 
 
 def test_deploy_from_a_file_with_options_winning(tmp_path):
@@ -77,6 +79,12 @@ def test_an_unset_api_key_variable_is_an_error_and_nothing_is_deployed():
 def test_a_bad_replicas_value_is_a_usage_error():
     result, api = run("deploy", "x", "--replicas", "two", "--", "serve")
     assert result.exit_code == 2 and "MIN:MAX" in result.output and api.calls == []
+
+
+def test_a_max_below_min_is_an_invalid_deployment_spec_refused_before_any_call():
+    result, api = run("deploy", "x", "--replicas", "3:1", "--", "serve")
+    assert result.exit_code == 1 and api.calls == []
+    assert "error: invalid deployment spec: max_replicas (1) is below min_replicas (3)" in result.output
 
 
 def test_a_bad_name_is_refused_before_any_call():

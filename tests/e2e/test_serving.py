@@ -294,3 +294,17 @@ def test_a_request_for_a_deployment_whose_replica_cannot_start_fails_fast_with_t
     assert response.status_code == 503, response.text
     assert "failed to start" in response.json()["error"]["message"]
     assert time.monotonic() - started < 60  # not the swap timeout
+
+
+def test_replicas_that_keep_failing_to_start_are_replaced_ever_more_slowly(cluster):
+    deploy(cluster, "crashing", command=["sh", "-c", "exit 3"])
+    shown = wait_for(lambda: (d := info(cluster, "crashing"))["failed_starts"] >= 3 and d, 60, "three failed starts")
+    created = sorted(r["created_at"] for r in shown["replica_list"])
+    assert created[1] - created[0] >= 1.0 and created[2] - created[1] >= 2.0  # 1 s, then 2 s after each failure
+    assert len(created) <= shown["failed_starts"] + 1
+    assert shown["next_start_at"] >= created[2] + 4.0  # 4 s after the third failed
+    env = {**os.environ, "CORRAL_URL": cluster.url, "CORRAL_TOKEN": cluster.admin_token}
+    result = subprocess.run([sys.executable, "-m", "corral", "deployment", "info", "crashing"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "replica(s) in a row ended before serving; no new one before" in result.stdout

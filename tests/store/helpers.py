@@ -8,7 +8,7 @@ from corral.controller.coordinator import run_handler
 from corral.controller.preemption import acknowledge as acknowledge_preemption
 from corral.controller.reports import ingest_heartbeat, reap_lost_workers, register_worker
 from corral.core.handlers import JOB_HANDLERS
-from corral.core.protocol import Capacity, RegisterRequest, TaskReport
+from corral.core.protocol import Capacity, GpuDevice, RegisterRequest, TaskReport
 from corral.core.spec import JobSpec
 from corral.store.jobs import insert_job
 from corral.store.schema import attempts, history, jobs, tasks
@@ -23,8 +23,10 @@ async def submit(store, now=NOW, key=None, **spec) -> int:
 
 
 async def add_worker(store, name="w0", cpu=4.0, memory=8 * 2**30, gpu=0, now=NOW, pool="default", labels=None,
-                     custom=None) -> str:
-    request = RegisterRequest(name=name, address="127.0.0.1", pool=pool, labels=labels or {},
+                     custom=None, gpu_memory=()) -> str:
+    """gpu_memory: bytes per device, as NVML would report them (none: devices of unknown memory)."""
+    devices = [GpuDevice(index=i, model="test", memory=size) for i, size in enumerate(gpu_memory)]
+    request = RegisterRequest(name=name, address="127.0.0.1", pool=pool, labels=labels or {}, gpus=devices,
                               capacity=Capacity(cpu=cpu, memory=memory, gpu=gpu, custom=custom or {}))
     async with store.write() as connection:
         return await register_worker(connection, request, now)

@@ -177,3 +177,46 @@ async def test_migration_0008_moves_serving_history_into_the_event_stream_and_ba
     async with store.read() as connection:
         after = [(e.type, e.replica_id, e.message) for e in await read_events(connection, 0, deployment="svc")]
     assert after == before and before[0][0] == "deployment.created"
+
+
+async def fail_replica(store, worker, replica, now):
+    """Its process starts, then exits 1 before it ever served."""
+    task = await start_replica(store, worker, replica, now=now)
+    await report(store, worker, (task.id, task.attempt, "FAILED", 1), now=now)
+    await settle(store, now)
+
+
+async def backoff(store):
+    async with store.read() as connection:
+        row = (await connection.execute(select(deployments.c.failed_starts, deployments.c.failed_start_at))).one()
+    return tuple(row)
+
+
+async def test_replicas_that_keep_failing_to_start_are_replaced_ever_more_slowly_until_one_serves(store):
+    worker = await add_worker(store)
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+    await serve_pass(store, NOW)
+    (first,) = await live_replicas(store)
+    await fail_replica(store, worker, first, NOW)
+    await serve_pass(store, NOW)
+    assert await backoff(store) == (1, NOW) and await live_replicas(store) == []  # the next after 1 s
+    async with store.read() as connection:
+        (message,) = (await connection.execute(select(history.c.message).where(
+            history.c.replica_id == first.id, history.c.to_state == "TERMINATING"))).scalars().all()
+    assert message.endswith("1 replica(s) in a row ended before serving: the next starts after 1s")
+    await serve_pass(store, NOW + 1)
+    (second,) = await live_replicas(store)
+    await fail_replica(store, worker, second, NOW + 1)
+    await serve_pass(store, NOW + 1)
+    assert await backoff(store) == (2, NOW + 1)
+    await serve_pass(store, NOW + 2)
+    assert await live_replicas(store) == []  # 2 s after NOW + 1
+    await serve_pass(store, NOW + 3)
+    (third,) = await live_replicas(store)
+    await start_replica(store, worker, third, now=NOW + 3)
+    await serve_pass(store, NOW + 3)
+    await serve_pass(store, NOW + 4, probes={third.id: Probe(NOW + 4, True, 0)})
+    (third,) = await live_replicas(store)
+    assert third.state == "HEALTHY" and third.healthy_at == NOW + 4
+    assert await backoff(store) == (0, None)  # it served: the count starts again

@@ -1,7 +1,8 @@
-"""The deployment and replica handlers: their tables against BEP-1030's, and their decisions over snapshots."""
+"""The deployment and replica handlers: their tables against the design's, and their decisions over snapshots."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from corral.core.lifecycle import SchedulingResult, judge
 from corral.core.states import JobState, TaskState
 from corral.serving import handlers as h
+from corral.serving.crash_loop import MAX_DELAY, replacement_delay
 from corral.serving.handlers import DeploymentFacts, Probe, ReplicaFacts, ServingSnapshot, ServingTarget
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import DeploymentState as D
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = DeploymentSpec(name="svc", command=["serve"], min_replicas=2,
                       health={"interval": 1, "threshold": 3, "startup_timeout": 60})
 
-# BEP-1030's tables: (acts on, success, failure, stale); None is "(maintain)".
+# The design's tables: (acts on, success, failure, stale); None is "(maintain)".
 REFERENCE = {
     "CheckPendingDeployment": ({D.PENDING}, D.SCALING, None, None),
     "ScalingDeployment": ({D.SCALING}, D.READY, None, None),
@@ -163,3 +165,45 @@ def test_service_discovery_publishes_healthy_endpoints_of_every_live_deployment(
     assert outcomes == {}
     assert decision.catalog.endpoints == {"svc": (h.Endpoint(1, "10.0.0.1:9000"),)}
     assert set(decision.catalog.deployments) == {"svc"}
+
+
+# the replacement backoff -----------------------------------------------------------------
+
+
+def test_the_delay_doubles_from_one_second_up_to_five_minutes():
+    assert [replacement_delay(n) for n in range(6)] == [0, 1, 2, 4, 8, 16]
+    assert replacement_delay(9) == 256 and replacement_delay(10) == MAX_DELAY == replacement_delay(10**6)
+
+
+@pytest.mark.parametrize(("state", "job", "served", "failed"), [
+    (R.DEGRADED, JobState.FAILED, False, True),  # its process exited while loading
+    (R.FAILED_TO_START, JobState.FAILED, False, True),
+    (R.UNHEALTHY, JobState.RUNNING, False, True),  # evicted, never healthy (startup timeout)
+    (R.PROVISIONING, JobState.RUNNING, False, False),  # scaled away before it could serve: no failure
+    (R.DEGRADED, JobState.FAILED, True, False),  # it served, then died: replaced at once
+    (R.HEALTHY, JobState.FAILED, False, False),  # healthy is served, whatever was recorded
+])
+def test_a_failed_start_is_a_replica_that_failed_before_it_ever_served(state, job, served, failed):
+    assert dataclasses.replace(replica(1, state, job=job), served=served).failed_start is failed
+
+
+def backing_off(failed_starts: int, last: float | None, *replicas, now: float = 100.0):
+    snap = snapshot(*replicas, wanted=1, state=D.SCALING, now=now)
+    facts = dataclasses.replace(snap.deployments[1], failed_starts=failed_starts, failed_start_at=last)
+    return dataclasses.replace(snap, deployments={1: facts})
+
+
+def test_scaling_waits_out_the_backoff_before_creating_the_next_replica():
+    decision, outcomes = run(h.ScalingDeployment(), backing_off(3, 97.0))  # 4 s after 97
+    assert not decision.create and outcomes == {}  # stays SCALING, writes nothing
+    decision, outcomes = run(h.ScalingDeployment(), backing_off(3, 96.0))
+    assert decision.create == {1: 1} and outcomes[1][1] is D.READY
+
+
+def test_scaling_counts_the_failed_starts_it_stops_itself():
+    loading = replica(2, R.DEGRADED, job=JobState.FAILED)  # its process exited before it served
+    decision, _ = run(h.ScalingDeployment(), backing_off(0, None, loading))
+    assert decision.stop == {2: "its process ended"} and not decision.create  # 1 s from now
+    served = dataclasses.replace(loading, served=True)
+    decision, _ = run(h.ScalingDeployment(), backing_off(0, None, served))
+    assert decision.create == {1: 1}  # it had served: replaced at once

@@ -68,6 +68,7 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 @click.option("--cpus", type=float)
 @click.option("--memory")
 @click.option("--gpus", type=int)
+@click.option("--gpu-memory", help="Memory each of its GPUs must have at least, e.g. 40G.")
 @click.option("--project", help="Whose quota its replicas use and whose tokens may call it (default: default).")
 @click.option("--priority", type=int, help="Queued requests of higher-priority deployments go first.")
 @click.option("--concurrency", type=int, help="Requests in flight before the router answers 429.")
@@ -86,8 +87,9 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replicas, models, health_path,
-           health_interval, health_threshold, startup_timeout, cpus, memory, gpus, api_key_env: str | None,
-           workdir: Path | None, as_json: bool, command: tuple[str, ...], **fields: Any) -> None:
+           health_interval, health_threshold, startup_timeout, cpus, memory, gpus, gpu_memory,
+           api_key_env: str | None, workdir: Path | None, as_json: bool, command: tuple[str, ...],
+           **fields: Any) -> None:
     """Deploy a service: corral deploy NAME [OPTIONS] -- CMD [ARGS...], where CMD serves HTTP on $PORT.
 
     Options may come before or after NAME; everything after `--` is the command.
@@ -102,7 +104,7 @@ def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replica
         file_data, name, command, replicas, models,
         health={"path": health_path, "interval": health_interval, "threshold": health_threshold,
                 "startup_timeout": startup_timeout},
-        resources={"cpu": cpus, "memory": memory, "gpu": gpus}, **fields)
+        resources={"cpu": cpus, "memory": memory, "gpu": gpus, "gpu_memory": gpu_memory}, **fields)
     api = client(ctx)
     workdir = workdir or file_workdir
     if workdir is not None:
@@ -163,6 +165,9 @@ def deployment_info(name: str, as_json: bool) -> None:
     desired = detail.desired_replicas if detail.desired_replicas is not None else "-"
     out.print(f"autoscale  target {spec.target_concurrency:g} per replica, scale down after "
               f"{spec.scale_down_delay:g}s   desired {desired}   {detail.autoscale_reason or ''}", markup=False)
+    if detail.failed_starts:
+        out.print(f"starts     {detail.failed_starts} replica(s) in a row ended before serving; no new one before "
+                  f"{format_time(detail.next_start_at)}", markup=False)
     table = Table(box=None, pad_edge=False, title="replicas", title_justify="left")
     for column in ("ID", "STATE", "ADDRESS", "JOB", "SINCE", "REASON"):
         table.add_column(column)

@@ -181,4 +181,6 @@ def _view(row, counts: dict[str, int]) -> DeploymentView:
     facts = deployment_facts(row)
     return DeploymentView(id=row.id, name=row.name, state=DeploymentState(row.state), replicas=row.replicas,
                           replica_counts=counts, spec=facts.spec, keys=len(facts.key_hashes),
-                          created_at=row.created_at, state_since=row.state_since, finished_at=row.finished_at)
+                          created_at=row.created_at, state_since=row.state_since, finished_at=row.finished_at,
+                          failed_starts=facts.failed_starts,
+                          next_start_at=facts.next_start_at() if facts.failed_starts else None)

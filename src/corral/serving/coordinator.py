@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from corral.controller.cancel import AlreadyEnded, cancel_job
 from corral.controller.metrics import TRANSITIONS
 from corral.core.lifecycle import Outcome, judge
-from corral.serving.handlers import Catalog, Probe, ServingHandler, ServingSnapshot, ServingTarget
+from corral.serving.crash_loop import replacement_delay
+from corral.serving.handlers import Catalog, Probe, ReplicaFacts, ServingHandler, ServingSnapshot, ServingTarget
 from corral.serving.states import REPLICA_COUNTED, REPLICA_LEAVING, DeploymentState, ReplicaState
-from corral.serving.store import insert_replica, move, read_snapshot, record, set_columns
+from corral.serving.store import count_failed_start, insert_replica, move, read_snapshot, record, set_columns
 from corral.store.schema import deployments, replicas
 from corral.store.store import Store
 
@@ -49,6 +50,7 @@ async def run_serving_handler(store: Store, handler: ServingHandler, now: float,
             await set_columns(connection, replicas, replica_id, address=address)
         for replica_id, reason in decision.stop.items():
             replica = snapshot.replicas[replica_id]
+            reason += await _leaving(connection, replica, now)
             await move(connection, replicas, replica_id, replica.state, ReplicaState.TERMINATING, now, reason=reason)
             await record(connection, now, replica.deployment_id, replica_id, handler.name, "SUCCESS", replica.state,
                          ReplicaState.TERMINATING, reason)
@@ -66,6 +68,14 @@ async def run_serving_handler(store: Store, handler: ServingHandler, now: float,
                 continue
             report.changed = report.jobs_changed = True
         return report
+
+
+async def _leaving(connection, replica: ReplicaFacts, now: float) -> str:
+    """Count a replica that leaves before it served against its deployment; what its event adds to say so."""
+    if not replica.failed_start:
+        return ""
+    failed = await count_failed_start(connection, replica.deployment_id, now)
+    return f"; {failed} replica(s) in a row ended before serving: the next starts after {replacement_delay(failed):g}s"
 
 
 def leaving(snapshot: ServingSnapshot, deployment_id: int) -> list[int]:
@@ -114,11 +124,18 @@ async def _apply(connection, handler: ServingHandler, outcome: Outcome, snapshot
         table, deployment_id, replica_id = replicas, snapshot.replicas[target.id].deployment_id, target.id
     if new is None or new == target.state:
         return False
-    columns = {"finished_at": now} if new is DeploymentState.DESTROYED else {}
+    columns, note = {"finished_at": now} if new is DeploymentState.DESTROYED else {}, outcome.note
+    if replica_id is not None:
+        replica = snapshot.replicas[replica_id]
+        if new is ReplicaState.HEALTHY and not replica.served:
+            columns["healthy_at"] = now
+            if snapshot.deployments[deployment_id].failed_starts:
+                await set_columns(connection, deployments, deployment_id, failed_starts=0, failed_start_at=None)
+        elif new is ReplicaState.TERMINATING:
+            note = (note or "") + await _leaving(connection, replica, now)
     await move(connection, table, target.id, target.state, new, now, **columns)
-    await record(connection, now, deployment_id, replica_id, handler.name, outcome.result, target.state, new,
-                 outcome.note)
+    await record(connection, now, deployment_id, replica_id, handler.name, outcome.result, target.state, new, note)
     log.info("%s %s: %s -> %s (%s%s)", handler.entity, target.id, target.state, new, handler.name,
-             f": {outcome.note}" if outcome.note else "")
+             f": {note}" if note else "")
     return True
 

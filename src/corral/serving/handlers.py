@@ -1,8 +1,8 @@
-"""The deployment and replica handlers of the lifecycle engine (BEP-1030's tables), as data plus pure code.
+"""The deployment and replica handlers of the lifecycle engine (DESIGN.md, Serving), as data plus pure code.
 
 They run on the same engine as the job handlers: each names the states it acts on, declares
 its transitions as `StatusTransitions`, and decides in memory over a snapshot; `judge` turns
-the result into outcomes. BEP-1030 gives deployments SUCCESS / FAILURE and replicas SUCCESS /
+the result into outcomes. Deployments have SUCCESS / FAILURE outcomes and replicas SUCCESS /
 FAILURE / STALE: here FAILURE is the engine's NEED_RETRY (no try limit, so never GIVE_UP) and
 STALE is EXPIRED, judged by each handler's own `is_stale`. What a handler asks of the world
 beyond a state change (create replicas, stop them, cancel a replica's job, publish the healthy
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from corral.core.lifecycle import HandlerResult, StatusTransitions, TransitionStatus
 from corral.core.states import JOB_TERMINAL, JobState, TaskState
+from corral.serving.crash_loop import replacement_delay
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import REPLICA_COUNTED, DeploymentState, ReplicaState
 
@@ -47,6 +48,14 @@ class DeploymentFacts:
     replicas: int  # wanted now
     key_hashes: tuple[str, ...] = ()  # its own keys
     project_key_hashes: tuple[str, ...] = ()  # its project's tokens
+    failed_starts: int = 0  # replicas in a row that ended before they served
+    failed_start_at: float | None = None  # when the last of them ended
+
+    def next_start_at(self, also_failed: int = 0, now: float = 0.0) -> float:
+        """When it may create its next replica, counting `also_failed` more failed starts ending `now`."""
+        failed = self.failed_starts + also_failed
+        last = now if also_failed else self.failed_start_at
+        return 0.0 if last is None else last + replacement_delay(failed)
 
 
 @dataclass(frozen=True)
@@ -60,10 +69,17 @@ class ReplicaFacts:
     task_state: TaskState | None
     address: str | None  # host:port of its running process, once known
     created_at: float = 0.0
+    served: bool = False  # it passed a health check once
 
     @property
     def process_ended(self) -> bool:
         return self.job_state in JOB_TERMINAL
+
+    @property
+    def failed_start(self) -> bool:
+        """Leaving now, it ends a failed start: it never served, and it failed rather than being scaled away."""
+        served = self.served or self.state is R.HEALTHY  # HEALTHY before `served` was recorded counts too
+        return not served and (self.process_ended or self.state in (R.FAILED_TO_START, R.UNHEALTHY))
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,7 @@ class ServingHandler:
         raise NotImplementedError
 
     def is_stale(self, target: ServingTarget, snapshot: ServingSnapshot) -> bool:
-        """BEP-1030's STALE: the engine's EXPIRED, for an untouched target."""
+        """STALE: the engine's EXPIRED, for an untouched target."""
         return False
 
 
@@ -178,12 +194,15 @@ class ScalingDeployment(ServingHandler):
         for target in targets:
             facts = snapshot.deployments[target.id]
             replicas = snapshot.replicas_of(target.id)
-            for replica in replicas:
-                if replica.state in REPLICA_COUNTED and replica.process_ended:
-                    decision.stop[replica.id] = "its process ended"
+            ended = [r for r in replicas if r.state in REPLICA_COUNTED and r.process_ended]
+            for replica in ended:
+                decision.stop[replica.id] = "its process ended"
             live = _live(replicas)
             missing = facts.replicas - len(live)
             if missing > 0:
+                failed = sum(r.failed_start for r in ended)
+                if snapshot.now < facts.next_start_at(failed, snapshot.now):
+                    continue  # replicas keep failing to start: stays SCALING until the backoff has passed
                 decision.create[target.id] = missing
             for replica in sorted(live, key=lambda r: (_STOP_ORDER[r.state], -r.created_at))[:max(-missing, 0)]:
                 decision.stop[replica.id] = f"scaled down to {facts.replicas}"

@@ -29,7 +29,8 @@ class NameTaken(ValueError):
 
 def deployment_facts(row) -> DeploymentFacts:
     return DeploymentFacts(row.id, row.name, DeploymentSpec.model_validate(row.spec), DeploymentState(row.state),
-                           row.state_since, row.replicas, tuple(row.key_hashes or ()))
+                           row.state_since, row.replicas, tuple(row.key_hashes or ()),
+                           failed_starts=row.failed_starts, failed_start_at=row.failed_start_at)
 
 
 async def read_snapshot(connection: AsyncConnection, now: float, probes: dict[int, Probe]) -> ServingSnapshot:
@@ -55,7 +56,7 @@ async def read_snapshot(connection: AsyncConnection, now: float, probes: dict[in
         address = row.address or (f"{row.host}:{row.port}" if row.host and row.port else None)
         snapshot.replicas[row.id] = ReplicaFacts(
             row.id, row.deployment_id, ReplicaState(row.state), row.state_since, row.job_id, JobState(row.job_state),
-            TaskState(row.task_state) if row.task_state else None, address, row.created_at)
+            TaskState(row.task_state) if row.task_state else None, address, row.created_at, row.healthy_at is not None)
     return snapshot
 
 
@@ -100,6 +101,14 @@ async def move(connection: AsyncConnection, table, row_id: int, current: str, ne
 
 async def set_columns(connection: AsyncConnection, table, row_id: int, **columns: Any) -> None:
     await connection.execute(update(table).where(table.c.id == row_id).values(**columns))
+
+
+async def count_failed_start(connection: AsyncConnection, deployment_id: int, now: float) -> int:
+    """One more replica of the deployment ended before it served; returns how many in a row now."""
+    return (await connection.execute(
+        update(deployments).where(deployments.c.id == deployment_id)
+        .values(failed_starts=deployments.c.failed_starts + 1, failed_start_at=now)
+        .returning(deployments.c.failed_starts))).scalar_one()
 
 
 async def record(connection: AsyncConnection, now: float, deployment_id: int, replica_id: int | None, handler: str,

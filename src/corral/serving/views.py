@@ -39,6 +39,8 @@ class DeploymentView(BaseModel):
     created_at: float
     state_since: float
     finished_at: float | None = None
+    failed_starts: int = Field(0, description="replicas in a row that ended before they served")
+    next_start_at: float | None = Field(None, description="while replicas keep failing: no new one before this")
 
 
 class DeploymentDetail(DeploymentView):

@@ -222,6 +222,9 @@ deployments = Table(
     Column("replicas", Integer, nullable=False),
     # sha256 of the keys that may call it through the router (besides the admin token).
     Column("key_hashes", JSON, nullable=False, default=list),
+    # Replicas in a row that ended before they served, and when the last did: the replacement backoff.
+    Column("failed_starts", Integer, nullable=False, default=0, server_default="0"),
+    Column("failed_start_at", Float),
     Column("created_at", Float, nullable=False),
     Column("finished_at", Float),
     Index("ix_deployments_state", "state"),
@@ -239,5 +242,6 @@ replicas = Table(
     Column("address", String(200)),  # host:port once its process runs
     Column("reason", Text),
     Column("created_at", Float, nullable=False),
+    Column("healthy_at", Float),  # when it first passed its health check: it served
     Index("ix_replicas_deployment_state", "deployment_id", "state"),
 )

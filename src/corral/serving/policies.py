@@ -9,7 +9,7 @@ none of them has requests in flight.
 - `FitPolicy` (the default): nothing if the target fits; else the least recently used until
   it fits. Placement knows each worker's CPUs, memory and GPU devices, so no fit rules are
   written by hand.
-- `GroupPolicy` (llama-swap's groups): a deployment in a `swap` group evicts the other running
+- `GroupPolicy`: a deployment in a `swap` group evicts the other running
   members of its group; one in an `exclusive` group also evicts every running deployment of
   other groups, except members of `persistent` groups.
 - `CostMatrixPolicy`: the sets of deployments allowed to run together, each deployment with an

@@ -1,4 +1,4 @@
-"""Deployment and replica states (BEP-1030's endpoint and route lifecycles) and the sets named from them."""
+"""Deployment and replica states (DESIGN.md, Serving) and the sets named from them."""
 
 from __future__ import annotations
 

@@ -18,6 +18,9 @@ from corral.cli.submit import submit
 from corral.cli.up import up
 from corral.client.errors import CorralError, format_validation
 
+# Specs the CLI itself validates from the user's options and files: their errors are the user's to fix.
+USER_SPECS = {"JobSpec": "invalid job spec", "DeploymentSpec": "invalid deployment spec"}
+
 
 class CorralGroup(click.Group):
     """Turns the client's errors into `error: ...` and exit code 1, whatever command raised them."""
@@ -28,7 +31,7 @@ class CorralGroup(click.Group):
         except CorralError as error:
             raise CliError(str(error)) from None
         except ValidationError as error:
-            what = "invalid job spec" if error.title == "JobSpec" else f"unexpected {error.title} from the controller"
+            what = USER_SPECS.get(error.title, f"unexpected {error.title} from the controller")
             raise CliError(f"{what}: {format_validation(error)}") from None
 
 

@@ -21,13 +21,19 @@ def test_a_failing_health_check_is_unhealthy_then_evicted_then_replaced_on_the_s
     deploy(cluster, "bystander")
     (victim,) = healthy(cluster, "svc", 1)
     seen: list[dict] = []
+
+    def told(events: list[dict]) -> bool:
+        """The replacement turned healthy, and the victim's process is gone: the two may come in either order."""
+        kinds = [(e["type"], e["replica_id"]) for e in events]
+        healthy_twice = len([k for k, _ in kinds if k == "replica.healthy"]) > 1
+        return healthy_twice and ("replica.terminated", victim["id"]) in kinds
+
     reader = threading.Thread(target=lambda: seen.extend(read_stream(
-        cluster, lambda es: [e["type"] for e in es if e["type"] == "replica.healthy"][1:],
-        params={"deployment": "svc"}, timeout=60)), daemon=True)
+        cluster, told, params={"deployment": "svc"}, timeout=60)), daemon=True)
     reader.start()
     assert httpx.post(f"http://{victim['address']}/fail-health", timeout=5).status_code == 200
     reader.join(90)
-    assert not reader.is_alive() and seen, "the stream never showed the replacement turn healthy"
+    assert not reader.is_alive() and seen, "the stream never showed the replacement healthy and the victim ended"
     assert {e["deployment"] for e in seen} == {"svc"}
     story = [(e["type"], e["replica_id"]) for e in seen if e["replica_id"] is not None]
     unhealthy = story.index(("replica.unhealthy", victim["id"]))

@@ -42,6 +42,11 @@ async def live_replicas(store):
             select(replicas).where(replicas.c.state != "TERMINATED").order_by(replicas.c.id))).all()
 
 
+async def pool_of(store):
+    async with store.read() as connection:
+        return await read_pool(connection)
+
+
 async def start_replica(store, worker, replica, port=9000, now=NOW):
     """Report the replica's task built, then running with its port, as its worker would."""
     (task,) = await job_tasks(store, replica.job_id)
@@ -70,9 +75,7 @@ async def test_a_deployment_gets_a_replica_task_that_becomes_healthy_and_is_publ
     (replica,) = await live_replicas(store)
     assert replica.state == "HEALTHY"
     assert [e.address for e in published[-1].endpoints["svc"]] == ["127.0.0.1:9000"]
-    async with store.read() as connection:
-        pool = await read_pool(connection)
-    assert [h.worker_id for h in pool.holdings["svc"]] == [worker]
+    assert [h.worker_id for h in (await pool_of(store)).holdings["svc"]] == [worker]
 
 
 async def test_scaling_to_zero_cancels_the_replica_job_and_destroy_ends_the_deployment(store):
@@ -82,13 +85,17 @@ async def test_scaling_to_zero_cancels_the_replica_job_and_destroy_ends_the_depl
     await serve_pass(store, NOW)
     (replica,) = await live_replicas(store)
     task = await start_replica(store, worker, replica)
+    assert [h.leaving for h in (await pool_of(store)).holdings["svc"]] == [False]
     async with store.write() as connection:
         assert await scale_deployment(connection, "svc", 0, "idle", NOW) == 1
     await serve_pass(store, NOW)
     assert (await job(store, replica.job_id)).state == "TERMINATING"
+    pool = await pool_of(store)  # its task holds the room until the process ends, but it is on its way out
+    assert [h.leaving for h in pool.holdings["svc"]] == [True] and pool.placed("svc") == 0
     await report(store, worker, (task.id, task.attempt, "KILLED"))
     await serve_pass(store, NOW)
     assert await live_replicas(store) == []
+    assert (await pool_of(store)).holdings == {}
     async with store.write() as connection:
         await destroy_deployment(connection, "svc", NOW)
     await serve_pass(store, NOW)

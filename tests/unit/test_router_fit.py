@@ -18,21 +18,22 @@ def worker(cores: float) -> WorkerRoom:
 
 
 def router_with(replicas: dict[str, int], holdings: dict[str, int], resources: dict[str, dict] | None = None,
-                cores: float = 1.0) -> Router:
+                cores: float = 1.0, leaving: dict[str, int] | None = None) -> Router:
     """Deployments of one core each (unless `resources` says otherwise) on a worker of `cores`;
-    `holdings`: the replicas the pool view shows placed."""
+    `holdings`: the replicas the pool view shows placed, and `leaving` those it shows on their way out."""
     router = Router(backend=None, policy=FitPolicy())
     facts = {name: DeploymentFacts(i, name, DeploymentSpec(
         name=name, command=["serve"], min_replicas=0, resources=(resources or {}).get(name, {"cpu": 1})),
         DeploymentState.READY, 0.0, count) for i, (name, count) in enumerate(replicas.items(), start=1)}
     router.publish(Catalog(facts, {name: (Endpoint(1, "127.0.0.1:1"),) for name, n in replicas.items() if n}))
     room = worker(cores)
-    shown = {}
-    for name, count in holdings.items():
-        request = request_of(facts[name])
-        shown[name] = [Holding("w1", request)] * count
-        for _ in range(count):
-            room.take(request)
+    shown: dict[str, list[Holding]] = {}
+    for on_its_way_out, counts in ((False, holdings), (True, leaving or {})):
+        for name, count in counts.items():
+            request = request_of(facts[name])
+            shown.setdefault(name, []).extend([Holding("w1", request, leaving=on_its_way_out)] * count)
+            for _ in range(count):
+                room.take(request)
     router.pool_view = Pool([room], shown)
     return router
 
@@ -63,3 +64,19 @@ def test_a_loaded_deployment_whose_replica_fits_nowhere_blocks_nothing():
                          resources={"big": {"cpu": 0.5, "gpu": 1}, "small": {"cpu": 0.5}})  # no worker has a GPU
     assert router.fits("small", frozenset(), frozenset())
     assert FitPolicy().evict_for("small", ["big"], functools.partial(router.fits, "small", loading=frozenset())) == []
+
+
+def test_the_targets_old_replica_still_shown_does_not_count_as_loaded():
+    """Right was just loaded in left's place; a view read before the swap shows left's old replica, not right's."""
+    router = router_with({"left": 0, "right": 1}, holdings={"left": 1})
+    assert not router.fits("left", frozenset(), frozenset())
+    fits = functools.partial(router.fits, "left", loading=frozenset())
+    assert FitPolicy().evict_for("left", ["right"], fits) == ["right"]
+
+
+def test_a_replica_on_its_way_out_frees_its_room_and_is_not_counted_as_placed():
+    router = router_with({"left": 0, "right": 0}, holdings={}, leaving={"left": 1})  # left was unloaded
+    assert router.fits("right", frozenset(), frozenset())  # no eviction: the room frees by itself
+    router = router_with({"left": 1, "right": 0}, holdings={}, leaving={"left": 1})  # left's replacement is wanted
+    assert not router.fits("right", frozenset(), frozenset())
+    assert router.fits("right", frozenset({"left"}), frozenset())

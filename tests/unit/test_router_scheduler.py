@@ -25,6 +25,7 @@ class FakeEffects:
     errors: list[tuple[int, int, str]] = field(default_factory=list)
     positions: list[tuple[int, int]] = field(default_factory=list)
     unloads: list[tuple[list[str], str]] = field(default_factory=list)
+    evictions: list[tuple[str, list[str]]] = field(default_factory=list)  # for a swap in flight: (target, names)
 
     def served(self, name):
         return self.served_.get(name)
@@ -36,10 +37,13 @@ class FakeEffects:
         return set(self.loaded_)
 
     def fits(self, target, evicting, loading):
-        return len((self.loaded_ | loading) - evicting - {target}) < self.slots  # unloading ones still hold room
+        return len((self.loaded_ | loading) - evicting - {target}) < self.slots
 
     def start_swap(self, target, evict):
         self.swaps.append((target, list(evict)))
+
+    def evict(self, names, target):
+        self.evictions.append((target, list(names)))
 
     def grant_serve(self, req, deployment):
         if req.id in self.gone:
@@ -124,6 +128,37 @@ def test_a_swap_in_flight_counts_as_running_for_the_policy():
     scheduler.on_serve_done("a", 2)
     scheduler.on_serve_done("b", 2)
     assert effects.swaps[-1] == ("c", ["a"])  # a was used least recently
+
+
+def test_a_swap_whose_target_still_finds_no_room_evicts_the_idle_deployment_holding_it():
+    effects, scheduler = setup("a", "b")
+    assert scheduler.on_request(Req(1, "a"), 0) == "started"
+    assert effects.swaps == [("a", [])]
+    effects.loaded_ = effects.ready_ = {"b"}  # b holds the room after all: the pool was read before it loaded
+    scheduler.on_request(Req(2, "b"), 1)  # and it is busy: it stays
+    scheduler.on_tick(2)
+    assert effects.evictions == []
+    scheduler.on_serve_done("b", 3)
+    scheduler.on_tick(4)
+    assert effects.evictions == [("a", ["b"])] and "b" in scheduler.unloading
+    scheduler.on_tick(5)  # what is being unloaded counts as gone: b is not evicted twice
+    assert effects.evictions == [("a", ["b"])]
+
+
+def test_a_swap_whose_target_fits_evicts_nothing_more():
+    effects, scheduler = setup("a", "b", slots=2)
+    effects.loaded_ = effects.ready_ = {"b"}
+    scheduler.on_request(Req(1, "a"), 0)
+    scheduler.on_tick(1)
+    assert effects.swaps == [("a", [])] and effects.evictions == []
+
+
+def test_what_is_being_unloaded_counts_as_gone_for_a_new_swap():
+    effects, scheduler = setup("a", "b", a=Served("a", idle_timeout=1))
+    effects.loaded_ = effects.ready_ = {"a"}
+    scheduler.on_tick(0)
+    scheduler.on_tick(2)  # a goes idle: its room frees by itself, nothing more to evict
+    assert scheduler.on_request(Req(1, "b"), 3) == "started" and effects.swaps == [("b", [])]
 
 
 def test_a_grant_the_client_did_not_take_is_not_in_flight():

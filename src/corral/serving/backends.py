@@ -68,7 +68,8 @@ class RemoteBackend:
              for d in view.deployments},
             {d.name: d.start_failure for d in view.deployments if d.start_failure}))
         return Pool([WorkerRoom(**room) for room in view.rooms],
-                    {name: [Holding(h["worker_id"], Request(**h["request"]), tuple(h["gpu_ids"])) for h in held]
+                    {name: [Holding(h["worker_id"], Request(**h["request"]), tuple(h["gpu_ids"]), h["leaving"])
+                            for h in held]
                      for name, held in view.holdings.items()})
 
 

@@ -2,8 +2,8 @@
 
 Each gets the target, the running set (least recently used first, swaps in flight included)
 and `fits(evicting)`, which asks the placement model whether the target would fit once those
-are gone; each returns the deployments to evict, or None when no eviction makes room now (what is
-being unloaded still holds it). The scheduler, not the policy, makes sure
+are gone (what is being unloaded counts as gone already); each returns the deployments to evict,
+or None when no eviction makes room now (what is loading holds it). The scheduler, not the policy, makes sure
 none of them has requests in flight.
 
 - `FitPolicy` (the default): nothing if the target fits; else the least recently used until
@@ -38,7 +38,7 @@ class FitPolicy:
                     if fits(frozenset(chosen) - {extra}):
                         chosen.remove(extra)
                 return chosen
-        return None  # no room yet: what is being unloaded still holds it
+        return None  # no room now: what is loading holds it
 
 
 @dataclass(frozen=True)

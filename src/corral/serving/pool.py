@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.scheduling.placement import Request, WorkerRoom
+from corral.serving.states import REPLICA_COUNTED, ReplicaState
 from corral.store.scheduling_reads import worker_rooms
 from corral.store.schema import deployments, replicas, tasks
 
@@ -24,6 +25,7 @@ class Holding:
     worker_id: str
     request: Request
     gpu_ids: tuple[int, ...] = ()
+    leaving: bool = False  # its replica is on its way out: the room frees by itself, and it counts for nothing
 
 
 @dataclass
@@ -31,18 +33,24 @@ class Pool:
     rooms: list[WorkerRoom] = field(default_factory=list)
     holdings: dict[str, list[Holding]] = field(default_factory=dict)  # deployment name -> its placed replicas
 
+    def placed(self, name: str) -> int:
+        """Replicas of `name` placed and staying."""
+        return sum(not holding.leaving for holding in self.holdings.get(name, ()))
+
     def fits(self, request: Request, count: int, freed: Iterable[str] = (),
              reserved: Mapping[str, tuple[Request, int]] | None = None) -> bool:
-        """Would `count` replicas of `request` fit once the deployments in `freed` released what they hold,
-        after the replicas in `reserved` (wanted, not placed yet: (request, count)) took theirs?
+        """Would `count` replicas of `request` fit once the deployments in `freed`, and every replica on its way
+        out, released what they hold, after the replicas in `reserved` (wanted, not placed yet: (request, count))
+        took theirs?
 
         A reserved replica that fits nowhere waits in placement and holds nothing, so it blocks nothing."""
         rooms = [copy.deepcopy(room) for room in self.rooms]
         by_id = {room.id: room for room in rooms}
-        for name in freed:
-            for holding in self.holdings.get(name, ()):
+        freed = set(freed)
+        for name, held in self.holdings.items():
+            for holding in held:
                 room = by_id.get(holding.worker_id)
-                if room is not None:
+                if room is not None and (holding.leaving or name in freed):
                     room.give(holding.request, holding.gpu_ids)
         for each, n in (reserved or {}).values():
             for _ in range(n):
@@ -64,7 +72,8 @@ def _take_first(rooms: list[WorkerRoom], request: Request) -> bool:
 
 async def read_pool(connection: AsyncConnection) -> Pool:
     rows = (await connection.execute(
-        select(deployments.c.name, tasks.c.worker_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu, tasks.c.gpu_ids)
+        select(deployments.c.name, replicas.c.state, tasks.c.worker_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu,
+               tasks.c.gpu_ids)
         .select_from(replicas.join(deployments, replicas.c.deployment_id == deployments.c.id)
                      .join(tasks, tasks.c.job_id == replicas.c.job_id))
         .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
@@ -72,5 +81,6 @@ async def read_pool(connection: AsyncConnection) -> Pool:
     holdings: dict[str, list[Holding]] = {}
     for row in rows:
         holdings.setdefault(row.name, []).append(
-            Holding(row.worker_id, Request(row.cpu, row.memory, row.gpu), tuple(row.gpu_ids or ())))
+            Holding(row.worker_id, Request(row.cpu, row.memory, row.gpu), tuple(row.gpu_ids or ()),
+                    leaving=ReplicaState(row.state) not in REPLICA_COUNTED))
     return Pool(await worker_rooms(connection), holdings)

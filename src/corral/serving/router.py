@@ -212,7 +212,8 @@ class Router:
 
     def fits(self, target: str, evicting: frozenset[str], loading: frozenset[str]) -> bool:
         """Whether `target` fits once `evicting` are gone and every other running or loading deployment has the
-        replicas it wants: the pool view is read once a tick, so a replica placed since holds room it does not show."""
+        replicas it wants. The pool view may be a tick old, so the catalog says who wants replicas: a replica
+        placed since holds room the view does not show, and one shown for a deployment now at zero is leaving."""
         facts = self.catalog.deployments.get(target)
         if facts is None:
             return True
@@ -225,15 +226,24 @@ class Router:
             if other is None:
                 continue
             wanted = max(other.replicas, wanted_when_loaded(other)) if name in loading else other.replicas
-            missing = wanted - len(self.pool_view.holdings.get(name, ()))
+            missing = wanted - self._placed(other)
             if missing > 0:
                 reserved[name] = (request_of(other), missing)
-        missing = wanted_when_loaded(facts) - len(self.pool_view.holdings.get(target, ()))
-        return self.pool_view.fits(request, max(missing, 0), evicting, reserved)
+        freed = evicting | {name for name, other in self.catalog.deployments.items() if other.replicas == 0}
+        missing = wanted_when_loaded(facts) - self._placed(facts)
+        return self.pool_view.fits(request, max(missing, 0), freed, reserved)
+
+    def _placed(self, facts: DeploymentFacts) -> int:
+        return self.pool_view.placed(facts.name) if facts.replicas else 0
 
     def start_swap(self, target: str, evict: list[str]) -> None:
         log.info("swap: loading %s%s", target, f", evicting {', '.join(evict)}" if evict else "")
         self._spawn(self._swap(target, evict))
+
+    def evict(self, names: list[str], target: str) -> None:
+        log.info("swap: %s still has no room, evicting %s", target, ", ".join(names))
+        for name in names:
+            self._spawn(self._evict(name, target))
 
     def grant_serve(self, req: Req, deployment: str) -> bool:
         waiter = self.waiters.pop(req.id, None)
@@ -304,8 +314,7 @@ class Router:
         error = None
         try:
             for name in evict:
-                ROUTER_EVICTIONS.labels(name, "swap").inc()
-                await self._scale(name, 0, f"evicted to load {target}")
+                await self._evict(name, target)
             facts = self.catalog.deployments.get(target)
             if facts is None:
                 raise RouterError(404, f"{target} is no longer deployed")
@@ -331,6 +340,10 @@ class Router:
                 raise RouterError(503, f"a replica failed to start: {why}")
             self._changed.clear()
             await self._changed.wait()
+
+    async def _evict(self, name: str, target: str) -> None:
+        ROUTER_EVICTIONS.labels(name, "swap").inc()
+        await self._scale(name, 0, f"evicted to load {target}")
 
     async def _scale(self, name: str, replicas: int, reason: str) -> None:
         try:

@@ -10,7 +10,6 @@ fake: no sockets, no sleeps.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ class Effects(Protocol):
     def loaded(self) -> set[str]: ...  # deployments that want replicas now
     def fits(self, target: str, evicting: frozenset[str], loading: frozenset[str]) -> bool: ...
     def start_swap(self, target: str, evict: list[str]) -> None: ...  # async; ends with on_swap_done
+    def evict(self, names: list[str], target: str) -> None: ...  # async scale to zero, for a swap in flight
     def grant_serve(self, req: Req, deployment: str) -> bool: ...  # False: the client is gone
     def grant_error(self, req: Req, status: int, reason: str) -> None: ...
     def position(self, req: Req, position: int) -> None: ...
@@ -187,6 +187,7 @@ class Scheduler:
         if idle:
             self.unloading.update(idle)
             self.effects.unload(idle, "idle timeout")
+        self._make_room(now)
         self._drain(now)
 
     def on_shutdown(self, reason: str) -> None:
@@ -224,12 +225,9 @@ class Scheduler:
                 self.queue.remove(req)
                 self.swaps[name].append(req)
                 continue
-            running = [r for r in self._running(now) if r != name]
-            fits = functools.partial(self.effects.fits, name, loading=frozenset(self.swaps))
-            chosen = self.policy.evict_for(name, running, fits)
-            if chosen is None:
+            evict = self._eviction(name, now)
+            if evict is None:
                 continue
-            evict = [e for e in chosen if e != name]
             blocked = [e for e in evict if self._busy(e, now)]
             if blocked:
                 if self._overdue(req, now):
@@ -246,6 +244,29 @@ class Scheduler:
             if self._positions.get(req.id) != position:
                 self._positions[req.id] = position
                 self.effects.position(req, position)
+
+    def _eviction(self, target: str, now: float) -> list[str] | None:
+        """What the policy would evict for `target`, counting the room of what is being unloaded as free."""
+        running = [r for r in self._running(now) if r != target]
+        unloading = frozenset(self.unloading)
+        chosen = self.policy.evict_for(
+            target, running, lambda evicting: self.effects.fits(target, evicting | unloading, frozenset(self.swaps)))
+        return None if chosen is None else [e for e in chosen if e != target]
+
+    def _make_room(self, now: float) -> None:
+        """A swap whose target still finds no room evicts again: the pool it was decided on may have been behind,
+        or a deployment loaded since took the room. Only what the policy picks and is idle goes."""
+        for target in list(self.swaps):
+            unloading = frozenset(self.unloading)
+            if self.effects.ready(target) or self.effects.fits(target, unloading, frozenset(self.swaps)):
+                continue
+            evict = self._eviction(target, now)
+            if not evict or any(self._busy(e, now) for e in evict):
+                continue
+            self.unloading.update(evict)
+            for gone in evict:
+                self.loaded_at.pop(gone, None)
+            self.effects.evict(evict, target)
 
     def _running(self, now: float) -> list[str]:
         """Loaded deployments and swap targets, least recently used first."""

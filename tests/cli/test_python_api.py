@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import tarfile
+import traceback
 
 import cloudpickle
 import httpx
@@ -15,7 +16,7 @@ import pytest
 import corral
 from corral.client.aio import AsyncClient
 from corral.client.errors import CorralError
-from corral.client.functions import COMMAND, RemoteError
+from corral.client.functions import COMMAND, RemoteError, dumps_payload
 from corral.client.http import Client
 from corral.client.sse import EventParser
 from corral.context import current
@@ -101,6 +102,21 @@ def test_a_function_is_shipped_as_a_bundle_holding_its_payload(tmp_path):
         assert sorted(archive.getnames()) == sorted([PAYLOAD, "data.txt"])
         function, args, kwargs = cloudpickle.loads(archive.extractfile(PAYLOAD).read())
     assert function(*args, **kwargs) == (3, 1)
+
+
+def test_a_shipped_function_keeps_its_file_and_lines_for_the_remote_traceback():
+    def outer(x):
+        def inner():
+            raise ValueError(x)
+        return inner()
+
+    function = cloudpickle.loads(dumps_payload(outer))  # by value: it is local to this test
+    assert function.__code__.co_filename == __file__
+    inner = next(c for c in function.__code__.co_consts if hasattr(c, "co_filename"))
+    assert inner.co_filename == __file__
+    with pytest.raises(ValueError) as raised:
+        function("bad")
+    assert "raise ValueError(x)" in "".join(traceback.format_exception(raised.value))
 
 
 def test_a_spec_takes_no_function_options():

@@ -8,8 +8,12 @@ stores an envelope of the return value or the exception; `results` waits for the
 
 from __future__ import annotations
 
+import io
+import marshal
 import os
 import time
+import types
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +41,20 @@ class RemoteError(CorralError):
         self.remote_traceback = remote_traceback
 
 
+class PayloadPickler(cloudpickle.Pickler):
+    """cloudpickle, but code travels whole, as in a .pyc, with its file name: a remote traceback then names the
+    user's file and line (cloudpickle 3.1.3 on calls every shipped function's file "<dynamic-code>")."""
+
+    dispatch_table = ChainMap({types.CodeType: lambda code: (marshal.loads, (marshal.dumps(code),))},
+                              cloudpickle.Pickler.dispatch_table)
+
+
+def dumps_payload(value: Any) -> bytes:
+    with io.BytesIO() as file:
+        PayloadPickler(file).dump(value)
+        return file.getvalue()
+
+
 def function_spec(function: Callable, digest: str, resources: Resources | Mapping | None, replicas: int | None,
                   options: Mapping[str, Any] | None) -> JobSpec:
     taken = {"command", "bundle"} & set(options or {})
@@ -57,7 +75,7 @@ def submit_function(function: Callable, args: tuple, kwargs: dict, *, resources:
                     options: Mapping[str, Any] | None = None, idempotency_key: str | None = None) -> Plan[JobView]:
     if not callable(function):
         raise TypeError(f"submit takes a JobSpec, a dict or a function, not {type(function).__name__}")
-    payload = cloudpickle.dumps((function, args, kwargs))
+    payload = dumps_payload((function, args, kwargs))
     bundle = make_bundle(workdir, extra={PAYLOAD: payload})
     spec = function_spec(function, "0" * 64, resources, replicas, options)  # fails fast, before the upload
     digest = yield from upload_bundle(bundle)

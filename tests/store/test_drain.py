@@ -156,9 +156,9 @@ async def test_a_lost_worker_starts_the_drain(store):
     assert [t.preemptions for t in await job_tasks(store, job_id)] == [0, 1]
 
 
-async def test_workron_trace_three_real_failures_end_the_gang(store):
+async def test_three_real_failures_end_the_gang(store):
     """Task 0 fails every time, its siblings are refunded each round; corral's max_retries_failure=2 allows
-    three real failures (Workron's MaxRetries=3 counts attempts). The gang ends FAILED, it never loops."""
+    three real failures. The gang ends FAILED, it never loops."""
     job_id, workers, tasks_ = await running_gang(store, max_retries_failure=2)
     for attempt in range(3):
         t0, t1, t2 = await job_tasks(store, job_id)

@@ -245,11 +245,11 @@ class Gang:
                 self.set(member.index, state=T.RUNNING)
 
 
-def test_workron_scenario_task_a_failing_every_time_fails_the_gang_after_its_real_failures():
-    """Workron's trace: A fails every time; B and C are stopped each round and refunded.
+def test_task_a_failing_every_time_fails_the_gang_after_its_real_failures():
+    """A fails every time; B and C are stopped each round and refunded.
 
     corral counts retries, not attempts: max_retries_failure=2 allows three real failures,
-    the third ends it (Workron's MaxRetries=3). It never loops forever.
+    the third ends it. It never loops forever.
     """
     gang = Gang.running(3, Budgets(max_retries_failure=2, max_retries_preemption=100))
     rounds = 0

@@ -56,7 +56,7 @@ EXPECTED_TABLE = {
     # gangs and for independent tasks); a drained gang goes back to PENDING as a unit, or ends FAILED.
     "ForceDrain": ({J.DRAINING}, {T.PREEMPTING}, None, None, ts(task=T.PREEMPTED), None),
     "CompleteDrain": ({J.DRAINING}, set(), ts(J.PENDING, T.PENDING), None, None, ts(J.FAILED, T.KILLED)),
-    # DESIGN.md, "Job states": a launcher that ends other than SUCCEEDED cancels what it launched (Iris).
+    # DESIGN.md, "Job states": a launcher that ends other than SUCCEEDED cancels what it launched.
     "CancelLaunched": (set(JobState) - {J.TERMINATING, J.SUCCEEDED, J.FAILED, J.CANCELLED, J.UNSCHEDULABLE,
                                         J.LOST}, set(),
                        TransitionStatus(job=J.TERMINATING, cancel=True), None, None, None),
@@ -121,7 +121,7 @@ def test_who_acts_on_independent_jobs():
 def test_no_generic_timeouts():
     # ScheduleJobs judges its scheduling timeout itself: the clock starts once the job may start.
     facts = JobFacts(Request(1, 0, 0), 0, scheduling_timeout=300.0)
-    # The drain timeout: the job's grace period plus 30 s (DESIGN.md, Workron's 15 + 30).
+    # The drain timeout: the job's grace period plus 30 s.
     assert BY_NAME["ForceDrain"].timeout(facts) == 45.0
     assert BY_NAME["ForceDrain"].timeout(JobFacts(Request(1, 0, 0), 0, None, grace_period=2.0)) == 32.0
     for name in EXPECTED_ORDER:

@@ -22,7 +22,7 @@ S, F, K, WF, PD, U = T.SUCCEEDED, T.FAILED, T.KILLED, T.WORKER_FAILED, T.PREEMPT
 R, P = T.RUNNING, T.PENDING
 
 
-# --- job_outcome, independent tasks (Iris order) -------------------------------------------------
+# --- job_outcome, independent tasks --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("states", "max_failures", "expected"), [

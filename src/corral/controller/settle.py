@@ -1,6 +1,6 @@
 """Settling jobs after their tasks changed: the one place where a job's state follows its tasks.
 
-An independent job takes its state from task counts (Iris). Any job that is bound for an
+An independent job takes its state from task counts (DESIGN.md, "Job states"). Any job that is bound for an
 end (cancelled, an outcome decided, a gang DetectTermination moved) kills its PENDING tasks,
 which have nothing to stop, fixes its outcome once, and ends when no task is active.
 """

@@ -1,4 +1,4 @@
-"""Preemption and the gang drain (DESIGN.md "Gang drain", after Workron), as pure decisions.
+"""Preemption and the gang drain (DESIGN.md, "Gang drain"), as pure decisions.
 
 A gang's tasks talk to each other, so one dead member makes the rest useless. The drain, in
 the order a person would explain it:

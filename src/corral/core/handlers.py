@@ -1,8 +1,8 @@
-"""The job handlers of the lifecycle engine (BEP-1030, adapted in DESIGN.md), as data plus pure code.
+"""The job handlers of the lifecycle engine (DESIGN.md, "The lifecycle engine"), as data plus pure code.
 
 Each handler names the targets it acts on, declares its transitions, and decides in memory.
 A gang job is one target carrying all its tasks; each task of an independent job is a
-target of its own, and its job's state is read from its tasks afterwards (Iris). The
+target of its own, and its job's state is read from its tasks afterwards. The
 coordinator fetches targets, calls `execute`, judges the result and writes it.
 """
 
@@ -219,7 +219,7 @@ class StartJobs(Handler):
 class TerminateJobs(Handler):
     """Orders every placed task of a TERMINATING job to stop; the worker confirms each exit.
 
-    Unlike BEP-1030 it declares no expiry to a terminal state: a job ends only through
+    It declares no expiry to a terminal state: a job ends only through
     PromoteToTerminated, once each task's exit is confirmed by its worker or its worker is
     declared lost, so a job never reads as over while a process of it may still run, and a
     dead worker bounds the wait by the loss timeout.
@@ -238,7 +238,7 @@ class TerminateJobs(Handler):
 
 
 class CancelLaunched(Handler):
-    """The cascade of Iris: a launcher that ends other than SUCCEEDED cancels the jobs it launched.
+    """The cancel cascade: a launcher that ends other than SUCCEEDED cancels the jobs it launched.
 
     Runs before TerminateJobs, so a cancelled child's tasks get their stop in the same pass;
     the child, now TERMINATING and cancelled, is a launcher bound for CANCELLED on the next

@@ -1,4 +1,4 @@
-"""The lifecycle engine's vocabulary and its judgement (BEP-1030), as pure code.
+"""The lifecycle engine's vocabulary and its judgement, as pure code.
 
 A handler returns only who succeeded, failed or was skipped; what each outcome means is
 declared once, as data, in its `StatusTransitions`. `judge` turns a result into outcomes:
@@ -144,7 +144,7 @@ def judge(
     max_tries: int | None,
     is_expired: Callable[[Target, float], bool] | None = None,
 ) -> list[Outcome]:
-    """Decide each target's outcome, in the order BEP-1030 gives: success, failure, expiry, skip."""
+    """Decide each target's outcome, in this order: success, failure, expiry, skip."""
     expired_check = is_expired or _overstayed
     by_key = {target.key: target for target in targets}
     outcomes: list[Outcome] = []

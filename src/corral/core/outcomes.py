@@ -26,7 +26,7 @@ def job_outcome(
 ) -> JobState | None:
     """The terminal state a job is bound for, or None while it is still undecided.
 
-    Independent jobs follow Iris, in this order: more than `max_task_failures` tasks FAILED
+    Independent jobs are judged in this order: more than `max_task_failures` tasks FAILED
     (or KILLED by a time limit) -> FAILED; any UNSCHEDULABLE -> UNSCHEDULABLE; all terminal
     -> SUCCEEDED, or LOST when some ended WORKER_FAILED or PREEMPTED. A gang fails as one:
     any member that ends other than SUCCEEDED decides it.
@@ -97,7 +97,7 @@ def derived_job_state(
 
 @dataclass(frozen=True)
 class Budget:
-    """A task's two retry budgets (Iris) and what it has used of them."""
+    """A task's two retry budgets (failures and preemptions) and what it has used of them."""
 
     max_retries_failure: int
     max_retries_preemption: int

@@ -1,4 +1,4 @@
-"""Why a job waits, as data; `sentence()` formats it for a person when someone looks (Iris).
+"""Why a job waits, as data; `sentence()` formats it for a person when someone looks.
 
 Each reason names the binding constraint with its numbers, so the reader knows what to
 change: a smaller request, another pool, a quota, or patience.

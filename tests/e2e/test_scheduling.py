@@ -78,12 +78,12 @@ def test_pools_labels_and_constraints_across_real_workers(bare_cluster):
 
 def test_gpu_memory_decides_which_jobs_virtual_gpus_can_take(bare_cluster):
     cluster = bare_cluster
-    cluster.start_worker("gpu-box", 2, "--gpus", "2", "--gpu-memory", "24Gi")
+    cluster.start_worker("gpu-box", 2, "--gpus", "2", "--gpu-memory", "24G")
     (worker,) = cluster.get("/api/v1/workers")
-    assert [g["memory"] for g in worker["gpus"]] == [24 * 2**30] * 2
-    big = cluster.submit(command=["true"], resources={"gpu": 1, "gpu_memory": "40Gi"})
+    assert [g["memory"] for g in worker["gpus"]] == [24 * 10**9] * 2
+    big = cluster.submit(command=["true"], resources={"gpu": 1, "gpu_memory": "40G"})
     small = cluster.submit(command=["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
-                           resources={"gpu": 1, "gpu_memory": "16Gi"})
+                           resources={"gpu": 1, "gpu_memory": "16G"})
     assert cluster.wait_end(small)["state"] == "SUCCEEDED"
     assert cluster.logs(small).strip() == "0"
     job = wait_for(lambda: (j := cluster.job(big))["pending_reason"] and j, 10, "a pending reason")

@@ -156,10 +156,10 @@ async def test_custom_slots_held_by_placed_tasks_are_not_offered_again(store):
 
 
 async def test_gpu_memory_reaches_the_snapshot_from_the_spec_and_the_reported_devices(store):
-    GiB = 2**30
-    worker = await add_worker(store, "gpu-box", cpu=8, gpu=3, gpu_memory=(80 * GiB, 24 * GiB, 80 * GiB))
-    big = await submit(store, resources={"gpu": 1, "gpu_memory": "40Gi"})
-    too_big = await submit(store, resources={"gpu": 1, "gpu_memory": "100Gi"})
+    GB = 10**9
+    worker = await add_worker(store, "gpu-box", cpu=8, gpu=3, gpu_memory=(80 * GB, 24 * GB, 80 * GB))
+    big = await submit(store, resources={"gpu": 1, "gpu_memory": "40G"})
+    too_big = await submit(store, resources={"gpu": 1, "gpu_memory": "100G"})
     await settle(store)
     assert [t.gpu_ids for t in await job_tasks(store, big)] == [[0]]
     assert (await job(store, too_big)).pending_reason == (
@@ -168,6 +168,6 @@ async def test_gpu_memory_reaches_the_snapshot_from_the_spec_and_the_reported_de
     async with store.read() as connection:
         cluster = await read_cluster(connection)
     (room,) = cluster.rooms
-    assert (room.id, tuple(room.gpu_memory), room.free_gpu_ids) == (worker, (80 * GiB, 24 * GiB, 80 * GiB), [1, 2])
+    assert (room.id, tuple(room.gpu_memory), room.free_gpu_ids) == (worker, (80 * GB, 24 * GB, 80 * GB), [1, 2])
     (running,) = cluster.running
-    assert running.request.gpu_memory == cluster.jobs[big].gpu_memory == 40 * GiB
+    assert running.request.gpu_memory == cluster.jobs[big].gpu_memory == 40 * GB

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.scheduling.placement import Request, Unit, WorkerRoom, format_bytes, place
+from corral.core.spec import format_bytes, parse_bytes
+from corral.scheduling.placement import Request, Unit, WorkerRoom, place
 from corral.scheduling.reasons import NoRoom, NoWorkerAlive, TooLarge
 
 GiB = 2**30
@@ -167,8 +168,8 @@ def test_reason_no_worker_alive():
 
 
 def test_reason_no_worker_large_enough():
-    rooms = [room("w1", cpu=8, memory=16 * GiB, gpus=4)]
-    result = place([single(1, 10, cpu=2, memory=64 * GiB, gpu=1)], rooms)
+    rooms = [room("w1", cpu=8, memory=16 * 10**9, gpus=4)]
+    result = place([single(1, 10, cpu=2, memory=64 * 10**9, gpu=1)], rooms)
     assert result.waiting[(1, 10)].sentence() == (
         "needs 64G memory per task; no worker has that much (largest: 16G memory on w1); waiting for one to join")
 
@@ -192,11 +193,12 @@ def test_reason_largest_room_is_judged_after_earlier_placements():
 
 
 @pytest.mark.parametrize(("size", "text"), [
-    (0, "0B"), (512, "512B"), (2**10, "1K"), (1536, "1.5K"), (GiB, "1G"), (4 * GiB, "4G"), (2**40, "1T"),
-    (512 * 10**6, "488M"),
+    (0, "0B"), (512, "512B"), (10**3, "1K"), (1500, "1.5K"), (10**9, "1G"), (40 * 10**9, "40G"), (10**12, "1T"),
+    (512 * 10**6, "512M"), (GiB, "1.07G"), (80 * GiB, "85.9G"),
 ])
-def test_format_bytes(size, text):
-    assert format_bytes(size) == text
+def test_reasons_write_sizes_as_the_options_read_them(size, text):
+    assert format_bytes(size, compact=True) == text
+    assert abs(parse_bytes(text) - size) <= size * 0.005  # what a reason says can be typed back
 
 
 # --- property: no over-commit, each unit either placed whole or waiting --------------------------------

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 
-from corral.core.spec import Resources
+from corral.core.spec import Resources, format_bytes
 from corral.core.states import TaskState
 
 _TASK_ORDER = {state: i for i, state in enumerate(TaskState)}
@@ -39,19 +39,6 @@ def format_duration(seconds: float | None) -> str:
             parts.append(f"{whole // size}{unit}")
             whole %= size
     return "".join(parts[:2])
-
-
-def format_bytes(size: float, compact: bool = False) -> str:
-    """Decimal units, as `--memory 4G` means 4*10**9: 1.0G with one decimal, or compact (capacities) 16G, 17.2G."""
-    value = float(size)
-    unit = ""
-    for unit in ("", "K", "M", "G", "T"):  # noqa: B007 - the unit reached is the one used
-        if abs(value) < 1000 or unit == "T":
-            break
-        value /= 1000
-    if not unit:
-        return f"{int(size)}B"
-    return f"{value:.3g}{unit}" if compact else f"{value:.1f}{unit}"
 
 
 def format_number(value: float) -> str:

@@ -34,6 +34,20 @@ def parse_bytes(value: object) -> object:
     return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
 
 
+def format_bytes(size: float, compact: bool = False) -> str:
+    """What `parse_bytes` reads back: decimal units, as `--memory 4G` means 4*10**9. One decimal (1.0G), or compact
+    (capacities, reasons): 16G, 17.2G."""
+    value = float(size)
+    unit = ""
+    for unit in ("", "K", "M", "G", "T"):  # noqa: B007 - the unit reached is the one used
+        if abs(value) < 1000 or unit == "T":
+            break
+        value /= 1000
+    if not unit:
+        return f"{int(size)}B"
+    return f"{value:.3g}{unit}" if compact else f"{value:.1f}{unit}"
+
+
 def parse_duration(value: object) -> object:
     """Accept seconds as a number, or "90s", "15m", "2h", "1d"."""
     if not isinstance(value, str):

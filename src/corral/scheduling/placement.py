@@ -40,12 +40,11 @@ from corral.scheduling.reasons import (
     Reason,
     Reserved,
     TooLarge,
-    format_bytes,
 )
 from corral.scheduling.rooms import EPS, Group, Request, RoomBook, WorkerRoom
 from corral.scheduling.sequencing import Queue
 
-__all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "format_bytes", "place"]
+__all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place"]
 
 
 @dataclass(frozen=True)

@@ -11,23 +11,22 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from corral.core.spec import format_bytes
 from corral.scheduling.constraints import Constraint
 
 DEFAULT_POOL = "default"
 
 
-def format_bytes(size: float) -> str:
-    for unit, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.3g}{unit}"
-    return f"{size:g}B"
+def _size(size: float) -> str:
+    """As `--memory` and `--gpu-memory` read it back: 40G is 40*10**9."""
+    return format_bytes(size, compact=True)
 
 
 def format_amount(resource: str, amount: float, gpu_memory: int = 0) -> str:
     """"8 gpu", "0.5 cpu", "4G memory", "1 gpu with at least 40G memory"."""
-    value = format_bytes(amount) if resource == "memory" else f"{amount:g}"
+    value = _size(amount) if resource == "memory" else f"{amount:g}"
     text = f"{value} {resource}"
-    return f"{text} with at least {format_bytes(gpu_memory)} memory" if resource == "gpu" and gpu_memory else text
+    return f"{text} with at least {_size(gpu_memory)} memory" if resource == "gpu" and gpu_memory else text
 
 
 def format_amounts(amounts: dict[str, float], gpu_memory: int = 0) -> str:
@@ -39,7 +38,7 @@ def format_devices(memories: Sequence[int]) -> str:
     if not memories:
         return "no gpu"
     counts = Counter(sorted(memories))
-    return ", ".join(f"{n} gpu of {format_bytes(m) if m else 'unknown memory'}" for m, n in counts.items())
+    return ", ".join(f"{n} gpu of {_size(m) if m else 'unknown memory'}" for m, n in counts.items())
 
 
 def _in_pool(pool: str) -> str:
@@ -142,7 +141,7 @@ class OverQuota(Reason):
     asks: float
 
     def sentence(self) -> str:
-        used, limit = (format_bytes(self.used), format_bytes(self.limit)) if self.resource == "memory" else (
+        used, limit = (_size(self.used), _size(self.limit)) if self.resource == "memory" else (
             f"{self.used:g}", f"{self.limit:g}")
         return (f"over project quota: {self.resource} {used}/{limit} "
                 f"(project {self.project} asks {format_amount(self.resource, self.asks)} more)")

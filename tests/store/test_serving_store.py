@@ -78,6 +78,16 @@ async def test_a_deployment_gets_a_replica_task_that_becomes_healthy_and_is_publ
     assert [h.worker_id for h in (await pool_of(store)).holdings["svc"]] == [worker]
 
 
+async def test_the_pool_shows_what_a_replica_holds_custom_slots_included(store):
+    worker = await add_worker(store, "tpu-box", custom={"tpu": 2})
+    spec = SPEC.model_copy(update={"resources": SPEC.resources.model_copy(update={"custom": {"tpu": 1}})})
+    async with store.write() as connection:
+        await insert_deployment(connection, spec, [], NOW)
+    await serve_pass(store, NOW)
+    (holding,) = (await pool_of(store)).holdings["svc"]
+    assert (holding.worker_id, holding.request.cpu, holding.request.custom) == (worker, 1.0, (("tpu", 1.0),))
+
+
 async def test_scaling_to_zero_cancels_the_replica_job_and_destroy_ends_the_deployment(store):
     worker = await add_worker(store)
     async with store.write() as connection:

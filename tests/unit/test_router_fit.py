@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 from corral.scheduling.placement import WorkerRoom
 from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
@@ -14,7 +15,8 @@ from corral.serving.states import DeploymentState
 
 
 def worker(cores: float) -> WorkerRoom:
-    return WorkerRoom("w1", "w1", cpu=cores, memory=2**30, gpu=0, free_cpu=cores, free_memory=2**30)
+    return WorkerRoom("w1", "w1", cpu=cores, memory=2**30, gpu=0, free_cpu=cores, free_memory=2**30,
+                      custom={"tpu": 1.0}, free_custom={"tpu": 1.0})
 
 
 def router_with(replicas: dict[str, int], holdings: dict[str, int], resources: dict[str, dict] | None = None,
@@ -80,3 +82,19 @@ def test_a_replica_on_its_way_out_frees_its_room_and_is_not_counted_as_placed():
     router = router_with({"left": 1, "right": 0}, holdings={}, leaving={"left": 1})  # left's replacement is wanted
     assert not router.fits("right", frozenset(), frozenset())
     assert router.fits("right", frozenset({"left"}), frozenset())
+
+
+def test_custom_slots_count_like_cpus_and_memory():
+    tpu = {"cpu": 0.25, "custom": {"tpu": 1}}  # the worker has one tpu slot and a core
+    router = router_with({"left": 1, "right": 0}, holdings={"left": 1}, resources={"left": tpu, "right": tpu})
+    assert not router.fits("right", frozenset(), frozenset())
+    assert router.fits("right", frozenset({"left"}), frozenset())
+    router = router_with({"left": 1, "right": 0}, holdings={}, resources={"left": tpu, "right": tpu})
+    assert not router.fits("right", frozenset(), frozenset())  # left's wanted replica takes the slot
+
+
+def test_the_pool_reaches_a_standalone_router_as_it_is():
+    router = router_with({"left": 1, "right": 0}, holdings={"right": 1}, leaving={"left": 1},
+                         resources={"left": {"cpu": 0.25, "custom": {"tpu": 1}}, "right": {"cpu": 0.5}})
+    pool = router.pool_view
+    assert Pool.from_json(**json.loads(json.dumps(pool.to_json()))) == pool

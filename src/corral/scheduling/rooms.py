@@ -10,13 +10,18 @@ dispersed the emptiest (worst fit), round-robin the next in turn.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from corral.scheduling.constraints import Constraint, all_match
 from corral.scheduling.policy import DEFAULT_POOL, Strategy
 
 EPS = 1e-9  # fractional cores add up with rounding errors
+
+
+def custom_slots(custom: Mapping[str, float] | None) -> tuple[tuple[str, float], ...]:
+    """A spec's custom slots as a request holds them: sorted (name, amount) pairs, none of zero."""
+    return tuple(sorted((name, float(amount)) for name, amount in (custom or {}).items() if amount))
 
 
 @dataclass(frozen=True)

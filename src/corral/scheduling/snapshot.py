@@ -14,7 +14,7 @@ from corral.scheduling.constraints import Constraint, parse_constraint
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import DependencyFailed, NotBefore, Reason, WaitingForJobs
-from corral.scheduling.rooms import WorkerRoom
+from corral.scheduling.rooms import WorkerRoom, custom_slots
 
 ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "UNSCHEDULABLE", "LOST"})
 
@@ -41,7 +41,7 @@ class JobPlacement:
         return cls(
             pool=spec.get("pool") or DEFAULT_POOL, project=spec.get("project") or DEFAULT_PROJECT,
             priority=priority, constraints=tuple(parse_constraint(c) for c in spec.get("constraints") or ()),
-            custom=tuple(sorted((k, float(v)) for k, v in (resources.get("custom") or {}).items() if v)),
+            custom=custom_slots(resources.get("custom")),
             gpu_memory=int(resources.get("gpu_memory") or 0),
             spread=bool(spec.get("spread")), after=tuple(spec.get("after") or ()),
             after_any=tuple(spec.get("after_any") or ()), begin=spec.get("begin"), gang=gang,

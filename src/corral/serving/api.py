@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import time
 from collections import Counter
@@ -144,9 +143,7 @@ async def catalog(request: Request) -> CatalogView:
     current = request.app.state.router.catalog
     async with request.app.state.store.read() as connection:
         pool = await read_pool(connection)
-    return CatalogView(rooms=[dataclasses.asdict(room) for room in pool.rooms],
-                       holdings={name: [dataclasses.asdict(h) for h in held] for name, held in pool.holdings.items()},
-                       deployments=[
+    return CatalogView(**pool.to_json(), deployments=[
         CatalogDeployment(name=name, spec=facts.spec, replicas=facts.replicas, key_hashes=list(facts.key_hashes),
                           project_key_hashes=list(facts.project_key_hashes),
                           endpoints=[e.address for e in current.endpoints.get(name, ())],

@@ -10,9 +10,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from corral.scheduling.placement import Request, WorkerRoom
 from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
-from corral.serving.pool import Holding, Pool, read_pool
+from corral.serving.pool import Pool, read_pool
 from corral.serving.states import DeploymentState
 from corral.serving.store import scale_deployment
 from corral.serving.views import CatalogView
@@ -67,10 +66,7 @@ class RemoteBackend:
             {d.name: tuple(Endpoint(i, a) for i, a in zip(d.replica_ids, d.endpoints, strict=True))
              for d in view.deployments},
             {d.name: d.start_failure for d in view.deployments if d.start_failure}))
-        return Pool([WorkerRoom(**room) for room in view.rooms],
-                    {name: [Holding(h["worker_id"], Request(**h["request"]), tuple(h["gpu_ids"]), h["leaving"])
-                            for h in held]
-                     for name, held in view.holdings.items()})
+        return Pool.from_json(view.rooms, view.holdings)
 
 
 def load_router_config(path: Path | None) -> dict:

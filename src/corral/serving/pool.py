@@ -7,6 +7,7 @@ memory and GPU devices per worker), so no fit rules are written by hand.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -15,9 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.scheduling.placement import Request, WorkerRoom
+from corral.scheduling.rooms import custom_slots
 from corral.serving.states import REPLICA_COUNTED, ReplicaState
 from corral.store.scheduling_reads import worker_rooms
-from corral.store.schema import deployments, replicas, tasks
+from corral.store.schema import deployments, jobs, replicas, tasks
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,23 @@ class Pool:
         return any(room.could_ever_fit(request) for room in self.rooms)
 
 
+    def to_json(self) -> dict:
+        """The rooms and holdings as a standalone router receives them in the catalog."""
+        return {"rooms": [dataclasses.asdict(room) for room in self.rooms],
+                "holdings": {name: [dataclasses.asdict(h) for h in held] for name, held in self.holdings.items()}}
+
+    @classmethod
+    def from_json(cls, rooms: list[dict], holdings: dict[str, list[dict]]) -> Pool:
+        return cls([WorkerRoom(**{**room, "gpu_memory": tuple(room["gpu_memory"])}) for room in rooms],
+                   {name: [Holding(h["worker_id"], _request(h["request"]), tuple(h["gpu_ids"]), h["leaving"])
+                           for h in held] for name, held in holdings.items()})
+
+
+def _request(fields: dict) -> Request:
+    """A holding's request from JSON, where its custom pairs arrive as lists."""
+    return Request(**{**fields, "custom": tuple((name, amount) for name, amount in fields["custom"])})
+
+
 def _take_first(rooms: list[WorkerRoom], request: Request) -> bool:
     """Book `request` on the first room it fits; says whether one did."""
     room = next((room for room in rooms if room.fits(request)), None)
@@ -72,15 +91,18 @@ def _take_first(rooms: list[WorkerRoom], request: Request) -> bool:
 
 async def read_pool(connection: AsyncConnection) -> Pool:
     rows = (await connection.execute(
-        select(deployments.c.name, replicas.c.state, tasks.c.worker_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu,
-               tasks.c.gpu_ids)
+        select(deployments.c.name, replicas.c.state, jobs.c.spec, tasks.c.worker_id, tasks.c.cpu, tasks.c.memory,
+               tasks.c.gpu, tasks.c.gpu_ids)
         .select_from(replicas.join(deployments, replicas.c.deployment_id == deployments.c.id)
+                     .join(jobs, jobs.c.id == replicas.c.job_id)
                      .join(tasks, tasks.c.job_id == replicas.c.job_id))
         .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
     )).all()
     holdings: dict[str, list[Holding]] = {}
     for row in rows:
-        holdings.setdefault(row.name, []).append(
-            Holding(row.worker_id, Request(row.cpu, row.memory, row.gpu), tuple(row.gpu_ids or ()),
-                    leaving=ReplicaState(row.state) not in REPLICA_COUNTED))
+        resources = row.spec.get("resources") or {}
+        request = Request(row.cpu, row.memory, row.gpu, custom_slots(resources.get("custom")),
+                          int(resources.get("gpu_memory") or 0))
+        holdings.setdefault(row.name, []).append(Holding(row.worker_id, request, tuple(row.gpu_ids or ()),
+                                                         leaving=ReplicaState(row.state) not in REPLICA_COUNTED))
     return Pool(await worker_rooms(connection), holdings)

@@ -25,6 +25,7 @@ from corral.controller.metrics import (
     ROUTER_QUEUE_DEPTH,
 )
 from corral.scheduling.placement import Request
+from corral.scheduling.rooms import custom_slots
 from corral.serving.autoscale import Decision, Sample, decide, trim
 from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
 from corral.serving.pool import Pool
@@ -77,7 +78,8 @@ def wanted_when_loaded(facts: DeploymentFacts) -> int:
 
 def request_of(facts: DeploymentFacts) -> Request:
     resources = facts.spec.resources
-    return Request(resources.cpu, resources.memory, resources.gpu, gpu_memory=resources.gpu_memory or 0)
+    return Request(resources.cpu, resources.memory, resources.gpu, custom_slots(resources.custom),
+                   resources.gpu_memory or 0)
 
 
 class Router:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
+import logging
 
 from corral.scheduling.placement import WorkerRoom
+from corral.serving import router as router_module
 from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
 from corral.serving.policies import FitPolicy
 from corral.serving.pool import Holding, Pool
@@ -98,3 +102,37 @@ def test_the_pool_reaches_a_standalone_router_as_it_is():
                          resources={"left": {"cpu": 0.25, "custom": {"tpu": 1}}, "right": {"cpu": 0.5}})
     pool = router.pool_view
     assert Pool.from_json(**json.loads(json.dumps(pool.to_json()))) == pool
+
+
+class FlakyBackend:
+    """A controller whose pool read fails `fails` times, then answers."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails, self.reads, self.done = fails, 0, asyncio.Event()
+
+    async def pool(self) -> Pool:
+        self.reads += 1
+        if self.reads <= self.fails:
+            raise RuntimeError("the controller is away")
+        self.done.set()
+        return Pool([worker(1.0)])
+
+    async def report_load(self, loads) -> None:
+        pass
+
+
+async def test_a_pool_that_cannot_be_read_is_said_once_and_the_router_keeps_ticking(caplog, monkeypatch):
+    monkeypatch.setattr(router_module, "TICK", 0)
+    caplog.set_level(logging.INFO, logger="corral.router")
+    backend = FlakyBackend(fails=3)
+    router = Router(backend=backend, policy=FitPolicy())
+    ticking = asyncio.create_task(router.run())
+    async with asyncio.timeout(10):
+        await backend.done.wait()
+    ticking.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await ticking
+    said = [r.getMessage() for r in caplog.records if r.name == "corral.router"]
+    assert said == ["cannot refresh the pool (fit decisions use the last one): the controller is away",
+                    "the pool is read again"]
+    assert [room.id for room in router.pool_view.rooms] == ["w1"]

@@ -10,7 +10,6 @@ reaches the controller: in-process inside it, or over the API for a standalone `
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import logging
@@ -125,14 +124,23 @@ class Router:
         """The ticker: time-driven events, and the pool refreshed for fit decisions."""
         try:
             refreshed = 0.0
+            failing = False
             while True:
                 waiting = self.scheduler.queue or self.scheduler.swaps
                 if waiting or time.monotonic() - refreshed >= POOL_REFRESH:
-                    with contextlib.suppress(Exception):
+                    try:
                         self.pool_view = await self.backend.pool()
                         refreshed = time.monotonic()
                         if not self.autoscale:
                             await self.backend.report_load({name: self.load(name) for name in self.catalog.deployments})
+                    except Exception as error:  # the controller is away, or its answer is broken: keep ticking
+                        if not failing:
+                            log.warning("cannot refresh the pool (fit decisions use the last one): %s", error)
+                        failing = True
+                    else:
+                        if failing:
+                            log.info("the pool is read again")
+                        failing = False
                 self.scheduler.on_tick(time.time())
                 if self.autoscale:
                     self._autoscale(time.time())

@@ -16,10 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.scheduling.placement import Request, WorkerRoom
-from corral.scheduling.rooms import custom_slots
 from corral.serving.states import REPLICA_COUNTED, ReplicaState
-from corral.store.scheduling_reads import worker_rooms
-from corral.store.schema import deployments, jobs, replicas, tasks
+from corral.store.scheduling_reads import rooms_and_running
+from corral.store.schema import deployments, replicas, tasks
 
 
 @dataclass(frozen=True)
@@ -90,19 +89,20 @@ def _take_first(rooms: list[WorkerRoom], request: Request) -> bool:
 
 
 async def read_pool(connection: AsyncConnection) -> Pool:
+    """The rooms and the replicas' tasks as placement reads them: one reading of who holds what."""
+    rooms, running = await rooms_and_running(connection)
+    by_task = {task.task_id: task for task in running}
     rows = (await connection.execute(
-        select(deployments.c.name, replicas.c.state, jobs.c.spec, tasks.c.worker_id, tasks.c.cpu, tasks.c.memory,
-               tasks.c.gpu, tasks.c.gpu_ids)
+        select(tasks.c.id, deployments.c.name, replicas.c.state)
         .select_from(replicas.join(deployments, replicas.c.deployment_id == deployments.c.id)
-                     .join(jobs, jobs.c.id == replicas.c.job_id)
                      .join(tasks, tasks.c.job_id == replicas.c.job_id))
         .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
     )).all()
     holdings: dict[str, list[Holding]] = {}
     for row in rows:
-        resources = row.spec.get("resources") or {}
-        request = Request(row.cpu, row.memory, row.gpu, custom_slots(resources.get("custom")),
-                          int(resources.get("gpu_memory") or 0))
-        holdings.setdefault(row.name, []).append(Holding(row.worker_id, request, tuple(row.gpu_ids or ()),
-                                                         leaving=ReplicaState(row.state) not in REPLICA_COUNTED))
-    return Pool(await worker_rooms(connection), holdings)
+        task = by_task.get(row.id)
+        if task is None:
+            continue  # placed between the two reads: the next read shows it
+        holdings.setdefault(row.name, []).append(Holding(
+            task.worker_id, task.request, task.gpu_ids, leaving=ReplicaState(row.state) not in REPLICA_COUNTED))
+    return Pool(rooms, holdings)

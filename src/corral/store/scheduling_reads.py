@@ -33,9 +33,11 @@ async def read_cluster(connection: AsyncConnection) -> ClusterSnapshot:
     )
 
 
-async def worker_rooms(connection: AsyncConnection) -> list[WorkerRoom]:
-    """Alive workers with their free room, as placement sees them (the serving router asks what fits)."""
-    return await _rooms(connection, await _running_tasks(connection, await _active_jobs(connection)))
+async def rooms_and_running(connection: AsyncConnection) -> tuple[list[WorkerRoom], list[RunningTask]]:
+    """Alive workers with their free room, and the tasks holding it, as placement sees them (the serving router
+    asks what fits)."""
+    running = await _running_tasks(connection, await _active_jobs(connection))
+    return await _rooms(connection, running), running
 
 
 async def _active_jobs(connection: AsyncConnection) -> dict[int, JobPlacement]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from corral.worker.logs import LogShipper
@@ -104,3 +106,24 @@ async def test_flush_of_an_attempt_with_no_files_returns_at_once(controller):
     shipper = LogShipper(controller.send)
     await shipper.flush(9, 9)
     assert controller.chunks == []
+
+
+async def test_a_round_waiting_on_a_flush_that_ends_the_attempt_carries_on(tmp_path, controller):
+    """The round waits for the flush's sends; the flush then forgets the attempt, which the round must survive."""
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_send(*chunk):
+        arrived.set()
+        await release.wait()
+        await controller.send(*chunk)
+
+    shipper = LogShipper(slow_send)
+    shipper.watch(1, 0, tmp_path)
+    append(tmp_path / "stdout", b"last words")
+    flushing = asyncio.create_task(shipper.flush(1, 0))
+    await arrived.wait()  # the flush is sending, holding the attempt
+    rounding = asyncio.create_task(shipper.ship_once())
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(flushing, rounding)
+    assert controller.received() == b"last words"

@@ -51,9 +51,9 @@ class LogShipper:
             await asyncio.sleep(self.interval)
 
     async def ship_once(self) -> None:
-        for key in list(self._attempts):
-            if await self._ship(key) and self._attempts[key].final:
-                del self._attempts[key]
+        for key, entry in list(self._attempts.items()):
+            if await self._ship(key) and entry.final:
+                self._attempts.pop(key, None)  # its flush, which this round waited for, may have let it go already
 
     async def flush(self, task_id: int, attempt: int) -> None:
         """Ship everything the attempt wrote, retrying for up to `flush_timeout` seconds, then stop tracking it.

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from corral.cli.common import parse_amounts, parse_pairs
+from corral.cli.common import CliError, parse_amounts, parse_pairs
 from corral.client.discovery import DEFAULT_DATA_DIR
 from corral.core.spec import parse_bytes, parse_duration
 from corral.log_format import configure_logging
@@ -57,9 +57,25 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         policy = load_policy_file(config_file) if config_file else None
     except ConfigError as error:
         raise click.BadParameter(str(error), param_hint="--config") from None
-    serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
-                             heartbeat_interval=heartbeat_interval, event_retention=event_retention,
-                             log_format=log_format, config_file=config_file, policy=policy))
+    settings = ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
+                                  heartbeat_interval=heartbeat_interval, event_retention=event_retention,
+                                  log_format=log_format, config_file=config_file, policy=policy)
+    check_store_of(data_dir, settings.database_url)
+    serve(settings)
+
+
+def check_store_of(data_dir: Path, url: str) -> None:
+    """Before anything starts: the data directory can be made and the store opened, or one line says why not."""
+    from corral.store.database import StoreUnavailable, check_store
+
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CliError(f"cannot create the data directory {data_dir}: {error.strerror or error}") from None
+    try:
+        check_store(url)
+    except StoreUnavailable as error:
+        raise CliError(str(error)) from None
 
 
 def default_address(controller_url: str) -> str:

@@ -45,9 +45,11 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> f
               "`retry_policy:` (the cluster's default retry policy).")
 @click.option("--event-retention", default="7d", show_default=True, callback=duration_option,
               help="How long events of ended jobs and of workers are kept (e.g. 12h, 30d).")
+@click.option("--lost-worker-retention", default="24h", show_default=True, callback=duration_option,
+              help="How long a LOST worker stays listed after its last heartbeat (e.g. 1h, 7d).")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
-               heartbeat_interval: float, event_retention: float, log_format: str,
+               heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_format: str,
                config_file: Path | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
@@ -59,6 +61,7 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         raise click.BadParameter(str(error), param_hint="--config") from None
     settings = ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
                                   heartbeat_interval=heartbeat_interval, event_retention=event_retention,
+                                  lost_worker_retention=lost_worker_retention,
                                   log_format=log_format, config_file=config_file, policy=policy)
     check_store_of(data_dir, settings.database_url)
     serve(settings)

@@ -6,7 +6,7 @@ import logging
 import secrets
 from collections import defaultdict
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.attempts import end_attempt
@@ -30,6 +30,10 @@ class UnknownWorker(LookupError):
 
 
 async def register_worker(connection: AsyncConnection, request: RegisterRequest, now: float) -> str:
+    """A new worker id each time; a LOST row under the same name is the same machine come back, and goes."""
+    replaced = list((await connection.execute(
+        delete(workers).where(workers.c.name == request.name, workers.c.state == WorkerState.LOST)
+        .returning(workers.c.id))).scalars())
     worker_id = f"{request.name}-{secrets.token_hex(3)}"
     await connection.execute(workers.insert().values(
         id=worker_id, name=request.name, address=request.address, state=WorkerState.ALIVE,
@@ -42,9 +46,18 @@ async def register_worker(connection: AsyncConnection, request: RegisterRequest,
     capacity = request.capacity
     registered.worker(worker_id, "Register", None, WorkerState.ALIVE,
                       f"{request.name} at {request.address}: {capacity.cpu:g} CPU, {capacity.memory} B memory, "
-                      f"{capacity.gpu} GPU")
+                      f"{capacity.gpu} GPU" + (f"; replaces lost {', '.join(sorted(replaced))}" if replaced else ""))
     await registered.flush(connection)
     return worker_id
+
+
+async def prune_lost_workers(connection: AsyncConnection, before: float) -> int:
+    """Forget LOST workers not heard from since `before` (their history stays): the list does not grow forever."""
+    pruned = await connection.execute(
+        delete(workers).where(workers.c.state == WorkerState.LOST, workers.c.last_heartbeat < before))
+    if pruned.rowcount:
+        log.info("forgot %d worker(s) lost before %.0f", pruned.rowcount, before)
+    return pruned.rowcount
 
 
 async def ingest_heartbeat(

@@ -1,7 +1,9 @@
-"""What a newcomer types wrong, through the real `corral` command: one error line, a non-zero exit."""
+"""What a newcomer meets, through the real `corral` command: errors in one line with a non-zero exit, and
+listings that say what they leave out."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,3 +27,12 @@ def test_logs_of_a_missing_job_task_or_attempt_say_what_is_missing(bare_cluster)
                         f"error: task 0 of job {job} has no attempt 7 (it has not started an attempt yet)")]:
         run = corral(bare_cluster, "logs", *args)
         assert (run.returncode, run.stdout, run.stderr) == (1, "", said + "\n")
+
+
+def test_jobs_says_how_many_more_match_than_it_lists(bare_cluster):
+    ids = [bare_cluster.submit(command=["true"]) for _ in range(3)]
+    run = corral(bare_cluster, "jobs", "--limit", "2", "--json")
+    assert run.returncode == 0 and run.stderr == "showing 2 of 3 jobs; --limit N or --all for more\n"
+    assert [job["id"] for job in json.loads(run.stdout)] == ids[:0:-1]
+    every = corral(bare_cluster, "jobs", "--all", "--json")
+    assert [job["id"] for job in json.loads(every.stdout)] == ids[::-1] and every.stderr == ""

@@ -84,7 +84,8 @@ async def test_results_are_stored_per_attempt_by_the_jobs_own_token(api):
         assert stale.status_code == 409
         assert stale.json()["detail"] == f"task 0 of job {job['id']} runs attempt 0 now, not 3"
         missing = await task.get(f"/api/v1/jobs/{job['id']}/tasks/5/result")
-        assert (missing.status_code, missing.json()["detail"]) == (404, f"job {job['id']} has no task 5")
+        assert (missing.status_code, missing.json()["detail"]) == (
+            404, f"job {job['id']} has no task 5 (its tasks are 0 to 0)")
     async with api.job(other["id"]) as stranger:
         assert (await stranger.put(url, params={"attempt": 0}, content=b"x")).status_code == 403
     async with api.job(job["id"]) as task:

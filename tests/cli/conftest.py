@@ -46,6 +46,9 @@ class FakeClient:
     def list(self, states=None, limit=100):
         return iter(self.jobs[:limit])
 
+    def count(self, states=None):
+        return len(self.jobs)
+
     def get(self, job_id):
         return next(j for j in self.jobs if j.id == job_id)
 

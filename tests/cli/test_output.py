@@ -21,7 +21,18 @@ def test_jobs_table_shows_task_counts_age_and_the_pending_reason(cli, fake):
 
 def test_jobs_json_and_limit(cli, fake):
     fake.jobs = [job_view(3), job_view(2), job_view(1)]
-    assert [j["id"] for j in json.loads(cli("jobs", "--json", "--limit", "2").output)] == [3, 2]
+    assert [j["id"] for j in json.loads(cli("jobs", "--json", "--limit", "2").stdout)] == [3, 2]
+
+
+def test_jobs_says_when_more_match_than_it_shows(cli, fake):
+    fake.jobs = [job_view(i) for i in range(506, 0, -1)]
+    shown = cli("jobs")
+    assert shown.stderr == "showing 50 of 506 jobs; --limit N or --all for more\n"
+    assert len(shown.stdout.splitlines()) == 51  # the header and 50 rows
+    listed = cli("jobs", "--all", "--json")
+    assert (len(json.loads(listed.stdout)), listed.stderr) == (506, "")
+    fake.jobs = fake.jobs[:50]
+    assert cli("jobs").stderr == ""  # exactly the limit: nothing more to say
 
 
 def test_an_unknown_state_is_a_usage_error(cli):

@@ -82,6 +82,16 @@ def test_a_bad_spec_is_an_error_naming_the_field(cli, fake):
     assert not fake.submitted
 
 
+@pytest.mark.parametrize(("option", "value", "field"), [
+    ("--cpus", "0", "resources.cpu"), ("--cpus", "-1", "resources.cpu"), ("--memory", "-1G", "resources.memory"),
+    ("--gpus", "-1", "resources.gpu"), ("--replicas", "0", "replicas"), ("--time-limit", "0", "time_limit"),
+])
+def test_zero_or_negative_amounts_are_refused_naming_the_field(cli, fake, option, value, field):
+    result = cli("submit", option, value, "--", "true")
+    assert result.exit_code == 1 and result.output.startswith(f"error: invalid job spec: {field}")
+    assert len(result.output.strip().splitlines()) == 1 and not fake.submitted
+
+
 def test_no_command_is_a_usage_error(cli):
     assert cli("submit", "--cpus", "1").exit_code == 2
 

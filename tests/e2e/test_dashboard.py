@@ -158,3 +158,23 @@ def test_a_deployment_and_its_replica_turning_healthy_appear_without_a_reload(pa
     screenshot(page, "deployments")
     page.get_by_role("link", name="Overview").click()
     page.locator("#serving-title + p [data-ready]").filter(has_text="1 of 1 replicas ready").wait_for()
+
+
+def test_jobs_filter_and_show_their_project_and_pool_and_no_gpu_peak_without_gpus(page, live):
+    ours = int(corral(live, "submit", "--name", "tagged", "--project", "vision", "--pool", "spare", "--", "true"))
+    corral(live, "submit", "--name", "other", "--", "true")
+    page.goto(live.url + "/#/jobs?project=vision")
+    row = page.locator(f'tr[data-job="{ours}"]')
+    row.wait_for()
+    assert page.locator("tr[data-job]").count() == 1
+    assert [cell.strip() for cell in row.locator("td").all_inner_texts()[4:6]] == ["vision", "spare"]
+    page.goto(live.url + "/#/jobs?pool=spare")
+    page.locator(f'tr[data-job="{ours}"]').wait_for()
+    assert page.locator("tr[data-job]").count() == 1
+    page.goto(f"{live.url}/#/queue")
+    page.locator(f'table[aria-label=queue] tr:has(a[href="#/jobs/{ours}"])').get_by_role(
+        "cell", name="spare", exact=True).wait_for()
+    page.goto(live.url + "/#/")
+    gpus = page.locator("figure.chart figcaption").filter(has_text="GPUs in use")
+    gpus.wait_for()
+    assert gpus.inner_text().endswith("now 0, peak 0")  # these workers have no GPU

@@ -77,7 +77,7 @@ def test_command_is_required():
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("cpu", -1), ("cpu", 4097), ("cpu", 1e9),
+    ("cpu", -1), ("cpu", 0), ("cpu", 0.001), ("cpu", 4097), ("cpu", 1e9),
     ("memory", -1), ("memory", MAX_MEMORY + 1), ("memory", "65Ti"), ("memory", "1Pi"), ("memory", "lots"),
     ("gpu", -1), ("gpu", 257), ("gpu", 1.5),
 ])

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from corral.cli.common import parse_amounts, parse_pairs
+from corral.cli.common import CliError, parse_amounts, parse_pairs
 from corral.client.discovery import DEFAULT_DATA_DIR
 from corral.core.spec import parse_bytes, parse_duration
 from corral.log_format import configure_logging
@@ -45,9 +45,11 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> f
               "`retry_policy:` (the cluster's default retry policy).")
 @click.option("--event-retention", default="7d", show_default=True, callback=duration_option,
               help="How long events of ended jobs and of workers are kept (e.g. 12h, 30d).")
+@click.option("--lost-worker-retention", default="24h", show_default=True, callback=duration_option,
+              help="How long a LOST worker stays listed after its last heartbeat (e.g. 1h, 7d).")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
-               heartbeat_interval: float, event_retention: float, log_format: str,
+               heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_format: str,
                config_file: Path | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
@@ -57,9 +59,26 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         policy = load_policy_file(config_file) if config_file else None
     except ConfigError as error:
         raise click.BadParameter(str(error), param_hint="--config") from None
-    serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
-                             heartbeat_interval=heartbeat_interval, event_retention=event_retention,
-                             log_format=log_format, config_file=config_file, policy=policy))
+    settings = ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
+                                  heartbeat_interval=heartbeat_interval, event_retention=event_retention,
+                                  lost_worker_retention=lost_worker_retention,
+                                  log_format=log_format, config_file=config_file, policy=policy)
+    check_store_of(data_dir, settings.database_url)
+    serve(settings)
+
+
+def check_store_of(data_dir: Path, url: str) -> None:
+    """Before anything starts: the data directory can be made and the store opened, or one line says why not."""
+    from corral.store.database import StoreUnavailable, check_store
+
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CliError(f"cannot create the data directory {data_dir}: {error.strerror or error}") from None
+    try:
+        check_store(url)
+    except StoreUnavailable as error:
+        raise CliError(str(error)) from None
 
 
 def default_address(controller_url: str) -> str:

@@ -155,7 +155,7 @@ def attempts_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
         table.add_column(column, no_wrap=column != "REASON")
     for task in tasks:
         for a in task.attempts:
-            ran = a.finished_at - a.started_at if a.started_at and a.finished_at else None
+            ran = max(0.0, a.finished_at - a.started_at) if a.started_at and a.finished_at else None
             state = state_text(a.state) + (Text(" refunded", style="dim") if a.refunded else Text())
             table.add_row(str(task.index), str(a.attempt), _worker(a.worker_id, names), state,
                           _opt(a.exit_code), format_time(a.assigned_at), format_time(a.started_at),

@@ -25,14 +25,18 @@ def state_text(state: str) -> Text:
 @click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobState], case_sensitive=False),
               help="Only jobs in this state (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many jobs.")
+@click.option("--all", "every", is_flag=True, help="Every job, however many (overrides --limit).")
 @json_option
-def jobs(states: tuple[str, ...], limit: int, as_json: bool) -> None:
-    """List jobs, newest first."""
-    found = list(client().list(states=[s.upper() for s in states], limit=limit))
+def jobs(states: tuple[str, ...], limit: int, every: bool, as_json: bool) -> None:
+    """List jobs, newest first. When more match than are shown, says so on stderr."""
+    api, wanted = client(), [s.upper() for s in states]
+    found = list(api.list(states=wanted, limit=None if every else limit))
     if as_json:
         print_json(found)
-        return
-    console().print(jobs_table(found, time.time()))
+    else:
+        console().print(jobs_table(found, time.time()))
+    if not every and len(found) == limit and (total := api.count(wanted)) > limit:
+        click.echo(f"showing {limit} of {total} jobs; --limit N or --all for more", err=True)
 
 
 def jobs_table(found: list[JobView], now: float) -> Table:

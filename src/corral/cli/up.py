@@ -16,7 +16,7 @@ import click
 import httpx
 
 from corral.cli.common import CliError, parse_pairs
-from corral.cli.daemons import memory_option
+from corral.cli.daemons import check_store_of, memory_option
 from corral.client.discovery import DEFAULT_DATA_DIR
 
 HEALTH_TIMEOUT = 30.0
@@ -169,6 +169,9 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
     url = client_url(host, port)
     if healthy(url):
         raise CliError(f"a controller already answers at {url}: stop it, or choose another --port")
+    from corral.controller.settings import ControllerSettings
+
+    check_store_of(data_dir, ControllerSettings(data_dir=data_dir, db_url=db_url).database_url)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

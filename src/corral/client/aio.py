@@ -148,6 +148,10 @@ class AsyncClient:
              launched_by: int | None = None) -> AsyncIterator[JobView]:
         return self._iterate(plans.list_jobs(states, limit, launched_by))
 
+    async def count(self, states: Iterable[JobState | str] | None = None, launched_by: int | None = None) -> int:
+        """How many jobs are in `states` (any state if none), or launched by a job."""
+        return await self._run(plans.count_jobs(states, launched_by))
+
     async def tasks(self, job_id: int) -> list[TaskView]:
         return await self._run(plans.tasks(job_id))
 

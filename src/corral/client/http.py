@@ -174,6 +174,10 @@ class Client:
         """Jobs newest first, across pages, at most `limit` of them (None: all); `launched_by`: a job's children."""
         return self._iterate(plans.list_jobs(states, limit, launched_by))
 
+    def count(self, states: Iterable[JobState | str] | None = None, launched_by: int | None = None) -> int:
+        """How many jobs are in `states` (any state if none), or launched by a job."""
+        return self._run(plans.count_jobs(states, launched_by))
+
     def tasks(self, job_id: int) -> list[TaskView]:
         return self._run(plans.tasks(job_id))
 

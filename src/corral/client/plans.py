@@ -135,6 +135,15 @@ def list_page(states: Iterable[JobState | str] | None = None, limit: int = 100, 
     return JobPage.model_validate(response.json())
 
 
+def count_jobs(states: Iterable[JobState | str] | None = None, launched_by: int | None = None) -> Plan[int]:
+    """How many jobs match, whatever the page size (the controller counts them)."""
+    params: dict[str, Any] = {"limit": 1, "count": "true", "state": [str(s) for s in states or ()]}
+    if launched_by is not None:
+        params["launched_by"] = launched_by
+    response = yield Call("GET", f"{API}/jobs", params=params)
+    return JobPage.model_validate(response.json()).total or 0
+
+
 def list_jobs(states: Iterable[JobState | str] | None = None, limit: int | None = 100,
               launched_by: int | None = None) -> Plan[None]:
     """Jobs newest first, across pages, at most `limit` of them (None: all)."""

@@ -64,7 +64,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             async with state.store.write() as connection:
                 await apply_policy_file(connection, settings.policy, time.time())
         state.signals = WorkerSignals()
-        state.engine = Engine(state.store, state.signals, settings.loss_timeout)
+        state.engine = Engine(state.store, state.signals, settings.loss_timeout, settings.heartbeat_interval,
+                              settings.lost_worker_retention)
         state.logs = LogFiles(settings.data_dir / "logs" / "tasks")
         state.bundles = BundleStore(settings.data_dir / "bundles")
         state.checkpoints = CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit)

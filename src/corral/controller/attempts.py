@@ -24,8 +24,12 @@ def end_attempt(
     exit_code: int | None = None,
     reason: str | None = None,
     oom_killed: bool = False,
+    finished_at: float | None = None,
 ) -> None:
     """Record `ended` for the task's current attempt and charge it to the task's budget.
+
+    `finished_at` is when the attempt was last known to run, if that is earlier than now: the worker's
+    time of the exit it reports late (the controller was down), or a lost worker's last heartbeat.
 
     An independent task with budget left goes back to PENDING. A gang member's next attempt
     is the gang drain's to decide; a gang member stopped by a preemption (a drain) is
@@ -36,7 +40,8 @@ def end_attempt(
     message = reason or (f"exit code {exit_code}" if exit_code is not None else None)
     changes.task(row, ended, handler=handler, result=result, message=message, exit_code=exit_code, reason=reason)
     changes.attempt(row.id, row.attempt, state=ended, exit_code=exit_code, reason=reason,
-                    finished_at=changes.now, **({"oom_killed": True} if oom_killed else {}))
+                    finished_at=changes.now if finished_at is None else min(finished_at, changes.now),
+                    **({"oom_killed": True} if oom_killed else {}))
     assert ended in TASK_TERMINAL
     if job.gang and was is TaskState.PREEMPTING:
         changes.attempt(row.id, row.attempt, refunded=True)

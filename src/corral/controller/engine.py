@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 
 from corral.controller.coordinator import run_handler
-from corral.controller.reports import reap_lost_workers
+from corral.controller.reports import prune_lost_workers, reap_lost_workers
 from corral.controller.retries import run_retries
 from corral.core.handlers import JOB_HANDLERS
 from corral.store.store import Store
@@ -33,16 +33,30 @@ class WorkerSignals:
             self._events[worker_id].set()
 
 
+RECONNECT_SLACK = 5.0  # a live worker retries an unreachable controller every second at most; plus a slow start
+
+
+def reconnect_grace(heartbeat_interval: float, loss_timeout: float) -> float:
+    """How long after this controller starts before any worker may be declared lost.
+
+    Loss is judged on each worker's recorded last heartbeat, so one that died before or during the
+    outage is LOST as soon as this grace ends. A worker that is alive was only cut off by the outage:
+    it calls again within a heartbeat interval or two once we listen, and its heartbeat then counts.
+    Never longer than the loss timeout itself.
+    """
+    return min(loss_timeout, 2 * heartbeat_interval + RECONNECT_SLACK)
+
+
 class Engine:
-    def __init__(self, store: Store, signals: WorkerSignals, loss_timeout: float) -> None:
+    def __init__(self, store: Store, signals: WorkerSignals, loss_timeout: float, heartbeat_interval: float,
+                 lost_retention: float) -> None:
         self.store = store
         self.signals = signals
         self.loss_timeout = loss_timeout
+        self.lost_retention = lost_retention
         self._woken = asyncio.Event()
         self.passes = 0
-        # Silence while this controller was down is not a worker's fault: reap only after
-        # the workers have had one loss timeout to reach us.
-        self.reap_after = time.time() + loss_timeout
+        self.reap_after = time.time() + reconnect_grace(heartbeat_interval, loss_timeout)
         self.retry_due: float | None = None  # the earliest scheduled job retry: the loop wakes for it
 
     def wake(self) -> None:
@@ -90,6 +104,7 @@ class Engine:
         try:
             async with self.store.write() as connection:
                 reaped = await reap_lost_workers(connection, time.time(), self.loss_timeout)
+                await prune_lost_workers(connection, time.time() - self.lost_retention)
         except Exception:
             log.exception("reaper failed; its transaction was rolled back")
             return changed

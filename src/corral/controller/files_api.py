@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.auth import require_worker
 from corral.controller.files import MAX_BUNDLE
 from corral.controller.job_tokens import authorize
-from corral.store.schema import tasks
+from corral.store.schema import attempts, jobs, tasks
 
 router = APIRouter(prefix="/api/v1", tags=["files"])
 
@@ -21,8 +22,10 @@ async def task_logs(job_id: int, index: int, request: Request, stream: str = Que
         task = (await connection.execute(
             select(tasks.c.id, tasks.c.state, tasks.c.attempt)
             .where(tasks.c.job_id == job_id, tasks.c.index == index))).first()
-    if task is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no task {index}")
+        if task is None:
+            raise await no_such_task(connection, job_id, index)
+        if attempt is not None:
+            await _check_attempt(connection, task, job_id, index, attempt)
     chosen = task.attempt if attempt is None else attempt
     try:
         data, size = app.logs.read(task.id, chosen, stream, offset)
@@ -30,6 +33,27 @@ async def task_logs(job_id: int, index: int, request: Request, stream: str = Que
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
     return Response(data, media_type="application/octet-stream", headers={
         "X-Corral-Attempt": str(chosen), "X-Corral-Task-State": task.state, "X-Corral-Log-Size": str(size)})
+
+
+async def no_such_task(connection: AsyncConnection, job_id: int, index: int) -> HTTPException:
+    """A 404 that says whether the job is missing or only the task, and which tasks the job has."""
+    replicas = (await connection.execute(select(jobs.c.replicas).where(jobs.c.id == job_id))).scalar()
+    if replicas is None:
+        return HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
+    return HTTPException(status.HTTP_404_NOT_FOUND,
+                         f"job {job_id} has no task {index} (its tasks are 0 to {replicas - 1})")
+
+
+async def _check_attempt(connection: AsyncConnection, task, job_id: int, index: int, attempt: int) -> None:
+    """A pinned attempt must be one the task has had or its current one (not placed yet, it has no row): any
+    other would only read as an empty log."""
+    if attempt == task.attempt:
+        return
+    known = list((await connection.execute(
+        select(attempts.c.attempt).where(attempts.c.task_id == task.id).order_by(attempts.c.attempt))).scalars())
+    if attempt not in known:
+        has = f"its attempts are {', '.join(map(str, known))}" if known else "it has not started an attempt yet"
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"task {index} of job {job_id} has no attempt {attempt} ({has})")
 
 
 @router.head("/bundles/{digest}", dependencies=[Depends(authorize)])

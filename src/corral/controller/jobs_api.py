@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from corral.controller.admission import refusal
 from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
-from corral.controller.job_query import JobFilter, SortKey, UnknownFilter, count_query, page_query
+from corral.controller.job_query import JobFilter, SortKey, count_query, page_query
 from corral.controller.job_tokens import authorize
 from corral.controller.launches import launch_name
 from corral.controller.retry_defaults import retry_columns
@@ -84,10 +84,7 @@ async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
     if cursor is not None and (sort != "id" or offset):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "cursor pages only by id: drop sort or offset, or the cursor")
     where = JobFilter(state, name, project, pool, launched_by, within=request.state.caller.job_id)
-    try:
-        query = page_query(where, sort, order == "desc", limit, offset, cursor)
-    except UnknownFilter as error:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
+    query = page_query(where, sort, order == "desc", limit, offset, cursor)
     async with request.app.state.store.read() as connection:
         ids = list((await connection.execute(query)).scalars())
         total = (await connection.execute(count_query(where))).scalar_one() if count else None

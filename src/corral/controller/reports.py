@@ -6,7 +6,7 @@ import logging
 import secrets
 from collections import defaultdict
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.attempts import end_attempt
@@ -30,6 +30,10 @@ class UnknownWorker(LookupError):
 
 
 async def register_worker(connection: AsyncConnection, request: RegisterRequest, now: float) -> str:
+    """A new worker id each time; a LOST row under the same name is the same machine come back, and goes."""
+    replaced = list((await connection.execute(
+        delete(workers).where(workers.c.name == request.name, workers.c.state == WorkerState.LOST)
+        .returning(workers.c.id))).scalars())
     worker_id = f"{request.name}-{secrets.token_hex(3)}"
     await connection.execute(workers.insert().values(
         id=worker_id, name=request.name, address=request.address, state=WorkerState.ALIVE,
@@ -42,9 +46,18 @@ async def register_worker(connection: AsyncConnection, request: RegisterRequest,
     capacity = request.capacity
     registered.worker(worker_id, "Register", None, WorkerState.ALIVE,
                       f"{request.name} at {request.address}: {capacity.cpu:g} CPU, {capacity.memory} B memory, "
-                      f"{capacity.gpu} GPU")
+                      f"{capacity.gpu} GPU" + (f"; replaces lost {', '.join(sorted(replaced))}" if replaced else ""))
     await registered.flush(connection)
     return worker_id
+
+
+async def prune_lost_workers(connection: AsyncConnection, before: float) -> int:
+    """Forget LOST workers not heard from since `before` (their history stays): the list does not grow forever."""
+    pruned = await connection.execute(
+        delete(workers).where(workers.c.state == WorkerState.LOST, workers.c.last_heartbeat < before))
+    if pruned.rowcount:
+        log.info("forgot %d worker(s) lost before %.0f", pruned.rowcount, before)
+    return pruned.rowcount
 
 
 async def ingest_heartbeat(
@@ -89,7 +102,7 @@ async def ingest_heartbeat(
             if starts_drain(gang=job.gang, job_state=job.job_state, was=row.state, ended=state):
                 triggers[row.job_id].append(row.id)
             end_attempt(changes, row, state, job=job, handler="Worker", exit_code=report.exit_code,
-                        reason=report.reason, oom_killed=report.oom_killed)
+                        reason=report.reason, oom_killed=report.oom_killed, finished_at=report.at)
             continue
         port = {"port": report.port} if report.port is not None else {}
         changes.task(row, report.state, handler="Worker", message=report.reason, **port)
@@ -103,15 +116,17 @@ async def ingest_heartbeat(
 
 
 async def reap_lost_workers(connection: AsyncConnection, now: float, loss_timeout: float) -> ChangeSet:
-    """Workers silent for the loss timeout are LOST; whatever they held is WORKER_FAILED."""
+    """Workers silent for the loss timeout are LOST; whatever they held is WORKER_FAILED, its attempt ended at the
+    worker's last heartbeat (the last time it was seen running), not now."""
     changes = ChangeSet(now)
     lost = (await connection.execute(
-        select(workers.c.id, workers.c.name).where(
+        select(workers.c.id, workers.c.name, workers.c.last_heartbeat).where(
             workers.c.state == WorkerState.ALIVE, workers.c.last_heartbeat < now - loss_timeout)
     )).all()
     if not lost:
         return changes
     lost_ids = [w.id for w in lost]
+    last_seen = {w.id: w.last_heartbeat for w in lost}
     triggers: dict[int, list[int]] = defaultdict(list)
     await connection.execute(update(workers).where(workers.c.id.in_(lost_ids)).values(state=WorkerState.LOST))
     for worker in lost:
@@ -128,7 +143,7 @@ async def reap_lost_workers(connection: AsyncConnection, now: float, loss_timeou
         if starts_drain(gang=row.gang, job_state=row.job_state, was=task.state, ended=TaskState.WORKER_FAILED):
             triggers[row.job_id].append(row.id)
         end_attempt(changes, task, TaskState.WORKER_FAILED, job=row, handler="Reaper",
-                    reason=f"worker {row.worker_id} lost")
+                    reason=f"worker {row.worker_id} lost", finished_at=last_seen[row.worker_id])
     await changes.flush(connection)
     drained = await start_drains(connection, triggers, now)
     await settle_jobs(connection, changes.touched_jobs, now, "Reaper")

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response,
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
+from corral.controller.files_api import no_such_task
 from corral.controller.job_tokens import authorize
 from corral.controller.results import MAX_RESULT, ResultFiles
 from corral.core.states import TASK_TERMINAL, TaskState
@@ -29,8 +30,8 @@ async def _task(request: Request, job_id: int, index: int):
         row = (await connection.execute(
             select(tasks.c.id, tasks.c.state, tasks.c.attempt, tasks.c.exit_code, tasks.c.reason)
             .where(tasks.c.job_id == job_id, tasks.c.index == index))).first()
-    if row is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no task {index}")
+        if row is None:
+            raise await no_such_task(connection, job_id, index)
     return row
 
 

@@ -29,6 +29,7 @@ class ControllerSettings:
     policy: PolicyFile | None = None  # pools and quotas from the config file, applied on start
     checkpoint_limit: int = DEFAULT_LIMIT  # bytes one task's checkpoint may hold
     event_retention: float = 7 * 86400.0  # seconds events of ended jobs and of workers are kept
+    lost_worker_retention: float = 86400.0  # seconds a LOST worker stays listed after its last heartbeat
     log_format: str = "text"  # or "json": one object per line (corral.log_format)
     config_file: Path | None = None  # YAML; its `retry_policy:` key is the cluster's default retry policy
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from corral.core.retry_policy import RetryPolicy
 from corral.scheduling.constraints import parse_constraint
 
+MIN_CPU = 0.01  # a task is a process: it needs some CPU, and a zero reservation would pack workers without end
 MAX_CPU = 4096.0
 MAX_MEMORY = 64 * 2**40  # 64 TiB
 MAX_GPU = 256
@@ -101,7 +102,7 @@ class Resources(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cpu: float = Field(1.0, ge=0, le=MAX_CPU, description="cores, fractional")
+    cpu: float = Field(1.0, ge=MIN_CPU, le=MAX_CPU, description="cores, fractional, at least 0.01")
     memory: Bytes = Field(0, ge=0, le=MAX_MEMORY, description="bytes")
     gpu: int = Field(0, ge=0, le=MAX_GPU, description="whole devices")
     gpu_memory: Bytes | None = Field(None, gt=0, le=MAX_MEMORY,

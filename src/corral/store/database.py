@@ -7,10 +7,19 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from asyncpg.exceptions import InvalidAuthorizationSpecificationError, InvalidCatalogNameError, InvalidPasswordError
 from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+CONNECT_TIMEOUT = 10.0  # seconds to reach PostgreSQL: an unreachable host is reported, not waited on for a minute
+URL_FORMS = "postgresql://USER@HOST:PORT/DATABASE or sqlite:///PATH"
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be opened; the message says what is wrong and how to fix it, in one line."""
 
 
 def normalize_url(url: str) -> str:
@@ -40,7 +49,7 @@ def make_engine(url: str) -> AsyncEngine:
             cursor.close()
 
         return engine
-    return create_async_engine(url, pool_size=10, max_overflow=10)
+    return create_async_engine(url, pool_size=10, max_overflow=10, connect_args={"timeout": CONNECT_TIMEOUT})
 
 
 def _alembic_config() -> Config:
@@ -73,3 +82,41 @@ def run_migrations_sync(url: str) -> None:
         await engine.dispose()
 
     asyncio.run(main())
+
+
+def check_store(url: str) -> None:
+    """Open the store, migrate it and close it, or raise StoreUnavailable: run before serving, so a wrong
+    `--db` is one line, not a traceback from inside the server's startup."""
+    try:
+        run_migrations_sync(url)
+    except (ArgumentError, NoSuchModuleError, ImportError, DBAPIError, OSError) as error:
+        raise StoreUnavailable(explain(url, error)) from None
+
+
+def explain(url: str, error: Exception) -> str:
+    """What went wrong opening the store at `url`, and what to change."""
+    if isinstance(error, ArgumentError):
+        return f"--db {url!r} is not a database URL: write it as {URL_FORMS}"
+    shown = make_url(normalize_url(url)).render_as_string(hide_password=True)
+    if isinstance(error, NoSuchModuleError | ImportError):
+        return f"--db {shown}: corral has no driver for it here ({error}); write it as {URL_FORMS}"
+    cause = _innermost(error)
+    reason = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+    if isinstance(cause, InvalidCatalogNameError):
+        hint = f"create it (createdb {make_url(shown).database}) or fix the database name in --db"
+    elif isinstance(cause, InvalidAuthorizationSpecificationError | InvalidPasswordError):
+        hint = "fix the user or password in --db, or let the server accept it"
+    elif isinstance(cause, OSError):
+        hint = "is the database server running, and are the host and port in --db right?"
+    elif shown.startswith("sqlite"):
+        hint = "does the file's directory exist, and may corral write there?"
+    else:
+        hint = "check the --db URL and the database server"
+    return f"cannot open the store at {shown}: {reason}; {hint}"
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The driver's own error beneath SQLAlchemy's wrappers (their text adds a link, not a reason)."""
+    while (inner := error.__cause__ or getattr(error, "orig", None)) is not None and inner is not error:
+        error = inner
+    return error

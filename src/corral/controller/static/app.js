@@ -271,10 +271,10 @@ function countList(counts, link) {
 function chart(title, samples, value, colour) {
   const width = 600, height = 120, pad = 4;
   const values = samples.map(value);
-  const max = Math.max(1, ...values);
+  const peak = Math.max(0, ...values), scale = Math.max(1, peak);  // the scale only: a line of zeros on the axis
   const t0 = samples.length ? samples[0].at : 0, t1 = samples.length ? samples[samples.length - 1].at : 1;
   const x = (t) => pad + (width - 2 * pad) * (t1 > t0 ? (t - t0) / (t1 - t0) : 1);
-  const y = (v) => height - pad - (height - 2 * pad) * (v / max);
+  const y = (v) => height - pad - (height - 2 * pad) * (v / scale);
   const points = samples.map((s, i) => `${x(s.at).toFixed(1)},${y(values[i]).toFixed(1)}`).join(" ");
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
@@ -282,7 +282,7 @@ function chart(title, samples, value, colour) {
   svg.setAttribute("preserveAspectRatio", "none");
   svg.setAttribute("role", "img");
   const now = values.length ? values[values.length - 1] : 0;
-  svg.setAttribute("aria-label", `${title}: now ${now}, peak ${Math.max(0, ...values)} over ${samples.length} samples`);
+  svg.setAttribute("aria-label", `${title}: now ${now}, peak ${peak} over ${samples.length} samples`);
   const axis = document.createElementNS(ns, "line");
   for (const [k, v] of Object.entries({x1: 0, x2: width, y1: height - pad, y2: height - pad, class: "axis"})) axis.setAttribute(k, v);
   const line = document.createElementNS(ns, "polyline");
@@ -290,7 +290,7 @@ function chart(title, samples, value, colour) {
   line.setAttribute("class", "line");
   line.setAttribute("stroke", colour);
   svg.append(axis, line);
-  return h("figure", {class: "chart"}, h("figcaption", {}, `${title} · now ${Math.round(now * 10) / 10}, peak ${Math.round(max * 10) / 10}`), svg);
+  return h("figure", {class: "chart"}, h("figcaption", {}, `${title} · now ${Math.round(now * 10) / 10}, peak ${Math.round(peak * 10) / 10}`), svg);
 }
 
 // ---- jobs ------------------------------------------------------------------------------------
@@ -335,7 +335,7 @@ function jobsView(view, params) {
       h("td", {}, h("a", {href: `#/jobs/${job.id}`}, job.name), retryMark(job)),
       h("td", {}, badge(job.state), job.pending_reason && !TERMINAL.has(job.state) ? h("span", {class: "reason"}, job.pending_reason) : null),
       h("td", {}, taskSummary(job.task_counts)),
-      h("td", {}, job.project ?? "-"), h("td", {}, job.pool ?? "-"),
+      h("td", {}, job.spec.project), h("td", {}, job.spec.pool),
       h("td", {class: "num"}, job.priority),
       h("td", {title: stamp(job.created_at)}, `${since(job.created_at)} ago`)));
     const first = result.total ? page * PAGE_SIZE + 1 : 0, last = page * PAGE_SIZE + result.items.length;
@@ -408,8 +408,7 @@ function jobSpec(job) {
       `${s.max_task_failures} task failure(s) tolerated`],
   ];
   if (job.pending_reason && !TERMINAL.has(job.state)) rows.unshift(["waiting", h("strong", {}, job.pending_reason)]);
-  if (job.project !== undefined) rows.push(["project", job.project ?? "-"]);
-  if (job.pool !== undefined) rows.push(["pool", job.pool ?? "-"]);
+  rows.push(["project", s.project], ["pool", s.pool]);
   const epoch = job.epoch ?? job.preemption_epoch;
   if (epoch !== undefined && epoch !== null) rows.push(["drain epoch", epoch]);
   if (job.parent_job_id !== undefined && job.parent_job_id !== null) {
@@ -529,7 +528,7 @@ function queueView(view, params) {
       h("tbody", {}, result.items.map((entry) => h("tr", {}, h("td", {class: "num"}, entry.position),
         h("td", {}, h("a", {href: `#/jobs/${entry.job.id}`}, `#${entry.job.id} ${entry.job.name}`), retryMark(entry.job)),
         h("td", {}, badge(entry.job.state)), h("td", {class: "num"}, entry.waiting_tasks), h("td", {class: "num"}, entry.job.priority),
-        h("td", {}, entry.job.pool ?? "-"), h("td", {}, since(entry.job.created_at)),
+        h("td", {}, entry.job.spec.pool), h("td", {}, since(entry.job.created_at)),
         h("td", {}, entry.job.pending_reason ?? h("span", {class: "muted"}, "not considered yet"))))))
       : h("p", {class: "muted"}, "Nothing is waiting."),
     h("nav", {class: "pager", "aria-label": "pages"},

@@ -26,6 +26,7 @@ from corral.controller import (
     retry_api,
     workers_api,
 )
+from corral.controller.body_limit import BodyLimit
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.events import EventHub, prune_loop
@@ -94,6 +95,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
 
     app = Controller(title="corral", version="0.1.0", lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
+    app.add_middleware(BodyLimit)
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
     app.include_router(files_api.router)

@@ -90,6 +90,9 @@ async def test_worker_registration_labels_past_the_cap_are_422(api) -> None:
         assert answer.status_code == 422
         assert "labels" in str(answer.json()["detail"])
         body["labels"] = {"zone": "a"}
+        answer = await worker.post("/api/v1/workers", json={**body, "address": "h" * (limits.MAX_ADDRESS + 1)})
+        assert answer.status_code == 422
+        assert "address" in str(answer.json()["detail"])
         assert (await worker.post("/api/v1/workers", json=body)).status_code == 200
 
 

@@ -52,6 +52,13 @@ class RegisterRequest(BaseModel):
 
     _labels_within_limits = field_validator("labels")(limits.check_labels)
 
+    @field_validator("address")
+    @classmethod
+    def _address_within_limits(cls, address: str) -> str:
+        if len(address) > limits.MAX_ADDRESS:
+            raise ValueError(f"address is {len(address)} characters; at most {limits.MAX_ADDRESS}")
+        return address
+
 
 class RegisterReply(BaseModel):
     worker_id: str

@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from corral.core.log_limits import DEFAULT_LOG_LIMIT, truncation_marker
@@ -51,9 +52,10 @@ class LogFiles:
                 found[int(entry.name.removeprefix("task-"))] = entry.stat().st_mtime
         return found
 
-    def remove(self, task_id: int) -> None:
-        """All attempts' logs of the task."""
-        shutil.rmtree(self.root / f"task-{task_id}", ignore_errors=True)
+    def remove(self, task_ids: Iterable[int]) -> None:
+        """All attempts' logs of these tasks."""
+        for task_id in task_ids:
+            shutil.rmtree(self.root / f"task-{task_id}", ignore_errors=True)
 
     def read(self, task_id: int, attempt: int, stream: str, offset: int, limit: int = 4 * 2**20) -> tuple[bytes, int]:
         """(bytes from offset, total size); nothing stored yet reads as empty."""

@@ -15,13 +15,15 @@ log = logging.getLogger("corral.controller.logs")
 
 
 async def prune_logs(store: Store, logs: LogFiles, now: float, retention: float) -> int:
-    """One pass: remove what `logs_to_prune` says; returns how many tasks' logs went."""
-    on_disk = logs.task_directories()
+    """One pass: remove what `logs_to_prune` says; returns how many tasks' logs went.
+
+    The file system work runs in a thread: thousands of directories must not hold up the API.
+    """
+    on_disk = await asyncio.to_thread(logs.task_directories)
     async with store.read() as connection:
         finished = await job_finish_times(connection, on_disk)
     doomed = logs_to_prune(on_disk, finished, now, retention)
-    for task_id in doomed:
-        logs.remove(task_id)
+    await asyncio.to_thread(logs.remove, doomed)
     return len(doomed)
 
 

@@ -14,6 +14,7 @@ import time
 import pytest
 
 import corral.worker.runner as runner_module
+from corral.core.log_limits import truncation_marker
 from corral.core.protocol import StartOrder, StopOrder
 from tests.worker.support import Harness, build_order, gone, wait_until
 
@@ -44,6 +45,23 @@ async def test_exit_zero_succeeds_and_its_output_is_in_the_attempt_files(harness
     assert (harness.attempt_dir() / "stdout").read_text() == "out\n"
     assert (harness.attempt_dir() / "stderr").read_text() == "err\n"
     assert harness.flushed == [(1, 0, 3)]  # logs flushed after RUNNING, before the terminal report
+
+
+async def test_output_past_the_log_limit_is_dropped_after_a_marker_and_the_task_still_succeeds(harness):
+    harness.runner.log_limit = 10_000
+    script = "import sys\nfor _ in range(2000): print('x' * 99)\nsys.stderr.write('short')"
+    report = await run_to_end(harness, [PY, "-c", script])
+    assert report.state == "SUCCEEDED"
+    stdout = (harness.attempt_dir() / "stdout").read_bytes()
+    assert stdout == (b"x" * 99 + b"\n") * 100 + truncation_marker(10_000)
+    assert b"[corral: log truncated at 10.0K; further output dropped]" in stdout
+    assert (harness.attempt_dir() / "stderr").read_bytes() == b"short"
+
+
+async def test_output_of_exactly_the_limit_is_kept_whole_without_a_marker(harness):
+    harness.runner.log_limit = 100
+    await run_to_end(harness, [PY, "-c", "print('y' * 99)"])
+    assert (harness.attempt_dir() / "stdout").read_bytes() == b"y" * 99 + b"\n"
 
 
 async def test_non_zero_exit_fails_with_its_exit_code(harness):

@@ -31,6 +31,17 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> f
     return seconds
 
 
+def size_option(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """Click callback: "100M" -> bytes; zero or malformed is a usage error."""
+    try:
+        size = int(parse_bytes(value))
+    except (TypeError, ValueError) as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+    if size <= 0:
+        raise click.BadParameter(f"{value!r} must be more than zero", ctx=ctx, param=param)
+    return size
+
+
 @click.command()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="CORRAL_DATA_DIR",
               default=DEFAULT_DATA_DIR, show_default=True, help="Where the store, logs, bundles and tokens live.")
@@ -47,10 +58,14 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> f
               help="How long events of ended jobs and of workers are kept (e.g. 12h, 30d).")
 @click.option("--lost-worker-retention", default="24h", show_default=True, callback=duration_option,
               help="How long a LOST worker stays listed after its last heartbeat (e.g. 1h, 7d).")
+@click.option("--log-limit", default="100M", show_default=True, callback=size_option,
+              help="Bytes of each task's stdout, and of its stderr, kept per attempt; past it, a marker line.")
+@click.option("--log-retention", default="30d", show_default=True, callback=duration_option,
+              help="How long the logs of ended jobs are kept (e.g. 12h, 7d).")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
                heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_format: str,
-               config_file: Path | None) -> None:
+               config_file: Path | None, log_limit: int, log_retention: float) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
     from corral.controller.settings import ConfigError, ControllerSettings, load_policy_file
@@ -62,7 +77,8 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
     settings = ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
                                   heartbeat_interval=heartbeat_interval, event_retention=event_retention,
                                   lost_worker_retention=lost_worker_retention,
-                                  log_format=log_format, config_file=config_file, policy=policy)
+                                  log_format=log_format, config_file=config_file, policy=policy,
+                                  log_limit=log_limit, log_retention=log_retention)
     check_store_of(data_dir, settings.database_url)
     serve(settings)
 
@@ -119,10 +135,15 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--resource", "resources", multiple=True, callback=parse_amounts, metavar="NAME=N",
               help="A custom resource slot offered, e.g. tpu=4 (repeatable).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+@click.option("--log-limit", default="100M", show_default=True, callback=size_option,
+              help="Bytes of each task's stdout, and of its stderr, kept per attempt; past it, a marker line.")
+@click.option("--attempt-retention", default="1d", show_default=True, callback=duration_option,
+              help="How long ended attempts' directories (work files, logs) stay in the work directory.")
 @log_format_option
 def worker(controller_url: str, token: str, name: str, address: str | None, work_dir: Path, cpus: float | None,
            memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str], pool: str,
-           resources: dict[str, float], heartbeat_interval: float, log_format: str) -> None:
+           resources: dict[str, float], heartbeat_interval: float, log_format: str, log_limit: int,
+           attempt_retention: float) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
 
@@ -134,4 +155,4 @@ def worker(controller_url: str, token: str, name: str, address: str | None, work
         controller_url=controller_url.rstrip("/"), token=token, name=name,
         address=address or default_address(controller_url), work_dir=work_dir, cpus=cpus, memory=memory,
         gpus=gpus, gpu_memory=gpu_memory or 0, labels=labels, heartbeat_interval=heartbeat_interval, pool=pool,
-        resources=resources))
+        resources=resources, log_limit=log_limit, attempt_retention=attempt_retention))

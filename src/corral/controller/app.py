@@ -26,10 +26,12 @@ from corral.controller import (
     retry_api,
     workers_api,
 )
+from corral.controller.body_limit import BodyLimit
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
+from corral.controller.log_retention import prune_logs_loop
 from corral.controller.metrics import CLUSTER, exposition
 from corral.controller.overview import summarize
 from corral.controller.results import ResultFiles
@@ -66,7 +68,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state.signals = WorkerSignals()
         state.engine = Engine(state.store, state.signals, settings.loss_timeout, settings.heartbeat_interval,
                               settings.lost_worker_retention)
-        state.logs = LogFiles(settings.data_dir / "logs" / "tasks")
+        state.logs = LogFiles(settings.data_dir / "logs" / "tasks", settings.log_limit)
         state.bundles = BundleStore(settings.data_dir / "bundles")
         state.checkpoints = CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit)
         state.events = EventHub()
@@ -78,6 +80,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             asyncio.create_task(state.samples.run(state.store), name="samples"),
         ]
         state.results = ResultFiles(settings.data_dir / "results")
+        if settings.log_retention is not None:
+            loop_tasks.append(asyncio.create_task(prune_logs_loop(state.store, state.logs, settings.log_retention),
+                                                  name="prune-logs"))
         serving_tasks = start_serving(state)
         write_cluster_file(settings, state.tokens)
         gc.freeze()  # what startup made lives on: collections skip it, which the router's request path feels
@@ -95,6 +100,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
 
     app = Controller(title="corral", version="0.1.0", lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
+    app.add_middleware(BodyLimit)
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
     app.include_router(files_api.router)

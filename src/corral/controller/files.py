@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import shutil
+from collections.abc import Iterable
 from pathlib import Path
+
+from corral.core.log_limits import DEFAULT_LOG_LIMIT, truncation_marker
 
 STREAMS = ("stdout", "stderr")
 MAX_BUNDLE = 100 * 2**20
 
 
 class LogFiles:
-    """Each attempt's stdout and stderr, written at the offsets the worker ships them from."""
+    """Each attempt's stdout and stderr, written at the offsets the worker ships them from, up to `limit` bytes
+    each: what a worker ships past it is dropped, and the truncation marker stands at the limit instead."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, limit: int = DEFAULT_LOG_LIMIT) -> None:
         self.root = root
+        self.limit = limit
 
     def path(self, task_id: int, attempt: int, stream: str) -> Path:
         if stream not in STREAMS:
@@ -24,12 +31,31 @@ class LogFiles:
 
     def write(self, task_id: int, attempt: int, stream: str, offset: int, data: bytes) -> None:
         path = self.path(task_id, attempt, stream)
+        over = offset + len(data) > self.limit
+        if over:
+            data = data[:max(0, self.limit - offset)]
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
-            os.pwrite(fd, data, offset)
+            if data:
+                os.pwrite(fd, data, offset)
+            if over:  # the same bytes a worker with the same limit ships there: rewriting them changes nothing
+                os.pwrite(fd, truncation_marker(self.limit), self.limit)
         finally:
             os.close(fd)
+
+    def task_directories(self) -> dict[int, float]:
+        """Each task that has logs, with when its directory last changed."""
+        found = {}
+        for entry in self.root.glob("task-*"):
+            with contextlib.suppress(ValueError, FileNotFoundError):
+                found[int(entry.name.removeprefix("task-"))] = entry.stat().st_mtime
+        return found
+
+    def remove(self, task_ids: Iterable[int]) -> None:
+        """All attempts' logs of these tasks."""
+        for task_id in task_ids:
+            shutil.rmtree(self.root / f"task-{task_id}", ignore_errors=True)
 
     def read(self, task_id: int, attempt: int, stream: str, offset: int, limit: int = 4 * 2**20) -> tuple[bytes, int]:
         """(bytes from offset, total size); nothing stored yet reads as empty."""

@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from corral.controller.checkpoints import DEFAULT_LIMIT
+from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.scheduling.policy import PolicyFile
 from corral.store.database import sqlite_url
 
@@ -32,6 +33,8 @@ class ControllerSettings:
     lost_worker_retention: float = 86400.0  # seconds a LOST worker stays listed after its last heartbeat
     log_format: str = "text"  # or "json": one object per line (corral.log_format)
     config_file: Path | None = None  # YAML; its `retry_policy:` key is the cluster's default retry policy
+    log_limit: int = DEFAULT_LOG_LIMIT  # bytes kept per stream of each attempt
+    log_retention: float | None = 30 * 86400.0  # seconds logs of ended jobs are kept (None: for ever)
 
     @property
     def url(self) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from corral.core import limits
 from corral.core.states import TaskState
 
 API = "/api/v1"
@@ -48,6 +49,15 @@ class RegisterRequest(BaseModel):
     gpus: list[GpuDevice] = Field(default_factory=list)
     # Tasks the worker still runs from before (a re-registration after a controller restart).
     running: list[TaskRef] = Field(default_factory=list)
+
+    _labels_within_limits = field_validator("labels")(limits.check_labels)
+
+    @field_validator("address")
+    @classmethod
+    def _address_within_limits(cls, address: str) -> str:
+        if len(address) > limits.MAX_ADDRESS:
+            raise ValueError(f"address is {len(address)} characters; at most {limits.MAX_ADDRESS}")
+        return address
 
 
 class RegisterReply(BaseModel):

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from corral.core import limits
 from corral.core.retry_policy import RetryPolicy
 from corral.scheduling.constraints import parse_constraint
 
@@ -119,6 +120,12 @@ class Resources(BaseModel):
                 raise ValueError(f"custom resource {name} must not be negative")
         return custom
 
+    @field_validator("custom")
+    @classmethod
+    def _custom_within_limits(cls, custom: dict[str, float]) -> dict[str, float]:
+        limits.check_count("custom resources", custom, limits.MAX_CUSTOM_RESOURCES, limits.MAX_RESOURCE_NAME)
+        return custom
+
     @model_validator(mode="after")
     def _gpu_memory_needs_gpus(self) -> Resources:
         if self.gpu_memory is not None and self.gpu < 1:
@@ -190,6 +197,25 @@ class JobSpec(BaseModel):
             raise ValueError("bundle must be the sha256 hex digest of an uploaded archive")
         return bundle
 
+    # Size caps (corral.core.limits): each field, then the whole spec.
+    _command_within_limits = field_validator("command")(limits.check_command)
+    _env_within_limits = field_validator("env")(limits.check_env)
+    _labels_within_limits = field_validator("labels")(limits.check_labels)
+
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _constraints_within_limits(cls, constraints: object) -> object:
+        if isinstance(constraints, list):  # before parsing each one
+            limits.check_count("constraints", constraints, limits.MAX_CONSTRAINTS, limits.MAX_CONSTRAINT)
+        return constraints
+
+    @field_validator("after", "after_any", mode="before")
+    @classmethod
+    def _dependencies_within_limits(cls, ids: object) -> object:
+        if isinstance(ids, list):
+            limits.check_count("job ids", ids, limits.MAX_DEPENDENCIES)
+        return ids
+
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
         if self.max_task_failures >= self.replicas and self.max_task_failures:
@@ -198,4 +224,9 @@ class JobSpec(BaseModel):
             )
         if self.name is None:
             self.name = self.command[0].rsplit("/", 1)[-1][:200]
+        return self
+
+    @model_validator(mode="after")
+    def _spec_within_limits(self) -> JobSpec:
+        limits.check_spec_size(len(self.model_dump_json()))
         return self

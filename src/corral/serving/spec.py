@@ -6,6 +6,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from corral.core import limits
 from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds
 from corral.core.spec import NAME as PROJECT_NAME
 from corral.serving.autoscale import Bounds
@@ -79,6 +80,20 @@ class DeploymentSpec(BaseModel):
         if not command or not command[0].strip():
             raise ValueError("command is empty: give the program that serves on $PORT")
         return command
+
+    # Size caps (corral.core.limits); command and env get the job's, through the check in `_consistent`.
+    _labels_within_limits = field_validator("labels")(limits.check_labels)
+
+    @field_validator("model_names")
+    @classmethod
+    def _model_names_within_limits(cls, names: list[str]) -> list[str]:
+        limits.check_count("model names", names, limits.MAX_MODEL_NAMES, limits.MAX_MODEL_NAME)
+        return names
+
+    @model_validator(mode="after")
+    def _spec_within_limits(self) -> DeploymentSpec:
+        limits.check_spec_size(len(self.model_dump_json()))
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> DeploymentSpec:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import (
     API,
     HeartbeatReply,
@@ -38,6 +39,7 @@ from corral.core.states import TaskState
 from corral.worker.bundles import BundleCache, BundleError
 from corral.worker.logs import LogShipper
 from corral.worker.resources import detect_capacity
+from corral.worker.retention import prune_attempts_loop
 from corral.worker.runner import Runner
 
 log = logging.getLogger("corral.worker")
@@ -85,6 +87,8 @@ class WorkerOptions:
     heartbeat_interval: float = 2.0
     pool: str = "default"
     resources: dict[str, float] = field(default_factory=dict)  # custom slots offered, e.g. {"tpu": 4}
+    log_limit: int = DEFAULT_LOG_LIMIT  # bytes of each stream kept per attempt
+    attempt_retention: float | None = 86400.0  # seconds ended attempts' directories are kept (None: for ever)
 
 
 class WorkerError(Exception):
@@ -130,7 +134,7 @@ class Agent:
         self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
                              flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu,
                              fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
-                             task_env=worker_env(options.controller_url))
+                             task_env=worker_env(options.controller_url), log_limit=options.log_limit)
         self.worker_id = ""
         self.interval = options.heartbeat_interval
         self._registered = asyncio.Event()  # clear while re-registering: the loops hold still
@@ -143,6 +147,8 @@ class Agent:
         """Register, then heartbeat and ship logs until cancelled; raises WorkerError when refused."""
         await self._register()
         loops = [asyncio.create_task(loop()) for loop in (self._poll, self._deliver, self.shipper.run)]
+        if self.options.attempt_retention is not None:
+            loops.append(asyncio.create_task(prune_attempts_loop(self.runner, self.options.attempt_retention)))
         try:
             done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:

@@ -1,4 +1,4 @@
-"""Ships each attempt's `stdout` and `stderr` files to the controller as they grow.
+"""Keeps each attempt's `stdout` and `stderr` in files, up to a cap, and ships the files to the controller.
 
 The files on the worker are the truth; the shipper only remembers, per stream, how many
 bytes the controller has acknowledged, so a failed send is simply sent again from the same
@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from corral.core.log_limits import truncation_marker
 
 log = logging.getLogger("corral.worker.logs")
 
@@ -21,6 +24,28 @@ SendLog = Callable[[int, int, str, int, bytes], Awaitable[None]]
 
 STREAMS = ("stdout", "stderr")
 CHUNK = 1 << 20
+READ_SIZE = 1 << 18  # what one read of a task's pipe takes at most
+
+
+async def capture(pipe: int, path: Path, limit: int) -> None:
+    """Write what the task prints into the pipe's read end (which this closes) to `path`, until `limit` bytes,
+    then the truncation marker; the rest is read and dropped, so the task never blocks on a full pipe and the
+    file never grows past the cap."""
+    loop = asyncio.get_running_loop()
+    stream = asyncio.StreamReader(limit=READ_SIZE)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(pipe, "rb"))
+    kept = 0
+    try:
+        with path.open("wb", buffering=0) as file:
+            while data := await stream.read(READ_SIZE):
+                if kept > limit:
+                    continue  # cut already
+                file.write(data[:limit - kept])
+                kept += len(data)
+                if kept > limit:
+                    file.write(truncation_marker(limit))
+    finally:
+        transport.close()
 
 
 @dataclass

@@ -26,15 +26,17 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder, TaskRef, TaskReport
 from corral.core.states import TaskState
 from corral.worker.bundles import extract
+from corral.worker.logs import capture
 from corral.worker.oom import CgroupMemory, MemoryRecord, killed_for_memory
 
 log = logging.getLogger("corral.worker.runner")
@@ -48,6 +50,7 @@ SaveCheckpoint = Callable[[int, int, int, Path], Awaitable[str | None]]  # (task
 
 POLL = 0.05  # how often a terminating process group is checked for survivors
 REAP_TIMEOUT = 5.0  # how long SIGKILLed processes may take to vanish (a process in D state) before we move on
+CAPTURE_TIMEOUT = 5.0  # how long the output still in the pipes may take to be written once the group is gone
 PR_SET_PDEATHSIG = 1
 _PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # looked up before fork, not in the child
 _SETPRIV = shutil.which("setpriv")
@@ -164,6 +167,7 @@ class _Attempt:
     prepared: bool = False
     build: asyncio.Task | None = None
     process: asyncio.subprocess.Process | None = None
+    captures: list[asyncio.Task] = field(default_factory=list)  # stdout and stderr, from pipes to files
     supervisor: asyncio.Task | None = None
     stopping: asyncio.Task | None = None
     stop_reason: str | None = None
@@ -193,8 +197,10 @@ class Runner:
     def __init__(self, work_dir: Path, *, report: Report, fetch_bundle: FetchBundle, flush_logs: FlushLogs,
                  watch_logs: WatchLogs, gpus: int = 0, fetch_checkpoint: FetchCheckpoint | None = None,
                  save_checkpoint: SaveCheckpoint | None = None,
-                 task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None) -> None:
+                 task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
+                 log_limit: int = DEFAULT_LOG_LIMIT) -> None:
         self.work_dir = work_dir
+        self.log_limit = log_limit  # bytes kept per stream per attempt
         self.gpus = gpus
         self._fetch_checkpoint = fetch_checkpoint
         self._save_checkpoint = save_checkpoint
@@ -307,10 +313,18 @@ class Runner:
                 env["PORT"] = str(port)
             try:
                 argv, preexec = _launch(command, att.cwd, env)
-                with (att.directory / "stdout").open("wb") as out, (att.directory / "stderr").open("wb") as err:
+                # Pipes of our own, not the process's: its exit is seen even while a leftover child holds them.
+                # Their captures end when every writer has gone, or at once if the process does not start.
+                (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe()
+                att.captures = [self._spawn(capture(fd, att.directory / name, self.log_limit))
+                                for name, fd in (("stdout", out_read), ("stderr", err_read))]
+                try:
                     att.process = await asyncio.create_subprocess_exec(
-                        *argv, cwd=att.cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
-                        start_new_session=True, preexec_fn=preexec)
+                        *argv, cwd=att.cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out_write,
+                        stderr=err_write, start_new_session=True, preexec_fn=preexec)
+                finally:
+                    os.close(out_write)
+                    os.close(err_write)
             except Exception as error:
                 code = 127 if isinstance(error, FileNotFoundError) else 126 if isinstance(error, PermissionError) \
                     else None
@@ -376,6 +390,7 @@ class Runner:
         if att.stopping is not None:
             await att.stopping
         await _kill_group(process.pid)  # what the task left behind when it exited on its own
+        await self._captured(att)
         exit_code, signalled = _exit_status(returncode)
         if att.stop_state is TaskState.PREEMPTED:
             reason = att.stop_reason + (f"; {signalled}" if signalled else f"; exit code {exit_code}")
@@ -390,6 +405,13 @@ class Runner:
                                    "(per the worker's memory cgroup)")
         else:
             await self._end(att, TaskState.FAILED, exit_code=exit_code, reason=signalled or f"exit code {exit_code}")
+
+    async def _captured(self, att: _Attempt) -> None:
+        """Let the output still in the pipes reach the files; a pipe some escaped process holds open is let go."""
+        if att.captures:
+            _, pending = await asyncio.wait(att.captures, timeout=CAPTURE_TIMEOUT)
+            for task in pending:
+                task.cancel()
 
     async def _end(self, att: _Attempt, state: TaskState, *, exit_code: int | None = None,
                    reason: str | None = None, oom_killed: bool = False) -> None:

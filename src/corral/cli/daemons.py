@@ -45,21 +45,25 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> f
               "`retry_policy:` (the cluster's default retry policy).")
 @click.option("--event-retention", default="7d", show_default=True, callback=duration_option,
               help="How long events of ended jobs and of workers are kept (e.g. 12h, 30d).")
+@click.option("--metrics-token-required", is_flag=True,
+              help="/metrics answers only with the admin token (config file: `metrics: {require_token: true}`).")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
-               heartbeat_interval: float, event_retention: float, log_format: str,
+               heartbeat_interval: float, event_retention: float, metrics_token_required: bool, log_format: str,
                config_file: Path | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
-    from corral.controller.settings import ConfigError, ControllerSettings, load_policy_file
+    from corral.controller.settings import ConfigError, ControllerSettings, load_metrics_config, load_policy_file
 
     try:
         policy = load_policy_file(config_file) if config_file else None
+        metrics = load_metrics_config(policy)
     except ConfigError as error:
         raise click.BadParameter(str(error), param_hint="--config") from None
     serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
                              heartbeat_interval=heartbeat_interval, event_retention=event_retention,
-                             log_format=log_format, config_file=config_file, policy=policy))
+                             log_format=log_format, config_file=config_file, policy=policy,
+                             metrics_token_required=metrics_token_required or metrics.require_token))
 
 
 def default_address(controller_url: str) -> str:

@@ -8,7 +8,7 @@ import gc
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from corral.controller import (
@@ -26,6 +26,7 @@ from corral.controller import (
     retry_api,
     workers_api,
 )
+from corral.controller.auth import require_admin
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.events import EventHub, prune_loop
@@ -115,7 +116,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         return {"ok": True}
 
     @app.get("/metrics", tags=["health"])
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if settings.metrics_token_required:
+            require_admin(request)
         async with app.state.store.read() as connection:
             CLUSTER.summary = await summarize(connection, time.time())
         body, content_type = exposition()

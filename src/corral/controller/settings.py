@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from corral.controller.checkpoints import DEFAULT_LIMIT
 from corral.scheduling.policy import PolicyFile
@@ -31,6 +31,7 @@ class ControllerSettings:
     event_retention: float = 7 * 86400.0  # seconds events of ended jobs and of workers are kept
     log_format: str = "text"  # or "json": one object per line (corral.log_format)
     config_file: Path | None = None  # YAML; its `retry_policy:` key is the cluster's default retry policy
+    metrics_token_required: bool = False  # /metrics answers only with the admin token (open by default)
 
     @property
     def url(self) -> str:
@@ -43,6 +44,21 @@ class ControllerSettings:
 
 class ConfigError(ValueError):
     """The config file cannot be read or does not describe pools and quotas."""
+
+
+class MetricsConfig(BaseModel):
+    """The config file's `metrics:` key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    require_token: bool = False  # /metrics names workers and deployments: a cluster may keep it to admins
+
+
+def load_metrics_config(policy: PolicyFile | None) -> MetricsConfig:
+    try:
+        return MetricsConfig.model_validate((policy.metrics if policy else None) or {})
+    except ValidationError as error:
+        raise ConfigError(f"metrics: {error}") from None
 
 
 def load_policy_file(path: Path) -> PolicyFile:

@@ -5,8 +5,11 @@ Their modules are imported inside the commands, so the client commands stay fast
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 from urllib.parse import urlsplit
 
 import click
@@ -53,17 +56,26 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
                config_file: Path | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground."""
     from corral.controller.server import serve
-    from corral.controller.settings import ConfigError, ControllerSettings, load_metrics_config, load_policy_file
+    from corral.controller.settings import (
+        ConfigError,
+        ControllerSettings,
+        load_metrics_config,
+        load_policy_file,
+        private_dir,
+    )
 
     try:
         policy = load_policy_file(config_file) if config_file else None
         metrics = load_metrics_config(policy)
     except ConfigError as error:
         raise click.BadParameter(str(error), param_hint="--config") from None
-    serve(ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
-                             heartbeat_interval=heartbeat_interval, event_retention=event_retention,
-                             log_format=log_format, config_file=config_file, policy=policy,
-                             metrics_token_required=metrics_token_required or metrics.require_token))
+    settings = ControllerSettings(
+        data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
+        heartbeat_interval=heartbeat_interval, event_retention=event_retention, log_format=log_format,
+        config_file=config_file, policy=policy,
+        metrics_token_required=metrics_token_required or metrics.require_token)
+    private_dir(data_dir)
+    serve(settings)
 
 
 def default_address(controller_url: str) -> str:
@@ -85,10 +97,36 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
         raise click.BadParameter(str(error), ctx=ctx, param=param) from None
 
 
+WORKER_TOKEN_VARIABLES = ("CORRAL_JOIN_TOKEN", "CORRAL_TOKEN")
+
+
+def refuse_token_value(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Click callback of the retired `--token T`: a value on the command line is in every process listing."""
+    if value is not None:
+        raise click.BadParameter("a token on the command line is visible to every user (ps, /proc): "
+                                 "give --token-file PATH, or the token in the environment (see --help)",
+                                 ctx=ctx, param=param)
+
+
+def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tuple[str, ...]) -> str:
+    """The token from `token_file` (its first line), else from the first of `variables` set in `env`."""
+    if token_file is not None:
+        token = token_file.readline().strip()
+        if not token:
+            raise click.BadParameter(f"{token_file.name} holds no token", param_hint="--token-file")
+        return token
+    token = next((env[name] for name in variables if env.get(name)), None)
+    if token is None:
+        raise click.UsageError(f"no token: give --token-file PATH or set {' or '.join(variables)}")
+    return token
+
+
 @click.command()
 @click.option("--controller", "controller_url", envvar="CORRAL_URL", required=True, help="The controller's URL.")
-@click.option("--token", envvar=["CORRAL_JOIN_TOKEN", "CORRAL_TOKEN"], required=True,
-              help="The join token (or the admin token).")
+@click.option("--token-file", type=click.File("r"),
+              help="A file holding the join token (or the admin token); - reads it from stdin. "
+              "Default: $CORRAL_JOIN_TOKEN, else $CORRAL_TOKEN.")
+@click.option("--token", hidden=True, expose_value=False, callback=refuse_token_value)
 @click.option("--name", default=socket.gethostname, help="Default: the host name.")
 @click.option("--address", help="Where gang peers reach this machine. Default: the address on the controller's route.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=".corral-worker",
@@ -105,14 +143,15 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
               help="A custom resource slot offered, e.g. tpu=4 (repeatable).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
 @log_format_option
-def worker(controller_url: str, token: str, name: str, address: str | None, work_dir: Path, cpus: float | None,
-           memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str], pool: str,
-           resources: dict[str, float], heartbeat_interval: float, log_format: str) -> None:
+def worker(controller_url: str, token_file: TextIO | None, name: str, address: str | None, work_dir: Path,
+           cpus: float | None, memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str],
+           pool: str, resources: dict[str, float], heartbeat_interval: float, log_format: str) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
 
     if gpu_memory is not None and gpus is None:
         raise click.UsageError("--gpu-memory sets the memory of virtual GPUs: give --gpus too")
+    token = read_token(token_file, os.environ, WORKER_TOKEN_VARIABLES)
     configure_logging(log_format)
 
     run_worker(WorkerOptions(

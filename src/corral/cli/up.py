@@ -1,4 +1,9 @@
-"""`corral up`: a whole local cluster (controller + workers) as child processes, stopped together."""
+"""`corral up`: a whole local cluster (controller + workers) as child processes, stopped together.
+
+Workers work in `<data-dir>-workers/`, beside the data directory and not in it, so a task
+cannot walk up from its working directory to the controller's tokens. The join token reaches
+each worker on its stdin, never on a command line or in an environment a task could read.
+"""
 
 from __future__ import annotations
 
@@ -16,22 +21,40 @@ import click
 import httpx
 
 from corral.cli.common import CliError, parse_pairs
-from corral.cli.daemons import memory_option
+from corral.cli.daemons import WORKER_TOKEN_VARIABLES, memory_option
 from corral.client.discovery import DEFAULT_DATA_DIR
 
 HEALTH_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 
 
-class Child:
-    """One `python -m corral ...` process in its own session, so a Ctrl-C reaches only `corral up`."""
+def workers_dir(data_dir: Path) -> Path:
+    """Where `corral up` puts its workers' directories: beside the data directory, never inside it."""
+    return data_dir.with_name(f"{data_dir.name}-workers")
 
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
+
+def child_env() -> dict[str, str]:
+    """The user's environment, less any token in it: children get theirs another way, and pass it to no task."""
+    secrets = {"CORRAL_TOKEN", *WORKER_TOKEN_VARIABLES}
+    return {**{k: v for k, v in os.environ.items() if k not in secrets}, "PYTHONUNBUFFERED": "1"}
+
+
+class Child:
+    """One `python -m corral ...` process in its own session, so a Ctrl-C reaches only `corral up`.
+
+    `secret` is written to its stdin (and stdin closed): the one way in that no other process sees.
+    """
+
+    def __init__(self, name: str, args: list[str], log: Path, secret: str | None = None) -> None:
         self.name, self.log = name, log
         with log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "corral", *args], stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                [sys.executable, "-m", "corral", *args], stdin=subprocess.PIPE if secret else subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True)
+        if secret:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.write(f"{secret}\n".encode())
+            self.process.stdin.close()
 
     def exited(self) -> int | None:
         return self.process.poll()
@@ -75,7 +98,10 @@ def healthy(url: str) -> bool:
 
 class Cluster:
     def __init__(self, data_dir: Path, stop: threading.Event) -> None:
+        from corral.controller.settings import private_dir
+
         self.data_dir, self.stop = data_dir, stop
+        private_dir(data_dir)
         self.logs = data_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.controller: Child | None = None
@@ -122,9 +148,9 @@ class Cluster:
 
     def start_worker(self, index: int, args: list[str]) -> None:
         name = f"worker-{index}"
-        self.workers.append(Child(name, ["worker", *args, "--name", name,
-                                         "--work-dir", str(self.data_dir / "workers" / name)],
-                                  self.logs / f"{name}.log"))
+        self.workers.append(Child(name, ["worker", *args, "--name", name, "--token-file", "-",
+                                         "--work-dir", str(workers_dir(self.data_dir) / name)],
+                                  self.logs / f"{name}.log", secret=self.token("join_token")))
 
     def children(self) -> list[Child]:
         return [*self.workers, *([self.controller] if self.controller else [])]
@@ -177,7 +203,7 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
         controller_args = ["--data-dir", str(data_dir), "--host", host, "--port", str(port)]
         cluster.start_controller(controller_args + (["--db", db_url] if db_url else []), url)
         if not stop.is_set():
-            worker_args = ["--controller", url, "--token", cluster.token("join_token")]
+            worker_args = ["--controller", url]
             worker_args += ["--cpus", str(worker_cpus)] if worker_cpus else []
             worker_args += ["--memory", str(worker_memory)] if worker_memory else []
             worker_args += ["--gpus", str(worker_gpus)] if worker_gpus is not None else []
@@ -198,3 +224,4 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
                        f"Last lines of {dead.log}:\n{dead.tail()}")
     click.echo("corral stopped", err=True)
     ctx.exit(0)
+

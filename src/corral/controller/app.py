@@ -36,7 +36,7 @@ from corral.controller.overview import summarize
 from corral.controller.results import ResultFiles
 from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
-from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
+from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
 from corral.serving import api as serving_api
 from corral.serving import proxy
 from corral.serving.wiring import start_serving
@@ -55,7 +55,7 @@ class Controller(FastAPI):
 def create_app(settings: ControllerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
         state = app.state
         state.settings = settings
         state.tokens = load_tokens(settings)

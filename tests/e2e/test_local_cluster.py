@@ -1,9 +1,11 @@
-"""`corral up` as a user runs it: what a task can reach."""
+"""`corral up` and `corral down` as a user runs them: what a task can reach, one controller per data
+directory, and nothing left running after `kill -9` of `corral up`."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -11,7 +13,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.e2e.cluster import Cluster, wait_for
+from corral.cli.up import wait_gone
+from tests.e2e.cluster import Cluster, free_port, wait_for
 
 # Everything a task could try to find a token with: cluster.json and the other files of the data
 # directory at every ancestor of its working directory (relative and absolute paths), its
@@ -89,7 +92,7 @@ def test_a_task_finds_no_token_in_its_paths_environment_or_parents(local_cluster
 
 def test_secrets_are_for_their_owner_only(local_cluster):
     data_dir = local_cluster.data_dir
-    for path in (data_dir, data_dir / "cluster.json", data_dir / "tokens.json"):
+    for path in (data_dir, data_dir / "cluster.json", data_dir / "tokens.json", data_dir / "controller.lock"):
         assert path.stat().st_mode & 0o077 == 0, path
 
 
@@ -100,3 +103,49 @@ def test_an_explicit_wrong_token_fails_rather_than_the_admin_one_used(local_clus
         "error: authentication failed: wrong token (check CORRAL_TOKEN, or the data directory's cluster.json)"]
     assert local_cluster.corral("jobs", CORRAL_TOKEN=local_cluster.admin_token).returncode == 0
 
+
+def test_a_second_controller_or_up_on_a_live_data_directory_refuses(local_cluster):
+    live = local_cluster.controller  # corral up
+    controller_pid = next(c.pid for c in psutil.Process(live.pid).children() if "controller" in c.cmdline())
+    data_dir = local_cluster.data_dir.resolve()
+    expected = (f"error: the data directory {data_dir} is in use by the controller with pid {controller_pid} at "
+                f"http://127.0.0.1:{local_cluster.port}: stop it first (corral down --data-dir {data_dir})")
+    for command in (["controller", "--data-dir", str(data_dir), "--port", str(free_port())],
+                    ["up", "--data-dir", str(data_dir), "--port", str(free_port())]):
+        result = local_cluster.corral(*command)
+        assert (result.returncode, result.stderr.strip()) == (1, expected), result.stderr
+    assert (data_dir / "cluster.json").exists()  # the refused one took nothing from the live one
+    assert local_cluster.get("/api/v1/workers")
+
+
+def test_corral_down_after_kill_9_of_corral_up_leaves_nothing_running(local_cluster):
+    job = local_cluster.submit(command=["sleep", "300"])
+    local_cluster.wait_state(job, "RUNNING", timeout=60)
+    up = psutil.Process(local_cluster.controller.pid)
+    cluster = wait_for(lambda: len(found := [up, *up.children(recursive=True)]) >= 4 and found, 30,
+                       "up, its controller, its worker and the task to run")
+    os.kill(up.pid, signal.SIGKILL)
+    result = local_cluster.corral("down", "--data-dir", str(local_cluster.data_dir))
+    assert result.returncode == 0, result.stderr
+    assert wait_gone(cluster, 30) == []
+
+
+def test_corral_down_stops_a_running_corral_up_and_returns_once_all_are_gone(local_cluster):
+    up = psutil.Process(local_cluster.controller.pid)
+    cluster = [up, *up.children(recursive=True)]
+    result = local_cluster.corral("down", "--data-dir", str(local_cluster.data_dir))
+    assert result.returncode == 0, result.stderr
+    data_dir = local_cluster.data_dir.resolve()
+    assert result.stdout.strip() == f"stopped {len(cluster)} process(es) of the cluster on {data_dir}"
+    assert wait_gone(cluster, 0) == []
+    assert not (data_dir / "cluster.json").exists() and not (data_dir / "up.json").exists()
+
+
+def test_corral_down_stops_a_controller_found_through_the_lock(bare_cluster):
+    controller = psutil.Process(bare_cluster.controller.pid)
+    result = subprocess.run([sys.executable, "-m", "corral", "down", "--data-dir", str(bare_cluster.data_dir)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"stopped 1 process(es) of the cluster on {bare_cluster.data_dir.resolve()}"
+    assert wait_gone([controller], 30) == []
+    assert not (bare_cluster.data_dir / "cluster.json").exists()  # it stopped cleanly, as the lock's holder

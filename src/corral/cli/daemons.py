@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from corral.cli.common import parse_amounts, parse_pairs
+from corral.cli.common import CliError, parse_amounts, parse_pairs
 from corral.client.discovery import DEFAULT_DATA_DIR
 from corral.core.spec import parse_bytes, parse_duration
 from corral.log_format import configure_logging
@@ -54,7 +54,11 @@ def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> f
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
                heartbeat_interval: float, event_retention: float, metrics_token_required: bool, log_format: str,
                config_file: Path | None) -> None:
-    """Run the controller (API, scheduler, dashboard) in the foreground."""
+    """Run the controller (API, scheduler, dashboard) in the foreground.
+
+    It locks its data directory: a second controller on the same one refuses to start.
+    """
+    from corral.controller.lock import DataDirInUse, hold
     from corral.controller.server import serve
     from corral.controller.settings import (
         ConfigError,
@@ -75,7 +79,11 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         config_file=config_file, policy=policy,
         metrics_token_required=metrics_token_required or metrics.require_token)
     private_dir(data_dir)
-    serve(settings)
+    try:
+        with hold(data_dir, settings.url):
+            serve(settings)
+    except DataDirInUse as error:
+        raise CliError(str(error)) from None
 
 
 def default_address(controller_url: str) -> str:

@@ -162,7 +162,7 @@ def main() -> None:
                                              if r["state"] == "HEALTHY"), None), 60, "a healthy replica")
             port = free_port()
             router = subprocess.Popen([sys.executable, "-m", "corral", "router", "--controller", cluster.url,
-                                       "--token", cluster.admin_token, "--port", str(port)])
+                                       "--port", str(port)], env={**os.environ, "CORRAL_TOKEN": cluster.admin_token})
             wait_for(lambda: _answers(f"http://127.0.0.1:{port}/serve/bench/whoami", cluster.admin_token), 60,
                      "the standalone router")
             token = cluster.admin_token

@@ -46,3 +46,9 @@ def test_a_corrupt_cluster_file_is_a_clear_error(tmp_path):
     (tmp_path / "cluster.json").write_text("{not json")
     with pytest.raises(CorralError, match="cannot read"):
         discover({"CORRAL_DATA_DIR": str(tmp_path)})
+
+
+def test_an_explicit_token_beats_the_data_directorys_admin_token(tmp_path):
+    write_cluster(tmp_path)
+    found = discover({"CORRAL_TOKEN": "mine", "CORRAL_DATA_DIR": str(tmp_path)})
+    assert (found.url, found.token) == ("http://127.0.0.1:9999", "mine")

@@ -58,9 +58,9 @@ class Cluster:
 
     # processes -------------------------------------------------------------------------
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = (self.root / f"{name}.log").open("ab")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         return subprocess.Popen([sys.executable, "-m", "corral", *args], stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
 
@@ -85,9 +85,9 @@ class Cluster:
 
     def start_worker(self, name: str, cpus: float = 4, *extra: str) -> None:
         self.workers[name] = self._spawn(
-            name, "worker", "--controller", self.url, "--token", self.join_token, "--name", name,
+            name, "worker", "--controller", self.url, "--name", name,
             "--work-dir", str(self.root / name), "--cpus", str(cpus), "--memory", "4G",
-            "--heartbeat-interval", str(self.heartbeat_interval), *extra)
+            "--heartbeat-interval", str(self.heartbeat_interval), *extra, env={"CORRAL_JOIN_TOKEN": self.join_token})
         wait_for(lambda: any(w["name"] == name and w["state"] == "ALIVE" for w in self.get("/api/v1/workers")),
                  30, f"worker {name} to register")
 

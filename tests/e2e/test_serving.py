@@ -52,7 +52,7 @@ def standalone_router(cluster: Cluster) -> Iterator[str]:
     """A `corral router` beside the cluster's controller, stopped on leaving; yields its base URL."""
     port = free_port()
     router = subprocess.Popen([sys.executable, "-m", "corral", "router", "--controller", cluster.url,
-                               "--token", cluster.admin_token, "--port", str(port)],
+                               "--port", str(port)], env={**os.environ, "CORRAL_TOKEN": cluster.admin_token},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         yield f"http://127.0.0.1:{port}"

@@ -87,7 +87,7 @@ def test_virtual_gpus_report_the_memory_given_and_real_ones_keep_theirs():
         ("virtual", 24 * 2**30)]
 
 
-@pytest.mark.parametrize("args", [["worker", "--controller", "http://127.0.0.1:1", "--token", "t"], ["up"]])
+@pytest.mark.parametrize("args", [["worker", "--controller", "http://127.0.0.1:1"], ["up"]])
 def test_a_virtual_gpu_memory_needs_virtual_gpus(args):
     flag = "--gpu-memory" if args[0] == "worker" else "--worker-gpu-memory"
     result = CliRunner().invoke(main, [*args, flag, "24G"])

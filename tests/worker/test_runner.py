@@ -213,6 +213,17 @@ async def test_env_is_overlaid_and_cuda_visible_devices_comes_from_gpu_ids(tmp_p
         assert (harness.attempt_dir() / "stdout").read_text() == expected
 
 
+async def test_a_task_gets_its_job_s_token_and_never_the_worker_s(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORRAL_JOIN_TOKEN", "the-worker-s-join-token")
+    monkeypatch.setenv("CORRAL_TOKEN", "the-worker-s-token")
+    harness = Harness(tmp_path)
+    await run_to_end(harness, ["sh", "-c", 'echo "[${CORRAL_JOIN_TOKEN-unset}] [${CORRAL_TOKEN-unset}]"'])
+    assert (harness.attempt_dir() / "stdout").read_text() == "[unset] [unset]\n"
+    harness = Harness(tmp_path / "job")
+    await run_to_end(harness, ["sh", "-c", 'echo "[${CORRAL_TOKEN-unset}]"'], env={"CORRAL_TOKEN": "job-token"})
+    assert (harness.attempt_dir() / "stdout").read_text() == "[job-token]\n"
+
+
 async def test_shutdown_stops_every_attempt_without_reporting_them(harness):
     pids = harness.work_dir / "pids"
     await harness.runner.build(build_order(["sh", "-c", f"sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"]))

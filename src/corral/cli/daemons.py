@@ -5,8 +5,11 @@ Their modules are imported inside the commands, so the client commands stay fast
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 from urllib.parse import urlsplit
 
 import click
@@ -62,35 +65,59 @@ def size_option(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="Bytes of each task's stdout, and of its stderr, kept per attempt; past it, a marker line.")
 @click.option("--log-retention", default="30d", show_default=True, callback=duration_option,
               help="How long the logs of ended jobs are kept (e.g. 12h, 7d).")
+@click.option("--metrics-token-required", is_flag=True,
+              help="/metrics answers only with the admin token (config file: `metrics: {require_token: true}`).")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
-               heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_format: str,
-               config_file: Path | None, log_limit: int, log_retention: float) -> None:
-    """Run the controller (API, scheduler, dashboard) in the foreground."""
+               heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_limit: int,
+               log_retention: float, metrics_token_required: bool, log_format: str, config_file: Path | None) -> None:
+    """Run the controller (API, scheduler, dashboard) in the foreground.
+
+    It locks its data directory: a second controller on the same one refuses to start.
+    """
+    from corral.controller.lock import DataDirInUse, hold
     from corral.controller.server import serve
-    from corral.controller.settings import ConfigError, ControllerSettings, load_policy_file
+    from corral.controller.settings import (
+        ConfigError,
+        ControllerSettings,
+        load_metrics_config,
+        load_policy_file,
+    )
 
     try:
         policy = load_policy_file(config_file) if config_file else None
+        metrics = load_metrics_config(policy)
     except ConfigError as error:
         raise click.BadParameter(str(error), param_hint="--config") from None
-    settings = ControllerSettings(data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
-                                  heartbeat_interval=heartbeat_interval, event_retention=event_retention,
-                                  lost_worker_retention=lost_worker_retention,
-                                  log_format=log_format, config_file=config_file, policy=policy,
-                                  log_limit=log_limit, log_retention=log_retention)
-    check_store_of(data_dir, settings.database_url)
-    serve(settings)
+    settings = ControllerSettings(
+        data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
+        heartbeat_interval=heartbeat_interval, event_retention=event_retention,
+        lost_worker_retention=lost_worker_retention, log_limit=log_limit, log_retention=log_retention,
+        log_format=log_format, config_file=config_file, policy=policy,
+        metrics_token_required=metrics_token_required or metrics.require_token)
+    try:
+        with hold(made_data_dir(data_dir), settings.url):
+            open_store_or_fail(settings.database_url)
+            serve(settings)
+    except DataDirInUse as error:
+        raise CliError(str(error)) from None
 
 
-def check_store_of(data_dir: Path, url: str) -> None:
-    """Before anything starts: the data directory can be made and the store opened, or one line says why not."""
-    from corral.store.database import StoreUnavailable, check_store
+def made_data_dir(data_dir: Path) -> Path:
+    """The data directory, made readable by its owner only (it holds secrets), or one line saying why not."""
+    from corral.controller.settings import private_dir
 
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)
     except OSError as error:
         raise CliError(f"cannot create the data directory {data_dir}: {error.strerror or error}") from None
+    return data_dir
+
+
+def open_store_or_fail(url: str) -> None:
+    """Before anything starts: the store can be opened and migrated, or one line says why not."""
+    from corral.store.database import StoreUnavailable, check_store
+
     try:
         check_store(url)
     except StoreUnavailable as error:
@@ -116,10 +143,36 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
         raise click.BadParameter(str(error), ctx=ctx, param=param) from None
 
 
+WORKER_TOKEN_VARIABLES = ("CORRAL_JOIN_TOKEN", "CORRAL_TOKEN")
+
+
+def refuse_token_value(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Click callback of the retired `--token T`: a value on the command line is in every process listing."""
+    if value is not None:
+        raise click.BadParameter("a token on the command line is visible to every user (ps, /proc): "
+                                 "give --token-file PATH, or the token in the environment (see --help)",
+                                 ctx=ctx, param=param)
+
+
+def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tuple[str, ...]) -> str:
+    """The token from `token_file` (its first line), else from the first of `variables` set in `env`."""
+    if token_file is not None:
+        token = token_file.readline().strip()
+        if not token:
+            raise click.BadParameter(f"{token_file.name} holds no token", param_hint="--token-file")
+        return token
+    token = next((env[name] for name in variables if env.get(name)), None)
+    if token is None:
+        raise click.UsageError(f"no token: give --token-file PATH or set {' or '.join(variables)}")
+    return token
+
+
 @click.command()
 @click.option("--controller", "controller_url", envvar="CORRAL_URL", required=True, help="The controller's URL.")
-@click.option("--token", envvar=["CORRAL_JOIN_TOKEN", "CORRAL_TOKEN"], required=True,
-              help="The join token (or the admin token).")
+@click.option("--token-file", type=click.File("r"),
+              help="A file holding the join token (or the admin token); - reads it from stdin. "
+              "Default: $CORRAL_JOIN_TOKEN, else $CORRAL_TOKEN.")
+@click.option("--token", hidden=True, expose_value=False, callback=refuse_token_value)
 @click.option("--name", default=socket.gethostname, help="Default: the host name.")
 @click.option("--address", help="Where gang peers reach this machine. Default: the address on the controller's route.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=".corral-worker",
@@ -140,15 +193,16 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--attempt-retention", default="1d", show_default=True, callback=duration_option,
               help="How long ended attempts' directories (work files, logs) stay in the work directory.")
 @log_format_option
-def worker(controller_url: str, token: str, name: str, address: str | None, work_dir: Path, cpus: float | None,
-           memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str], pool: str,
-           resources: dict[str, float], heartbeat_interval: float, log_format: str, log_limit: int,
+def worker(controller_url: str, token_file: TextIO | None, name: str, address: str | None, work_dir: Path,
+           cpus: float | None, memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str],
+           pool: str, resources: dict[str, float], heartbeat_interval: float, log_format: str, log_limit: int,
            attempt_retention: float) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
 
     if gpu_memory is not None and gpus is None:
         raise click.UsageError("--gpu-memory sets the memory of virtual GPUs: give --gpus too")
+    token = read_token(token_file, os.environ, WORKER_TOKEN_VARIABLES)
     configure_logging(log_format)
 
     run_worker(WorkerOptions(

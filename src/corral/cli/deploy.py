@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import CliError, client, console, json_option, parse_pairs, print_json
+from corral.cli.daemons import read_token, refuse_token_value
 from corral.cli.format import format_age, format_command, format_resources, format_time
 from corral.cli.submit import load_spec_file
 from corral.client import serving
@@ -211,15 +212,18 @@ def undeploy(name: str) -> None:
 
 @click.command()
 @click.option("--controller", "controller_url", envvar="CORRAL_URL", required=True, help="The controller's URL.")
-@click.option("--token", envvar="CORRAL_TOKEN", required=True, help="The admin token.")
+@click.option("--token-file", type=click.File("r"),
+              help="A file holding the admin token; - reads it from stdin. Default: $CORRAL_TOKEN.")
+@click.option("--token", hidden=True, expose_value=False, callback=refuse_token_value)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8266, show_default=True)
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Router config (YAML): max_wait, swap_timeout, and an eviction policy (groups or matrix).")
-def router(controller_url: str, token: str, host: str, port: int, config_path: Path | None) -> None:
+def router(controller_url: str, token_file: TextIO | None, host: str, port: int, config_path: Path | None) -> None:
     """Run a standalone router (scale-out): proxies /v1 and /serve like the controller does."""
     from corral.serving.standalone import run_router
 
+    token = read_token(token_file, os.environ, ("CORRAL_TOKEN",))
     run_router(controller_url.rstrip("/"), token, host, port, config_path)
 
 

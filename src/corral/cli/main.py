@@ -15,7 +15,7 @@ from corral.cli.info import info
 from corral.cli.listing import jobs, workers
 from corral.cli.projects import project
 from corral.cli.submit import submit
-from corral.cli.up import up
+from corral.cli.up import down, up
 from corral.client.errors import CorralError, format_validation
 
 # Specs the CLI itself validates from the user's options and files: their errors are the user's to fix.
@@ -45,6 +45,6 @@ def main() -> None:
     """
 
 
-for command in (up, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
+for command in (up, down, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
                 *serving_commands):
     main.add_command(command)

@@ -1,4 +1,11 @@
-"""`corral up`: a whole local cluster (controller + workers) as child processes, stopped together."""
+"""`corral up`: a whole local cluster (controller + workers) as child processes, stopped together; `corral down`.
+
+Workers work in `<data-dir>-workers/`, beside the data directory and not in it, so a task
+cannot walk up from its working directory to the controller's tokens. The join token reaches
+each worker on its stdin, never on a command line or in an environment a task could read.
+Every child dies with `corral up` (SIGTERM, through PR_SET_PDEATHSIG), and `up.json` in the data
+directory records them all for `corral down`, which stops what a `kill -9` left behind.
+"""
 
 from __future__ import annotations
 
@@ -16,22 +23,45 @@ import click
 import httpx
 
 from corral.cli.common import CliError, parse_pairs
-from corral.cli.daemons import check_store_of, memory_option
+from corral.cli.daemons import WORKER_TOKEN_VARIABLES, made_data_dir, memory_option, open_store_or_fail
 from corral.client.discovery import DEFAULT_DATA_DIR
+from corral.lifetime import dies_with_parent
 
 HEALTH_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 
 
-class Child:
-    """One `python -m corral ...` process in its own session, so a Ctrl-C reaches only `corral up`."""
+RECORD_FILE = "up.json"  # who `corral up` started: what `corral down` stops
 
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
+
+def workers_dir(data_dir: Path) -> Path:
+    """Where `corral up` puts its workers' directories: beside the data directory, never inside it."""
+    return data_dir.with_name(f"{data_dir.name}-workers")
+
+
+def child_env() -> dict[str, str]:
+    """The user's environment, less any token in it: children get theirs another way, and pass it to no task."""
+    secrets = {"CORRAL_TOKEN", *WORKER_TOKEN_VARIABLES}
+    return {**{k: v for k, v in os.environ.items() if k not in secrets}, "PYTHONUNBUFFERED": "1"}
+
+
+class Child:
+    """One `python -m corral ...` process in its own session, so a Ctrl-C reaches only `corral up`.
+
+    `secret` is written to its stdin (and stdin closed): the one way in that no other process sees.
+    """
+
+    def __init__(self, name: str, args: list[str], log: Path, secret: str | None = None) -> None:
         self.name, self.log = name, log
         with log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "corral", *args], stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                [sys.executable, "-m", "corral", *args], stdin=subprocess.PIPE if secret else subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True,
+                preexec_fn=dies_with_parent(signal.SIGTERM))
+        if secret:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.write(f"{secret}\n".encode())
+            self.process.stdin.close()
 
     def exited(self) -> int | None:
         return self.process.poll()
@@ -75,14 +105,33 @@ def healthy(url: str) -> bool:
 
 class Cluster:
     def __init__(self, data_dir: Path, stop: threading.Event) -> None:
+        from corral.controller.settings import private_dir
+
         self.data_dir, self.stop = data_dir, stop
+        private_dir(data_dir)
         self.logs = data_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.controller: Child | None = None
         self.workers: list[Child] = []
 
+    def record(self) -> None:
+        """Write up.json: this process and its children, with their start times (a pid alone may be recycled)."""
+        from corral.controller.lock import process_started
+        from corral.controller.settings import write_private
+
+        def entry(name: str, pid: int) -> dict:
+            return {"name": name, "pid": pid, "started": process_started(pid)}
+
+        write_private(self.data_dir / RECORD_FILE, {
+            "up": entry("up", os.getpid()),
+            "children": [entry(child.name, child.process.pid) for child in self.children()]})
+
+    def forget(self) -> None:
+        (self.data_dir / RECORD_FILE).unlink(missing_ok=True)
+
     def start_controller(self, args: list[str], url: str) -> None:
         self.controller = Child("controller", ["controller", *args], self.logs / "controller.log")
+        self.record()
         deadline = time.monotonic() + HEALTH_TIMEOUT
         while not healthy(url):
             if self.stop.is_set():
@@ -122,9 +171,10 @@ class Cluster:
 
     def start_worker(self, index: int, args: list[str]) -> None:
         name = f"worker-{index}"
-        self.workers.append(Child(name, ["worker", *args, "--name", name,
-                                         "--work-dir", str(self.data_dir / "workers" / name)],
-                                  self.logs / f"{name}.log"))
+        self.workers.append(Child(name, ["worker", *args, "--name", name, "--token-file", "-",
+                                         "--work-dir", str(workers_dir(self.data_dir) / name)],
+                                  self.logs / f"{name}.log", secret=self.token("join_token")))
+        self.record()
 
     def children(self) -> list[Child]:
         return [*self.workers, *([self.controller] if self.controller else [])]
@@ -165,13 +215,18 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
     """Start a local cluster: a controller and N workers, until Ctrl-C."""
     if worker_gpu_memory is not None and worker_gpus is None:
         raise click.UsageError("--worker-gpu-memory sets the memory of virtual GPUs: give --worker-gpus too")
+    from corral.controller.lock import DataDirInUse, holder
+
     data_dir = data_dir.resolve()
     url = client_url(host, port)
+    live = holder(data_dir)
+    if live is not None:
+        raise CliError(str(DataDirInUse(data_dir, live)))
     if healthy(url):
         raise CliError(f"a controller already answers at {url}: stop it, or choose another --port")
     from corral.controller.settings import ControllerSettings
 
-    check_store_of(data_dir, ControllerSettings(data_dir=data_dir, db_url=db_url).database_url)
+    open_store_or_fail(ControllerSettings(data_dir=made_data_dir(data_dir), db_url=db_url).database_url)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -180,7 +235,7 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
         controller_args = ["--data-dir", str(data_dir), "--host", host, "--port", str(port)]
         cluster.start_controller(controller_args + (["--db", db_url] if db_url else []), url)
         if not stop.is_set():
-            worker_args = ["--controller", url, "--token", cluster.token("join_token")]
+            worker_args = ["--controller", url]
             worker_args += ["--cpus", str(worker_cpus)] if worker_cpus else []
             worker_args += ["--memory", str(worker_memory)] if worker_memory else []
             worker_args += ["--gpus", str(worker_gpus)] if worker_gpus is not None else []
@@ -192,12 +247,93 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
         if not stop.is_set():
             click.echo(f"corral is up: dashboard and API at {url}")
             click.echo(f"  export CORRAL_DATA_DIR={data_dir}   # then try: corral submit -- echo hello")
-            click.echo(f"  logs in {cluster.logs}; Ctrl-C stops the cluster")
+            click.echo(f"  logs in {cluster.logs}; Ctrl-C (or `corral down --data-dir {data_dir}`) stops the cluster")
         dead = cluster.watch()
     finally:
         cluster.shutdown()
+        cluster.forget()
     if dead is not None:
         raise CliError(f"{dead.name} exited with code {dead.exited()}; stopped the cluster. "
                        f"Last lines of {dead.log}:\n{dead.tail()}")
     click.echo("corral stopped", err=True)
     ctx.exit(0)
+
+
+def recorded_processes(data_dir: Path) -> tuple[list, list]:
+    """The live processes of the data directory's cluster: (`corral up` and its workers, the controller).
+
+    Found through up.json and the data directory's lock; a recorded pid counts only while the
+    process that has it started when the record says, so a recycled pid is left alone.
+    """
+    import psutil
+
+    from corral.controller.lock import holder
+
+    try:
+        record = json.loads((data_dir / RECORD_FILE).read_text())
+        entries = [record["up"], *record["children"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        entries = []
+    live = holder(data_dir)
+    if live is not None and live.pid:
+        entries.append({"name": "controller", "pid": live.pid, "started": live.started})
+    first, last, seen = [], [], set()
+    for entry in entries:
+        try:
+            process = psutil.Process(int(entry["pid"]))
+            if process.pid in seen or process.create_time() != entry["started"] or not running(process):
+                continue
+        except (psutil.Error, KeyError, TypeError, ValueError):
+            continue
+        seen.add(process.pid)
+        (last if entry["name"] == "controller" else first).append(process)
+    return first, last
+
+
+def running(process) -> bool:
+    """Whether `process` still runs: a zombie (killed, waiting for its parent to reap it) does not."""
+    import psutil
+
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_gone(processes: list, timeout: float) -> list:
+    """Those of `processes` still running after `timeout` (sooner once none is)."""
+    deadline = time.monotonic() + timeout
+    while (alive := [process for process in processes if running(process)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive
+
+
+def terminate(processes: list, timeout: float) -> None:
+    """SIGTERM, then SIGKILL whoever is left after `timeout`; returns when all are gone."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    for process in wait_gone(processes, timeout):
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    if alive := wait_gone(processes, timeout):
+        raise CliError(f"processes {', '.join(str(p.pid) for p in alive)} survive SIGKILL")
+
+
+@click.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="CORRAL_DATA_DIR",
+              default=DEFAULT_DATA_DIR, show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=0), default=STOP_TIMEOUT, show_default=True,
+              help="Seconds each process has to stop after SIGTERM before SIGKILL.")
+def down(data_dir: Path, timeout: float) -> None:
+    """Stop the cluster of a data directory: `corral up`, its workers and its controller, and wait for them."""
+    data_dir = data_dir.resolve()
+    first, last = recorded_processes(data_dir)
+    terminate(first, timeout)  # workers before the controller, as `corral up` stops them
+    terminate(last, timeout)
+    (data_dir / RECORD_FILE).unlink(missing_ok=True)
+    stopped = len(first) + len(last)
+    click.echo(f"stopped {stopped} process(es) of the cluster on {data_dir}" if stopped
+               else f"no corral cluster runs on {data_dir}")

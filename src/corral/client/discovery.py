@@ -26,7 +26,10 @@ def data_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def discover(env: Mapping[str, str] | None = None) -> Endpoint:
-    """The environment wins over the data directory, so a user can point at a remote cluster from anywhere."""
+    """The environment wins over the data directory, so a user can point at a remote cluster from anywhere.
+
+    CORRAL_TOKEN wins over the data directory's admin token too, also without CORRAL_URL.
+    """
     env = os.environ if env is None else env
     cluster_file = data_dir(env) / "cluster.json"
     url = env.get("CORRAL_URL")
@@ -41,7 +44,9 @@ def discover(env: Mapping[str, str] | None = None) -> Endpoint:
                                 "or set CORRAL_URL and CORRAL_TOKEN")
     try:
         cluster = json.loads(cluster_file.read_text())
-        return Endpoint(str(cluster["url"]).rstrip("/"), str(cluster["admin_token"]), str(cluster_file.resolve()))
+        # A token the user gives is the one they mean: it is used, and fails if wrong, rather than the file's admin one.
+        token = env.get("CORRAL_TOKEN") or str(cluster["admin_token"])
+        return Endpoint(str(cluster["url"]).rstrip("/"), token, str(cluster_file.resolve()))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CorralError(None, f"cannot read {cluster_file.resolve()}: {error!r}; "
                                 "restart `corral up` or set CORRAL_URL and CORRAL_TOKEN") from None

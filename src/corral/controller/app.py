@@ -8,7 +8,7 @@ import gc
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from corral.controller import (
@@ -26,6 +26,7 @@ from corral.controller import (
     retry_api,
     workers_api,
 )
+from corral.controller.auth import require_admin
 from corral.controller.body_limit import BodyLimit
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.engine import Engine, WorkerSignals
@@ -37,7 +38,7 @@ from corral.controller.overview import summarize
 from corral.controller.results import ResultFiles
 from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
-from corral.controller.settings import ControllerSettings, load_tokens, write_cluster_file
+from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
 from corral.serving import api as serving_api
 from corral.serving import proxy
 from corral.serving.wiring import start_serving
@@ -56,7 +57,7 @@ class Controller(FastAPI):
 def create_app(settings: ControllerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
         state = app.state
         state.settings = settings
         state.tokens = load_tokens(settings)
@@ -122,7 +123,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         return {"ok": True}
 
     @app.get("/metrics", tags=["health"])
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if settings.metrics_token_required:
+            require_admin(request)
         async with app.state.store.read() as connection:
             CLUSTER.summary = await summarize(connection, time.time())
         body, content_type = exposition()

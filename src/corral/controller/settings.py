@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from corral.controller.checkpoints import DEFAULT_LIMIT
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
@@ -35,6 +35,7 @@ class ControllerSettings:
     config_file: Path | None = None  # YAML; its `retry_policy:` key is the cluster's default retry policy
     log_limit: int = DEFAULT_LOG_LIMIT  # bytes kept per stream of each attempt
     log_retention: float | None = 30 * 86400.0  # seconds logs of ended jobs are kept (None: for ever)
+    metrics_token_required: bool = False  # /metrics answers only with the admin token (open by default)
 
     @property
     def url(self) -> str:
@@ -47,6 +48,21 @@ class ControllerSettings:
 
 class ConfigError(ValueError):
     """The config file cannot be read or does not describe pools and quotas."""
+
+
+class MetricsConfig(BaseModel):
+    """The config file's `metrics:` key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    require_token: bool = False  # /metrics names workers and deployments: a cluster may keep it to admins
+
+
+def load_metrics_config(policy: PolicyFile | None) -> MetricsConfig:
+    try:
+        return MetricsConfig.model_validate((policy.metrics if policy else None) or {})
+    except ValidationError as error:
+        raise ConfigError(f"metrics: {error}") from None
 
 
 def load_policy_file(path: Path) -> PolicyFile:
@@ -74,19 +90,29 @@ def load_tokens(settings: ControllerSettings) -> Tokens:
         join=settings.join_token or stored.get("join") or secrets.token_urlsafe(24),
     )
     if stored != {"admin": tokens.admin, "join": tokens.join}:
-        _write_private(path, {"admin": tokens.admin, "join": tokens.join})
+        write_private(path, {"admin": tokens.admin, "join": tokens.join})
     return tokens
 
 
 def write_cluster_file(settings: ControllerSettings, tokens: Tokens) -> None:
     """`cluster.json`: where clients of a local cluster find the controller and its tokens."""
-    _write_private(settings.data_dir / "cluster.json",
-                   {"url": settings.url, "admin_token": tokens.admin, "join_token": tokens.join})
+    write_private(settings.data_dir / "cluster.json",
+                  {"url": settings.url, "admin_token": tokens.admin, "join_token": tokens.join})
 
 
-def _write_private(path: Path, content: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def private_dir(path: Path) -> None:
+    """Create `path` readable by its owner only, or take group and others off an existing one: it holds secrets."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        os.chmod(path, mode & 0o700)
+
+
+def write_private(path: Path, content: dict) -> None:
+    """Replace `path` with `content` as JSON, readable by its owner only from the first byte on."""
+    private_dir(path.parent)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(content, indent=2))
-    os.chmod(tmp, 0o600)
+    tmp.unlink(missing_ok=True)  # O_EXCL below: never write into a file someone else prepared
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(json.dumps(content, indent=2))
     tmp.replace(path)

@@ -67,7 +67,7 @@ class ProjectQuota(BaseModel):
 
 
 class PolicyFile(BaseModel):
-    """The controller's config file: pools and project quotas (and the retry default, read elsewhere)."""
+    """The controller's config file: pools and project quotas (the retry default and `metrics:` are read elsewhere)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -75,6 +75,8 @@ class PolicyFile(BaseModel):
     quotas: dict[str, ProjectQuota] = Field(default_factory=dict)
     # The cluster's default retry policy: validated and applied by corral.controller.retry_defaults.
     retry_policy: dict[str, Any] | None = None
+    # Who may read /metrics: validated by corral.controller.settings.
+    metrics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

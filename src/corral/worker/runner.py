@@ -54,6 +54,8 @@ CAPTURE_TIMEOUT = 5.0  # how long the output still in the pipes may take to be w
 PR_SET_PDEATHSIG = 1
 _PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # looked up before fork, not in the child
 _SETPRIV = shutil.which("setpriv")
+# The worker's own tokens, if it was given them in its environment: a task gets only its job's CORRAL_TOKEN.
+WORKER_SECRETS = frozenset({"CORRAL_TOKEN", "CORRAL_JOIN_TOKEN"})
 
 
 def _die_with(parent: int) -> Callable[[], None]:
@@ -303,7 +305,8 @@ class Runner:
             if att.ended or not att.prepared:
                 return
             command = att.order.command
-            env = {**os.environ, **self.task_env, **att.order.env}
+            inherited = {name: value for name, value in os.environ.items() if name not in WORKER_SECRETS}
+            env = {**inherited, **self.task_env, **att.order.env}
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
             env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)

@@ -555,7 +555,7 @@ function workersView(view) {
         h("td", {style: "min-width:320px"}, ["cpu", "gpu", "memory"].map((r) => useBar(r, w.used[r] || 0, w.capacity[r] || 0))),
         h("td", {title: stamp(w.last_heartbeat)}, `${since(w.last_heartbeat)} ago`),
         h("td", {class: "num"}, w.running_tasks)))))
-      : h("p", {class: "muted"}, "No worker has registered. Start one with `corral worker --controller URL --token JOIN_TOKEN`."));
+      : h("p", {class: "muted"}, "No worker has registered. Start one with `corral worker --controller URL --token-file FILE` (FILE holds the join token)."));
   }, {relevant: (e) => e.worker_id !== null, every: 5000});
 }
 

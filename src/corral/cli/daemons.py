@@ -100,10 +100,13 @@ def memory_option(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--resource", "resources", multiple=True, callback=parse_amounts, metavar="NAME=N",
               help="A custom resource slot offered, e.g. tpu=4 (repeatable).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+@click.option("--containment", type=click.Choice(["auto", "cgroup", "processes"]), default="auto",
+              show_default=True, help="How a task's processes are kept together: a cgroup per attempt (auto: where "
+                                      "cgroup v2 is writable) or a subreaper with recorded process ids.")
 @log_format_option
 def worker(controller_url: str, token: str, name: str, address: str | None, work_dir: Path, cpus: float | None,
            memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str], pool: str,
-           resources: dict[str, float], heartbeat_interval: float, log_format: str) -> None:
+           resources: dict[str, float], heartbeat_interval: float, containment: str, log_format: str) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
 
@@ -115,4 +118,4 @@ def worker(controller_url: str, token: str, name: str, address: str | None, work
         controller_url=controller_url.rstrip("/"), token=token, name=name,
         address=address or default_address(controller_url), work_dir=work_dir, cpus=cpus, memory=memory,
         gpus=gpus, gpu_memory=gpu_memory or 0, labels=labels, heartbeat_interval=heartbeat_interval, pool=pool,
-        resources=resources))
+        resources=resources, containment=containment))

@@ -36,6 +36,7 @@ from corral.core.protocol import (
 )
 from corral.core.states import TaskState
 from corral.worker.bundles import BundleCache, BundleError
+from corral.worker.containment import reap_leftovers
 from corral.worker.logs import LogShipper
 from corral.worker.resources import detect_capacity
 from corral.worker.runner import Runner
@@ -85,6 +86,7 @@ class WorkerOptions:
     heartbeat_interval: float = 2.0
     pool: str = "default"
     resources: dict[str, float] = field(default_factory=dict)  # custom slots offered, e.g. {"tpu": 4}
+    containment: str = "auto"  # how tasks' processes are contained: "auto", "cgroup" or "processes"
 
 
 class WorkerError(Exception):
@@ -127,10 +129,14 @@ class Agent:
                                                    gpu_memory=options.gpu_memory)
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
-        self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
-                             flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu,
-                             fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
-                             task_env=worker_env(options.controller_url))
+        try:
+            self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
+                                 flush_logs=self.shipper.flush, watch_logs=self.shipper.watch,
+                                 gpus=self.capacity.gpu, fetch_checkpoint=self._fetch_checkpoint,
+                                 save_checkpoint=self._save_checkpoint, task_env=worker_env(options.controller_url),
+                                 containment=options.containment)
+        except OSError as error:  # only where cgroups are demanded and there are none
+            raise WorkerError(f"no cgroup for tasks: {error}") from None
         self.worker_id = ""
         self.interval = options.heartbeat_interval
         self._registered = asyncio.Event()  # clear while re-registering: the loops hold still
@@ -140,7 +146,9 @@ class Agent:
         self._outbox_filled = asyncio.Event()
 
     async def serve(self) -> None:
-        """Register, then heartbeat and ship logs until cancelled; raises WorkerError when refused."""
+        """Kill what a previous worker on this work directory left running, register, then heartbeat and ship
+        logs until cancelled; raises WorkerError when refused."""
+        await asyncio.to_thread(reap_leftovers, self.runner.work_dir)
         await self._register()
         loops = [asyncio.create_task(loop()) for loop in (self._poll, self._deliver, self.shipper.run)]
         try:

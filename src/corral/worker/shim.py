@@ -65,8 +65,11 @@ class Shim:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         self._enter_cgroup()
         try:
-            child = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=self._join_cgroup if self.cgroup else None)
+            try:
+                child = self._spawn()
+            except subprocess.SubprocessError:  # raised by _join_cgroup: the task could not enter it
+                self._no_cgroup(f"the task cannot enter {self.cgroup}")
+                child = self._spawn()
         except OSError as error:
             print(f"corral: cannot start {self.command[0]}: {error}", file=sys.stderr)
             self._clean_up()
@@ -142,21 +145,33 @@ class Shim:
 
     # the cgroup ------------------------------------------------------------------------------
 
+    def _spawn(self) -> subprocess.Popen:
+        return subprocess.Popen(self.command, stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=self._join_cgroup if self.cgroup else None)
+
     def _enter_cgroup(self) -> None:
         if self.cgroup is None:
             return
         try:
             self.cgroup.mkdir(exist_ok=True)
         except OSError as error:
-            print(f"corral: no cgroup for this task ({error}): tracking its processes instead", file=sys.stderr)
-            self.cgroup = None
-            self.record.cgroup = None
+            self._no_cgroup(str(error))
+
+    def _no_cgroup(self, why: str) -> None:
+        print(f"corral: no cgroup for this task ({why}): tracking its processes instead", file=sys.stderr)
+        assert self.cgroup is not None
+        remove_cgroup(self.cgroup)
+        self.cgroup = None
+        self.record.cgroup = None
 
     def _join_cgroup(self) -> None:
         """preexec_fn of the task: it enters its cgroup before it runs anything."""
         assert self.cgroup is not None
-        with open(self.cgroup / "cgroup.procs", "w") as procs:
-            procs.write(str(os.getpid()))
+        procs = os.open(self.cgroup / "cgroup.procs", os.O_WRONLY)  # never created: it must be a cgroup's
+        try:
+            os.write(procs, str(os.getpid()).encode())
+        finally:
+            os.close(procs)
 
     def _clean_up(self) -> None:
         if self.cgroup is not None:

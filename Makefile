@@ -37,6 +37,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/function_roundtrip.py
 	$(BIN)/python bench/retry_delay.py
 	$(BIN)/python bench/router.py
+	$(BIN)/python bench/containment.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -38,6 +38,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/retry_delay.py
 	$(BIN)/python bench/router.py
 	$(BIN)/python bench/oversized.py
+	$(BIN)/python bench/containment.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

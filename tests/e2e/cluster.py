@@ -84,12 +84,16 @@ class Cluster:
             return False
 
     def start_worker(self, name: str, cpus: float = 4, *extra: str) -> None:
+        self.spawn_worker(name, cpus, *extra)
+        wait_for(lambda: any(w["name"] == name and w["state"] == "ALIVE" for w in self.get("/api/v1/workers")),
+                 30, f"worker {name} to register")
+
+    def spawn_worker(self, name: str, cpus: float = 4, *extra: str) -> None:
+        """Start a worker (work directory ROOT/NAME) without waiting for it to register."""
         self.workers[name] = self._spawn(
             name, "worker", "--controller", self.url, "--name", name,
             "--work-dir", str(self.root / name), "--cpus", str(cpus), "--memory", "4G",
             "--heartbeat-interval", str(self.heartbeat_interval), *extra, env={"CORRAL_JOIN_TOKEN": self.join_token})
-        wait_for(lambda: any(w["name"] == name and w["state"] == "ALIVE" for w in self.get("/api/v1/workers")),
-                 30, f"worker {name} to register")
 
     def kill(self, process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         os.killpg(process.pid, sig)

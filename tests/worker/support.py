@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from corral.core.protocol import BuildOrder, TaskReport
+from corral.worker.containment import cgroup_parent
 from corral.worker.runner import Runner
+
+# The two ways an attempt's processes are contained; a test taking these as params runs under each.
+CONTAINMENTS = [
+    pytest.param("cgroup", marks=pytest.mark.skipif(cgroup_parent() is None,
+                                                    reason="no writable cgroup v2 hierarchy on this machine")),
+    "processes",
+]
 
 
 async def wait_until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
@@ -21,6 +31,35 @@ async def wait_until(condition: Callable[[], object], timeout: float = 5.0, what
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.01)
     return value
+
+# A program that leaves a grandchild and a daemon (fork, setsid, fork again) and writes their pids to
+# ARGV[1].main and ARGV[1].daemon: what a task's own process group and PR_SET_PDEATHSIG miss.
+DAEMONIZER = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open(sys.argv[1] + ".daemon", "w").write(str(os.getpid()))
+        time.sleep(300)
+    os._exit(0)
+open(sys.argv[1] + ".main", "w").write(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def daemonizing_task(directory: Path, marker: str) -> tuple[list[str], Path]:
+    """A `sh -c 'python3 prog.py; echo done'` task whose prog.py daemonizes; returns it and its pid file prefix."""
+    program = directory / "prog.py"
+    program.write_text(DAEMONIZER)
+    prefix = directory / marker
+    return ["sh", "-c", f"{sys.executable} {program} {prefix}; echo done"], prefix
+
+
+def written_pids(prefix: Path) -> list[int] | None:
+    """The pids of the daemonizer's main process and daemon, once it has written both."""
+    files = [prefix.with_name(prefix.name + suffix) for suffix in (".main", ".daemon")]
+    texts = [file.read_text() if file.exists() else "" for file in files]
+    return [int(text) for text in texts] if all(texts) else None
 
 
 def gone(pid: int) -> bool:
@@ -43,7 +82,8 @@ def build_order(command: list[str], task_id: int = 1, attempt: int = 0, **fields
 class Harness:
     """A Runner on real processes, with its reports, bundle fetches and log flushes recorded."""
 
-    def __init__(self, work_dir: Path, gpus: int = 0, bundles: dict[str, Path] | None = None) -> None:
+    def __init__(self, work_dir: Path, gpus: int = 0, bundles: dict[str, Path] | None = None,
+                 containment: str = "auto") -> None:
         self.reports: list[TaskReport] = []
         self.flushed: list[tuple[int, int, int]] = []  # (task, attempt, reports made before the flush)
         self.bundles = bundles or {}
@@ -52,7 +92,8 @@ class Harness:
         self.refuse_checkpoints: str | None = None  # an upload's refusal, when set
         self.runner = Runner(work_dir, report=self.reports.append, fetch_bundle=self._fetch,
                              flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus,
-                             fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint)
+                             fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
+                             containment=containment)
         self.work_dir = work_dir
 
     async def _fetch_checkpoint(self, task_id: int, destination: Path) -> None:

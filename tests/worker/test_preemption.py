@@ -8,12 +8,12 @@ import time
 import pytest
 
 from corral.core.protocol import PreemptOrder, StartOrder
-from tests.worker.support import Harness, build_order, gone, wait_until
+from tests.worker.support import CONTAINMENTS, Harness, build_order, gone, wait_until
 
 
-@pytest.fixture
-def harness(tmp_path):
-    return Harness(tmp_path)
+@pytest.fixture(params=CONTAINMENTS)
+def harness(tmp_path, request):
+    return Harness(tmp_path, containment=request.param)
 
 
 def preempt(epoch: int = 4, grace: float = 10.0, task_id: int = 1, attempt: int = 0) -> PreemptOrder:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -16,14 +18,14 @@ import pytest
 import corral.worker.runner as runner_module
 from corral.core.log_limits import truncation_marker
 from corral.core.protocol import StartOrder, StopOrder
-from tests.worker.support import Harness, build_order, gone, wait_until
+from tests.worker.support import CONTAINMENTS, Harness, build_order, daemonizing_task, gone, wait_until, written_pids
 
 PY = sys.executable
 
 
-@pytest.fixture
-def harness(tmp_path):
-    return Harness(tmp_path)
+@pytest.fixture(params=CONTAINMENTS)
+def harness(tmp_path, request):
+    return Harness(tmp_path, containment=request.param)
 
 
 async def run_to_end(harness: Harness, command: list[str], **fields):
@@ -245,7 +247,7 @@ async def test_a_task_s_leftover_background_processes_die_with_it(harness):
 
 
 WORKER = """
-import asyncio, sys
+import asyncio, json, sys
 from pathlib import Path
 from corral.core.protocol import BuildOrder, StartOrder
 from corral.worker.runner import Runner
@@ -254,9 +256,9 @@ async def main():
     async def nothing(*_):
         pass
     runner = Runner(Path(sys.argv[1]), report=print, fetch_bundle=nothing, flush_logs=nothing,
-                    watch_logs=lambda *_: None)
+                    watch_logs=lambda *_: None, containment=sys.argv[3])
     await runner.build(BuildOrder(task_id=1, attempt=0, job_id=1, task_index=0, env={},
-                                  command=["sh", "-c", f"echo $$ > {sys.argv[2]}; exec sleep 100"]))
+                                  command=json.loads(sys.argv[2])))
     await runner.start(StartOrder(task_id=1, attempt=0))
     await asyncio.Event().wait()
 
@@ -264,31 +266,34 @@ asyncio.run(main())
 """
 
 
-async def test_a_task_does_not_outlive_a_worker_killed_outright(tmp_path):
-    pid_file = tmp_path / "pid"
-    worker = subprocess.Popen([PY, "-c", WORKER, str(tmp_path / "work"), str(pid_file)], start_new_session=True)
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+async def test_no_process_of_a_task_outlives_a_worker_killed_outright(tmp_path, containment):
+    command, prefix = daemonizing_task(tmp_path, "task")
+    worker = subprocess.Popen([PY, "-c", WORKER, str(tmp_path / "work"), json.dumps(command), containment],
+                              start_new_session=True)
+    pids = []
     try:
-        task = int(await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the task"))
-        assert not gone(task)
+        pids = await wait_until(lambda: written_pids(prefix), 10, "the task and its daemon")
+        assert not any(gone(pid) for pid in pids)
     finally:
         worker.kill()
         worker.wait()
     try:
-        await wait_until(lambda: gone(task), what="the task to die with its worker")
+        await wait_until(lambda: all(gone(pid) for pid in pids), what="the task and its daemon to die with the worker")
     finally:
-        if not gone(task):
-            os.kill(task, signal.SIGKILL)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
-def test_launch_uses_setpriv_where_it_exists_and_a_preexec_fn_otherwise(tmp_path, monkeypatch):
-    argv, preexec = runner_module._launch(["sh", "-c", "true"], tmp_path, {"PATH": os.defpath})
-    assert (argv[-3:], preexec) == (["sh", "-c", "true"], None) and argv[0].endswith("setpriv")
+def test_launch_runs_the_command_under_its_shim_and_fails_early_for_a_missing_program(tmp_path):
+    record = tmp_path / "processes.json"
+    argv = runner_module._launch(["sh", "-c", "true"], tmp_path, {"PATH": os.defpath}, record, None)
+    assert argv[-6:] == [str(record), "-", "--", "sh", "-c", "true"] and "corral.worker.shim" in argv[-7]
+    assert runner_module._launch(["true"], tmp_path, {}, record, tmp_path / "cg")[-3] == str(tmp_path / "cg")
     script = tmp_path / "script"
     script.write_text("#!/bin/sh\n")
     with pytest.raises(PermissionError):
-        runner_module._launch(["./script"], tmp_path, {})
+        runner_module._launch(["./script"], tmp_path, {}, record, None)
     with pytest.raises(FileNotFoundError):
-        runner_module._launch(["./absent"], tmp_path, {})
-    monkeypatch.setattr(runner_module, "_SETPRIV", None)
-    argv, preexec = runner_module._launch(["true"], tmp_path, {})
-    assert argv == ["true"] and callable(preexec)
+        runner_module._launch(["./absent"], tmp_path, {}, record, None)

@@ -37,6 +37,7 @@ from corral.core.protocol import (
 )
 from corral.core.states import TaskState
 from corral.worker.bundles import BundleCache, BundleError
+from corral.worker.containment import reap_leftovers
 from corral.worker.logs import LogShipper
 from corral.worker.resources import detect_capacity
 from corral.worker.retention import prune_attempts_loop
@@ -89,6 +90,7 @@ class WorkerOptions:
     resources: dict[str, float] = field(default_factory=dict)  # custom slots offered, e.g. {"tpu": 4}
     log_limit: int = DEFAULT_LOG_LIMIT  # bytes of each stream kept per attempt
     attempt_retention: float | None = 86400.0  # seconds ended attempts' directories are kept (None: for ever)
+    containment: str = "auto"  # how tasks' processes are contained: "auto", "cgroup" or "processes"
 
 
 class WorkerError(Exception):
@@ -131,10 +133,14 @@ class Agent:
                                                    gpu_memory=options.gpu_memory)
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
-        self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
-                             flush_logs=self.shipper.flush, watch_logs=self.shipper.watch, gpus=self.capacity.gpu,
-                             fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
-                             task_env=worker_env(options.controller_url), log_limit=options.log_limit)
+        try:
+            self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
+                                 flush_logs=self.shipper.flush, watch_logs=self.shipper.watch,
+                                 gpus=self.capacity.gpu, fetch_checkpoint=self._fetch_checkpoint,
+                                 save_checkpoint=self._save_checkpoint, task_env=worker_env(options.controller_url),
+                                 log_limit=options.log_limit, containment=options.containment)
+        except OSError as error:  # only where cgroups are demanded and there are none
+            raise WorkerError(f"no cgroup for tasks: {error}") from None
         self.worker_id = ""
         self.interval = options.heartbeat_interval
         self._registered = asyncio.Event()  # clear while re-registering: the loops hold still
@@ -144,7 +150,9 @@ class Agent:
         self._outbox_filled = asyncio.Event()
 
     async def serve(self) -> None:
-        """Register, then heartbeat and ship logs until cancelled; raises WorkerError when refused."""
+        """Kill what a previous worker on this work directory left running, register, then heartbeat and ship
+        logs until cancelled; raises WorkerError when refused."""
+        await asyncio.to_thread(reap_leftovers, self.runner.work_dir)
         await self._register()
         loops = [asyncio.create_task(loop()) for loop in (self._poll, self._deliver, self.shipper.run)]
         if self.options.attempt_retention is not None:

@@ -1,12 +1,13 @@
-"""Runs task attempts as real processes: one directory and one process group per attempt.
+"""Runs task attempts as real processes: one directory and one shim per attempt.
 
 Orders repeat on every heartbeat until the reports show them done, so the runner acts on
-each (task, attempt, action) once and ignores the repeats. Each attempt's process is the
-leader of its own process group, which is how a stop reaches its grandchildren too, and
-dies with the worker (PR_SET_PDEATHSIG) so a crashed worker leaves no task behind it: set
-by util-linux's `setpriv` where it exists, so the fork stays a cheap vfork with no Python
-code in the child, else by a preexec_fn.
-Every attempt ends with exactly one terminal report, made only after its process group is
+each (task, attempt, action) once and ignores the repeats. Each attempt runs under a shim
+(corral.worker.shim) that contains every process the task starts, in a cgroup or as their
+subreaper: SIGTERM to the shim passes it on to all of them, closing its lifeline (a pipe
+that also closes when the worker dies, even by SIGKILL) kills them all, and the shim exits
+only once none is left. A worker starting up kills what a predecessor's shims could not
+(corral.worker.containment.reap_leftovers).
+Every attempt ends with exactly one terminal report, made only after its processes are
 gone and its logs are flushed, so the controller never frees resources still in use and
 never shows a finished task with half its output. A preempted attempt ends PREEMPTED, with
 the epoch it was told and after its checkpoint (the file at CORRAL_CHECKPOINT_PATH, if the
@@ -17,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import errno
 import logging
 import os
 import shutil
 import signal
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -32,10 +33,12 @@ from typing import Any
 
 import psutil
 
+import corral
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder, TaskRef, TaskReport
 from corral.core.states import TaskState
 from corral.worker.bundles import extract
+from corral.worker.containment import KILL_TIMEOUT, RECORD, attempt_cgroup, cgroup_parent, reap_record
 from corral.worker.logs import capture
 from corral.worker.oom import CgroupMemory, MemoryRecord, killed_for_memory
 
@@ -48,38 +51,25 @@ WatchLogs = Callable[[int, int, Path], None]
 FetchCheckpoint = Callable[[int, Path], Awaitable[None]]  # (task, destination)
 SaveCheckpoint = Callable[[int, int, int, Path], Awaitable[str | None]]  # (task, attempt, epoch, file) -> error
 
-POLL = 0.05  # how often a terminating process group is checked for survivors
-REAP_TIMEOUT = 5.0  # how long SIGKILLed processes may take to vanish (a process in D state) before we move on
-CAPTURE_TIMEOUT = 5.0  # how long the output still in the pipes may take to be written once the group is gone
-PR_SET_PDEATHSIG = 1
-_PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # looked up before fork, not in the child
-_SETPRIV = shutil.which("setpriv")
+STOP_TIMEOUT = 2 * KILL_TIMEOUT  # how long a shim may take to kill its attempt before it is killed itself
+CAPTURE_TIMEOUT = 5.0  # how long the output still in the pipes may take to be written once the attempt is gone
 # The worker's own tokens, if it was given them in its environment: a task gets only its job's CORRAL_TOKEN.
 WORKER_SECRETS = frozenset({"CORRAL_TOKEN", "CORRAL_JOIN_TOKEN"})
+# The shim runs isolated from the task's Python settings (PYTHONPATH and the like), finding corral and psutil
+# where this worker found them.
+_SHIM = [sys.executable, "-I", "-c",
+         f"import sys; sys.path[:0] = {sorted({str(Path(m.__file__).parent.parent) for m in (corral, psutil)})!r}; "
+         "from corral.worker.shim import main; main(sys.argv[1:])"]
 
 
-def _die_with(parent: int) -> Callable[[], None]:
-    """preexec_fn: the child gets SIGKILL when the worker dies, even if it died while forking."""
+def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cgroup: Path | None) -> list[str]:
+    """The argv that runs `command` under its shim, which contains every process it starts.
 
-    def preexec() -> None:
-        if _PRCTL is not None:
-            _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
-
-
-def _launch(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[list[str], Callable[[], None] | None]:
-    """The argv and preexec_fn that start `command` as a process that dies with the worker.
-
-    With `setpriv` the program is looked up here first, so a missing one fails before
-    anything starts, as it would with a direct exec.
+    The program is looked up here first, so a missing one fails before anything starts, as it
+    would with a direct exec.
     """
-    if _SETPRIV is None:
-        return command, _die_with(os.getpid())
     _check_executable(command[0], cwd, env.get("PATH", os.defpath))
-    return [_SETPRIV, "--pdeathsig", "KILL", "--", *command], None
+    return [*_SHIM, str(record), str(cgroup) if cgroup else "-", "--", *command]
 
 
 def _check_executable(program: str, cwd: Path, path: str) -> None:
@@ -92,51 +82,6 @@ def _check_executable(program: str, cwd: Path, path: str) -> None:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
     elif shutil.which(program, path=path) is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs (zombies waiting for a reaper do not count)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    for process in psutil.process_iter(["status"]):
-        try:
-            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
-                return True
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return False
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone, or not ours to signal
-        os.killpg(pgid, sig)
-
-
-async def _wait_gone(pgid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _group_alive(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(POLL)
-    return True
-
-
-async def _end_group(pgid: int, grace: float) -> None:
-    """SIGTERM, up to `grace` seconds to exit, then SIGKILL; returns when the group is gone."""
-    _signal_group(pgid, signal.SIGTERM)
-    if not await _wait_gone(pgid, grace):
-        await _kill_group(pgid)
-
-
-async def _kill_group(pgid: int) -> None:
-    if _group_alive(pgid):
-        _signal_group(pgid, signal.SIGKILL)
-        if not await _wait_gone(pgid, REAP_TIMEOUT):
-            log.error("process group %s survives SIGKILL after %ss", pgid, REAP_TIMEOUT)
 
 
 def _stat(path: Path) -> tuple[int, int] | None:
@@ -168,8 +113,9 @@ class _Attempt:
     lock: asyncio.Lock  # build, start and the end of a stop happen one at a time
     prepared: bool = False
     build: asyncio.Task | None = None
-    process: asyncio.subprocess.Process | None = None
+    process: asyncio.subprocess.Process | None = None  # the attempt's shim
     captures: list[asyncio.Task] = field(default_factory=list)  # stdout and stderr, from pipes to files
+    lifeline: int | None = None  # the write end of the shim's stdin: closing it kills the attempt
     supervisor: asyncio.Task | None = None
     stopping: asyncio.Task | None = None
     stop_reason: str | None = None
@@ -192,6 +138,11 @@ class _Attempt:
     def checkpoint(self) -> Path:
         return self.directory / "checkpoint"
 
+    def close_lifeline(self) -> None:
+        if self.lifeline is not None:
+            os.close(self.lifeline)
+            self.lifeline = None
+
 
 class Runner:
     """Acts on build, start and stop orders; reports every state change through `report`, in order."""
@@ -200,9 +151,10 @@ class Runner:
                  watch_logs: WatchLogs, gpus: int = 0, fetch_checkpoint: FetchCheckpoint | None = None,
                  save_checkpoint: SaveCheckpoint | None = None,
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
-                 log_limit: int = DEFAULT_LOG_LIMIT) -> None:
+                 log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto") -> None:
         self.work_dir = work_dir
         self.log_limit = log_limit  # bytes kept per stream per attempt
+        self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
         self.gpus = gpus
         self._fetch_checkpoint = fetch_checkpoint
         self._save_checkpoint = save_checkpoint
@@ -314,8 +266,10 @@ class Runner:
             port = free_port() if att.order.allocate_port else None
             if port is not None:
                 env["PORT"] = str(port)
+            cgroup = attempt_cgroup(self.cgroups, self.work_dir, *att.ref) if self.cgroups else None
+            lifeline, att.lifeline = os.pipe()
             try:
-                argv, preexec = _launch(command, att.cwd, env)
+                argv = _launch(command, att.cwd, env, att.directory / RECORD, cgroup)
                 # Pipes of our own, not the process's: its exit is seen even while a leftover child holds them.
                 # Their captures end when every writer has gone, or at once if the process does not start.
                 (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe()
@@ -323,17 +277,20 @@ class Runner:
                                 for name, fd in (("stdout", out_read), ("stderr", err_read))]
                 try:
                     att.process = await asyncio.create_subprocess_exec(
-                        *argv, cwd=att.cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out_write,
-                        stderr=err_write, start_new_session=True, preexec_fn=preexec)
+                        *argv, cwd=att.cwd, env=env, stdin=lifeline, stdout=out_write, stderr=err_write,
+                        start_new_session=True)
                 finally:
                     os.close(out_write)
                     os.close(err_write)
             except Exception as error:
+                att.close_lifeline()
                 code = 127 if isinstance(error, FileNotFoundError) else 126 if isinstance(error, PermissionError) \
                     else None
                 log.warning("task=%s attempt=%s cannot start %r: %s", *att.ref, command[:1], error)
                 await self._end(att, TaskState.FAILED, exit_code=code, reason=f"cannot start {command[:1]}: {error}")
                 return
+            finally:
+                os.close(lifeline)
             self._watch_logs(*att.ref, att.directory)
             log.info("task=%s attempt=%s running pid=%s", *att.ref, att.process.pid)
             self._emit(att.ref, TaskState.RUNNING, port=port)
@@ -378,7 +335,26 @@ class Runner:
             log.info("task=%s attempt=%s stopping (%s), grace %ss", *att.ref, reason, grace)
             att.stop_reason = reason
             att.stop_state = state
-            att.stopping = self._spawn(_end_group(att.process.pid, grace))
+            att.stopping = self._spawn(self._end_attempt(att, grace))
+
+    async def _end_attempt(self, att: _Attempt, grace: float) -> None:
+        """SIGTERM to every process of the attempt, up to `grace` seconds to exit, then SIGKILL to all."""
+        assert att.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            att.process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await att.process.wait()
+            return
+        att.close_lifeline()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STOP_TIMEOUT):
+                await att.process.wait()
+            return
+        log.error("task=%s attempt=%s shim pid=%s still alive %ss after its lifeline closed: killing it", *att.ref,
+                  att.process.pid, STOP_TIMEOUT)
+        with contextlib.suppress(ProcessLookupError):
+            att.process.kill()
 
     async def _supervise(self, att: _Attempt) -> None:
         """Wait for the process, enforce the time limit, clean up the group, and report the outcome."""
@@ -392,7 +368,8 @@ class Runner:
         returncode = await process.wait()
         if att.stopping is not None:
             await att.stopping
-        await _kill_group(process.pid)  # what the task left behind when it exited on its own
+        att.close_lifeline()
+        await asyncio.to_thread(reap_record, att.directory / RECORD)  # left by a shim that was killed outright
         await self._captured(att)
         exit_code, signalled = _exit_status(returncode)
         if att.stop_state is TaskState.PREEMPTED:
@@ -408,13 +385,6 @@ class Runner:
                                    "(per the worker's memory cgroup)")
         else:
             await self._end(att, TaskState.FAILED, exit_code=exit_code, reason=signalled or f"exit code {exit_code}")
-
-    async def _captured(self, att: _Attempt) -> None:
-        """Let the output still in the pipes reach the files; a pipe some escaped process holds open is let go."""
-        if att.captures:
-            _, pending = await asyncio.wait(att.captures, timeout=CAPTURE_TIMEOUT)
-            for task in pending:
-                task.cancel()
 
     async def _end(self, att: _Attempt, state: TaskState, *, exit_code: int | None = None,
                    reason: str | None = None, oom_killed: bool = False) -> None:

@@ -1,0 +1,229 @@
+"""What an attempt's processes are, so that none outlives the attempt: a cgroup, or recorded ids.
+
+Every attempt runs under a shim (corral.worker.shim) that is a child subreaper: whatever the
+task starts, even a daemon that calls setsid and forks twice, stays a descendant of the shim.
+Where a cgroup v2 hierarchy is writable, the task also runs in a cgroup of its own, which no
+process can leave, and ends with `cgroup.kill`. Either way the shim writes a small record in
+the attempt's directory (its own pid and start time, the cgroup, and the task's processes it
+has seen, each with its start time), so that a successor on the same work directory can kill
+what a shim that died outright left behind. A pid counts only with its recorded start time,
+so a recycled pid is never killed; a recorded process that is still alive vouches for its
+whole session (a session id is not reused while any process is in it), which catches the
+children a setsid'd process started after the last record.
+
+This module imports only the standard library and psutil: the shim loads it for every task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from corral.worker.oom import cgroup_dirs
+
+log = logging.getLogger("corral.worker.containment")
+
+RECORD = "processes.json"  # in each attempt's directory, while the attempt may have processes
+KILL_TIMEOUT = 5.0  # how long SIGKILLed processes may take to vanish (a process in D state) before we move on
+POLL = 0.02
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of /proc/PID/stat that identify a process and where it belongs."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    start: int  # clock ticks after boot: with the pid, a process's identity
+    zombie: bool = False
+
+
+def parse_stat(text: str) -> ProcStat:
+    """/proc/PID/stat; the command name may hold spaces and parentheses, so fields are read after the last ')'."""
+    head, _, tail = text.rpartition(")")
+    fields = tail.split()
+    return ProcStat(pid=int(head.split("(", 1)[0]), ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]),
+                    start=int(fields[19]), zombie=fields[0] in ("Z", "X"))
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    try:
+        return parse_stat(Path(f"/proc/{pid}/stat").read_text())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def all_processes() -> list[ProcStat]:
+    """Every live process on the machine (zombies left out: they hold nothing but a pid)."""
+    found = (read_stat(pid) for pid in psutil.pids())
+    return [stat for stat in found if stat is not None and not stat.zombie]
+
+
+def descendants(root: int, processes: Iterable[ProcStat]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in processes:
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+@dataclass
+class Record:
+    """What a successor needs to find an attempt's processes after its shim died."""
+
+    shim: tuple[int, int]  # (pid, start)
+    cgroup: str | None = None
+    members: list[tuple[int, int]] = field(default_factory=list)  # (pid, start) of the task's processes seen
+
+    def dumps(self) -> str:
+        return json.dumps({"shim": list(self.shim), "cgroup": self.cgroup, "members": [list(m) for m in self.members]})
+
+    @classmethod
+    def loads(cls, text: str) -> Record:
+        data = json.loads(text)
+        return cls(shim=tuple(data["shim"]), cgroup=data.get("cgroup"),
+                   members=[tuple(member) for member in data.get("members", [])])
+
+    def write(self, path: Path) -> None:
+        """Atomically, so a reader never sees half a record."""
+        partial = path.with_suffix(".partial")
+        partial.write_text(self.dumps())
+        partial.replace(path)
+
+
+def leftovers(record: Record, processes: Iterable[ProcStat]) -> set[int]:
+    """The pids of `processes` that belong to the recorded attempt: its shim and recorded members (same pid and
+    start time), every process in the session of a recorded member still alive, and their descendants."""
+    processes = list(processes)
+    known = {record.shim, *record.members}
+    ours = {stat.pid for stat in processes if (stat.pid, stat.start) in known}
+    sessions = {stat.sid for stat in processes if stat.pid in ours and (stat.pid, stat.start) != record.shim}
+    ours |= {stat.pid for stat in processes if stat.sid in sessions}
+    for pid in list(ours):
+        ours |= descendants(pid, processes)
+    return ours
+
+
+def kill_all(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+# cgroups -------------------------------------------------------------------------------
+
+def cgroup2_mount(mountinfo: str) -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted, from /proc/self/mountinfo (None: not mounted)."""
+    for line in mountinfo.splitlines():
+        before, _, after = line.partition(" - ")
+        if after.split()[:1] == ["cgroup2"]:
+            return Path(before.split()[4])
+    return None
+
+
+def cgroup_parent(mode: str = "auto") -> Path | None:
+    """The writable cgroup (the worker's own) under which each attempt gets a cgroup; None where there is none
+    (mode "processes", no cgroup v2, or no permission). Mode "cgroup" insists on one."""
+    if mode == "processes":
+        return None
+    try:
+        mount = cgroup2_mount(Path("/proc/self/mountinfo").read_text())
+        parent = cgroup_dirs(Path("/proc/self/cgroup").read_text(), mount)[0] if mount else None
+        if parent is None:
+            raise OSError("no cgroup v2 hierarchy is mounted")
+        if not (os.access(parent, os.W_OK) and os.access(parent / "cgroup.procs", os.W_OK)):
+            raise PermissionError(f"{parent} is not writable")
+    except OSError as error:
+        if mode == "cgroup":
+            raise
+        log.info("no cgroup for tasks (%s): their processes are tracked by a subreaper and recorded ids", error)
+        return None
+    log.info("tasks run in cgroups under %s", parent)
+    return parent
+
+
+def attempt_cgroup(parent: Path, work_dir: Path, task_id: int, attempt: int) -> Path:
+    """The cgroup of one attempt: named after the work directory too, so that workers beside each other differ."""
+    digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
+    return parent / f"corral-{digest}-{task_id}-{attempt}"
+
+
+def cgroup_pids(cgroup: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill_cgroup(cgroup: Path) -> None:
+    """SIGKILL every process in the cgroup: at once with cgroup.kill, else one by one (what forks meanwhile is
+    caught on the next call)."""
+    try:
+        (cgroup / "cgroup.kill").write_text("1")
+    except OSError:
+        kill_all(cgroup_pids(cgroup))
+
+
+def remove_cgroup(cgroup: Path) -> None:
+    with contextlib.suppress(OSError):
+        cgroup.rmdir()
+
+
+# a successor's sweep ---------------------------------------------------------------------
+
+def reap_record(path: Path, timeout: float = KILL_TIMEOUT) -> int:
+    """Kill what the record at `path` names and is still alive, then delete the record; the number killed."""
+    try:
+        record = Record.loads(path.read_text())
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("unreadable process record %s (%s): ignored", path, error)
+        path.unlink(missing_ok=True)
+        return 0
+    cgroup = Path(record.cgroup) if record.cgroup else None
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = leftovers(record, all_processes())
+        if cgroup is not None:
+            pids |= set(cgroup_pids(cgroup))
+        if not pids:
+            break
+        if time.monotonic() > deadline:
+            log.error("processes %s of %s survive SIGKILL after %ss", sorted(pids), path.parent, timeout)
+            return len(killed)
+        killed |= pids
+        if cgroup is not None:
+            kill_cgroup(cgroup)
+        kill_all(pids)
+        time.sleep(POLL)
+    if cgroup is not None:
+        remove_cgroup(cgroup)
+    path.unlink(missing_ok=True)
+    return len(killed)
+
+
+def reap_leftovers(work_dir: Path) -> int:
+    """Kill whatever the attempts of a previous worker on `work_dir` left running; the number of processes killed."""
+    killed = sum(reap_record(path) for path in sorted(work_dir.glob(f"tasks/*/{RECORD}")))
+    if killed:
+        log.warning("killed %d process(es) a previous worker on %s left behind", killed, work_dir)
+    return killed

@@ -1,0 +1,122 @@
+"""Containment: reading /proc, matching recorded processes by start time, and a successor's sweep."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import corral.worker.runner as runner_module
+from corral.worker.containment import (
+    ProcStat,
+    Record,
+    cgroup2_mount,
+    leftovers,
+    parse_stat,
+    read_stat,
+    reap_leftovers,
+    reap_record,
+)
+from tests.worker.support import daemonizing_task, gone, written_pids
+
+SHIM = (100, 5000)
+
+
+def stat(pid: int, start: int, *, ppid: int = 1, sid: int | None = None) -> ProcStat:
+    return ProcStat(pid=pid, ppid=ppid, pgid=sid or pid, sid=sid or pid, start=start)
+
+
+def test_parse_stat_reads_past_a_command_name_with_spaces_and_parentheses():
+    text = "4242 (my (odd) prog) S 17 4240 4239 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 46517 3133440 413 0 0"
+    assert parse_stat(text) == ProcStat(pid=4242, ppid=17, pgid=4240, sid=4239, start=46517)
+    assert parse_stat(text.replace(") S ", ") Z ")).zombie
+
+
+def test_read_stat_of_this_process_and_of_none():
+    own = read_stat(os.getpid())
+    assert (own.pid, own.ppid, own.sid) == (os.getpid(), os.getppid(), os.getsid(0))
+    assert read_stat(2**22 + 1) is None  # above any pid_max
+
+
+def test_a_recorded_pid_counts_only_with_its_start_time():
+    record = Record(shim=SHIM, members=[(200, 6000)])
+    assert leftovers(record, [stat(200, 6000)]) == {200}
+    assert leftovers(record, [stat(200, 9999), stat(100, 1234)]) == set()  # both pids recycled since
+
+
+def test_a_live_recorded_member_vouches_for_its_session_and_descendants():
+    record = Record(shim=SHIM, members=[(200, 6000)])
+    processes = [
+        stat(200, 6000, sid=200),
+        stat(201, 7000, sid=200),  # forked after the last record, same session
+        stat(300, 7100, sid=300, ppid=201),  # setsid'd child of one of ours
+        stat(301, 7200, sid=300, ppid=300),
+        stat(400, 7300, sid=400),  # someone else's
+    ]
+    assert leftovers(record, processes) == {200, 201, 300, 301}
+
+
+def test_the_shim_s_own_session_is_not_swept_with_it():
+    record = Record(shim=SHIM, members=[])
+    assert leftovers(record, [stat(100, 5000, sid=50), stat(51, 5100, sid=50)]) == {100}
+
+
+def test_a_record_survives_a_round_trip():
+    record = Record(shim=SHIM, cgroup="/sys/fs/cgroup/corral-x-1-0", members=[(200, 6000), (201, 7000)])
+    assert Record.loads(record.dumps()) == record
+
+
+def test_cgroup2_mount_from_mountinfo():
+    hybrid = ("35 28 0:30 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+              "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
+    assert cgroup2_mount(hybrid) == Path("/sys/fs/cgroup/unified")
+    assert cgroup2_mount("30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n") \
+        == Path("/sys/fs/cgroup")
+    assert cgroup2_mount(hybrid.splitlines()[0]) is None
+
+
+def test_a_successor_kills_what_a_dead_shim_recorded_and_nothing_else(tmp_path):
+    command, prefix = daemonizing_task(tmp_path, "task")
+    task = subprocess.Popen(command, start_new_session=True)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(100)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not written_pids(prefix):
+            assert time.monotonic() < deadline, "the task did not start"
+            time.sleep(0.01)
+        main, daemon = written_pids(prefix)
+        attempt = tmp_path / "work" / "tasks" / "1-0"
+        attempt.mkdir(parents=True)
+        own = read_stat(os.getpid())
+        # The shim saw the task's shell and its daemon (not the main program, which it missed); another record
+        # names a pid that was since recycled.
+        Record(shim=(os.getpid(), own.start + 1), members=[(task.pid, read_stat(task.pid).start),
+                                                            (daemon, read_stat(daemon).start)]).write(
+            attempt / "processes.json")
+        other = tmp_path / "work" / "tasks" / "2-0"
+        other.mkdir()
+        Record(shim=(bystander.pid, read_stat(bystander.pid).start + 1), members=[]).write(other / "processes.json")
+        assert reap_leftovers(tmp_path / "work") == 3
+        task.wait(timeout=5)
+        assert gone(main) and gone(daemon) and bystander.poll() is None
+        assert not (attempt / "processes.json").exists()
+        assert reap_record(attempt / "processes.json") == 0  # nothing left to do
+    finally:
+        for process in (task, bystander):
+            process.kill()
+            process.wait()
+
+
+def test_a_task_that_cannot_enter_its_cgroup_runs_without_one(tmp_path):
+    lifeline, keep = os.pipe()
+    try:
+        result = subprocess.run([*runner_module._SHIM, str(tmp_path / "processes.json"), str(tmp_path / "not-a-cgroup"),
+                                 "--", "sh", "-c", "echo ran; exit 3"], stdin=lifeline, capture_output=True, text=True,
+                                timeout=30)
+    finally:
+        os.close(lifeline)
+        os.close(keep)
+    assert (result.returncode, result.stdout) == (3, "ran\n")
+    assert "no cgroup for this task" in result.stderr and list(tmp_path.iterdir()) == []

@@ -10,6 +10,7 @@ from collections import defaultdict
 from corral.controller.coordinator import run_handler
 from corral.controller.reports import reap_lost_workers
 from corral.controller.retries import run_retries
+from corral.controller.target_errors import TargetErrors
 from corral.core.handlers import JOB_HANDLERS
 from corral.store.store import Store
 from corral.waiting import woken
@@ -44,6 +45,7 @@ class Engine:
         # the workers have had one loss timeout to reach us.
         self.reap_after = time.time() + loss_timeout
         self.retry_due: float | None = None  # the earliest scheduled job retry: the loop wakes for it
+        self.target_errors = TargetErrors()  # streaks of errors about one job, across passes
 
     def wake(self) -> None:
         self._woken.set()
@@ -62,7 +64,7 @@ class Engine:
 
     async def _run_retries(self) -> bool:
         try:
-            retries = await run_retries(self.store, time.time())
+            retries = await run_retries(self.store, time.time(), errors=self.target_errors)
         except Exception:
             self.retry_due = None  # wake on the period, not in a tight loop over a failing run
             log.exception("handler RetryJobs failed; its transaction was rolled back")
@@ -78,7 +80,7 @@ class Engine:
             if self.retry_due is not None and time.time() >= self.retry_due:
                 changed |= await self._run_retries()  # fell due during the pass: it does not wait for the pass
             try:
-                report = await run_handler(self.store, handler, time.time())
+                report = await run_handler(self.store, handler, time.time(), self.target_errors)
             except Exception:
                 log.exception("handler %s failed; its transaction was rolled back", handler.name)
                 continue

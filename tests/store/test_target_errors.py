@@ -1,0 +1,94 @@
+"""One job a handler raises about is set aside; the run goes on for the others and commits."""
+
+from __future__ import annotations
+
+from sqlalchemy import update
+
+from corral.controller.coordinator import run_handler
+from corral.controller.metrics import HANDLER_TARGET_ERRORS
+from corral.controller.target_errors import GIVE_UP_AFTER, TargetErrors
+from corral.core.handlers import ScheduleJobs
+from corral.store.schema import jobs
+from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, settle, submit
+
+
+async def poison(store, job_id: int, **spec) -> None:
+    """Write spec fields no submission lets through today, as a row from before a validation would hold them."""
+    async with store.write() as connection:
+        row = await connection.execute(jobs.select().where(jobs.c.id == job_id))
+        stored = dict(row.one().spec)
+        await connection.execute(update(jobs).where(jobs.c.id == job_id).values(spec={**stored, **spec}))
+
+
+def target_errors() -> float:
+    return HANDLER_TARGET_ERRORS.labels("ScheduleJobs")._value.get()
+
+
+async def test_a_job_the_scheduler_raises_about_is_set_aside_and_the_others_are_placed(store):
+    await add_worker(store)
+    before = await submit(store)
+    bad = await submit(store, replicas=2)
+    after = await submit(store, gang=True, replicas=2)
+    await poison(store, bad, begin="tomorrow")  # compared with a time: TypeError inside the handler
+    errors, counted = TargetErrors(), target_errors()
+    report = await run_handler(store, ScheduleJobs(), NOW, errors)
+    assert report.changed
+    for placed in (before, after):
+        assert {t.state for t in await job_tasks(store, placed)} == {"ASSIGNED"}
+    assert {t.state for t in await job_tasks(store, bad)} == {"PENDING"}
+    assert target_errors() == counted + 1
+    (record,) = [h for h in await job_history(store, bad) if h.handler == "ScheduleJobs"]
+    assert record.result == "SKIPPED"
+    assert record.message.startswith("ScheduleJobs failed on it (TypeError: ")
+    assert record.message.endswith("); set aside, the others proceed")
+
+    for run in range(2, GIVE_UP_AFTER + 1):
+        await run_handler(store, ScheduleJobs(), NOW + run, errors)
+    await settle(store, now=NOW + 10)
+    ended = await job(store, bad)
+    assert (ended.state, ended.outcome) == ("FAILED", "FAILED")
+    assert {t.state for t in await job_tasks(store, bad)} == {"KILLED"}
+    messages = [h.message for h in await job_history(store, bad) if (h.message or "").startswith("ScheduleJobs failed")]
+    assert len(messages) == 2  # the first failure of the streak, then the give-up: not one record per run
+    assert messages[1].startswith(f"ScheduleJobs failed on it {GIVE_UP_AFTER} runs in a row (TypeError: ")
+
+
+async def test_a_job_whose_spec_cannot_be_read_does_not_hold_back_the_others(store):
+    await add_worker(store)
+    bad = await submit(store)
+    good = await submit(store)
+    await poison(store, bad, constraints=["=== not a constraint"])
+    await run_handler(store, ScheduleJobs(), NOW, TargetErrors())
+    assert [t.state for t in await job_tasks(store, good)] == ["ASSIGNED"]
+    assert [t.state for t in await job_tasks(store, bad)] == ["PENDING"]
+    (record,) = [h for h in await job_history(store, bad) if h.handler == "ScheduleJobs"]
+    assert record.message.startswith("ScheduleJobs failed on it (its spec cannot be read: ")
+
+
+async def test_a_job_whose_changes_cannot_be_worked_out_writes_none_of_them(store):
+    """A gang whose second member has no assignment fails half-way through; its first member stays unplaced."""
+
+    class LosesAnAssignment(ScheduleJobs):
+        def execute(self, targets, snapshot):
+            decision = super().execute(targets, snapshot)
+            decision.assignments = [a for a in decision.assignments if a.task_id != lost]
+            return decision
+
+    await add_worker(store)
+    gang = await submit(store, gang=True, replicas=2)
+    other = await submit(store)
+    lost = (await job_tasks(store, gang))[1].id
+    await run_handler(store, LosesAnAssignment(), NOW, TargetErrors())
+    assert [t.state for t in await job_tasks(store, other)] == ["ASSIGNED"]
+    assert {t.state for t in await job_tasks(store, gang)} == {"PENDING"}
+    assert (await job(store, gang)).state == "PENDING"
+
+
+async def test_a_begin_time_past_any_calendar_is_a_reason_not_an_error(store):
+    await add_worker(store)
+    far = await submit(store)
+    now = await submit(store)
+    await poison(store, far, begin=1e20)  # a row from before `begin` was bounded at submission
+    await settle(store)
+    assert [t.state for t in await job_tasks(store, now)] == ["ASSIGNED"]
+    assert (await job(store, far)).pending_reason == "not before 1e+20 (unix seconds)"

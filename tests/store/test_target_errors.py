@@ -6,10 +6,15 @@ from sqlalchemy import update
 
 from corral.controller.coordinator import run_handler
 from corral.controller.metrics import HANDLER_TARGET_ERRORS
+from corral.controller.retries import run_retries
+from corral.controller.retry_defaults import retry_columns
 from corral.controller.target_errors import GIVE_UP_AFTER, TargetErrors
 from corral.core.handlers import ScheduleJobs
+from corral.core.retry_policy import RetryPolicy
+from corral.core.spec import JobSpec
+from corral.store.jobs import insert_job
 from corral.store.schema import jobs
-from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, settle, submit
+from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, run_task, settle, submit
 
 
 async def poison(store, job_id: int, **spec) -> None:
@@ -92,3 +97,33 @@ async def test_a_begin_time_past_any_calendar_is_a_reason_not_an_error(store):
     await settle(store)
     assert [t.state for t in await job_tasks(store, now)] == ["ASSIGNED"]
     assert (await job(store, far)).pending_reason == "not before 1e+20 (unix seconds)"
+
+
+async def test_retry_jobs_sets_aside_a_job_it_cannot_retry_and_retries_the_others(store):
+    worker = await add_worker(store)
+    policy = RetryPolicy(max_retries=2, retry_delay=1, jitter="none")
+    bad, good = await retry_job(store, policy), await retry_job(store, policy)
+    await settle(store)
+    for job_id in (bad, good):
+        (task,) = await job_tasks(store, job_id)
+        await run_task(store, worker, task, exit_code=1)
+    await poison(store, bad, command=[])  # its child cannot be made from this spec
+    errors = TargetErrors()
+    report = await run_retries(store, NOW + 1, errors=errors)
+    (child,) = report.created
+    assert (await job(store, child)).parent_job_id == good
+    untouched = await job(store, bad)
+    assert (untouched.retry_state, untouched.retry_due_at) == ("armed", None)  # not scheduled half-way
+    (record,) = [h for h in await job_history(store, bad) if h.handler == "RetryJobs"]
+    assert (record.result, record.message.startswith("RetryJobs failed on it (ValidationError: ")) == ("SKIPPED", True)
+    for run in range(1, GIVE_UP_AFTER):
+        await run_retries(store, NOW + 1 + run, errors=errors)
+    assert (await job(store, bad)).retry_state == "not_retried"
+    records = [h for h in await job_history(store, bad) if h.handler == "RetryJobs"]
+    assert [r.result for r in records] == ["SKIPPED", "GIVE_UP"]
+
+
+async def retry_job(store, policy) -> int:
+    spec = JobSpec(command=["false"], retry_policy=policy)
+    async with store.write() as connection:
+        return await insert_job(connection, spec, None, NOW, **await retry_columns(connection, spec, None))

@@ -46,6 +46,7 @@ class Engine:
         self.reap_after = time.time() + loss_timeout
         self.retry_due: float | None = None  # the earliest scheduled job retry: the loop wakes for it
         self.target_errors = TargetErrors()  # streaks of errors about one job, across passes
+        self._failing: set[str] = set()  # handlers whose last run failed as a whole: logged once per streak
 
     def wake(self) -> None:
         self._woken.set()
@@ -67,10 +68,17 @@ class Engine:
             retries = await run_retries(self.store, time.time(), errors=self.target_errors)
         except Exception:
             self.retry_due = None  # wake on the period, not in a tight loop over a failing run
-            log.exception("handler RetryJobs failed; its transaction was rolled back")
+            self._failed("RetryJobs")
             return False
+        self._failing.discard("RetryJobs")
         self.retry_due = retries.next_due
         return retries.changed
+
+    def _failed(self, handler: str) -> None:
+        if handler not in self._failing:
+            self._failing.add(handler)
+            log.exception("handler %s failed; its transaction was rolled back (logged again only after it recovers)",
+                          handler)
 
     async def run_pass(self) -> bool:
         self._woken.clear()
@@ -82,8 +90,9 @@ class Engine:
             try:
                 report = await run_handler(self.store, handler, time.time(), self.target_errors)
             except Exception:
-                log.exception("handler %s failed; its transaction was rolled back", handler.name)
+                self._failed(handler.name)
                 continue
+            self._failing.discard(handler.name)
             if report.changed:
                 changed = True
                 self.signals.notify(report.workers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from corral.controller.coordinator import run_handler
 from corral.controller.metrics import HANDLER_TARGET_ERRORS
@@ -12,9 +12,16 @@ from corral.controller.target_errors import GIVE_UP_AFTER, TargetErrors
 from corral.core.handlers import ScheduleJobs
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
+from corral.serving.coordinator import run_serving_handler
+from corral.serving.handlers import CheckPendingDeployment, ProvisioningReplica
+from corral.serving.spec import DeploymentSpec
+from corral.serving.store import insert_deployment
 from corral.store.jobs import insert_job
-from corral.store.schema import jobs
+from corral.store.schema import deployments, history, jobs, replicas
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, run_task, settle, submit
+from tests.store.test_serving_store import serve_pass
+
+SERVICE = DeploymentSpec(name="svc", command=["serve"], min_replicas=1, resources={"cpu": 1})
 
 
 async def poison(store, job_id: int, **spec) -> None:
@@ -127,3 +134,47 @@ async def retry_job(store, policy) -> int:
     spec = JobSpec(command=["false"], retry_policy=policy)
     async with store.write() as connection:
         return await insert_job(connection, spec, None, NOW, **await retry_columns(connection, spec, None))
+
+
+async def test_a_serving_handler_sets_aside_the_deployment_it_raises_about_and_moves_the_others(store):
+    async with store.write() as connection:
+        bad = await insert_deployment(connection, SERVICE.model_copy(update={"name": "bad"}), [], NOW)
+        good = await insert_deployment(connection, SERVICE, [], NOW)
+
+    class RaisesAboutOne(CheckPendingDeployment):
+        def execute(self, targets, snapshot):
+            if any(t.id == bad for t in targets):
+                raise RuntimeError("cannot handle this one")
+            return super().execute(targets, snapshot)
+
+    await run_serving_handler(store, RaisesAboutOne(), NOW, {}, errors=TargetErrors())
+    async with store.read() as connection:
+        states = dict((await connection.execute(select(deployments.c.id, deployments.c.state))).all())
+        (record,) = (await connection.execute(
+            select(history).where(history.c.deployment_id == bad, history.c.handler == "CheckPendingDeployment"))).all()
+    assert states == {bad: "PENDING", good: "SCALING"}
+    assert record.message == ("CheckPendingDeployment failed on it (RuntimeError: cannot handle this one); set aside, "
+                              "the others proceed")
+
+
+async def test_a_serving_write_that_fails_for_one_replica_keeps_nothing_of_it(store):
+    await add_worker(store)
+    async with store.write() as connection:
+        await insert_deployment(connection, SERVICE, [], NOW)
+    await serve_pass(store, NOW)
+    async with store.read() as connection:
+        (replica_id,) = (await connection.execute(select(replicas.c.id))).scalars()
+
+    class AddressTooLong(ProvisioningReplica):  # a value the store refuses, for one replica only
+        def execute(self, targets, snapshot):
+            decision = super().execute(targets, snapshot)
+            if any(t.id == replica_id for t in targets):
+                decision.addresses[replica_id] = object()
+                decision.result.successes.append(replica_id)
+            return decision
+
+    report_ = await run_serving_handler(store, AddressTooLong(), NOW, {}, errors=TargetErrors())
+    async with store.read() as connection:
+        row = (await connection.execute(select(replicas).where(replicas.c.id == replica_id))).one()
+    assert (row.state, row.address) == ("PROVISIONING", None)
+    assert report_.changed  # the set-aside record

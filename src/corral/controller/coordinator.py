@@ -19,8 +19,8 @@ from corral.controller.drain import observe
 from corral.controller.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.controller.priority_preemption import preempt_victims
 from corral.controller.settle import settle_jobs
-from corral.controller.target_errors import TargetError, TargetErrors
-from corral.core.handlers import Decision, Handler, JobFacts, Launcher, Snapshot
+from corral.controller.target_errors import TargetError, TargetErrors, decide_apart
+from corral.core.handlers import Handler, JobFacts, Launcher, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState, is_legal
@@ -84,7 +84,8 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
             snapshot.cluster = await read_cluster(connection)
             failed.update((job_id, cause) for job_id, cause in snapshot.cluster.unreadable.items()
                           if job_id in job_info)
-        decision, targets = _decide(handler, [t for t in targets if t.job_id not in failed], snapshot, failed)
+        decision, targets = decide_apart(lambda some: handler.execute(some, snapshot),
+                                         [t for t in targets if t.job_id not in failed], lambda t: t.job_id, failed)
         if handler.needs_rooms:
             SCHEDULING_SECONDS.observe(time.perf_counter() - started)
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=handler.max_tries)
@@ -115,43 +116,6 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         settled = await settle_jobs(connection, changes.touched_jobs, now, handler.name)
         observe(handler.name, outcomes, snapshot)
         return RunReport(True, changes.touched_workers | settled.touched_workers, outcomes)
-
-
-def _decide(handler: Handler, targets: list[Target], snapshot: Snapshot,
-            failed: dict[int, BaseException | str]) -> tuple[Decision, list[Target]]:
-    """The handler's decision for the targets it can decide for; the jobs it raises about go to `failed`.
-
-    `execute` is pure, so when it raises it is run again on halves of the jobs to find the ones it raises
-    about (a few runs per such job), and once more without them. An error no job causes alone is the
-    handler's own: it propagates, and the run rolls back as a whole.
-    """
-    while True:
-        try:
-            return handler.execute(targets, snapshot), targets
-        except Exception as error:
-            by_job: dict[int, list[Target]] = {}
-            for target in targets:
-                by_job.setdefault(target.job_id, []).append(target)
-            blamed = _blame(handler, list(by_job.values()), snapshot, error)
-            if not blamed:
-                raise
-            failed.update(blamed)
-            targets = [t for t in targets if t.job_id not in blamed]
-
-
-def _blame(handler: Handler, jobs: list[list[Target]], snapshot: Snapshot,
-           error: BaseException) -> dict[int, BaseException]:
-    """The jobs (each a list of its targets) that make `execute` raise on their own, found by halving."""
-    if len(jobs) == 1:
-        return {jobs[0][0].job_id: error}
-    half = len(jobs) // 2
-    blamed: dict[int, BaseException] = {}
-    for part in (jobs[:half], jobs[half:]):
-        try:
-            handler.execute([target for job in part for target in job], snapshot)
-        except Exception as part_error:
-            blamed |= _blame(handler, part, snapshot, part_error)
-    return blamed
 
 
 def _set_aside(job_id: int, error: TargetError, handler: Handler, changes: ChangeSet, state: JobState) -> None:

@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
-from corral.controller.target_errors import TargetErrors
+from corral.controller.target_errors import FailedOn, TargetErrors
 from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
 from corral.core.spec import JobSpec
@@ -45,14 +45,6 @@ class RetryReport:
     next_due: float | None = None  # when the earliest scheduled retry is due
 
 
-class _FailedOn(Exception):
-    """Writing the decision about one job failed: the run is rolled back and made again without it."""
-
-    def __init__(self, job_id: int, error: Exception) -> None:
-        super().__init__(job_id, error)
-        self.job_id, self.error = job_id, error
-
-
 async def run_retries(store: Store, now: float, rng: random.Random | None = None,
                       errors: TargetErrors | None = None) -> RetryReport:
     """One RetryJobs run. A child created meanwhile by a second controller rolls the run back: re-read.
@@ -65,8 +57,8 @@ async def run_retries(store: Store, now: float, rng: random.Random | None = None
     while True:
         try:
             return await _run(store, now, rng, errors, failed)
-        except _FailedOn as failure:
-            failed[failure.job_id] = failure.error
+        except FailedOn as failure:
+            failed[failure.target] = failure.error
         except IntegrityError:
             log.info("a retry child was created by another controller; re-reading")
             return RetryReport(changed=True)
@@ -87,7 +79,7 @@ async def _run(store: Store, now: float, rng: random.Random | None, errors: Targ
             except (IntegrityError, StaleWrite):
                 raise  # about the run (another controller), not about this job
             except Exception as error:
-                raise _FailedOn(decision.target.job_id, error) from error
+                raise FailedOn(decision.target.job_id, error) from error
             if child is not None:
                 report.created.append(child)
         for job_id, error in errors.report(NAME, failed).items():

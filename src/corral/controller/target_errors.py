@@ -11,12 +11,16 @@ ends FAILED with the cause), since an error that repeats on the same row will no
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from corral.controller.metrics import HANDLER_TARGET_ERRORS
 
 log = logging.getLogger("corral.coordinator")
+
+T = TypeVar("T")
+D = TypeVar("D")
 
 GIVE_UP_AFTER = 3  # runs in a row that fail on the same target before it is given up on
 
@@ -41,6 +45,14 @@ class TargetError:
         if self.give_up:
             return f"{handler} failed on it {self.streak} runs in a row ({self.cause}); given up"
         return f"{handler} failed on it ({self.cause}); set aside, the others proceed"
+
+
+class FailedOn(Exception):
+    """Writing about one target failed: its run is rolled back and made again without that target."""
+
+    def __init__(self, target: Hashable, error: Exception) -> None:
+        super().__init__(target, error)
+        self.target, self.error = target, error
 
 
 def describe(error: BaseException) -> str:
@@ -71,3 +83,39 @@ class TargetErrors:
                 log.error("%s=%s handler %s failed on it %d runs in a row: given up", entity, key, handler,
                           streaks[key])
         return errors
+
+
+def decide_apart(execute: Callable[[list[T]], D], targets: Sequence[T], owner: Callable[[T], Hashable],
+                 failed: dict) -> tuple[D, list[T]]:
+    """`execute(targets)`, or, when it raises, `execute` of the targets it does not raise about.
+
+    A handler's `execute` is pure, so it is run again on halves of the owners (a job and all its targets
+    together) to find those it raises about on their own, a few runs each, which go to `failed`. An error no
+    owner causes alone is the handler's own: it propagates, and the run rolls back as a whole.
+    """
+    targets = list(targets)
+    while True:
+        try:
+            return execute(targets), targets
+        except Exception as error:
+            groups: dict[Hashable, list[T]] = {}
+            for target in targets:
+                groups.setdefault(owner(target), []).append(target)
+            blamed = _blame(execute, list(groups.items()), error)
+            if not blamed:
+                raise
+            failed.update(blamed)
+            targets = [t for t in targets if owner(t) not in blamed]
+
+
+def _blame(execute: Callable, groups: list[tuple[Hashable, list]], error: Exception) -> dict[Hashable, Exception]:
+    if len(groups) == 1:
+        return {groups[0][0]: error}
+    half = len(groups) // 2
+    blamed: dict[Hashable, Exception] = {}
+    for part in (groups[:half], groups[half:]):
+        try:
+            execute([target for _, members in part for target in members])
+        except Exception as part_error:
+            blamed |= _blame(execute, part, part_error)
+    return blamed

@@ -18,7 +18,7 @@ from corral.controller.job_tokens import authorize
 from corral.controller.launches import launch_name
 from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields
-from corral.core.spec import JobSpec
+from corral.core.spec import JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.store.jobs import insert_job
@@ -32,6 +32,10 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(a
 async def submit(spec: JobSpec, request: Request,
                  idempotency_key: str | None = Header(None, max_length=200)) -> JobView | JSONResponse:
     app = request.app.state
+    late = begin_problem(spec.begin, time.time())
+    if late:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            [{"loc": ["body", "begin"], "msg": late, "type": "value_error"}])
     if spec.bundle and not app.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")

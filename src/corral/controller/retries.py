@@ -142,8 +142,8 @@ async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: f
                     records: list) -> int | None:
     """The child: the parent's spec and policy, one further down the chain, keyed to be created once."""
     parent = (await connection.execute(
-        select(jobs.c.id, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
-               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause)
+        select(jobs.c.id, jobs.c.name, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
+               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause, jobs.c.launched_by)
         .where(jobs.c.id == decision.target.job_id)
     )).one()
     root_id = parent.retry_root_id or parent.id
@@ -161,6 +161,7 @@ async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: f
             f"attempt {count + 1} of {parent.max_retries + 1}")
     child_id = await insert_job(
         connection, JobSpec.model_validate(parent.spec), key, now, created_by=NAME, note=note,
+        name=parent.name, launched_by=parent.launched_by,  # a launched job's retry stays in its launch tree
         parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
         retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)
     await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.RETRIED)

@@ -33,7 +33,7 @@ def stored_job(cluster, job_id: int) -> tuple[str, list[str]]:
 
 def test_poison_jobs_from_before_the_checks_do_not_hold_back_a_normal_one_across_a_restart(bare_cluster):
     refused = bare_cluster.http.post("/api/v1/jobs", json={"command": ["true"], "begin": 1e20})
-    assert refused.status_code == 422 and "begin must lie between 2000-01-01" in refused.text
+    assert refused.status_code == 422 and "must lie between 2000-01-01" in refused.text
     far = bare_cluster.submit(command=["true"], begin=time.time() + 3600)
     broken = bare_cluster.submit(command=["true"], begin=time.time() + 3600)
     bare_cluster.kill(bare_cluster.controller)

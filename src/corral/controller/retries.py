@@ -58,6 +58,8 @@ async def run_retries(store: Store, now: float, rng: random.Random | None = None
         try:
             return await _run(store, now, rng, errors, failed)
         except FailedOn as failure:
+            if failure.target in failed:  # left out, and still written about: not the job's doing
+                raise failure.error from None
             failed[failure.target] = failure.error
         except IntegrityError:
             log.info("a retry child was created by another controller; re-reading")

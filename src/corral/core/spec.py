@@ -99,7 +99,7 @@ def begin_problem(begin: float | None, now: float) -> str | None:
     if begin is None or EARLIEST_BEGIN <= begin <= now + MAX_BEGIN_AHEAD:
         return None
     latest = time.strftime("%Y-%m-%d", time.gmtime(now + MAX_BEGIN_AHEAD))
-    return f"begin must lie between 2000-01-01 and five years from now ({latest}), not {begin:g}"
+    return f"must lie between 2000-01-01 and five years from now ({latest}), not {begin:g}"
 
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]

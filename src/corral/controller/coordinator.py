@@ -20,7 +20,7 @@ from corral.controller.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITION
 from corral.controller.priority_preemption import preempt_victims
 from corral.controller.settle import settle_jobs
 from corral.controller.target_errors import TargetError, TargetErrors, decide_apart
-from corral.core.handlers import Handler, JobFacts, Launcher, Snapshot
+from corral.core.handlers import Decision, Handler, JobFacts, Launcher, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState, is_legal
@@ -89,24 +89,8 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         if handler.needs_rooms:
             SCHEDULING_SECONDS.observe(time.perf_counter() - started)
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=handler.max_tries)
-        assignments = {a.task_id: a for a in decision.assignments}
-        per_job: dict[int, ChangeSet] = {}
-        for outcome in outcomes:
-            job_id = outcome.target.job_id
-            if job_id in failed:
-                continue
-            try:
-                _apply(outcome, handler, per_job.setdefault(job_id, ChangeSet(now)), job_info, task_rows, assignments)
-            except Exception as error:  # its changes stay out of the run; the others go on
-                failed[job_id] = error
-            TRANSITIONS.labels(handler.name, outcome.result).inc()
-        for job_id, cause in decision.doomed.items():
-            if job_id not in failed:
-                _doom(job_id, cause, handler, per_job.setdefault(job_id, ChangeSet(now)), job_info)
-        changes = ChangeSet(now)
-        for job_id, job_changes in per_job.items():
-            if job_id not in failed:
-                changes.absorb(job_changes)
+        changes = _work_out(outcomes, decision, handler, job_info, task_rows, failed, now)
+        outcomes = [outcome for outcome in outcomes if outcome.target.job_id not in failed]
         for job_id, error in errors.report(handler.name, failed).items():
             _set_aside(job_id, error, handler, changes, read_states[job_id])
         await preempt_victims(connection, changes, decision.victims)
@@ -116,6 +100,31 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         settled = await settle_jobs(connection, changes.touched_jobs, now, handler.name)
         observe(handler.name, outcomes, snapshot)
         return RunReport(True, changes.touched_workers | settled.touched_workers, outcomes)
+
+
+def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job_info: dict[int, _Job],
+              task_rows: dict[int, TaskRow], failed: dict, now: float) -> ChangeSet:
+    """The run's changes, worked out job by job: a job whose changes raise goes to `failed` with none of them."""
+    assignments = {a.task_id: a for a in decision.assignments}
+    per_job: dict[int, ChangeSet] = {}
+    for outcome in outcomes:
+        job_id = outcome.target.job_id
+        if job_id in failed:
+            continue
+        try:
+            _apply(outcome, handler, per_job.setdefault(job_id, ChangeSet(now)), job_info, task_rows, assignments)
+        except Exception as error:
+            failed[job_id] = error
+            continue
+        TRANSITIONS.labels(handler.name, outcome.result).inc()
+    for job_id, cause in decision.doomed.items():
+        if job_id not in failed:
+            _doom(job_id, cause, handler, per_job.setdefault(job_id, ChangeSet(now)), job_info)
+    changes = ChangeSet(now)
+    for job_id, job_changes in per_job.items():
+        if job_id not in failed:
+            changes.absorb(job_changes)
+    return changes
 
 
 def _set_aside(job_id: int, error: TargetError, handler: Handler, changes: ChangeSet, state: JobState) -> None:

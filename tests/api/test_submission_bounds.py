@@ -97,3 +97,18 @@ async def test_a_child_may_wait_only_on_jobs_its_token_reaches(api):
     assert (refused.status_code, refused.json()["detail"]) == (
         403, f"the token of job {driver['id']} reaches only that job and the jobs launched from it, "
              f"not job {stranger['id']}")
+
+
+async def test_a_job_token_reaches_no_route_that_could_escalate_it(api):
+    """Deployments, retry policies, placement, workers and the event stream stay the admin's (a guard: so they were)."""
+    async with api.admin() as admin:
+        driver = await submit(admin)
+    calls = [("POST", "/api/v1/deployments", {"name": "svc", "command": ["serve"]}),
+             ("PUT", "/api/v1/admin/retry-policy", {"max_retries": 5}),
+             ("GET", f"/api/v1/jobs/{driver['id']}/placement", None),
+             ("POST", "/api/v1/workers", {"name": "rogue"}),
+             ("GET", "/api/v1/events", None)]
+    async with api.job(driver["id"]) as task:
+        for method, path, body in calls:
+            response = await task.request(method, path, json=body)
+            assert response.status_code == 401, (path, response.text)

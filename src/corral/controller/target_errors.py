@@ -31,14 +31,11 @@ class TargetError:
 
     cause: str
     streak: int
+    give_up: bool = False  # the streak reached the limit: the caller gives the target up
 
     @property
     def first(self) -> bool:
         return self.streak == 1
-
-    @property
-    def give_up(self) -> bool:
-        return self.streak >= GIVE_UP_AFTER
 
     def note(self, handler: str) -> str:
         """The history record's sentence."""
@@ -65,21 +62,23 @@ class TargetErrors:
     def __init__(self) -> None:
         self._streaks: dict[str, dict[Hashable, int]] = {}
 
-    def report(self, handler: str, failed: Mapping[Hashable, BaseException | str],
-               entity: str = "job") -> dict[Hashable, TargetError]:
-        """One run's failures (target id -> the exception, or a cause); a target not among them ends its streak."""
+    def report(self, handler: str, failed: Mapping[Hashable, BaseException | str], entity: str = "job",
+               give_up_after: int | None = GIVE_UP_AFTER) -> dict[Hashable, TargetError]:
+        """One run's failures (target id -> the exception, or a cause); a target not among them ends its streak.
+        None for `give_up_after`: the caller has no way to give a target up, and sets it aside every run."""
         before = self._streaks.get(handler, {})
         streaks = {key: before.get(key, 0) + 1 for key in failed}
         self._streaks[handler] = streaks
         errors = {}
         for key, error in failed.items():
             cause = error if isinstance(error, str) else describe(error)
-            errors[key] = TargetError(cause, streaks[key])
+            give_up = give_up_after is not None and streaks[key] >= give_up_after
+            errors[key] = TargetError(cause, streaks[key], give_up)
             HANDLER_TARGET_ERRORS.labels(handler).inc()
             if streaks[key] == 1:
                 log.error("%s=%s handler %s failed on it: %s; set aside, the others proceed", entity, key, handler,
                           cause, exc_info=error if isinstance(error, BaseException) else None)
-            elif errors[key].give_up:
+            elif streaks[key] == give_up_after:
                 log.error("%s=%s handler %s failed on it %d runs in a row: given up", entity, key, handler,
                           streaks[key])
         return errors

@@ -102,7 +102,7 @@ async def _run(store: Store, handler: ServingHandler, now: float, probes: dict[i
             except AlreadyEnded:
                 continue
             report.changed = report.jobs_changed = True
-        for target_id, error in errors.report(handler.name, failed, entity=handler.entity).items():
+        for target_id, error in errors.report(handler.name, failed, handler.entity, give_up_after=None).items():
             if error.first:
                 report.changed |= await _record_set_aside(connection, handler, snapshot, target_id, error, now)
         return report

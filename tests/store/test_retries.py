@@ -231,3 +231,16 @@ async def test_a_retry_already_due_when_decided_is_created_in_the_same_run(store
     assert [h.result for h in await job_history(store, first) if h.handler == "RetryJobs"] == [
         "NEED_RETRY", "SUCCESS"]
     assert not (await run_retries(store, NOW + 60)).changed
+
+
+async def test_a_launched_jobs_retry_stays_in_its_launch_tree(store):
+    worker = await add_worker(store)
+    driver = await submit(store, command=["sleep", "1"])
+    spec = JobSpec(command=["false"], retry_policy=RetryPolicy(max_retries=1, retry_delay=1, jitter="none"))
+    async with store.write() as connection:
+        launched = await insert_job(connection, spec, None, NOW, name="driver/step", launched_by=driver,
+                                    **await retry_columns(connection, spec, None))
+    await fail(store, worker, launched)
+    (child,) = (await run_retries(store, NOW + 2)).created
+    row = await job(store, child)
+    assert (row.launched_by, row.name) == (driver, "driver/step")

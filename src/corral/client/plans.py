@@ -80,10 +80,13 @@ _retry_attempts = TypeAdapter(list[RetryAttemptView])
 
 
 def submit(spec: JobSpec | dict, idempotency_key: str | None = None) -> Plan[JobView]:
-    """Validated locally first, so a bad spec fails with the field named before any network round trip."""
+    """Validated locally first, so a bad spec fails with the field named before any network round trip. Only the
+    fields given are sent: the controller fills in the rest (a job launched from a task inherits its launcher's
+    project and priority)."""
     spec = spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    response = yield Call("POST", f"{API}/jobs", json=spec.model_dump(mode="json"), headers=headers)
+    response = yield Call("POST", f"{API}/jobs", json=spec.model_dump(mode="json", exclude_unset=True),
+                          headers=headers)
     return JobView.model_validate(response.json())
 
 

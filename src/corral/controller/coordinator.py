@@ -3,6 +3,8 @@
 It is generic: it knows nothing of any one handler beyond its declared targets and
 transitions. Reads are one query for targets (and one for worker room when placing),
 writes go through one ChangeSet, and job states are settled from their tasks before commit.
+Each job's changes are worked out apart and joined only if they all could be: a job the handler
+raises about is set aside (target_errors) and the run goes on for the others.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from corral.controller.drain import observe
 from corral.controller.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.controller.priority_preemption import preempt_victims
 from corral.controller.settle import settle_jobs
-from corral.core.handlers import Handler, JobFacts, Launcher, Snapshot
+from corral.controller.target_errors import TargetError, TargetErrors, decide_apart
+from corral.core.handlers import Decision, Handler, JobFacts, Launcher, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
-from corral.core.states import TASK_TERMINAL, JobState, TaskState, is_legal
+from corral.core.states import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState, is_legal
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import BATCH_ROWS, target_rows, task_row
@@ -62,28 +65,34 @@ class _Job:
         return self.facts.max_retries_preemption
 
 
-async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
+async def run_handler(store: Store, handler: Handler, now: float, errors: TargetErrors | None = None) -> RunReport:
+    """One run. A job the handler raises about is left out and reported to `errors` (kept across runs by the
+    engine: that is how a streak is seen); the run goes on for the others and commits."""
+    errors = errors or TargetErrors()
     async with store.write() as connection:
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
                                  handler.launcher_states, handler.batch_rows or BATCH_ROWS)
         if not rows:
+            errors.report(handler.name, {})
             return RunReport()
         targets, job_info, task_rows = _targets(rows, handler)
+        read_states = {job_id: info.state for job_id, info in job_info.items()}
         snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
         started = time.perf_counter()
+        failed: dict[int, BaseException | str] = {}
         if handler.needs_rooms:
             snapshot.cluster = await read_cluster(connection)
-        decision = handler.execute(targets, snapshot)
+            failed.update((job_id, cause) for job_id, cause in snapshot.cluster.unreadable.items()
+                          if job_id in job_info)
+        decision, targets = decide_apart(lambda some: handler.execute(some, snapshot),
+                                         [t for t in targets if t.job_id not in failed], lambda t: t.job_id, failed)
         if handler.needs_rooms:
             SCHEDULING_SECONDS.observe(time.perf_counter() - started)
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=handler.max_tries)
-        changes = ChangeSet(now)
-        assignments = {a.task_id: a for a in decision.assignments}
-        for outcome in outcomes:
-            _apply(outcome, handler, changes, job_info, task_rows, assignments)
-            TRANSITIONS.labels(handler.name, outcome.result).inc()
-        for job_id, cause in decision.doomed.items():
-            _doom(job_id, cause, handler, changes, job_info)
+        changes = _work_out(outcomes, decision, handler, job_info, task_rows, failed, now)
+        outcomes = [outcome for outcome in outcomes if outcome.target.job_id not in failed]
+        for job_id, error in errors.report(handler.name, failed).items():
+            _set_aside(job_id, error, handler, changes, read_states[job_id])
         await preempt_victims(connection, changes, decision.victims)
         if changes.empty:
             return RunReport(outcomes=outcomes)
@@ -91,6 +100,40 @@ async def run_handler(store: Store, handler: Handler, now: float) -> RunReport:
         settled = await settle_jobs(connection, changes.touched_jobs, now, handler.name)
         observe(handler.name, outcomes, snapshot)
         return RunReport(True, changes.touched_workers | settled.touched_workers, outcomes)
+
+
+def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job_info: dict[int, _Job],
+              task_rows: dict[int, TaskRow], failed: dict, now: float) -> ChangeSet:
+    """The run's changes, worked out job by job: a job whose changes raise goes to `failed` with none of them."""
+    assignments = {a.task_id: a for a in decision.assignments}
+    per_job: dict[int, ChangeSet] = {}
+    for outcome in outcomes:
+        job_id = outcome.target.job_id
+        if job_id in failed:
+            continue
+        try:
+            _apply(outcome, handler, per_job.setdefault(job_id, ChangeSet(now)), job_info, task_rows, assignments)
+        except Exception as error:
+            failed[job_id] = error
+            continue
+        TRANSITIONS.labels(handler.name, outcome.result).inc()
+    for job_id, cause in decision.doomed.items():
+        if job_id not in failed:
+            _doom(job_id, cause, handler, per_job.setdefault(job_id, ChangeSet(now)), job_info)
+    changes = ChangeSet(now)
+    for job_id, job_changes in per_job.items():
+        if job_id not in failed:
+            changes.absorb(job_changes)
+    return changes
+
+
+def _set_aside(job_id: int, error: TargetError, handler: Handler, changes: ChangeSet, state: JobState) -> None:
+    """Record the first failure of a streak on the job; end the job FAILED once the handler gives up on it."""
+    if error.give_up and state not in JOB_TERMINAL and state is not JobState.TERMINATING:
+        changes.job(job_id, state, JobState.TERMINATING, handler=handler.name, result=SchedulingResult.GIVE_UP,
+                    message=error.note(handler.name), outcome=str(JobState.FAILED), pending_reason=None)
+    elif error.first:
+        changes.record(job_id, handler.name, SchedulingResult.SKIPPED, state, None, error.note(handler.name))
 
 
 def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dict[int, TaskRow]]:

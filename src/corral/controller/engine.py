@@ -10,6 +10,7 @@ from collections import defaultdict
 from corral.controller.coordinator import run_handler
 from corral.controller.reports import prune_lost_workers, reap_lost_workers
 from corral.controller.retries import run_retries
+from corral.controller.target_errors import TargetErrors
 from corral.core.handlers import JOB_HANDLERS
 from corral.store.store import Store
 from corral.waiting import woken
@@ -58,6 +59,8 @@ class Engine:
         self.passes = 0
         self.reap_after = time.time() + reconnect_grace(heartbeat_interval, loss_timeout)
         self.retry_due: float | None = None  # the earliest scheduled job retry: the loop wakes for it
+        self.target_errors = TargetErrors()  # streaks of errors about one job, across passes
+        self._failing: set[str] = set()  # handlers whose last run failed as a whole: logged once per streak
 
     def wake(self) -> None:
         self._woken.set()
@@ -76,13 +79,20 @@ class Engine:
 
     async def _run_retries(self) -> bool:
         try:
-            retries = await run_retries(self.store, time.time())
+            retries = await run_retries(self.store, time.time(), errors=self.target_errors)
         except Exception:
             self.retry_due = None  # wake on the period, not in a tight loop over a failing run
-            log.exception("handler RetryJobs failed; its transaction was rolled back")
+            self._failed("RetryJobs")
             return False
+        self._failing.discard("RetryJobs")
         self.retry_due = retries.next_due
         return retries.changed
+
+    def _failed(self, handler: str) -> None:
+        if handler not in self._failing:
+            self._failing.add(handler)
+            log.exception("handler %s failed; its transaction was rolled back (logged again only after it recovers)",
+                          handler)
 
     async def run_pass(self) -> bool:
         self._woken.clear()
@@ -92,10 +102,11 @@ class Engine:
             if self.retry_due is not None and time.time() >= self.retry_due:
                 changed |= await self._run_retries()  # fell due during the pass: it does not wait for the pass
             try:
-                report = await run_handler(self.store, handler, time.time())
+                report = await run_handler(self.store, handler, time.time(), self.target_errors)
             except Exception:
-                log.exception("handler %s failed; its transaction was rolled back", handler.name)
+                self._failed(handler.name)
                 continue
+            self._failing.discard(handler.name)
             if report.changed:
                 changed = True
                 self.signals.notify(report.workers)

@@ -58,7 +58,9 @@ async def authorize(request: Request) -> Caller:
     async with request.app.state.store.read() as connection:
         within = await launched_within(connection, int(job_id), caller.job_id)
     if within is False:
-        raise HTTPException(status.HTTP_403_FORBIDDEN,
-                            f"the token of job {caller.job_id} reaches only that job and the jobs launched from it, "
-                            f"not job {job_id}")
+        raise HTTPException(status.HTTP_403_FORBIDDEN, out_of_reach(caller.job_id, job_id))
     return caller  # a missing job falls through to the route's 404
+
+
+def out_of_reach(caller: int, job_id: int | str) -> str:
+    return f"the token of job {caller} reaches only that job and the jobs launched from it, not job {job_id}"

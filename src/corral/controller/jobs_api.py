@@ -14,14 +14,15 @@ from sqlalchemy.exc import IntegrityError
 from corral.controller.admission import refusal
 from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.controller.job_query import JobFilter, SortKey, count_query, page_query
-from corral.controller.job_tokens import authorize
-from corral.controller.launches import launch_name
+from corral.controller.job_tokens import authorize, out_of_reach
+from corral.controller.launches import bounded_by, launch_name, read_launcher
 from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields
-from corral.core.spec import JobSpec
+from corral.core.spec import JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.store.jobs import insert_job
+from corral.store.launches import launched_within
 from corral.store.retries import cancel_scheduled_retry
 from corral.store.schema import attempts, history, jobs, tasks
 
@@ -32,21 +33,33 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(a
 async def submit(spec: JobSpec, request: Request,
                  idempotency_key: str | None = Header(None, max_length=200)) -> JobView | JSONResponse:
     app = request.app.state
+    late = begin_problem(spec.begin, time.time())
+    if late:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            [{"loc": ["body", "begin"], "msg": late, "type": "value_error"}])
+    launcher = request.state.caller.job_id
+    if launcher is not None:  # a task's child: bounded by the job that launches it
+        async with app.store.read() as connection:
+            spec = bounded_by(await read_launcher(connection, launcher), spec)
+            for job_id in (*spec.after, *spec.after_any):  # its state would show in the child's pending reason
+                if await launched_within(connection, job_id, launcher) is False:
+                    raise HTTPException(status.HTTP_403_FORBIDDEN, out_of_reach(launcher, job_id))
     if spec.bundle and not app.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
     if idempotency_key:
         existing = await _job_by_key(request, idempotency_key)
         if existing is not None:
-            return _replay(existing, spec, idempotency_key)
-    launcher = request.state.caller.job_id
+            return await _replay(request, existing, spec, idempotency_key)
     async with app.store.read() as connection:
         refused = await refusal(connection, spec)
     if refused:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, refused)
     try:
         async with app.store.write() as connection:
-            name = await launch_name(connection, launcher, spec.name or "")
+            name = spec.name or ""
+            if launcher is not None:  # read again in this transaction: the launcher may be ending by now
+                name = launch_name(await read_launcher(connection, launcher), name)
             retry = await retry_columns(connection, spec, app.retry_config)
             job_id = await insert_job(connection, spec, idempotency_key, time.time(), name=name,
                                       launched_by=launcher, **retry)
@@ -54,12 +67,19 @@ async def submit(spec: JobSpec, request: Request,
         existing = await _job_by_key(request, idempotency_key or "")
         if existing is None:
             raise
-        return _replay(existing, spec, idempotency_key or "")
+        return await _replay(request, existing, spec, idempotency_key or "")
     app.engine.wake()
     return (await job_views(request, [job_id]))[0]
 
 
-def _replay(existing: JobView, spec: JobSpec, key: str) -> JSONResponse:
+async def _replay(request: Request, existing: JobView, spec: JobSpec, key: str) -> JSONResponse:
+    caller = request.state.caller.job_id
+    if caller is not None:  # a task's token answers for its launch tree only, replays included
+        async with request.app.state.store.read() as connection:
+            if not await launched_within(connection, existing.id, caller):
+                raise HTTPException(status.HTTP_409_CONFLICT,
+                                    f"idempotency key {key!r} is taken by a job that the token of job {caller} "
+                                    "does not reach")
     if existing.spec != spec:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"idempotency key {key!r} was used for job {existing.id} with another spec")

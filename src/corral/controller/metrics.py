@@ -49,6 +49,9 @@ DRAINS_COMPLETED = Counter(
 DRAIN_SECONDS = Histogram(
     "corral_gang_drain_seconds", "Time from a gang drain's start to its completion.",
     registry=REGISTRY, buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
+HANDLER_TARGET_ERRORS = Counter(
+    "corral_handler_target_errors", "Errors about one target of a handler run: the target was set aside, the "
+    "others proceeded.", ["handler"], registry=REGISTRY)
 PLACEMENTS = Counter("corral_placements", "Tasks placed on a worker by the scheduler.", registry=REGISTRY)
 EVENTS_SENT = Counter("corral_events_sent", "Events sent to event stream subscribers.", registry=REGISTRY)
 EVENTS_PRUNED = Counter("corral_events_pruned", "Events deleted for being older than the retention window.",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
@@ -24,11 +25,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
+from corral.controller.target_errors import FailedOn, TargetErrors
 from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
 from corral.core.spec import JobSpec
+from corral.store.changes import StaleWrite
 from corral.store.jobs import insert_job
-from corral.store.retries import add_audit, next_due, retry_targets, set_retry_state
+from corral.store.retries import add_audit, next_due, retry_targets, set_retry_state, stop_retrying
 from corral.store.schema import history, jobs
 from corral.store.store import Store
 
@@ -42,29 +45,74 @@ class RetryReport:
     next_due: float | None = None  # when the earliest scheduled retry is due
 
 
-async def run_retries(store: Store, now: float, rng: random.Random | None = None) -> RetryReport:
-    """One RetryJobs run. A child created meanwhile by a second controller rolls the run back: re-read."""
-    try:
-        async with store.write() as connection:
-            decisions = [d for t in await retry_targets(connection, now) if (d := decide(t, now, rng))]
-            # A retry already due when it is scheduled (decided late, or no delay) is created in the same run.
-            decisions += [d for s in decisions if (d := _dispatch_if_due(s, now))]
-            report = RetryReport(changed=bool(decisions))
-            audits, records = [], []
-            for decision in decisions:
+async def run_retries(store: Store, now: float, rng: random.Random | None = None,
+                      errors: TargetErrors | None = None) -> RetryReport:
+    """One RetryJobs run. A child created meanwhile by a second controller rolls the run back: re-read.
+
+    A job it fails on is set aside (see target_errors), the others proceed: deciding is pure and per job; a write
+    that fails rolls back the run, which is made again without that job, so nothing about it is kept half-way.
+    """
+    errors = errors or TargetErrors()
+    failed: dict[int, BaseException | str] = {}
+    while True:
+        try:
+            return await _run(store, now, rng, errors, failed)
+        except FailedOn as failure:
+            if failure.target in failed:  # left out, and still written about: not the job's doing
+                raise failure.error from None
+            failed[failure.target] = failure.error
+        except IntegrityError:
+            log.info("a retry child was created by another controller; re-reading")
+            return RetryReport(changed=True)
+
+
+async def _run(store: Store, now: float, rng: random.Random | None, errors: TargetErrors,
+               failed: dict[int, BaseException | str]) -> RetryReport:
+    async with store.write() as connection:
+        targets = [t for t in await retry_targets(connection, now, failed) if t.job_id not in failed]
+        decisions = _each(targets, lambda t: t.job_id, lambda t: decide(t, now, rng), failed)
+        # A retry already due when it is scheduled (decided late, or no delay) is created in the same run.
+        decisions += _each(decisions, lambda d: d.target.job_id, lambda d: _dispatch_if_due(d, now), failed)
+        report = RetryReport(changed=bool(decisions))
+        audits, records = [], []
+        for decision in decisions:
+            try:
                 child = await _apply(connection, decision, now, audits, records)
-                if child is not None:
-                    report.created.append(child)
-            if records:
-                await connection.execute(history.insert(), records)
-            await add_audit(connection, audits)
-            report.next_due = await next_due(connection)
-    except IntegrityError:
-        log.info("a retry child was created by another controller; re-reading")
-        return RetryReport(changed=True)
+            except (IntegrityError, StaleWrite):
+                raise  # about the run (another controller), not about this job
+            except Exception as error:
+                raise FailedOn(decision.target.job_id, error) from error
+            if child is not None:
+                report.created.append(child)
+        for job_id, error in errors.report(NAME, failed).items():
+            report.changed = True
+            if error.give_up:
+                await stop_retrying(connection, job_id)
+            if error.first or error.give_up:
+                records.append(dict(at=now, job_id=job_id, task_id=None, attempt=None, handler=NAME,
+                                    result=SchedulingResult.GIVE_UP if error.give_up else SchedulingResult.SKIPPED,
+                                    from_state=None, to_state=None, message=error.note(NAME)))
+        if records:
+            await connection.execute(history.insert(), records)
+        await add_audit(connection, audits)
+        report.next_due = await next_due(connection)
     for decision in decisions:
         _count(decision)
     return report
+
+
+def _each(items: list, job_of: Callable, decide_one: Callable, failed: dict) -> list[RetryDecision]:
+    """The decision about each item, where there is one; the job of an item it raises about goes to `failed`."""
+    decisions = []
+    for item in items:
+        try:
+            decision = decide_one(item)
+        except Exception as error:
+            failed[job_of(item)] = error
+            continue
+        if decision:
+            decisions.append(decision)
+    return decisions
 
 
 def _dispatch_if_due(decision: RetryDecision, now: float) -> RetryDecision | None:
@@ -96,8 +144,8 @@ async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: f
                     records: list) -> int | None:
     """The child: the parent's spec and policy, one further down the chain, keyed to be created once."""
     parent = (await connection.execute(
-        select(jobs.c.id, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
-               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause)
+        select(jobs.c.id, jobs.c.name, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
+               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause, jobs.c.launched_by)
         .where(jobs.c.id == decision.target.job_id)
     )).one()
     root_id = parent.retry_root_id or parent.id
@@ -115,6 +163,7 @@ async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: f
             f"attempt {count + 1} of {parent.max_retries + 1}")
     child_id = await insert_job(
         connection, JobSpec.model_validate(parent.spec), key, now, created_by=NAME, note=note,
+        name=parent.name, launched_by=parent.launched_by,  # a launched job's retry stays in its launch tree
         parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
         retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)
     await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.RETRIED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime
 from typing import Annotated
 
@@ -18,6 +19,8 @@ MAX_MEMORY = 64 * 2**40  # 64 TiB
 MAX_GPU = 256
 MAX_REPLICAS = 10_000
 MAX_TIME_LIMIT = 365 * 86400.0
+EARLIEST_BEGIN = 946684800.0  # 2000-01-01 UTC
+MAX_BEGIN_AHEAD = 5 * 365 * 86400.0  # a begin time at most this far ahead of its submission
 
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -90,6 +93,15 @@ def parse_time(value: object) -> object:
         return datetime.fromisoformat(value.strip()).timestamp()
     except ValueError:
         raise ValueError(f"not a time: {value!r} (use unix seconds or ISO 8601, e.g. 2026-01-31T08:00)") from None
+
+
+def begin_problem(begin: float | None, now: float) -> str | None:
+    """Why `begin` cannot be accepted at a submission at `now`, or None. Judged at submission only: a stored job's
+    begin time is not judged again as time passes."""
+    if begin is None or EARLIEST_BEGIN <= begin <= now + MAX_BEGIN_AHEAD:
+        return None
+    latest = time.strftime("%Y-%m-%d", time.gmtime(now + MAX_BEGIN_AHEAD))
+    return f"must lie between 2000-01-01 and five years from now ({latest}), not {begin:g}"
 
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]

@@ -206,7 +206,10 @@ class NotBefore(Reason):
     at: float
 
     def sentence(self) -> str:
-        return f"not before {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(self.at))}"
+        try:
+            return f"not before {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(self.at))}"
+        except (OverflowError, OSError, ValueError):  # past what a calendar date can say (a row from before bounds)
+            return f"not before {self.at:g} (unix seconds)"
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class ClusterSnapshot:
     avoid: dict[int, frozenset[str]] = field(default_factory=dict)  # pending task -> workers it failed on
     dependencies: dict[int, JobEnd] = field(default_factory=dict)  # jobs named in after / after_any
     policy: Policy = field(default_factory=Policy)
+    unreadable: dict[int, str] = field(default_factory=dict)  # active job -> why its spec could not be read
 
 
 def gate(job: JobPlacement, dependencies: Mapping[int, JobEnd], now: float) -> Reason | None:

@@ -9,15 +9,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+
+from sqlalchemy.exc import IntegrityError
 
 from corral.controller.cancel import AlreadyEnded, cancel_job
 from corral.controller.metrics import TRANSITIONS
+from corral.controller.target_errors import FailedOn, TargetError, TargetErrors, decide_apart
 from corral.core.lifecycle import Outcome, judge
 from corral.serving.crash_loop import replacement_delay
-from corral.serving.handlers import Catalog, Probe, ReplicaFacts, ServingHandler, ServingSnapshot, ServingTarget
+from corral.serving.handlers import (
+    Catalog,
+    Probe,
+    ReplicaFacts,
+    ServingDecision,
+    ServingHandler,
+    ServingSnapshot,
+    ServingTarget,
+)
 from corral.serving.states import REPLICA_COUNTED, REPLICA_LEAVING, DeploymentState, ReplicaState
 from corral.serving.store import count_failed_start, insert_replica, move, read_snapshot, record, set_columns
+from corral.store.changes import StaleWrite
 from corral.store.schema import deployments, replicas
 from corral.store.store import Store
 
@@ -33,33 +46,55 @@ class ServingReport:
 
 
 async def run_serving_handler(store: Store, handler: ServingHandler, now: float, probes: dict[int, Probe],
-                              publish: Callable[[Catalog], None] | None = None) -> ServingReport:
+                              publish: Callable[[Catalog], None] | None = None,
+                              errors: TargetErrors | None = None) -> ServingReport:
+    """One run. A deployment or replica it fails on is set aside (see target_errors), the others proceed: it is
+    left out of `execute` when that raises about it, and a write about it that fails rolls the run back, which is
+    made again without it, so nothing about it is kept half-way."""
+    errors = errors or TargetErrors()
+    failed: dict[int, BaseException] = {}
+    while True:
+        try:
+            return await _run(store, handler, now, probes, publish, errors, failed)
+        except FailedOn as failure:
+            if failure.target in failed:  # left out, and still written about: not the target's doing
+                raise failure.error from None
+            failed[failure.target] = failure.error
+
+
+async def _run(store: Store, handler: ServingHandler, now: float, probes: dict[int, Probe],
+               publish: Callable[[Catalog], None] | None, errors: TargetErrors, failed: dict) -> ServingReport:
     async with store.write() as connection:
         snapshot = await read_snapshot(connection, now, probes)
-        targets = _targets(handler, snapshot)
-        decision = handler.execute(targets, snapshot)
+        decision, targets = _decide(handler, snapshot, failed)
         if decision.catalog is not None and publish is not None:
             publish(decision.catalog)
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=None,
                          is_expired=lambda target, _now: handler.is_stale(target, snapshot))
         report = ServingReport(outcomes=outcomes, snapshot=snapshot)
+        owner = _owner(handler, snapshot)
         for outcome in outcomes:
             TRANSITIONS.labels(handler.name, outcome.result).inc()
-            report.changed |= await _apply(connection, handler, outcome, snapshot, now)
+            async with _about(outcome.target.id):
+                report.changed |= await _apply(connection, handler, outcome, snapshot, now)
         for replica_id, address in decision.addresses.items():
-            await set_columns(connection, replicas, replica_id, address=address)
+            async with _about(owner(replica_id)):
+                await set_columns(connection, replicas, replica_id, address=address)
         for replica_id, reason in decision.stop.items():
-            replica = snapshot.replicas[replica_id]
-            reason += await _leaving(connection, replica, now)
-            await move(connection, replicas, replica_id, replica.state, ReplicaState.TERMINATING, now, reason=reason)
-            await record(connection, now, replica.deployment_id, replica_id, handler.name, "SUCCESS", replica.state,
-                         ReplicaState.TERMINATING, reason)
+            async with _about(owner(replica_id)):
+                replica = snapshot.replicas[replica_id]
+                reason += await _leaving(connection, replica, now)
+                await move(connection, replicas, replica_id, replica.state, ReplicaState.TERMINATING, now,
+                           reason=reason)
+                await record(connection, now, replica.deployment_id, replica_id, handler.name, "SUCCESS",
+                             replica.state, ReplicaState.TERMINATING, reason)
             report.changed = True
         for deployment_id, count in decision.create.items():
-            gone = leaving(snapshot, deployment_id)
-            for index in range(count):
-                await insert_replica(connection, deployment_id, snapshot.deployments[deployment_id].spec, now,
-                                     gone[index] if index < len(gone) else None)
+            async with _about(deployment_id if handler.entity == "deployment" else None):
+                gone = leaving(snapshot, deployment_id)
+                for index in range(count):
+                    await insert_replica(connection, deployment_id, snapshot.deployments[deployment_id].spec, now,
+                                         gone[index] if index < len(gone) else None)
             report.changed = report.jobs_changed = True
         for job_id in decision.cancel_jobs:
             try:
@@ -67,7 +102,49 @@ async def run_serving_handler(store: Store, handler: ServingHandler, now: float,
             except AlreadyEnded:
                 continue
             report.changed = report.jobs_changed = True
+        for target_id, error in errors.report(handler.name, failed, handler.entity, give_up_after=None).items():
+            if error.first:
+                report.changed |= await _record_set_aside(connection, handler, snapshot, target_id, error, now)
         return report
+
+
+def _decide(handler: ServingHandler, snapshot: ServingSnapshot, failed: dict) -> tuple[ServingDecision, list]:
+    targets = [t for t in _targets(handler, snapshot) if t.id not in failed]
+    return decide_apart(lambda some: handler.execute(some, snapshot), targets, lambda t: t.id, failed)
+
+
+def _owner(handler: ServingHandler, snapshot: ServingSnapshot) -> Callable[[int], int | None]:
+    """The target a replica's effect is about: the replica, or for a deployment handler its deployment."""
+    if handler.entity == "replica":
+        return lambda replica_id: replica_id
+    return lambda replica_id: replica.deployment_id if (replica := snapshot.replicas.get(replica_id)) else None
+
+
+@asynccontextmanager
+async def _about(target_id: int | None):
+    """A write about one target: if it fails, that target is set aside (None: the run fails as a whole)."""
+    try:
+        yield
+    except (StaleWrite, IntegrityError):
+        raise  # the store moved under the run: read again, as for any run
+    except Exception as error:
+        if target_id is None:
+            raise
+        raise FailedOn(target_id, error) from error
+
+
+async def _record_set_aside(connection, handler: ServingHandler, snapshot: ServingSnapshot, target_id: int,
+                            error: TargetError, now: float) -> bool:
+    if handler.entity == "deployment":
+        facts, deployment_id, replica_id = snapshot.deployments.get(target_id), target_id, None
+    else:
+        facts = snapshot.replicas.get(target_id)
+        deployment_id, replica_id = (facts.deployment_id if facts else None), target_id
+    if facts is None:
+        return False
+    await record(connection, now, deployment_id, replica_id, handler.name, "SKIPPED", facts.state, None,
+                 error.note(handler.name))
+    return True
 
 
 async def _leaving(connection, replica: ReplicaFacts, now: float) -> str:
@@ -91,12 +168,12 @@ def would_act(handler: ServingHandler, snapshot: ServingSnapshot,
 
     The pass uses it to skip the write transaction of every handler with nothing to do.
     """
-    targets = _targets(handler, snapshot)
-    decision = handler.execute(targets, snapshot)
+    failed: dict = {}
+    decision, targets = _decide(handler, snapshot, failed)
     if decision.catalog is not None and publish is not None:
         publish(decision.catalog)
-    if decision.create or decision.stop or decision.cancel_jobs or decision.addresses:
-        return True
+    if failed or decision.create or decision.stop or decision.cancel_jobs or decision.addresses:
+        return True  # a target it fails on: the run sets it aside and says so
     outcomes = judge(targets, decision.result, handler.transitions, now=snapshot.now, max_tries=None,
                      is_expired=lambda target, _now: handler.is_stale(target, snapshot))
     return any(_new_state(handler, o) not in (None, o.target.state) for o in outcomes)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import httpx
 
+from corral.controller.target_errors import TargetErrors
 from corral.core.lifecycle import SchedulingResult
 from corral.serving.coordinator import ServingReport, run_serving_handler, would_act
 from corral.serving.handlers import (
@@ -51,13 +52,14 @@ class ServingEngine:
         self.snapshot: ServingSnapshot | None = None
         self._woken = asyncio.Event()
         self._probing: dict[int, asyncio.Task] = {}
+        self.target_errors = TargetErrors()  # streaks of errors about one deployment or replica, across passes
 
     def wake(self) -> None:
         self._woken.set()
 
     async def changed(self) -> None:
         """A user changed a deployment: publish the router's catalog now (the API answers after), then run a pass."""
-        await run_serving_handler(self.store, DISCOVERY, time.time(), self.probes, self._publish)
+        await run_serving_handler(self.store, DISCOVERY, time.time(), self.probes, self._publish, self.target_errors)
         self.wake()
 
     def _publish(self, catalog: Catalog) -> None:
@@ -99,7 +101,8 @@ class ServingEngine:
                         snapshot = self.snapshot = await read_snapshot(connection, time.time(), self.probes)
                 if not would_act(handler, snapshot, self._publish):
                     continue
-                report = await run_serving_handler(self.store, handler, time.time(), self.probes, self._publish)
+                report = await run_serving_handler(self.store, handler, time.time(), self.probes, self._publish,
+                                                   self.target_errors)
                 self._note_start_failures(handler, report)
             except Exception:
                 log.exception("serving handler %s failed; its transaction was rolled back", handler.name)

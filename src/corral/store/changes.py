@@ -134,6 +134,21 @@ class ChangeSet:
             from_state=from_state, to_state=to_state, message=message, worker_id=worker_id,
         ))
 
+    def absorb(self, other: ChangeSet) -> None:
+        """Take in the changes of another set, worked out apart (one job's), so that one that failed is left out."""
+        for mine, theirs in ((self._tasks, other._tasks), (self._jobs, other._jobs)):
+            for row_id, (expected, values) in theirs.items():
+                if row_id in mine:
+                    mine[row_id][1].update(values)
+                else:
+                    mine[row_id] = (expected, values)
+        self._attempts_new += other._attempts_new
+        for key, values in other._attempts_upd.items():
+            self._attempts_upd.setdefault(key, {}).update(values)
+        self._history += other._history
+        self.touched_workers |= other.touched_workers
+        self.touched_jobs |= other.touched_jobs
+
     @property
     def empty(self) -> bool:
         return not (self._tasks or self._jobs or self._attempts_new or self._attempts_upd or self._history)

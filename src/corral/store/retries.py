@@ -21,8 +21,12 @@ BATCH_JOBS = 1000  # a RetryJobs run takes at most this many jobs; the rest wait
 CLUSTER = ("cluster", "")
 
 
-async def retry_targets(connection: AsyncConnection, now: float) -> list[RetryTarget]:
-    """Armed jobs that have ended and scheduled retries that are due (one query), with how the failed ones ended."""
+async def retry_targets(connection: AsyncConnection, now: float,
+                        unreadable: dict[int, str] | None = None) -> list[RetryTarget]:
+    """Armed jobs that have ended and scheduled retries that are due (one query), with how the failed ones ended.
+
+    A job whose retry policy cannot be read (a row from before a validation) is left out and noted in `unreadable`.
+    """
     rows = (await connection.execute(
         select(jobs.c.id, jobs.c.state, jobs.c.cancelled, jobs.c.retry_state, jobs.c.retry_count,
                jobs.c.retry_policy, jobs.c.finished_at, jobs.c.retry_due_at)
@@ -32,17 +36,32 @@ async def retry_targets(connection: AsyncConnection, now: float) -> list[RetryTa
         ))
         .order_by(jobs.c.id).limit(BATCH_JOBS)
     )).all()
+    policies = {}
+    for row in rows:
+        try:
+            policies[row.id] = RetryPolicy.model_validate(row.retry_policy)
+        except ValueError as error:
+            if unreadable is not None:
+                unreadable[row.id] = f"its retry policy cannot be read: {error}".replace("\n", " ")
+    rows = [r for r in rows if r.id in policies]
     ended = [r.id for r in rows if r.retry_state == RetryState.ARMED and r.state != JobState.SUCCEEDED]
     task_ends = await _task_ends(connection, ended)
     expired = await _ended_by_expiry(connection, ended)
     return [
         RetryTarget(
             job_id=r.id, state=JobState(r.state), retry_state=RetryState(r.retry_state), retry_count=r.retry_count,
-            policy=RetryPolicy.model_validate(r.retry_policy), finished_at=r.finished_at, due_at=r.retry_due_at,
+            policy=policies[r.id], finished_at=r.finished_at, due_at=r.retry_due_at,
             end=JobEnd(JobState(r.state), r.cancelled, tuple(task_ends[r.id]), r.id in expired)
             if r.retry_state == RetryState.ARMED else None)
         for r in rows
     ]
+
+
+async def stop_retrying(connection: AsyncConnection, job_id: int) -> None:
+    """An armed or scheduled job's chain ends here, not retried (RetryJobs gave up on it)."""
+    await connection.execute(
+        update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state.in_([RetryState.ARMED, RetryState.SCHEDULED]))
+        .values(retry_state=RetryState.NOT_RETRIED))
 
 
 async def _task_ends(connection: AsyncConnection, job_ids: list[int]) -> dict[int, list[TaskEnd]]:

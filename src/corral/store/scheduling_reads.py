@@ -21,9 +21,11 @@ STOPPING = frozenset({TaskState.PREEMPTING, TaskState.TERMINATING})
 
 
 async def read_cluster(connection: AsyncConnection) -> ClusterSnapshot:
-    job_facts = await _active_jobs(connection)
+    unreadable: dict[int, str] = {}
+    job_facts = await _active_jobs(connection, unreadable)
     running = await _running_tasks(connection, job_facts)
     return ClusterSnapshot(
+        unreadable=unreadable,
         rooms=await _rooms(connection, running),
         running=running,
         jobs=job_facts,
@@ -40,12 +42,23 @@ async def rooms_and_running(connection: AsyncConnection) -> tuple[list[WorkerRoo
     return await _rooms(connection, running), running
 
 
-async def _active_jobs(connection: AsyncConnection) -> dict[int, JobPlacement]:
+async def _active_jobs(connection: AsyncConnection,
+                       unreadable: dict[int, str] | None = None) -> dict[int, JobPlacement]:
+    """The placement facts of active jobs. A spec that cannot be read (a row older than a validation) is noted in
+    `unreadable` and read as the defaults, so that the room its running tasks hold is still counted."""
     rows = (await connection.execute(
         select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
         .where(jobs.c.state.in_([str(s) for s in JOB_ACTIVE]))
     )).all()
-    return {row.id: JobPlacement.from_spec(row.spec, priority=row.priority, gang=row.gang) for row in rows}
+    facts = {}
+    for row in rows:
+        try:
+            facts[row.id] = JobPlacement.from_spec(row.spec, priority=row.priority, gang=row.gang)
+        except Exception as error:
+            facts[row.id] = JobPlacement(priority=row.priority, gang=row.gang)
+            if unreadable is not None:
+                unreadable[row.id] = f"its spec cannot be read: {type(error).__name__}: {error}"
+    return facts
 
 
 async def _running_tasks(connection: AsyncConnection, job_facts: dict[int, JobPlacement]) -> list[RunningTask]:

@@ -6,8 +6,11 @@ import hashlib
 import os
 import re
 from pathlib import Path
+from typing import Literal, get_args
 
-STREAMS = ("stdout", "stderr")
+Stream = Literal["stdout", "stderr"]
+STREAMS = get_args(Stream)
+MAX_OFFSET = 2**62  # past any file; a larger offset cannot be sought to
 MAX_BUNDLE = 100 * 2**20
 
 

@@ -16,11 +16,13 @@ from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.controller.job_query import JobFilter, SortKey, UnknownFilter, count_query, page_query
 from corral.controller.job_tokens import authorize
 from corral.controller.launches import launch_name
+from corral.controller.params import PathId
 from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
+from corral.core.wire import MAX_ID, Text
 from corral.store.jobs import insert_job
 from corral.store.retries import cancel_scheduled_retry
 from corral.store.schema import attempts, history, jobs, tasks
@@ -74,13 +76,13 @@ async def _job_by_key(request: Request, key: str) -> JobView | None:
 
 @router.get("", response_model=JobPage)
 async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
-                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1),
-                    name: str | None = Query(None, max_length=200, description="A part of the name, any case."),
-                    project: str | None = Query(None, max_length=200), pool: str | None = Query(None, max_length=200),
+                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1, le=MAX_ID),
+                    name: Text | None = Query(None, max_length=200, description="A part of the name, any case."),
+                    project: Text | None = Query(None, max_length=200), pool: Text | None = Query(None, max_length=200),
                     sort: SortKey = Query("id"), order: Literal["asc", "desc"] = Query("desc"),
                     offset: int = Query(0, ge=0, le=10_000_000),
                     count: bool = Query(False, description="Also count the jobs that match (`total`)."),
-                    launched_by: int | None = Query(None, ge=1)) -> JobPage:
+                    launched_by: int | None = Query(None, ge=1, le=MAX_ID)) -> JobPage:
     if cursor is not None and (sort != "id" or offset):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "cursor pages only by id: drop sort or offset, or the cursor")
     where = JobFilter(state, name, project, pool, launched_by, within=request.state.caller.job_id)
@@ -98,7 +100,7 @@ async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
 
 
 @router.get("/{job_id}", response_model=JobView)
-async def get_job(job_id: int, request: Request) -> JobView:
+async def get_job(job_id: PathId, request: Request) -> JobView:
     return await _one(request, job_id)
 
 
@@ -110,7 +112,7 @@ async def _one(request: Request, job_id: int) -> JobView:
 
 
 @router.get("/{job_id}/tasks", response_model=list[TaskView])
-async def job_tasks(job_id: int, request: Request) -> list[TaskView]:
+async def job_tasks(job_id: PathId, request: Request) -> list[TaskView]:
     await _one(request, job_id)
     async with request.app.state.store.read() as connection:
         task_rows = (await connection.execute(
@@ -131,7 +133,7 @@ async def job_tasks(job_id: int, request: Request) -> list[TaskView]:
 
 
 @router.get("/{job_id}/history", response_model=list[HistoryEntry])
-async def job_history(job_id: int, request: Request) -> list[HistoryEntry]:
+async def job_history(job_id: PathId, request: Request) -> list[HistoryEntry]:
     await _one(request, job_id)
     async with request.app.state.store.read() as connection:
         rows = (await connection.execute(
@@ -142,7 +144,7 @@ async def job_history(job_id: int, request: Request) -> list[HistoryEntry]:
 
 
 @router.post("/{job_id}/cancel", response_model=JobView)
-async def cancel(job_id: int, request: Request) -> JobView:
+async def cancel(job_id: PathId, request: Request) -> JobView:
     app = request.app.state
     try:
         async with app.store.write() as connection:

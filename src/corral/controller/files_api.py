@@ -8,7 +8,7 @@ from sqlalchemy import select
 from corral.controller.auth import require_worker
 from corral.controller.files import MAX_BUNDLE, MAX_OFFSET, Stream
 from corral.controller.job_tokens import authorize
-from corral.controller.params import PathId, PathIndex
+from corral.controller.params import RAW_BODY, PathId, PathIndex
 from corral.core.wire import MAX_COUNT
 from corral.store.schema import tasks
 
@@ -41,7 +41,8 @@ async def has_bundle(digest: str, request: Request) -> Response:
     return Response(status_code=status.HTTP_200_OK if found else status.HTTP_404_NOT_FOUND)
 
 
-@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED, dependencies=[Depends(authorize)])
+@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED, dependencies=[Depends(authorize)],
+            openapi_extra=RAW_BODY)
 async def put_bundle(digest: str, request: Request) -> dict:
     _checked(request, digest)
     data = await request.body()

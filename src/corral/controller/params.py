@@ -20,6 +20,10 @@ from corral.core.wire import MAX_ID
 PathId = Annotated[int, Path(ge=1, le=MAX_ID, description="an id the controller gave")]
 PathIndex = Annotated[int, Path(ge=0, le=MAX_ID, description="a task's index in its job, from 0")]
 
+# Routes that read their body as bytes say so, so that the OpenAPI document (and a fuzzer) knows it.
+RAW_BODY = {"requestBody": {"required": True, "content": {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
+
 _OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
 
 

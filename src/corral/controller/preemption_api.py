@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from corral.controller.auth import require_worker
 from corral.controller.checkpoints import TooLarge
-from corral.controller.params import PathId
+from corral.controller.params import RAW_BODY, PathId
 from corral.controller.preemption import NoSuchTask, NotCurrent, acknowledge, check_checkpoint, record_checkpoint
 from corral.core.protocol import PreemptedAck
 from corral.core.wire import MAX_COUNT, Text
@@ -44,7 +44,7 @@ async def preempted(worker_id: Text, task_id: PathId, body: PreemptedAck, reques
     return {"task_id": task_id, "attempt": body.attempt, "epoch": body.epoch}
 
 
-@router.post("/checkpoint", status_code=status.HTTP_201_CREATED)
+@router.post("/checkpoint", status_code=status.HTTP_201_CREATED, openapi_extra=RAW_BODY)
 async def save_checkpoint(worker_id: Text, task_id: PathId, request: Request,
                           attempt: int = Query(..., ge=0, le=MAX_COUNT),
                           epoch: int = Query(..., ge=1, le=MAX_COUNT)) -> dict:

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
 from corral.controller.job_tokens import authorize
-from corral.controller.params import PathId, PathIndex
+from corral.controller.params import RAW_BODY, PathId, PathIndex
 from corral.controller.results import MAX_RESULT, ResultFiles
 from corral.core.states import TASK_TERMINAL, TaskState
 from corral.core.wire import MAX_COUNT
@@ -36,7 +36,7 @@ async def _task(request: Request, job_id: int, index: int):
     return row
 
 
-@router.put("", status_code=status.HTTP_204_NO_CONTENT)
+@router.put("", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=RAW_BODY)
 async def put_result(job_id: PathId, index: PathIndex, request: Request,
                      attempt: int = Query(..., ge=0, le=MAX_COUNT)) -> None:
     """Only the task's own job (or the admin) writes it, for the attempt that runs now."""

@@ -14,7 +14,7 @@ from corral.controller.files import MAX_OFFSET, Stream
 from corral.controller.job_tokens import mint
 from corral.controller.metrics import HEARTBEAT_SECONDS
 from corral.controller.orders import orders_for
-from corral.controller.params import PathId
+from corral.controller.params import RAW_BODY, PathId
 from corral.controller.reports import UnknownWorker, ingest_heartbeat, register_worker
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
 from corral.core.states import TASK_HOLDS_RESOURCES
@@ -63,7 +63,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
 
 
 @router.post("/{worker_id}/logs/{task_id}/{attempt}/{stream}", status_code=status.HTTP_204_NO_CONTENT,
-             dependencies=[Depends(require_worker)])
+             dependencies=[Depends(require_worker)], openapi_extra=RAW_BODY)
 async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, Path(ge=0, le=MAX_COUNT)],
                      stream: Stream, request: Request, offset: int = Query(..., ge=0, le=MAX_OFFSET)) -> None:
     request.app.state.logs.write(task_id, attempt, stream, offset, await request.body())

@@ -90,3 +90,10 @@ async def test_a_log_stream_other_than_stdout_or_stderr_is_a_422(api):
         refused = await worker.post("/api/v1/workers/w-1/logs/1/0/secrets", params={"offset": 0}, content=b"x")
     assert refused.status_code == 422, refused.text
     assert not list(api.data_dir.rglob("0.secrets"))
+
+
+async def test_an_idempotency_key_with_nul_is_a_422(api):
+    async with api.admin() as client:
+        refused = await client.post("/api/v1/jobs", json={"command": ["true"]}, headers={"Idempotency-Key": b"a\x00"})
+        assert refused.status_code == 422, refused.text
+        assert (await client.get("/api/v1/jobs")).json()["items"] == []

@@ -32,7 +32,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(a
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
 async def submit(spec: JobSpec, request: Request,
-                 idempotency_key: str | None = Header(None, max_length=200)) -> JobView | JSONResponse:
+                 idempotency_key: Text | None = Header(None, max_length=200)) -> JobView | JSONResponse:
     app = request.app.state
     if spec.bundle and not app.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,

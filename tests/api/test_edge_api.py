@@ -3,7 +3,9 @@ never a 500, and nothing of a refused request is stored."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import pytest
 
@@ -97,3 +99,17 @@ async def test_an_idempotency_key_with_nul_is_a_422(api):
         refused = await client.post("/api/v1/jobs", json={"command": ["true"]}, headers={"Idempotency-Key": b"a\x00"})
         assert refused.status_code == 422, refused.text
         assert (await client.get("/api/v1/jobs")).json()["items"] == []
+
+
+async def test_a_log_offset_past_any_log_is_a_422_and_one_the_disk_refuses_a_413(api, monkeypatch):
+    upload = "/api/v1/workers/w-1/logs/1/0/stdout"
+    async with api.as_("join-token") as worker:
+        assert (await worker.post(upload, params={"offset": 2**62}, content=b"x")).status_code == 422
+
+        def too_large(fd, data, offset):
+            raise OSError(errno.EFBIG, "File too large")
+
+        monkeypatch.setattr(os, "pwrite", too_large)
+        refused = await worker.post(upload, params={"offset": 2**39}, content=b"x")
+    assert refused.status_code == 413, refused.text
+    _valid_json(refused)

@@ -10,7 +10,7 @@ from typing import Literal, get_args
 
 Stream = Literal["stdout", "stderr"]
 STREAMS = get_args(Stream)
-MAX_OFFSET = 2**62  # past any file; a larger offset cannot be sought to
+MAX_OFFSET = 2**40  # 1 TiB: past any log; a file system may refuse to write far beyond it
 MAX_BUNDLE = 100 * 2**20
 
 

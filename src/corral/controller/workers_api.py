@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import time
 from collections import defaultdict
 from typing import Annotated
@@ -66,7 +67,13 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
              dependencies=[Depends(require_worker)], openapi_extra=RAW_BODY)
 async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, Path(ge=0, le=MAX_COUNT)],
                      stream: Stream, request: Request, offset: int = Query(..., ge=0, le=MAX_OFFSET)) -> None:
-    request.app.state.logs.write(task_id, attempt, stream, offset, await request.body())
+    try:
+        request.app.state.logs.write(task_id, attempt, stream, offset, await request.body())
+    except OSError as error:
+        if error.errno != errno.EFBIG:
+            raise
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
+                            f"the log cannot reach offset {offset} here: {error.strerror}") from None
 
 
 @router.get("", response_model=list[WorkerView], dependencies=[Depends(require_admin)])

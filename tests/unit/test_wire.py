@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from corral.controller.params import _serialisable
-from corral.core.protocol import HeartbeatRequest, RegisterRequest
+from corral.core.protocol import MAX_REASON, HeartbeatRequest, PreemptedAck, RegisterRequest, TaskReport
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.wire import MAX_ID, clean_text, parse_id
@@ -86,3 +86,11 @@ def test_parse_id_takes_only_ascii_digits_in_range(text, expected):
 def test_an_error_body_serialises_whatever_the_input_was():
     body = _serialisable({"input": [float("nan"), float("-inf"), "\ud800", {"\udfff": 1.5}]})
     assert json.loads(json.dumps(body, allow_nan=False)) == {"input": ["nan", "-inf", "\\ud800", {"\\udfff": 1.5}]}
+
+
+def test_a_worker_reason_is_made_storable_and_cut_never_refused():
+    long_argument = "a" * 10**6
+    report = TaskReport(task_id=1, attempt=0, state="FAILED", at=1.0,
+                        reason=f"cannot start ['x\x00{long_argument}\udc80']")
+    assert len(report.reason) == MAX_REASON and report.reason.startswith("cannot start ['x\\x00aaa")
+    assert PreemptedAck(attempt=0, epoch=1, reason="gone \udc80").reason == "gone \\udc80"

@@ -15,7 +15,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from corral.core.wire import MAX_ID
+from corral.core.wire import MAX_ID, storable
 
 PathId = Annotated[int, Path(ge=1, le=MAX_ID, description="an id the controller gave")]
 PathIndex = Annotated[int, Path(ge=0, le=MAX_ID, description="a task's index in its job, from 0")]
@@ -32,7 +32,7 @@ def _serialisable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return storable(value)
     if isinstance(value, dict):
         return {_serialisable(key): _serialisable(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

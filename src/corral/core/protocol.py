@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.core.spec import MAX_CPU, MAX_CUSTOM_AMOUNT, MAX_GPU, MAX_MEMORY, NAME
 from corral.core.states import TaskState
-from corral.core.wire import MAX_COUNT, Count, Id, WireModel
+from corral.core.wire import MAX_COUNT, Count, Id, WireModel, storable
 
 API = "/api/v1"
 
@@ -23,8 +23,17 @@ API = "/api/v1"
 MAX_CUSTOM_SLOTS = 64
 MAX_LABELS = 64
 MAX_REPORTS = 10_000
+MAX_REASON = 2000
 ExitCode = Annotated[int, Field(ge=-MAX_COUNT - 1, le=MAX_COUNT)]
 Label = Annotated[str, Field(max_length=200)]
+
+
+def _told(data: object) -> object:
+    """A worker's reason is told, never refused: made storable and cut to MAX_REASON, so that a report about
+    a task whose error message holds a NUL, a lone surrogate or a 10 MB argument still goes through."""
+    if isinstance(data, dict) and isinstance(data.get("reason"), str):
+        return {**data, "reason": storable(data["reason"])[:MAX_REASON]}
+    return data
 
 
 class Capacity(WireModel):
@@ -81,11 +90,16 @@ class TaskReport(WireModel):
     attempt: Count
     state: TaskState
     exit_code: ExitCode | None = None
-    reason: str | None = Field(None, max_length=2000)
+    reason: str | None = Field(None, max_length=MAX_REASON)
     at: float = Field(..., description="unix time on the worker")
     epoch: Count | None = Field(None, description="PREEMPTED only: the epoch of the preemption order it obeyed")
     oom_killed: bool = Field(False, description="the process was killed for memory (the worker's cgroup says so)")
     port: int | None = Field(None, ge=0, le=65535, description="the $PORT the worker gave the process (with RUNNING)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _readable_reason(cls, data: object) -> object:
+        return _told(data)
 
 
 class HeartbeatRequest(WireModel):
@@ -153,7 +167,12 @@ class PreemptedAck(WireModel):
     attempt: Count
     epoch: int = Field(..., ge=1, le=MAX_COUNT)
     exit_code: ExitCode | None = None
-    reason: str | None = Field(None, max_length=2000)
+    reason: str | None = Field(None, max_length=MAX_REASON)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _readable_reason(cls, data: object) -> object:
+        return _told(data)
 
 
 Order = Annotated[BuildOrder | StartOrder | StopOrder | PreemptOrder, Field(discriminator="action")]

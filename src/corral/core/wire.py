@@ -26,6 +26,11 @@ def clean_text(text: str) -> str:
     return text
 
 
+def storable(text: str) -> str:
+    """`text` with what cannot be stored spelled out: NUL as \\x00, a lone surrogate as \\udXXX."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def parse_id(text: str) -> int | None:
     """The id `text` spells in ASCII digits, or None where it names none the store can hold."""
     if not (text.isascii() and text.isdigit()):

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from corral.core.protocol import (
+    MAX_REPORTS,
     BuildOrder,
     HeartbeatReply,
     HeartbeatRequest,
@@ -22,7 +23,7 @@ from corral.core.protocol import (
     StopOrder,
     TaskReport,
 )
-from corral.core.states import TASK_TERMINAL
+from corral.core.states import TASK_TERMINAL, TaskState
 from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address
 from tests.worker.support import gone, wait_until
 
@@ -258,3 +259,16 @@ async def test_a_preempted_task_is_acknowledged_with_its_epoch_and_a_refusal_is_
 def test_the_address_on_a_loopback_controller_is_loopback():
     assert route_address("http://localhost:8265") == "127.0.0.1"
     assert route_address("http://127.0.0.1:8265") == "127.0.0.1"
+
+
+async def test_an_outbox_longer_than_a_heartbeat_may_carry_goes_out_in_several(controller, tmp_path):
+    async with running_agent(controller, tmp_path) as (agent, serving):
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.tasks[1] = {"state": "RUNNING", "worker": "elsewhere", "build": None}
+        controller.down = True
+        for attempt in range(MAX_REPORTS + 5):
+            agent._queue(TaskReport(task_id=1, attempt=attempt, state=TaskState.RUNNING, at=1.0))
+        controller.down = False
+        await wait_until(lambda: len(controller.reports) == MAX_REPORTS + 5 or serving.done(), what="every report")
+        assert not serving.done()
+    assert [r.attempt for _, r in controller.reports] == list(range(MAX_REPORTS + 5))

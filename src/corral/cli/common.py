@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from corral.client.http import Client
+from corral.core.spec import MAX_CUSTOM_AMOUNT
 
 
 class CliError(click.ClickException):
@@ -50,8 +51,9 @@ def parse_amounts(ctx: click.Context | None, param: click.Parameter | None, valu
             amounts[name] = float(value)
         except ValueError:
             raise click.BadParameter(f"{name}={value}: {value!r} is not a number", ctx=ctx, param=param) from None
-        if amounts[name] < 0:
-            raise click.BadParameter(f"{name}={value}: must not be negative", ctx=ctx, param=param)
+        if not 0 <= amounts[name] <= MAX_CUSTOM_AMOUNT:  # NaN is refused too
+            raise click.BadParameter(f"{name}={value}: must be a number from 0 to {MAX_CUSTOM_AMOUNT:g}",
+                                     ctx=ctx, param=param)
     return amounts
 
 

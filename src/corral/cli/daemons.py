@@ -16,7 +16,7 @@ import click
 
 from corral.cli.common import CliError, parse_amounts, parse_pairs
 from corral.client.discovery import DEFAULT_DATA_DIR
-from corral.core.spec import parse_bytes, parse_duration
+from corral.core.spec import MAX_CPU, MAX_GPU, MAX_MEMORY, format_bytes, parse_bytes, parse_duration
 from corral.log_format import configure_logging
 
 log_format_option = click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -138,9 +138,23 @@ def default_address(controller_url: str) -> str:
 def memory_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     """Click callback: "16G" -> bytes, a bad size is a usage error."""
     try:
-        return None if value is None else int(parse_bytes(value))
+        size = None if value is None else int(parse_bytes(value))
     except ValueError as error:
         raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+    if size is not None and size > MAX_MEMORY:
+        raise click.BadParameter(f"{value} is more than a machine has (at most {format_bytes(MAX_MEMORY)})",
+                                 ctx=ctx, param=param)
+    return size
+
+
+def cpus_option(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Click callback: cores to offer, more than 0 and no more than a machine has (NaN and inf are neither)."""
+    if value is not None and not 0 < value <= MAX_CPU:
+        raise click.BadParameter(f"{value:g} is not a number of cores between 0 and {MAX_CPU:g}", ctx=ctx, param=param)
+    return value
+
+
+GPUS = click.IntRange(min=0, max=MAX_GPU)
 
 
 WORKER_TOKEN_VARIABLES = ("CORRAL_JOIN_TOKEN", "CORRAL_TOKEN")
@@ -177,9 +191,9 @@ def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tup
 @click.option("--address", help="Where gang peers reach this machine. Default: the address on the controller's route.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=".corral-worker",
               show_default=True, help="Where attempts run and logs are kept.")
-@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="Cores to offer (default: detected).")
+@click.option("--cpus", type=float, callback=cpus_option, help="Cores to offer (default: detected).")
 @click.option("--memory", callback=memory_option, help="Memory to offer, e.g. 16G (default: detected).")
-@click.option("--gpus", type=click.IntRange(min=0), help="GPUs to offer (default: detected through NVML).")
+@click.option("--gpus", type=GPUS, help="GPUs to offer (default: detected through NVML).")
 @click.option("--gpu-memory", callback=memory_option,
               help="Memory of each virtual GPU that --gpus adds beyond the detected ones, e.g. 24G (default: unknown).")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V",

@@ -23,7 +23,14 @@ import click
 import httpx
 
 from corral.cli.common import CliError, parse_pairs
-from corral.cli.daemons import WORKER_TOKEN_VARIABLES, made_data_dir, memory_option, open_store_or_fail
+from corral.cli.daemons import (
+    GPUS,
+    WORKER_TOKEN_VARIABLES,
+    cpus_option,
+    made_data_dir,
+    memory_option,
+    open_store_or_fail,
+)
 from corral.client.discovery import DEFAULT_DATA_DIR
 from corral.lifetime import dies_with_parent
 
@@ -200,9 +207,9 @@ class Cluster:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DATA_DIR,
               show_default=True)
-@click.option("--worker-cpus", type=click.FloatRange(min=0, min_open=True), help="Cores each worker offers.")
+@click.option("--worker-cpus", type=float, callback=cpus_option, help="Cores each worker offers.")
 @click.option("--worker-memory", callback=memory_option, help="Memory each worker offers, e.g. 8G.")
-@click.option("--worker-gpus", type=click.IntRange(min=0), help="GPUs each worker offers (default: detected).")
+@click.option("--worker-gpus", type=GPUS, help="GPUs each worker offers (default: detected).")
 @click.option("--worker-gpu-memory", callback=memory_option,
               help="Memory of each virtual GPU that --worker-gpus adds, e.g. 24G (default: unknown).")
 @click.option("--worker-label", "worker_labels", multiple=True, callback=parse_pairs, metavar="K=V",

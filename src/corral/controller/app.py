@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 
 from corral.controller import (
@@ -35,6 +36,7 @@ from corral.controller.files import BundleStore, LogFiles
 from corral.controller.log_retention import prune_logs_loop
 from corral.controller.metrics import CLUSTER, exposition
 from corral.controller.overview import summarize
+from corral.controller.params import refuse_invalid
 from corral.controller.results import ResultFiles
 from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
@@ -102,6 +104,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app = Controller(title="corral", version="0.1.0", lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.add_middleware(BodyLimit)
+    app.add_exception_handler(RequestValidationError, refuse_invalid)
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
     app.include_router(files_api.router)

@@ -14,6 +14,7 @@ from corral.controller.auth import require_admin
 from corral.controller.events import follow_events
 from corral.controller.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
 from corral.core.views import EventView
+from corral.core.wire import MAX_ID, Text
 from corral.store.events import before_last, latest_id
 from corral.store.schema import deployments, jobs
 
@@ -31,10 +32,10 @@ def sse(event: EventView) -> str:
 @router.get("/events", response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
 async def events(
     request: Request,
-    after: int | None = Query(None, ge=0, description="Send events with a higher id (Last-Event-ID wins)."),
+    after: int | None = Query(None, ge=0, le=MAX_ID, description="Send events with a higher id (Last-Event-ID wins)."),
     last: int | None = Query(None, ge=1, le=10_000, description="Start with the last N events."),
-    job: int | None = Query(None, ge=1, description="Only this job's events."),
-    deployment: str | None = Query(None, min_length=1, max_length=63,
+    job: int | None = Query(None, ge=1, le=MAX_ID, description="Only this job's events."),
+    deployment: Text | None = Query(None, min_length=1, max_length=63,
                                    description="Only the events of the deployment(s) of this name and their replicas."),
     follow: bool = Query(True, description="Keep the stream open for new events; false: end once caught up."),
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
@@ -43,7 +44,7 @@ async def events(
     app = request.app.state
     start = after
     if last_event_id is not None:
-        if not last_event_id.strip().isdigit():
+        if not (last_event_id.strip().isascii() and last_event_id.strip().isdigit()):
             raise HTTPException(status.HTTP_400_BAD_REQUEST,
                                 f"Last-Event-ID must be an event id (a non-negative integer), not {last_event_id!r}")
         start = int(last_event_id)

@@ -9,10 +9,13 @@ import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal, get_args
 
 from corral.core.log_limits import DEFAULT_LOG_LIMIT, truncation_marker
 
-STREAMS = ("stdout", "stderr")
+Stream = Literal["stdout", "stderr"]
+STREAMS = get_args(Stream)
+MAX_OFFSET = 2**40  # 1 TiB: past any log; a file system may refuse to write far beyond it
 MAX_BUNDLE = 100 * 2**20
 
 

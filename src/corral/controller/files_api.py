@@ -7,16 +7,19 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.auth import require_worker
-from corral.controller.files import MAX_BUNDLE
+from corral.controller.files import MAX_BUNDLE, MAX_OFFSET, Stream
 from corral.controller.job_tokens import authorize
+from corral.controller.params import RAW_BODY, PathId, PathIndex
+from corral.core.wire import MAX_COUNT
 from corral.store.schema import attempts, jobs, tasks
 
 router = APIRouter(prefix="/api/v1", tags=["files"])
 
 
 @router.get("/jobs/{job_id}/tasks/{index}/logs", dependencies=[Depends(authorize)])
-async def task_logs(job_id: int, index: int, request: Request, stream: str = Query("stdout"),
-                    attempt: int | None = Query(None, ge=0), offset: int = Query(0, ge=0)) -> Response:
+async def task_logs(job_id: PathId, index: PathIndex, request: Request, stream: Stream = Query("stdout"),
+                    attempt: int | None = Query(None, ge=0, le=MAX_COUNT),
+                    offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> Response:
     app = request.app.state
     async with app.store.read() as connection:
         task = (await connection.execute(
@@ -62,7 +65,8 @@ async def has_bundle(digest: str, request: Request) -> Response:
     return Response(status_code=status.HTTP_200_OK if found else status.HTTP_404_NOT_FOUND)
 
 
-@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED, dependencies=[Depends(authorize)])
+@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED, dependencies=[Depends(authorize)],
+            openapi_extra=RAW_BODY)
 async def put_bundle(digest: str, request: Request) -> dict:
     _checked(request, digest)
     data = await request.body()

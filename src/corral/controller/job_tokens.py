@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fastapi import HTTPException, Request, status
 
 from corral.controller.auth import _bearer
+from corral.core.wire import parse_id
 from corral.store.launches import launched_within
 
 _FORM = re.compile(r"cj_([0-9]+)_([0-9a-f]{40})")
@@ -52,11 +53,11 @@ async def authorize(request: Request) -> Caller:
     """The dependency of user routes: who calls, and for routes about one job, whether they may."""
     caller = identify(request)
     request.state.caller = caller
-    job_id = request.path_params.get("job_id")
-    if caller.admin or job_id is None or not str(job_id).isdigit():
-        return caller
+    job_id = parse_id(str(request.path_params.get("job_id", "")))
+    if caller.admin or job_id is None:
+        return caller  # no id the store can hold: the route answers 404
     async with request.app.state.store.read() as connection:
-        within = await launched_within(connection, int(job_id), caller.job_id)
+        within = await launched_within(connection, job_id, caller.job_id)
     if within is False:
         raise HTTPException(status.HTTP_403_FORBIDDEN, out_of_reach(caller.job_id, job_id))
     return caller  # a missing job falls through to the route's 404

@@ -16,11 +16,13 @@ from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.controller.job_query import JobFilter, SortKey, count_query, page_query
 from corral.controller.job_tokens import authorize, out_of_reach
 from corral.controller.launches import bounded_by, launch_name, read_launcher
+from corral.controller.params import PathId
 from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields
 from corral.core.spec import JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
+from corral.core.wire import MAX_ID, Text
 from corral.store.jobs import insert_job
 from corral.store.launches import launched_within
 from corral.store.retries import cancel_scheduled_retry
@@ -31,7 +33,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(a
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
 async def submit(spec: JobSpec, request: Request,
-                 idempotency_key: str | None = Header(None, max_length=200)) -> JobView | JSONResponse:
+                 idempotency_key: Text | None = Header(None, max_length=200)) -> JobView | JSONResponse:
     app = request.app.state
     late = begin_problem(spec.begin, time.time())
     if late:
@@ -94,13 +96,13 @@ async def _job_by_key(request: Request, key: str) -> JobView | None:
 
 @router.get("", response_model=JobPage)
 async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
-                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1),
-                    name: str | None = Query(None, max_length=200, description="A part of the name, any case."),
-                    project: str | None = Query(None, max_length=200), pool: str | None = Query(None, max_length=200),
+                    limit: int = Query(100, ge=1, le=1000), cursor: int | None = Query(None, ge=1, le=MAX_ID),
+                    name: Text | None = Query(None, max_length=200, description="A part of the name, any case."),
+                    project: Text | None = Query(None, max_length=200), pool: Text | None = Query(None, max_length=200),
                     sort: SortKey = Query("id"), order: Literal["asc", "desc"] = Query("desc"),
                     offset: int = Query(0, ge=0, le=10_000_000),
                     count: bool = Query(False, description="Also count the jobs that match (`total`)."),
-                    launched_by: int | None = Query(None, ge=1)) -> JobPage:
+                    launched_by: int | None = Query(None, ge=1, le=MAX_ID)) -> JobPage:
     if cursor is not None and (sort != "id" or offset):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "cursor pages only by id: drop sort or offset, or the cursor")
     where = JobFilter(state, name, project, pool, launched_by, within=request.state.caller.job_id)
@@ -115,7 +117,7 @@ async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
 
 
 @router.get("/{job_id}", response_model=JobView)
-async def get_job(job_id: int, request: Request) -> JobView:
+async def get_job(job_id: PathId, request: Request) -> JobView:
     return await _one(request, job_id)
 
 
@@ -127,7 +129,7 @@ async def _one(request: Request, job_id: int) -> JobView:
 
 
 @router.get("/{job_id}/tasks", response_model=list[TaskView])
-async def job_tasks(job_id: int, request: Request) -> list[TaskView]:
+async def job_tasks(job_id: PathId, request: Request) -> list[TaskView]:
     await _one(request, job_id)
     async with request.app.state.store.read() as connection:
         task_rows = (await connection.execute(
@@ -148,7 +150,7 @@ async def job_tasks(job_id: int, request: Request) -> list[TaskView]:
 
 
 @router.get("/{job_id}/history", response_model=list[HistoryEntry])
-async def job_history(job_id: int, request: Request) -> list[HistoryEntry]:
+async def job_history(job_id: PathId, request: Request) -> list[HistoryEntry]:
     await _one(request, job_id)
     async with request.app.state.store.read() as connection:
         rows = (await connection.execute(
@@ -159,7 +161,7 @@ async def job_history(job_id: int, request: Request) -> list[HistoryEntry]:
 
 
 @router.post("/{job_id}/cancel", response_model=JobView)
-async def cancel(job_id: int, request: Request) -> JobView:
+async def cancel(job_id: PathId, request: Request) -> JobView:
     app = request.app.state
     try:
         async with app.store.write() as connection:

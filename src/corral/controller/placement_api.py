@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sqlalchemy import select
 
 from corral.controller.auth import require_admin
+from corral.controller.params import PathId
 from corral.core.views import PlacementAnalysis, WorkerFit
 from corral.scheduling.analysis import judge_workers, quota_use
 from corral.scheduling.rooms import Request as TaskRequest
@@ -19,7 +20,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(r
 
 
 @router.get("/{job_id}/placement", response_model=PlacementAnalysis)
-async def placement(job_id: int, request: Request) -> PlacementAnalysis:
+async def placement(job_id: PathId, request: Request) -> PlacementAnalysis:
     async with request.app.state.store.read() as connection:
         job = (await connection.execute(select(jobs).where(jobs.c.id == job_id))).first()
         if job is None:

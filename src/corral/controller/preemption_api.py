@@ -14,8 +14,10 @@ from sqlalchemy import select
 
 from corral.controller.auth import require_worker
 from corral.controller.checkpoints import TooLarge
+from corral.controller.params import RAW_BODY, PathId
 from corral.controller.preemption import NoSuchTask, NotCurrent, acknowledge, check_checkpoint, record_checkpoint
 from corral.core.protocol import PreemptedAck
+from corral.core.wire import MAX_COUNT, Text
 from corral.store.schema import tasks
 
 router = APIRouter(prefix="/api/v1/workers/{worker_id}/tasks/{task_id}", tags=["workers"],
@@ -28,7 +30,7 @@ def _refusal(error: Exception) -> HTTPException:
 
 
 @router.post("/preempted")
-async def preempted(worker_id: str, task_id: int, body: PreemptedAck, request: Request) -> dict:
+async def preempted(worker_id: Text, task_id: PathId, body: PreemptedAck, request: Request) -> dict:
     """The attempt's processes are gone: it ends PREEMPTED (a gang waits for its drain to complete)."""
     app = request.app.state
     try:
@@ -42,9 +44,10 @@ async def preempted(worker_id: str, task_id: int, body: PreemptedAck, request: R
     return {"task_id": task_id, "attempt": body.attempt, "epoch": body.epoch}
 
 
-@router.post("/checkpoint", status_code=status.HTTP_201_CREATED)
-async def save_checkpoint(worker_id: str, task_id: int, request: Request, attempt: int = Query(..., ge=0),
-                          epoch: int = Query(..., ge=1)) -> dict:
+@router.post("/checkpoint", status_code=status.HTTP_201_CREATED, openapi_extra=RAW_BODY)
+async def save_checkpoint(worker_id: Text, task_id: PathId, request: Request,
+                          attempt: int = Query(..., ge=0, le=MAX_COUNT),
+                          epoch: int = Query(..., ge=1, le=MAX_COUNT)) -> dict:
     """Opaque bytes from a PREEMPTING attempt; the task's next attempt finds them at CORRAL_CHECKPOINT_PATH."""
     app = request.app.state
     files = app.checkpoints
@@ -72,7 +75,7 @@ async def save_checkpoint(worker_id: str, task_id: int, request: Request, attemp
 
 
 @router.get("/checkpoint")
-async def get_checkpoint(worker_id: str, task_id: int, request: Request) -> FileResponse:
+async def get_checkpoint(worker_id: Text, task_id: PathId, request: Request) -> FileResponse:
     """The task's newest checkpoint, for the worker that runs its current attempt."""
     app = request.app.state
     async with app.store.read() as connection:

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from corral.controller.admin_api import Name
 from corral.controller.auth import require_admin
+from corral.controller.params import PathId
 from corral.core.views import IssuedToken, ProjectToken, TokenRequest
 from corral.store.project_tokens import issue_token, list_tokens, revoke_token
 
@@ -46,7 +47,7 @@ async def tokens(request: Request, name: str = Name) -> list[ProjectToken]:
 
 
 @router.delete("/{name}/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def revoke(request: Request, token_id: int, name: str = Name) -> None:
+async def revoke(request: Request, token_id: PathId, name: str = Name) -> None:
     async with request.app.state.store.write() as connection:
         if not await revoke_token(connection, name, token_id):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"project {name} has no token {token_id}")

@@ -34,7 +34,7 @@ async def register_worker(connection: AsyncConnection, request: RegisterRequest,
     replaced = list((await connection.execute(
         delete(workers).where(workers.c.name == request.name, workers.c.state == WorkerState.LOST)
         .returning(workers.c.id))).scalars())
-    worker_id = f"{request.name}-{secrets.token_hex(3)}"
+    worker_id = f"{request.name[:57]}-{secrets.token_hex(3)}"  # fits the id column (64) whatever the name
     await connection.execute(workers.insert().values(
         id=worker_id, name=request.name, address=request.address, state=WorkerState.ALIVE,
         cpu=request.capacity.cpu, memory=request.capacity.memory, gpu=request.capacity.gpu,

@@ -10,8 +10,10 @@ from sqlalchemy import select
 
 from corral.controller.files_api import no_such_task
 from corral.controller.job_tokens import authorize
+from corral.controller.params import RAW_BODY, PathId, PathIndex
 from corral.controller.results import MAX_RESULT, ResultFiles
 from corral.core.states import TASK_TERMINAL, TaskState
+from corral.core.wire import MAX_COUNT
 from corral.store.schema import tasks
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}/tasks/{index}/result", tags=["functions"],
@@ -35,8 +37,9 @@ async def _task(request: Request, job_id: int, index: int):
     return row
 
 
-@router.put("", status_code=status.HTTP_204_NO_CONTENT)
-async def put_result(job_id: int, index: int, request: Request, attempt: int = Query(..., ge=0)) -> None:
+@router.put("", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=RAW_BODY)
+async def put_result(job_id: PathId, index: PathIndex, request: Request,
+                     attempt: int = Query(..., ge=0, le=MAX_COUNT)) -> None:
     """Only the task's own job (or the admin) writes it, for the attempt that runs now."""
     caller = request.state.caller
     if not caller.admin and caller.job_id != job_id:
@@ -71,7 +74,8 @@ def _too_large(size: int) -> HTTPException:
 
 
 @router.get("")
-async def get_result(job_id: int, index: int, request: Request, attempt: int | None = Query(None, ge=0),
+async def get_result(job_id: PathId, index: PathIndex, request: Request,
+                     attempt: int | None = Query(None, ge=0, le=MAX_COUNT),
                      wait: float = Query(0.0, ge=0, le=60), final: bool = False) -> Response:
     """The result of the task's current attempt (or `attempt`).
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from corral.controller.auth import require_admin
+from corral.controller.params import PathId
 from corral.controller.retry_defaults import cluster_layers, policy_layers
 from corral.controller.retry_views import retry_fields
 from corral.core.retry_policy import RetryPolicy, effective_policy
@@ -35,7 +36,7 @@ class DefaultPolicyView(BaseModel):
 
 
 @router.get("/jobs/{job_id}/attempts", response_model=list[RetryAttemptView])
-async def job_attempts(job_id: int, request: Request) -> list[RetryAttemptView]:
+async def job_attempts(job_id: PathId, request: Request) -> list[RetryAttemptView]:
     async with request.app.state.store.read() as connection:
         chain = (await chain_ids(connection, [job_id])).get(job_id)
         if chain is None:

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import errno
 import time
 from collections import defaultdict
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from sqlalchemy import func, select
 
 from corral.controller.auth import require_admin, require_worker
+from corral.controller.files import MAX_OFFSET, Stream
 from corral.controller.job_tokens import mint
 from corral.controller.metrics import HEARTBEAT_SECONDS
 from corral.controller.orders import orders_for
+from corral.controller.params import RAW_BODY, PathId
 from corral.controller.reports import UnknownWorker, ingest_heartbeat, register_worker
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
 from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.core.views import WorkerView
+from corral.core.wire import MAX_COUNT, Text
 from corral.store.schema import tasks, workers
 from corral.waiting import woken
 
@@ -32,7 +37,7 @@ async def register(body: RegisterRequest, request: Request) -> RegisterReply:
 
 
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
-async def heartbeat(worker_id: str, body: HeartbeatRequest, request: Request) -> HeartbeatReply:
+async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -> HeartbeatReply:
     """Apply the reports, then answer with orders, waiting up to `wait` seconds for some to appear."""
     app = request.app.state
     signal = app.signals.event(worker_id)
@@ -59,10 +64,16 @@ async def heartbeat(worker_id: str, body: HeartbeatRequest, request: Request) ->
 
 
 @router.post("/{worker_id}/logs/{task_id}/{attempt}/{stream}", status_code=status.HTTP_204_NO_CONTENT,
-             dependencies=[Depends(require_worker)])
-async def upload_log(worker_id: str, task_id: int, attempt: int, stream: str, request: Request,
-                     offset: int = Query(..., ge=0)) -> None:
-    request.app.state.logs.write(task_id, attempt, stream, offset, await request.body())
+             dependencies=[Depends(require_worker)], openapi_extra=RAW_BODY)
+async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, Path(ge=0, le=MAX_COUNT)],
+                     stream: Stream, request: Request, offset: int = Query(..., ge=0, le=MAX_OFFSET)) -> None:
+    try:
+        request.app.state.logs.write(task_id, attempt, stream, offset, await request.body())
+    except OSError as error:
+        if error.errno != errno.EFBIG:
+            raise
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
+                            f"the log cannot reach offset {offset} here: {error.strerror}") from None
 
 
 @router.get("", response_model=list[WorkerView], dependencies=[Depends(require_admin)])

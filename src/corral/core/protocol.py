@@ -11,53 +11,68 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.core import limits
+from corral.core.spec import MAX_CPU, MAX_CUSTOM_AMOUNT, MAX_GPU, MAX_MEMORY, NAME
 from corral.core.states import TaskState
+from corral.core.wire import MAX_COUNT, Count, Id, WireModel, storable
 
 API = "/api/v1"
 
+# What one machine can have, so that a registration costs the controller no more than a real machine would.
+MAX_CUSTOM_SLOTS = 64
+MAX_LABELS = 64
+MAX_REPORTS = 10_000
+MAX_REASON = 2000
+ExitCode = Annotated[int, Field(ge=-MAX_COUNT - 1, le=MAX_COUNT)]
+Label = Annotated[str, Field(max_length=200)]
 
-class Capacity(BaseModel):
+
+def _told(data: object) -> object:
+    """A worker's reason is told, never refused: made storable and cut to MAX_REASON, so that a report about
+    a task whose error message holds a NUL, a lone surrogate or a 10 MB argument still goes through."""
+    if isinstance(data, dict) and isinstance(data.get("reason"), str):
+        return {**data, "reason": storable(data["reason"])[:MAX_REASON]}
+    return data
+
+
+class Capacity(WireModel):
     model_config = ConfigDict(extra="forbid")
 
-    cpu: float = Field(..., ge=0)
-    memory: int = Field(..., ge=0)
-    gpu: int = Field(0, ge=0)
-    custom: dict[str, float] = Field(default_factory=dict, description="custom resource slots by name")
+    cpu: float = Field(..., ge=0, le=MAX_CPU)
+    memory: int = Field(..., ge=0, le=MAX_MEMORY)
+    gpu: int = Field(0, ge=0, le=MAX_GPU)
+    custom: dict[Annotated[str, Field(max_length=100, pattern=f"^{NAME}$")],
+                 Annotated[float, Field(ge=0, le=MAX_CUSTOM_AMOUNT)]] = Field(
+        default_factory=dict, max_length=MAX_CUSTOM_SLOTS, description="custom resource slots by name")
 
 
-class GpuDevice(BaseModel):
+class GpuDevice(WireModel):
     """One GPU as NVML describes it; tasks get whole devices by index (CUDA_VISIBLE_DEVICES)."""
 
-    index: int = Field(..., ge=0)
-    model: str
-    memory: int = Field(0, ge=0, description="bytes")
-    uuid: str = ""
+    index: int = Field(..., ge=0, lt=MAX_GPU)
+    model: str = Field(..., max_length=200)
+    memory: int = Field(0, ge=0, le=MAX_MEMORY, description="bytes")
+    uuid: str = Field("", max_length=200)
 
 
-class RegisterRequest(BaseModel):
+class RegisterRequest(WireModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(..., min_length=1, max_length=200)
-    address: str = Field(..., min_length=1, description="where gang peers reach this machine")
+    address: str = Field(..., min_length=1, max_length=limits.MAX_ADDRESS,
+                         description="where gang peers reach this machine")
     capacity: Capacity
-    gpu_names: list[str] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
+    gpu_names: list[Label] = Field(default_factory=list, max_length=MAX_GPU)
+    labels: dict[Annotated[str, Field(min_length=1, max_length=100)], Label] = Field(
+        default_factory=dict, max_length=MAX_LABELS)
     pool: str = Field("default", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-    gpus: list[GpuDevice] = Field(default_factory=list)
+    gpus: list[GpuDevice] = Field(default_factory=list, max_length=MAX_GPU)
     # Tasks the worker still runs from before (a re-registration after a controller restart).
-    running: list[TaskRef] = Field(default_factory=list)
+    running: list[TaskRef] = Field(default_factory=list, max_length=MAX_REPORTS)
 
     _labels_within_limits = field_validator("labels")(limits.check_labels)
-
-    @field_validator("address")
-    @classmethod
-    def _address_within_limits(cls, address: str) -> str:
-        if len(address) > limits.MAX_ADDRESS:
-            raise ValueError(f"address is {len(address)} characters; at most {limits.MAX_ADDRESS}")
-        return address
 
 
 class RegisterReply(BaseModel):
@@ -65,31 +80,36 @@ class RegisterReply(BaseModel):
     heartbeat_interval: float
 
 
-class TaskRef(BaseModel):
-    task_id: int
-    attempt: int
+class TaskRef(WireModel):
+    task_id: Id
+    attempt: Count
 
 
-class TaskReport(BaseModel):
+class TaskReport(WireModel):
     """One state change of one attempt, as the worker saw it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    task_id: int
-    attempt: int
+    task_id: Id
+    attempt: Count
     state: TaskState
-    exit_code: int | None = None
-    reason: str | None = None
+    exit_code: ExitCode | None = None
+    reason: str | None = Field(None, max_length=MAX_REASON)
     at: float = Field(..., description="unix time on the worker")
-    epoch: int | None = Field(None, description="PREEMPTED only: the epoch of the preemption order it obeyed")
+    epoch: Count | None = Field(None, description="PREEMPTED only: the epoch of the preemption order it obeyed")
     oom_killed: bool = Field(False, description="the process was killed for memory (the worker's cgroup says so)")
-    port: int | None = Field(None, description="the $PORT the worker gave the process (with RUNNING)")
+    port: int | None = Field(None, ge=0, le=65535, description="the $PORT the worker gave the process (with RUNNING)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _readable_reason(cls, data: object) -> object:
+        return _told(data)
 
 
-class HeartbeatRequest(BaseModel):
+class HeartbeatRequest(WireModel):
     model_config = ConfigDict(extra="forbid")
 
-    reports: list[TaskReport] = Field(default_factory=list)
+    reports: list[TaskReport] = Field(default_factory=list, max_length=MAX_REPORTS)
     wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
 
 
@@ -143,15 +163,20 @@ class PreemptOrder(BaseModel):
     grace_period: float = 15.0
 
 
-class PreemptedAck(BaseModel):
+class PreemptedAck(WireModel):
     """A worker's acknowledgement that a preempted attempt's processes are gone."""
 
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int = Field(..., ge=0)
-    epoch: int = Field(..., ge=1)
-    exit_code: int | None = None
-    reason: str | None = Field(None, max_length=2000)
+    attempt: Count
+    epoch: int = Field(..., ge=1, le=MAX_COUNT)
+    exit_code: ExitCode | None = None
+    reason: str | None = Field(None, max_length=MAX_REASON)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _readable_reason(cls, data: object) -> object:
+        return _told(data)
 
 
 Order = Annotated[BuildOrder | StartOrder | StopOrder | PreemptOrder, Field(discriminator="action")]

@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator
+
+from corral.core.wire import WireModel
 
 MAX_RETRY_DELAY = 86_400.0  # 24 h: no retry waits longer, whatever a policy asks
 MAX_RETRIES = 1000
@@ -61,7 +63,7 @@ NEVER_RETRIED = frozenset({FailureCause.USER_CANCELLED, FailureCause.VALIDATION_
 RETRIABLE_CAUSES = frozenset(set(FailureCause) - NEVER_RETRIED)
 
 
-class RetryPolicy(BaseModel):
+class RetryPolicy(WireModel):
     """A retry policy as written; a field left out (None) is inherited from the layer below."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -7,16 +7,18 @@ import time
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from corral.core import limits
 from corral.core.retry_policy import RetryPolicy
+from corral.core.wire import Id, WireModel
 from corral.scheduling.constraints import parse_constraint
 
 MIN_CPU = 0.01  # a task is a process: it needs some CPU, and a zero reservation would pack workers without end
 MAX_CPU = 4096.0
 MAX_MEMORY = 64 * 2**40  # 64 TiB
 MAX_GPU = 256
+MAX_CUSTOM_AMOUNT = 1e9  # of one custom slot
 MAX_REPLICAS = 10_000
 MAX_TIME_LIMIT = 365 * 86400.0
 EARLIEST_BEGIN = 946684800.0  # 2000-01-01 UTC
@@ -110,7 +112,7 @@ Priority = Annotated[int, BeforeValidator(parse_priority)]
 Timestamp = Annotated[float, BeforeValidator(parse_time)]
 
 
-class Resources(BaseModel):
+class Resources(WireModel):
     """What one task reserves on its worker."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -128,8 +130,8 @@ class Resources(BaseModel):
         for name, amount in custom.items():
             if not re.fullmatch(NAME, name) or name in BUILTIN_RESOURCES:
                 raise ValueError(f"not a custom resource name: {name!r} (cpu, memory and gpu have their own fields)")
-            if amount < 0:
-                raise ValueError(f"custom resource {name} must not be negative")
+            if not 0 <= amount <= MAX_CUSTOM_AMOUNT:
+                raise ValueError(f"custom resource {name} must be from 0 to {MAX_CUSTOM_AMOUNT:g}")
         return custom
 
     @field_validator("custom")
@@ -145,7 +147,7 @@ class Resources(BaseModel):
         return self
 
 
-class JobSpec(BaseModel):
+class JobSpec(WireModel):
     """A job as submitted: one command run by `replicas` tasks, independently or as a gang."""
 
     model_config = ConfigDict(extra="forbid")
@@ -169,8 +171,8 @@ class JobSpec(BaseModel):
     project: str = Field("default", max_length=100, pattern=f"^{NAME}$", description="whose quota and share")
     constraints: list[str] = Field(default_factory=list, description="on worker labels: K=V, K!=V, 'K in A,B'")
     spread: bool = Field(False, description="at most one task of this job per worker")
-    after: list[int] = Field(default_factory=list, description="start only once these jobs SUCCEEDED")
-    after_any: list[int] = Field(default_factory=list, description="start only once these jobs ended")
+    after: list[Id] = Field(default_factory=list, description="start only once these jobs SUCCEEDED")
+    after_any: list[Id] = Field(default_factory=list, description="start only once these jobs ended")
     begin: Timestamp | None = Field(None, description="not before this time (unix seconds)")
     retry_policy: RetryPolicy | None = Field(None, description="re-create the job when it fails (batch jobs)")
     allocate_port: bool = Field(False, description="the worker picks a free port, passes it as $PORT and reports it")
@@ -198,8 +200,6 @@ class JobSpec(BaseModel):
     @field_validator("after", "after_any")
     @classmethod
     def _job_ids(cls, ids: list[int]) -> list[int]:
-        if any(i < 1 for i in ids):
-            raise ValueError("job ids are positive integers")
         return sorted(set(ids))
 
     @field_validator("bundle")

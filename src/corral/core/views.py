@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState, WorkerState
+from corral.core.wire import WireModel
 
 
 class AttemptView(BaseModel):
@@ -160,7 +161,7 @@ class PlacementAnalysis(BaseModel):
     workers: list[WorkerFit]
 
 
-class TokenRequest(BaseModel):
+class TokenRequest(WireModel):
     token: str | None = Field(None, min_length=16, max_length=200, pattern=r"^[!-~]+$",
                               description="the token to accept (printable, no spaces); by default a random one")
 

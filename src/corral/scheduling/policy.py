@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from corral.core.spec import Seconds, parse_bytes
+from corral.core.wire import WireModel
 
 DEFAULT_POOL = "default"
 DEFAULT_PROJECT = "default"
@@ -48,7 +49,7 @@ def _amount(value: object) -> object:
 Amount = Annotated[float, BeforeValidator(_amount), Field(ge=0)]
 
 
-class PoolPolicy(BaseModel):
+class PoolPolicy(WireModel):
     model_config = ConfigDict(extra="forbid")
 
     strategy: Strategy = Strategy.CONCENTRATED
@@ -60,13 +61,13 @@ class PoolPolicy(BaseModel):
     preemption: bool = Field(True, description="higher-priority jobs may evict lower ones (priority sequencer)")
 
 
-class ProjectQuota(BaseModel):
+class ProjectQuota(WireModel):
     model_config = ConfigDict(extra="forbid")
 
     limits: dict[str, Amount] = Field(default_factory=dict, description="most the project may hold at once")
 
 
-class PolicyFile(BaseModel):
+class PolicyFile(WireModel):
     """The controller's config file: pools and project quotas (the retry default and `metrics:` are read elsewhere)."""
 
     model_config = ConfigDict(extra="forbid")

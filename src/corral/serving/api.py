@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 
 from corral.controller.admission import refusal
 from corral.controller.auth import require_admin
+from corral.core.wire import Text
 from corral.serving.pool import read_pool
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import DeploymentState
@@ -73,7 +74,7 @@ async def list_deployments(request: Request, all: bool = False) -> list[Deployme
 
 
 @router.get("/deployments/{name}", response_model=DeploymentDetail)
-async def deployment_info(name: str, request: Request) -> DeploymentDetail:
+async def deployment_info(name: Text, request: Request) -> DeploymentDetail:
     view = await _one(request, name)
     async with request.app.state.store.read() as connection:
         replica_rows = (await connection.execute(
@@ -91,7 +92,7 @@ async def deployment_info(name: str, request: Request) -> DeploymentDetail:
 
 
 @router.post("/deployments/{name}/scale", response_model=DeploymentView)
-async def scale(name: str, body: ScaleRequest, request: Request) -> DeploymentView:
+async def scale(name: Text, body: ScaleRequest, request: Request) -> DeploymentView:
     app = request.app.state
     try:
         async with app.store.write() as connection:
@@ -107,7 +108,7 @@ async def scale(name: str, body: ScaleRequest, request: Request) -> DeploymentVi
 
 
 @router.post("/deployments/{name}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyReply)
-async def new_key(name: str, body: KeyRequest, request: Request) -> KeyReply:
+async def new_key(name: Text, body: KeyRequest, request: Request) -> KeyReply:
     key = body.key or f"crl-{secrets.token_urlsafe(24)}"
     try:
         async with request.app.state.store.write() as connection:
@@ -119,7 +120,7 @@ async def new_key(name: str, body: KeyRequest, request: Request) -> KeyReply:
 
 
 @router.delete("/deployments/{name}", response_model=DeploymentView)
-async def undeploy(name: str, request: Request) -> DeploymentView:
+async def undeploy(name: Text, request: Request) -> DeploymentView:
     app = request.app.state
     try:
         async with app.store.write() as connection:

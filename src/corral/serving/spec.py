@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from corral.core import limits
 from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds
 from corral.core.spec import NAME as PROJECT_NAME
+from corral.core.wire import WireModel
 from corral.serving.autoscale import Bounds
 
 MAX_DEPLOYMENT_REPLICAS = 1000
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
 
-class HealthCheck(BaseModel):
+class HealthCheck(WireModel):
     """An HTTP GET a replica must answer with 2xx; `threshold` failures in a row make it UNHEALTHY."""
 
     model_config = ConfigDict(extra="forbid")
@@ -35,7 +36,7 @@ class HealthCheck(BaseModel):
         return path
 
 
-class DeploymentSpec(BaseModel):
+class DeploymentSpec(WireModel):
     """A served model or service: `command` serves HTTP on $PORT; the router sends it requests."""
 
     model_config = ConfigDict(extra="forbid")

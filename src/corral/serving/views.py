@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
-from corral.serving.spec import DeploymentSpec
+from corral.core.wire import WireModel
+from corral.serving.spec import MAX_DEPLOYMENT_REPLICAS, DeploymentSpec
 from corral.serving.states import DeploymentState, ReplicaState
 
 
@@ -50,12 +51,12 @@ class DeploymentDetail(DeploymentView):
     history: list[ServingHistoryEntry] = []
 
 
-class ScaleRequest(BaseModel):
-    replicas: int = Field(..., ge=0)
+class ScaleRequest(WireModel):
+    replicas: int = Field(..., ge=0, le=MAX_DEPLOYMENT_REPLICAS)
     reason: str = Field("scaled by a user", max_length=200)
 
 
-class KeyRequest(BaseModel):
+class KeyRequest(WireModel):
     key: str | None = Field(None, min_length=16, max_length=500, description="default: a new random key")
 
 
@@ -75,7 +76,7 @@ class CatalogDeployment(BaseModel):
     start_failure: tuple[float, str] | None = None  # the latest replica that ended before it served
 
 
-class LoadReport(BaseModel):
+class LoadReport(WireModel):
     """A standalone router's load per deployment (in flight plus waiting), for the controller's autoscaler."""
 
     router: str = Field(..., min_length=1, max_length=100, description="the reporting router's id")

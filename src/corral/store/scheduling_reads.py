@@ -9,6 +9,7 @@ from collections import defaultdict
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.core.spec import MAX_GPU
 from corral.core.states import JOB_ACTIVE, TASK_HOLDS_RESOURCES, TaskState, WorkerState
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request, WorkerRoom
@@ -96,17 +97,18 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
         custom = {name: float(amount) for name, amount in (worker.custom or {}).items()}
         free_custom = dict(custom)
         taken_gpus: set[int] = set()
+        gpus = min(worker.gpu, MAX_GPU)  # a row from before registration was bounded costs what a real machine does
         for task in held:
             for name, amount in task.request.custom:
                 free_custom[name] = free_custom.get(name, 0.0) - amount
             taken_gpus.update(task.gpu_ids)
         rooms.append(WorkerRoom(
-            id=worker.id, name=worker.name, cpu=worker.cpu, memory=worker.memory, gpu=worker.gpu,
+            id=worker.id, name=worker.name, cpu=worker.cpu, memory=worker.memory, gpu=gpus,
             free_cpu=worker.cpu - sum(t.request.cpu for t in held),
             free_memory=worker.memory - sum(t.request.memory for t in held),
-            free_gpu_ids=[i for i in range(worker.gpu) if i not in taken_gpus],
+            free_gpu_ids=[i for i in range(gpus) if i not in taken_gpus],
             pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=free_custom,
-            gpu_memory=_device_memory(worker.gpu, worker.gpu_devices),
+            gpu_memory=_device_memory(gpus, worker.gpu_devices),
         ))
     return rooms
 

@@ -28,6 +28,7 @@ import httpx
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import (
     API,
+    MAX_REPORTS,
     HeartbeatReply,
     HeartbeatRequest,
     PreemptedAck,
@@ -237,7 +238,8 @@ class Agent:
             await self._registered.wait()
             if not self._outbox:
                 continue
-            worker_id, generation, batch = self.worker_id, self._outbox_generation, list(self._outbox)
+            # At most what one heartbeat may carry; the rest follows in the next.
+            worker_id, generation, batch = self.worker_id, self._outbox_generation, self._outbox[:MAX_REPORTS]
             ack = next((i for i, r in enumerate(batch) if r.state is TaskState.PREEMPTED), None)
             if ack is not None:
                 batch = batch[:ack] or batch[:1]  # the reports before it first, then it alone

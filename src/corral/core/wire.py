@@ -1,0 +1,73 @@
+"""What any value from outside must be, whatever field it comes in: the hygiene every request model shares.
+
+Numbers are finite (JSON bodies may carry NaN and Infinity literals, which no field means), strings hold no
+NUL (PostgreSQL refuses it in text, processes in argv and environments) and no lone surrogate (it cannot be
+encoded to store or answer), and ids fit the store's id columns (Integer: int32 on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+MAX_ID = 2**31 - 1
+MAX_COUNT = 2**31 - 1  # attempts, epochs, exit codes and ports share the ids' Integer columns
+
+
+def clean_text(text: str) -> str:
+    """`text` unchanged, or a ValueError saying why it cannot be stored or passed to a process."""
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (a lone surrogate such as \\ud800 is not)") from None
+    return text
+
+
+def storable(text: str) -> str:
+    """`text` with what cannot be stored spelled out: NUL as \\x00, a lone surrogate as \\udXXX."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def parse_id(text: str) -> int | None:
+    """The id `text` spells in ASCII digits, or None where it names none the store can hold."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value <= MAX_ID else None
+
+
+Text = Annotated[str, AfterValidator(clean_text)]
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+
+
+def _check_strings(value: Any, where: str) -> None:
+    """Every string in `value` (keys too, at any depth) passes `clean_text`; the error names where it sits."""
+    if isinstance(value, str):
+        try:
+            clean_text(value)
+        except ValueError as error:
+            raise ValueError(f"{where or 'value'} {error}") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key, f"{where}: a key" if where else "a key")
+            _check_strings(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_strings(item, f"{where}[{index}]")
+
+
+class WireModel(BaseModel):
+    """Base of every model read from a request: no NaN or infinity in a number, no NUL or lone surrogate
+    in a string, checked on the raw input so that no field can forget it."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _clean_strings(cls, data: Any) -> Any:
+        _check_strings(data, "")
+        return data

@@ -1,0 +1,96 @@
+"""Value hygiene shared by every request model: finite numbers, storable strings, ids in the store's range."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from corral.controller.params import _serialisable
+from corral.core.protocol import MAX_REASON, HeartbeatRequest, PreemptedAck, RegisterRequest, TaskReport
+from corral.core.retry_policy import RetryPolicy
+from corral.core.spec import JobSpec
+from corral.core.wire import MAX_ID, clean_text, parse_id
+from corral.serving.spec import DeploymentSpec
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("spec", [
+    lambda n: {"command": ["true"], "begin": n},
+    lambda n: {"command": ["true"], "resources": {"cpu": n}},
+    lambda n: {"command": ["true"], "resources": {"custom": {"tpu": n}}},
+    lambda n: {"command": ["true"], "time_limit": n},
+])
+def test_a_job_spec_refuses_non_finite_numbers_in_any_field(spec, number):
+    with pytest.raises(ValidationError, match="finite"):
+        JobSpec.model_validate(spec(number))
+
+
+def test_a_retry_policy_refuses_a_non_finite_delay():
+    with pytest.raises(ValidationError, match="finite"):
+        RetryPolicy.model_validate({"retry_delay": float("nan")})
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "\ud800"])
+@pytest.mark.parametrize("spec", [
+    lambda s: {"command": [s]},
+    lambda s: {"command": ["true", s]},
+    lambda s: {"command": ["true"], "name": s},
+    lambda s: {"command": ["true"], "env": {"A": s}},
+    lambda s: {"command": ["true"], "labels": {s: "v"}},
+    lambda s: {"command": ["true"], "labels": {"k": s}},
+    lambda s: {"command": ["true"], "constraints": [f"k={s}"]},
+])
+def test_a_job_spec_refuses_nul_and_lone_surrogates_in_any_string(spec, bad):
+    with pytest.raises(ValidationError, match="NUL|surrogate"):
+        JobSpec.model_validate(spec(bad))
+
+
+def test_a_deployment_and_a_worker_refuse_them_too():
+    with pytest.raises(ValidationError, match="NUL"):
+        DeploymentSpec.model_validate({"name": "m", "command": ["serve"], "env": {"X": "\x00"}})
+    with pytest.raises(ValidationError, match="surrogate"):
+        RegisterRequest.model_validate({"name": "w", "address": "h", "capacity": {"cpu": 1, "memory": 1},
+                                        "labels": {"zone": "\udfff"}})
+
+
+def test_clean_text_passes_ordinary_unicode():
+    assert clean_text("naïve ✓ 日本") == "naïve ✓ 日本"
+
+
+@pytest.mark.parametrize("field", ["after", "after_any"])
+def test_job_ids_beyond_the_store_range_are_refused(field):
+    with pytest.raises(ValidationError, match="less than or equal"):
+        JobSpec.model_validate({"command": ["true"], field: [MAX_ID + 1]})
+    assert JobSpec.model_validate({"command": ["true"], field: [MAX_ID, 3, 3]}).model_dump()[field] == [3, MAX_ID]
+
+
+def test_heartbeat_reports_are_bounded_in_ids_and_length():
+    report = {"task_id": 1, "attempt": 0, "state": "RUNNING", "at": 1.0}
+    with pytest.raises(ValidationError):
+        HeartbeatRequest.model_validate({"reports": [{**report, "task_id": 2**63}]})
+    with pytest.raises(ValidationError):
+        HeartbeatRequest.model_validate({"reports": [{**report, "at": float("nan")}]})
+    with pytest.raises(ValidationError, match="at most"):
+        HeartbeatRequest.model_validate({"reports": [report] * 10_001})
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("12", 12), ("0", 0), (str(MAX_ID), MAX_ID), (str(MAX_ID + 1), None), ("²", None), ("-1", None), ("", None),
+])
+def test_parse_id_takes_only_ascii_digits_in_range(text, expected):
+    assert parse_id(text) == expected
+
+
+def test_an_error_body_serialises_whatever_the_input_was():
+    body = _serialisable({"input": [float("nan"), float("-inf"), "\ud800", {"\udfff": 1.5}]})
+    assert json.loads(json.dumps(body, allow_nan=False)) == {"input": ["nan", "-inf", "\\ud800", {"\\udfff": 1.5}]}
+
+
+def test_a_worker_reason_is_made_storable_and_cut_never_refused():
+    long_argument = "a" * 10**6
+    report = TaskReport(task_id=1, attempt=0, state="FAILED", at=1.0,
+                        reason=f"cannot start ['x\x00{long_argument}\udc80']")
+    assert len(report.reason) == MAX_REASON and report.reason.startswith("cannot start ['x\\x00aaa")
+    assert PreemptedAck(attempt=0, epoch=1, reason="gone \udc80").reason == "gone \\udc80"

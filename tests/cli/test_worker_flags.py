@@ -15,7 +15,8 @@ UNREACHABLE = "http://127.0.0.1:9"  # nothing is started: the flags are refused 
     ("--cpus", "0"), ("--memory", "1000T"), ("--resource", "tpu=nan"), ("--resource", "tpu=1e12"),
 ])
 def test_a_worker_capacity_no_machine_has_is_one_line_of_error(flag, value):
-    result = CliRunner().invoke(main, ["worker", "--controller", UNREACHABLE, "--token", "t", flag, value])
+    result = CliRunner().invoke(main, ["worker", "--controller", UNREACHABLE, flag, value],
+                                env={"CORRAL_JOIN_TOKEN": "t"})
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error")]
     assert len(errors) == 1 and flag in errors[0], result.output

@@ -386,6 +386,13 @@ class Runner:
         else:
             await self._end(att, TaskState.FAILED, exit_code=exit_code, reason=signalled or f"exit code {exit_code}")
 
+    async def _captured(self, att: _Attempt) -> None:
+        """Let the output still in the pipes reach the files; a pipe some escaped process holds open is let go."""
+        if att.captures:
+            _, pending = await asyncio.wait(att.captures, timeout=CAPTURE_TIMEOUT)
+            for task in pending:
+                task.cancel()
+
     async def _end(self, att: _Attempt, state: TaskState, *, exit_code: int | None = None,
                    reason: str | None = None, oom_killed: bool = False) -> None:
         """The one terminal report of an attempt, after its logs are flushed; later calls do nothing."""

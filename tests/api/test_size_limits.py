@@ -102,3 +102,26 @@ async def test_uploads_keep_their_own_limits(api) -> None:
     async with api.admin() as admin:
         answer = await admin.put(f"/api/v1/bundles/{digest}", content=data)
         assert answer.status_code == 201
+
+
+async def test_a_stored_spec_past_todays_caps_still_reads(api) -> None:
+    """A job accepted before a cap existed stays readable, and so does every listing that holds it."""
+    from sqlalchemy import update
+
+    from corral.store.schema import deployments, jobs
+
+    async with api.admin() as admin:
+        job = (await admin.post("/api/v1/jobs", json={"command": ["true"]})).json()
+        deployment = await admin.post("/api/v1/deployments", json={"name": "old", "command": ["serve"]})
+        assert deployment.status_code == 201, deployment.text
+        too_long = ["true"] + ["x"] * limits.MAX_ARGS
+        too_many = {f"k{i}": "v" for i in range(limits.MAX_LABELS + 1)}
+        async with api.app.state.store.write() as connection:
+            await connection.execute(update(jobs).where(jobs.c.id == job["id"]).values(
+                spec={**job["spec"], "command": too_long, "labels": too_many, "env": {"A": "\x00"}}))
+            await connection.execute(update(deployments).where(deployments.c.name == "old").values(
+                spec={**deployment.json()["spec"], "labels": too_many}))
+        listing = await admin.get("/api/v1/jobs")
+        assert listing.status_code == 200 and listing.json()["items"][0]["spec"]["command"] == too_long
+        assert (await admin.get(f"/api/v1/jobs/{job['id']}")).status_code == 200
+        assert (await admin.get("/api/v1/deployments/old")).status_code == 200

@@ -22,7 +22,7 @@ from corral.controller.retry_views import retry_fields
 from corral.core.spec import JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
-from corral.core.wire import MAX_ID, Text
+from corral.core.wire import MAX_ID, STORED, Text
 from corral.store.jobs import insert_job
 from corral.store.launches import launched_within
 from corral.store.retries import cancel_scheduled_retry
@@ -190,7 +190,8 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
         retry = await retry_fields(connection, list(rows.values()))
     return [
         JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
-                spec=JobSpec.model_validate(r.spec), pending_reason=r.pending_reason, created_at=r.created_at,
+                spec=JobSpec.model_validate(r.spec, context=STORED), pending_reason=r.pending_reason,
+                created_at=r.created_at,
                 state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
                 idempotency_key=r.idempotency_key, preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger,
                 launched_by=r.launched_by, **retry[r.id])

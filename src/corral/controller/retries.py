@@ -29,6 +29,7 @@ from corral.controller.target_errors import FailedOn, TargetErrors
 from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
 from corral.core.spec import JobSpec
+from corral.core.wire import STORED
 from corral.store.changes import StaleWrite
 from corral.store.jobs import insert_job
 from corral.store.retries import add_audit, next_due, retry_targets, set_retry_state, stop_retrying
@@ -162,7 +163,7 @@ async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: f
     note = (f"retry {count} of {parent.max_retries} of job {parent.id} ({parent.retry_cause}); "
             f"attempt {count + 1} of {parent.max_retries + 1}")
     child_id = await insert_job(
-        connection, JobSpec.model_validate(parent.spec), key, now, created_by=NAME, note=note,
+        connection, JobSpec.model_validate(parent.spec, context=STORED), key, now, created_by=NAME, note=note,
         name=parent.name, launched_by=parent.launched_by,  # a launched job's retry stays in its launch tree
         parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
         retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)

@@ -8,7 +8,12 @@ cap (422) with a message naming the field and the cap.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationInfo
+
+from corral.core.wire import incoming
 
 KiB = 2**10
 MiB = 2**20
@@ -101,6 +106,17 @@ def check_count(what: str, items: Iterable | Mapping, most: int, longest: int | 
         for item in items:
             if isinstance(item, str) and len(item) > longest:
                 raise ValueError(f"one of the {what} is {len(item)} characters; at most {longest}")
+
+
+def capped(check: Callable[[Any], object]) -> Callable[[type, Any, ValidationInfo], Any]:
+    """`check` as a field validator: it judges what comes in, and lets a spec read back from the store pass."""
+
+    def validator(cls: type, value: Any, info: ValidationInfo) -> Any:
+        if incoming(info):
+            check(value)
+        return value
+
+    return validator
 
 
 def check_spec_size(size: int) -> None:

@@ -72,7 +72,7 @@ class RegisterRequest(WireModel):
     # Tasks the worker still runs from before (a re-registration after a controller restart).
     running: list[TaskRef] = Field(default_factory=list, max_length=MAX_REPORTS)
 
-    _labels_within_limits = field_validator("labels")(limits.check_labels)
+    _labels_within_limits = field_validator("labels")(limits.capped(limits.check_labels))
 
 
 class RegisterReply(BaseModel):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime
+from functools import partial
 from typing import Annotated
 
-from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from corral.core import limits
 from corral.core.retry_policy import RetryPolicy
-from corral.core.wire import Id, WireModel
+from corral.core.wire import Id, WireModel, incoming
 from corral.scheduling.constraints import parse_constraint
 
 MIN_CPU = 0.01  # a task is a process: it needs some CPU, and a zero reservation would pack workers without end
@@ -134,11 +135,8 @@ class Resources(WireModel):
                 raise ValueError(f"custom resource {name} must be from 0 to {MAX_CUSTOM_AMOUNT:g}")
         return custom
 
-    @field_validator("custom")
-    @classmethod
-    def _custom_within_limits(cls, custom: dict[str, float]) -> dict[str, float]:
-        limits.check_count("custom resources", custom, limits.MAX_CUSTOM_RESOURCES, limits.MAX_RESOURCE_NAME)
-        return custom
+    _custom_within_limits = field_validator("custom")(limits.capped(partial(
+        limits.check_count, "custom resources", most=limits.MAX_CUSTOM_RESOURCES, longest=limits.MAX_RESOURCE_NAME)))
 
     @model_validator(mode="after")
     def _gpu_memory_needs_gpus(self) -> Resources:
@@ -210,21 +208,21 @@ class JobSpec(WireModel):
         return bundle
 
     # Size caps (corral.core.limits): each field, then the whole spec.
-    _command_within_limits = field_validator("command")(limits.check_command)
-    _env_within_limits = field_validator("env")(limits.check_env)
-    _labels_within_limits = field_validator("labels")(limits.check_labels)
+    _command_within_limits = field_validator("command")(limits.capped(limits.check_command))
+    _env_within_limits = field_validator("env")(limits.capped(limits.check_env))
+    _labels_within_limits = field_validator("labels")(limits.capped(limits.check_labels))
 
     @field_validator("constraints", mode="before")
     @classmethod
-    def _constraints_within_limits(cls, constraints: object) -> object:
-        if isinstance(constraints, list):  # before parsing each one
+    def _constraints_within_limits(cls, constraints: object, info: ValidationInfo) -> object:
+        if isinstance(constraints, list) and incoming(info):  # before parsing each one
             limits.check_count("constraints", constraints, limits.MAX_CONSTRAINTS, limits.MAX_CONSTRAINT)
         return constraints
 
     @field_validator("after", "after_any", mode="before")
     @classmethod
-    def _dependencies_within_limits(cls, ids: object) -> object:
-        if isinstance(ids, list):
+    def _dependencies_within_limits(cls, ids: object, info: ValidationInfo) -> object:
+        if isinstance(ids, list) and incoming(info):
             limits.check_count("job ids", ids, limits.MAX_DEPENDENCIES)
         return ids
 
@@ -239,6 +237,7 @@ class JobSpec(WireModel):
         return self
 
     @model_validator(mode="after")
-    def _spec_within_limits(self) -> JobSpec:
-        limits.check_spec_size(len(self.model_dump_json()))
+    def _spec_within_limits(self, info: ValidationInfo) -> JobSpec:
+        if incoming(info):
+            limits.check_spec_size(len(self.model_dump_json()))
         return self

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 MAX_ID = 2**31 - 1
 MAX_COUNT = 2**31 - 1  # attempts, epochs, exit codes and ports share the ids' Integer columns
+# The validation context of a spec read back from the store: it was judged when it came in, and a rule added
+# since (a size cap, a character refused) must not make a stored job unreadable, nor every listing with it.
+STORED = {"stored": True}
+
+
+def incoming(info: ValidationInfo) -> bool:
+    """Whether this validation judges what comes in from outside, rather than reading back what is stored."""
+    return not (info.context or {}).get("stored")
 
 
 def clean_text(text: str) -> str:
@@ -68,6 +76,7 @@ class WireModel(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _clean_strings(cls, data: Any) -> Any:
-        _check_strings(data, "")
+    def _clean_strings(cls, data: Any, info: ValidationInfo) -> Any:
+        if incoming(info):
+            _check_strings(data, "")
         return data

@@ -84,7 +84,7 @@ async def deployment_info(name: Text, request: Request) -> DeploymentDetail:
             .order_by(history.c.id.desc()).limit(200))).all()
     decision = request.app.state.router.autoscaled.get(name)
     return DeploymentDetail(
-        **view.model_dump(),
+        **vars(view),  # its fields as read: the spec is not judged again by today's caps
         desired_replicas=decision.replicas if decision else None,
         autoscale_reason=decision.reason if decision else None,
         replica_list=[ReplicaView.model_validate(r, from_attributes=True) for r in replica_rows],

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from corral.core import limits
 from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds
 from corral.core.spec import NAME as PROJECT_NAME
-from corral.core.wire import WireModel
+from corral.core.wire import WireModel, incoming
 from corral.serving.autoscale import Bounds
 
 MAX_DEPLOYMENT_REPLICAS = 1000
@@ -83,28 +84,26 @@ class DeploymentSpec(WireModel):
         return command
 
     # Size caps (corral.core.limits); command and env get the job's, through the check in `_consistent`.
-    _labels_within_limits = field_validator("labels")(limits.check_labels)
-
-    @field_validator("model_names")
-    @classmethod
-    def _model_names_within_limits(cls, names: list[str]) -> list[str]:
-        limits.check_count("model names", names, limits.MAX_MODEL_NAMES, limits.MAX_MODEL_NAME)
-        return names
+    _labels_within_limits = field_validator("labels")(limits.capped(limits.check_labels))
+    _model_names_within_limits = field_validator("model_names")(limits.capped(partial(
+        limits.check_count, "model names", most=limits.MAX_MODEL_NAMES, longest=limits.MAX_MODEL_NAME)))
 
     @model_validator(mode="after")
-    def _spec_within_limits(self) -> DeploymentSpec:
-        limits.check_spec_size(len(self.model_dump_json()))
+    def _spec_within_limits(self, info: ValidationInfo) -> DeploymentSpec:
+        if incoming(info):
+            limits.check_spec_size(len(self.model_dump_json()))
         return self
 
     @model_validator(mode="after")
-    def _consistent(self) -> DeploymentSpec:
+    def _consistent(self, info: ValidationInfo) -> DeploymentSpec:
         if self.max_replicas is None:
             self.max_replicas = max(self.min_replicas, 1)
         if self.max_replicas < self.min_replicas:
             raise ValueError(f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})")
         if not self.model_names:
             self.model_names = [self.name]
-        JobSpec(command=self.command, env=self.env, bundle=self.bundle)  # the same checks a job gets
+        # the same checks a job gets
+        JobSpec.model_validate({"command": self.command, "env": self.env, "bundle": self.bundle}, context=info.context)
         return self
 
     @property

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.core.events import REPLACEMENT
 from corral.core.keys import key_hash
 from corral.core.states import JobState, TaskState
+from corral.core.wire import STORED
 from corral.serving.handlers import DeploymentFacts, Probe, ReplicaFacts, ServingSnapshot
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import DEPLOYMENT_LIVE, DeploymentState, ReplicaState
@@ -28,7 +29,8 @@ class NameTaken(ValueError):
 
 
 def deployment_facts(row) -> DeploymentFacts:
-    return DeploymentFacts(row.id, row.name, DeploymentSpec.model_validate(row.spec), DeploymentState(row.state),
+    return DeploymentFacts(row.id, row.name, DeploymentSpec.model_validate(row.spec, context=STORED),
+                           DeploymentState(row.state),
                            row.state_since, row.replicas, tuple(row.key_hashes or ()),
                            failed_starts=row.failed_starts, failed_start_at=row.failed_start_at)
 
@@ -127,7 +129,7 @@ async def scale_deployment(connection: AsyncConnection, name: str, wanted: int, 
     row = await live_deployment(connection, name)
     if row is None or row.state == D.DESTROYING:
         raise NoSuchDeployment(f"no live deployment named {name!r}")
-    spec = DeploymentSpec.model_validate(row.spec)
+    spec = DeploymentSpec.model_validate(row.spec, context=STORED)
     if wanted > spec.max_replicas:
         raise ValueError(f"{name} allows at most {spec.max_replicas} replicas (asked for {wanted})")
     if wanted != row.replicas:

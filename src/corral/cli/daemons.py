@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
@@ -23,26 +23,24 @@ log_format_option = click.option("--log-format", type=click.Choice(["text", "jso
                                  show_default=True, help="json: one object per line, with job/task/worker ids.")
 
 
-def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    """Click callback: "7d" -> seconds; zero, negative or malformed is a usage error."""
-    try:
-        seconds = float(parse_duration(value))
-    except (TypeError, ValueError) as error:
-        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
-    if seconds <= 0:
-        raise click.BadParameter(f"{value!r} must be longer than zero", ctx=ctx, param=param)
-    return seconds
+def positive_option(parse: Callable[[str], object], kind: type[int] | type[float]) -> Callable[..., int | float]:
+    """A click callback that reads a value with `parse` ("7d" -> seconds, "100M" -> bytes) as a positive `kind`;
+    zero, negative or malformed is a usage error."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str) -> int | float:
+        try:
+            amount = kind(parse(value))
+        except (TypeError, ValueError) as error:
+            raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+        if amount <= 0:
+            raise click.BadParameter(f"{value!r} must be more than zero", ctx=ctx, param=param)
+        return amount
+
+    return callback
 
 
-def size_option(ctx: click.Context, param: click.Parameter, value: str) -> int:
-    """Click callback: "100M" -> bytes; zero or malformed is a usage error."""
-    try:
-        size = int(parse_bytes(value))
-    except (TypeError, ValueError) as error:
-        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
-    if size <= 0:
-        raise click.BadParameter(f"{value!r} must be more than zero", ctx=ctx, param=param)
-    return size
+duration_option = positive_option(parse_duration, float)
+size_option = positive_option(parse_bytes, int)
 
 
 @click.command()

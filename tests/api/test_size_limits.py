@@ -125,3 +125,12 @@ async def test_a_stored_spec_past_todays_caps_still_reads(api) -> None:
         assert listing.status_code == 200 and listing.json()["items"][0]["spec"]["command"] == too_long
         assert (await admin.get(f"/api/v1/jobs/{job['id']}")).status_code == 200
         assert (await admin.get("/api/v1/deployments/old")).status_code == 200
+
+
+async def test_a_refusal_does_not_echo_a_large_input_back(api) -> None:
+    async with api.admin() as admin:
+        big = "x" * (limits.MAX_ARG + 1)
+        answer = await admin.post("/api/v1/jobs", json={"command": ["echo", big]})
+        assert answer.status_code == 422
+        assert len(answer.content) < 2000, len(answer.content)
+        assert "command argument 1" in answer.text

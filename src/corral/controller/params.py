@@ -25,6 +25,19 @@ RAW_BODY = {"requestBody": {"required": True, "content": {
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
 
 _OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+ECHOED_TEXT = 200  # characters of a refused string value echoed back; objects and lists are only described
+
+
+def _echo(value: Any) -> Any:
+    """What a 422 says of a refused input: a scalar as sent (a string cut short), an object or a list described,
+    so that a refused multi-megabyte body is not sent back whole."""
+    if isinstance(value, str) and len(value) > ECHOED_TEXT:
+        return f"{value[:ECHOED_TEXT]}... ({len(value)} characters)"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} keys"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)} items"
+    return value
 
 
 def _serialisable(value: Any) -> Any:
@@ -45,5 +58,6 @@ async def refuse_invalid(request: Request, error: RequestValidationError) -> JSO
     errors = error.errors()
     if errors and all(e["loc"][0] == "path" and e["type"] in _OUT_OF_RANGE for e in errors):
         return JSONResponse({"detail": _serialisable(f"not found: {request.url.path}")}, status.HTTP_404_NOT_FOUND)
-    detail = _serialisable(jsonable_encoder(errors))
+    detail = _serialisable(jsonable_encoder([{**e, "input": _echo(e["input"])} if "input" in e else e
+                                             for e in errors]))
     return JSONResponse({"detail": detail}, status.HTTP_422_UNPROCESSABLE_CONTENT)

@@ -87,7 +87,7 @@ class Shim:
             self._reap()
             if self.terminate:
                 self.terminate = False
-                kill_all(self._attempt_pids(), signal.SIGTERM)
+                self._signal_attempt(signal.SIGTERM)
             if time.monotonic() >= next_scan:
                 self._note_members()
                 next_scan = time.monotonic() + SCAN
@@ -104,8 +104,21 @@ class Shim:
             return set(cgroup_pids(self.cgroup))
         return descendants(os.getpid(), all_processes())
 
+    def _signal_attempt(self, sig: int) -> None:
+        """`sig` to the task's process group at once, as a terminal signals a job, then to every process of the
+        attempt that left that group. At once matters: a shell that sees its child end before its own signal
+        arrives exits without running its trap (the checkpoint a TERM trap writes, say)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.child, sig)
+        kill_all((pid for pid in self._attempt_pids() if _group_of(pid) != self.child), sig)
+
     def _kill_attempt(self) -> None:
-        """SIGKILL everything until nothing is left (a process forking meanwhile is caught on the next round)."""
+        """SIGKILL everything until nothing is left (a process forking meanwhile is caught on the next round).
+
+        The task's own process group goes first: killed after its children, a shell would see them die and
+        exit 137 on its own, and the attempt would read as exited rather than killed."""
+        if self.status is None:
+            self._signal_attempt(signal.SIGKILL)
         deadline = time.monotonic() + KILL_TIMEOUT
         while (pids := self._attempt_pids()) and time.monotonic() < deadline:
             if self.cgroup is not None:
@@ -177,6 +190,13 @@ class Shim:
         if self.cgroup is not None:
             remove_cgroup(self.cgroup)
         self.record_path.unlink(missing_ok=True)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def end_as(status: int) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral.worker.containment import RECORD, Record
+from corral.worker.processes import RECORD, Record
 from tests.e2e.cluster import Cluster, wait_for
 from tests.worker.support import CONTAINMENTS, daemonizing_task, written_pids
 

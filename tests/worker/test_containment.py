@@ -9,16 +9,8 @@ import time
 from pathlib import Path
 
 import corral.worker.runner as runner_module
-from corral.worker.containment import (
-    ProcStat,
-    Record,
-    cgroup2_mount,
-    leftovers,
-    parse_stat,
-    read_stat,
-    reap_leftovers,
-    reap_record,
-)
+from corral.worker.containment import cgroup2_mount, leftovers, reap_leftovers, reap_record
+from corral.worker.processes import ProcStat, Record, parse_stat, read_stat
 from tests.worker.support import daemonizing_task, gone, written_pids
 
 SHIM = (100, 5000)

@@ -11,101 +11,34 @@ so a recycled pid is never killed; a recorded process that is still alive vouche
 whole session (a session id is not reused while any process is in it), which catches the
 children a setsid'd process started after the last record.
 
-This module imports only the standard library and psutil: the shim loads it for every task.
+The primitives the shim needs live in corral.worker.processes; this module is the worker's side.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 import os
-import signal
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from corral.worker.oom import cgroup_dirs
+from corral.worker.processes import (
+    KILL_TIMEOUT,
+    RECORD,
+    ProcStat,
+    Record,
+    all_processes,
+    cgroup_pids,
+    descendants,
+    kill_all,
+    kill_cgroup,
+    remove_cgroup,
+)
 
 log = logging.getLogger("corral.worker.containment")
-
-RECORD = "processes.json"  # in each attempt's directory, while the attempt may have processes
-KILL_TIMEOUT = 5.0  # how long SIGKILLed processes may take to vanish (a process in D state) before we move on
 POLL = 0.02
-
-
-@dataclass(frozen=True)
-class ProcStat:
-    """The fields of /proc/PID/stat that identify a process and where it belongs."""
-
-    pid: int
-    ppid: int
-    pgid: int
-    sid: int
-    start: int  # clock ticks after boot: with the pid, a process's identity
-    zombie: bool = False
-
-
-def parse_stat(text: str) -> ProcStat:
-    """/proc/PID/stat; the command name may hold spaces and parentheses, so fields are read after the last ')'."""
-    head, _, tail = text.rpartition(")")
-    fields = tail.split()
-    return ProcStat(pid=int(head.split("(", 1)[0]), ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]),
-                    start=int(fields[19]), zombie=fields[0] in ("Z", "X"))
-
-
-def read_stat(pid: int) -> ProcStat | None:
-    try:
-        return parse_stat(Path(f"/proc/{pid}/stat").read_text())
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def all_processes() -> list[ProcStat]:
-    """Every live process on the machine (zombies left out: they hold nothing but a pid)."""
-    found = (read_stat(pid) for pid in psutil.pids())
-    return [stat for stat in found if stat is not None and not stat.zombie]
-
-
-def descendants(root: int, processes: Iterable[ProcStat]) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in processes:
-        children.setdefault(stat.ppid, []).append(stat.pid)
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-@dataclass
-class Record:
-    """What a successor needs to find an attempt's processes after its shim died."""
-
-    shim: tuple[int, int]  # (pid, start)
-    cgroup: str | None = None
-    members: list[tuple[int, int]] = field(default_factory=list)  # (pid, start) of the task's processes seen
-
-    def dumps(self) -> str:
-        return json.dumps({"shim": list(self.shim), "cgroup": self.cgroup, "members": [list(m) for m in self.members]})
-
-    @classmethod
-    def loads(cls, text: str) -> Record:
-        data = json.loads(text)
-        return cls(shim=tuple(data["shim"]), cgroup=data.get("cgroup"),
-                   members=[tuple(member) for member in data.get("members", [])])
-
-    def write(self, path: Path) -> None:
-        """Atomically, so a reader never sees half a record."""
-        partial = path.with_suffix(".partial")
-        partial.write_text(self.dumps())
-        partial.replace(path)
 
 
 def leftovers(record: Record, processes: Iterable[ProcStat]) -> set[int]:
@@ -119,12 +52,6 @@ def leftovers(record: Record, processes: Iterable[ProcStat]) -> set[int]:
     for pid in list(ours):
         ours |= descendants(pid, processes)
     return ours
-
-
-def kill_all(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
 
 
 # cgroups -------------------------------------------------------------------------------
@@ -163,27 +90,6 @@ def attempt_cgroup(parent: Path, work_dir: Path, task_id: int, attempt: int) -> 
     """The cgroup of one attempt: named after the work directory too, so that workers beside each other differ."""
     digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
     return parent / f"corral-{digest}-{task_id}-{attempt}"
-
-
-def cgroup_pids(cgroup: Path) -> list[int]:
-    try:
-        return [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def kill_cgroup(cgroup: Path) -> None:
-    """SIGKILL every process in the cgroup: at once with cgroup.kill, else one by one (what forks meanwhile is
-    caught on the next call)."""
-    try:
-        (cgroup / "cgroup.kill").write_text("1")
-    except OSError:
-        kill_all(cgroup_pids(cgroup))
-
-
-def remove_cgroup(cgroup: Path) -> None:
-    with contextlib.suppress(OSError):
-        cgroup.rmdir()
 
 
 # a successor's sweep ---------------------------------------------------------------------

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 import corral
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder, TaskRef, TaskReport
@@ -55,10 +53,14 @@ STOP_TIMEOUT = 2 * KILL_TIMEOUT  # how long a shim may take to kill its attempt 
 CAPTURE_TIMEOUT = 5.0  # how long the output still in the pipes may take to be written once the attempt is gone
 # The worker's own tokens, if it was given them in its environment: a task gets only its job's CORRAL_TOKEN.
 WORKER_SECRETS = frozenset({"CORRAL_TOKEN", "CORRAL_JOIN_TOKEN"})
-# The shim runs isolated from the task's Python settings (PYTHONPATH and the like), finding corral and psutil
-# where this worker found them.
-_SHIM = [sys.executable, "-I", "-c",
-         f"import sys; sys.path[:0] = {sorted({str(Path(m.__file__).parent.parent) for m in (corral, psutil)})!r}; "
+# The shim runs isolated from the task's Python settings (PYTHONPATH and the like) and without site-packages
+# (-I -S), and loads only its own modules from where this worker found corral: corral's packages are entered
+# as bare namespaces, so a task's start pays for none of their imports.
+_PACKAGE = Path(corral.__file__).parent
+_SHIM = [sys.executable, "-I", "-S", "-c",
+         "import sys, types\n"
+         f"for name, path in (('corral', {str(_PACKAGE)!r}), ('corral.worker', {str(_PACKAGE / 'worker')!r})):\n"
+         "    sys.modules[name] = package = types.ModuleType(name); package.__path__ = [path]\n"
          "from corral.worker.shim import main; main(sys.argv[1:])"]
 
 

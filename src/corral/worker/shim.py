@@ -23,17 +23,14 @@ import ctypes
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-from corral.worker.containment import (
+from corral.worker.processes import (
     KILL_TIMEOUT,
     Record,
-    all_processes,
     cgroup_pids,
-    descendants,
+    descendants_of,
     kill_all,
     kill_cgroup,
     read_stat,
@@ -45,12 +42,12 @@ SCAN = 0.5  # how often the task's processes are listed for the record (where th
 
 
 class Shim:
-    def __init__(self, record_path: Path, cgroup: Path | None, command: list[str]) -> None:
+    def __init__(self, record_path: str, cgroup: str | None, command: list[str]) -> None:
         self.record_path = record_path
         self.cgroup = cgroup
         self.command = command
         own = read_stat(os.getpid())
-        self.record = Record(shim=(os.getpid(), own.start if own else 0), cgroup=str(cgroup) if cgroup else None)
+        self.record = Record(shim=(os.getpid(), own.start if own else 0), cgroup=cgroup)
         self.child = 0  # the task's pid, once started
         self.status: int | None = None  # the task's wait status, once it has ended
         self.terminate = False
@@ -66,15 +63,14 @@ class Shim:
         self._enter_cgroup()
         try:
             try:
-                child = self._spawn()
-            except subprocess.SubprocessError:  # raised by _join_cgroup: the task could not enter it
+                self.child = self._spawn()
+            except CgroupRefused:
                 self._no_cgroup(f"the task cannot enter {self.cgroup}")
-                child = self._spawn()
+                self.child = self._spawn()
         except OSError as error:
             print(f"corral: cannot start {self.command[0]}: {error}", file=sys.stderr)
             self._clean_up()
             return (127 if isinstance(error, FileNotFoundError) else 126) << 8  # as a wait status
-        self.child = child.pid
         self._note_members()
         lifeline = True
         next_scan = time.monotonic() + SCAN
@@ -102,7 +98,7 @@ class Shim:
     def _attempt_pids(self) -> set[int]:
         if self.cgroup is not None:
             return set(cgroup_pids(self.cgroup))
-        return descendants(os.getpid(), all_processes())
+        return {pid for pid in descendants_of(os.getpid()) if (stat := read_stat(pid)) and not stat.zombie}
 
     def _signal_attempt(self, sig: int) -> None:
         """`sig` to the task's process group at once, as a terminal signals a job, then to every process of the
@@ -146,10 +142,10 @@ class Shim:
         if self.cgroup is not None and self.record.members:
             return  # the cgroup knows its members; the task's own pid is recorded for a cgroup that is gone
         seen = set(self.record.members)
-        processes = all_processes()
-        mine = descendants(os.getpid(), processes)
-        new = [(stat.pid, stat.start) for stat in processes if stat.pid in mine and (stat.pid, stat.start) not in seen]
-        if new or not self.record_path.exists():
+        stats = (read_stat(pid) for pid in descendants_of(os.getpid()))
+        new = [(stat.pid, stat.start) for stat in stats
+               if stat is not None and not stat.zombie and (stat.pid, stat.start) not in seen]
+        if new or not os.path.exists(self.record_path):
             self.record.members.extend(new)
             self.record.write(self.record_path)
 
@@ -158,15 +154,46 @@ class Shim:
 
     # the cgroup ------------------------------------------------------------------------------
 
-    def _spawn(self) -> subprocess.Popen:
-        return subprocess.Popen(self.command, stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=self._join_cgroup if self.cgroup else None)
+    def _spawn(self) -> int:
+        """Start the task in a session of its own (and its cgroup), stdin from /dev/null; its pid.
+
+        By hand rather than with subprocess, whose import alone would be most of a short task's start: the child
+        reports a failure to enter the cgroup or to exec through a pipe that a successful exec closes."""
+        report_read, report_write = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the child: no Python beyond this, whatever happens
+            try:
+                os.close(report_read)
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by Python, not by the programs it starts
+                    signal.signal(sig, signal.SIG_DFL)
+                os.setsid()
+                stage = b"c"
+                if self.cgroup is not None:
+                    self._join_cgroup()
+                stage = b"e"
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.execvp(self.command[0], self.command)
+            except OSError as error:
+                os.write(report_write, stage + str(error.errno).encode())
+            finally:
+                os._exit(127)
+        os.close(report_write)
+        with os.fdopen(report_read, "rb") as report:
+            failure = report.read()
+        if not failure:
+            return pid
+        os.waitpid(pid, 0)
+        if failure[:1] == b"c":
+            raise CgroupRefused()
+        errno = int(failure[1:])
+        raise OSError(errno, os.strerror(errno), self.command[0])
 
     def _enter_cgroup(self) -> None:
         if self.cgroup is None:
             return
         try:
-            self.cgroup.mkdir(exist_ok=True)
+            os.makedirs(self.cgroup, exist_ok=True)
         except OSError as error:
             self._no_cgroup(str(error))
 
@@ -178,9 +205,9 @@ class Shim:
         self.record.cgroup = None
 
     def _join_cgroup(self) -> None:
-        """preexec_fn of the task: it enters its cgroup before it runs anything."""
+        """In the task's process: it enters its cgroup before it runs anything."""
         assert self.cgroup is not None
-        procs = os.open(self.cgroup / "cgroup.procs", os.O_WRONLY)  # never created: it must be a cgroup's
+        procs = os.open(os.path.join(self.cgroup, "cgroup.procs"), os.O_WRONLY)  # never created: a cgroup's
         try:
             os.write(procs, str(os.getpid()).encode())
         finally:
@@ -189,7 +216,12 @@ class Shim:
     def _clean_up(self) -> None:
         if self.cgroup is not None:
             remove_cgroup(self.cgroup)
-        self.record_path.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.record_path)
+
+
+class CgroupRefused(Exception):
+    """The task's process could not enter its cgroup."""
 
 
 def _group_of(pid: int) -> int | None:
@@ -215,7 +247,7 @@ def main(argv: list[str]) -> None:
     record, cgroup, separator, *command = argv
     if separator != "--" or not command:
         sys.exit("usage: python -m corral.worker.shim RECORD CGROUP|- -- COMMAND...")
-    shim = Shim(Path(record), None if cgroup == "-" else Path(cgroup), command)
+    shim = Shim(record, None if cgroup == "-" else cgroup, command)
     end_as(shim.run())
 
 

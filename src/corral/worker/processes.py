@@ -1,0 +1,147 @@
+"""The process primitives an attempt's shim needs: /proc, the record, signals, an attempt's cgroup.
+
+Every task starts under a shim (corral.worker.shim), so every import here is paid at every task's
+start: this module uses only the cheapest parts of the standard library (no pathlib, dataclasses,
+subprocess or logging) and reads /proc itself. Paths are plain strings or anything `os.fspath` takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections import namedtuple
+from collections.abc import Iterable
+
+RECORD = "processes.json"  # in each attempt's directory, while the attempt may have processes
+KILL_TIMEOUT = 5.0  # how long SIGKILLed processes may take to vanish (a process in D state) before we move on
+
+# The fields of /proc/PID/stat that identify a process and where it belongs; `start` is in clock ticks after
+# boot: with the pid, a process's identity.
+ProcStat = namedtuple("ProcStat", "pid ppid pgid sid start zombie", defaults=(False,))
+
+
+def parse_stat(text: str) -> ProcStat:
+    """/proc/PID/stat; the command name may hold spaces and parentheses, so fields are read after the last ')'."""
+    head, _, tail = text.rpartition(")")
+    fields = tail.split()
+    return ProcStat(pid=int(head.split("(", 1)[0]), ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]),
+                    start=int(fields[19]), zombie=fields[0] in ("Z", "X"))
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return parse_stat(stat.read())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def all_processes() -> list[ProcStat]:
+    """Every live process on the machine (zombies left out: they hold nothing but a pid)."""
+    found = (read_stat(int(name)) for name in os.listdir("/proc") if name.isdigit())
+    return [stat for stat in found if stat is not None and not stat.zombie]
+
+
+def descendants(root: int, processes: Iterable[ProcStat]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in processes:
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def descendants_of(root: int) -> set[int]:
+    """The pids below `root`, read down its children lists (as cheap as the tree is small), or from a scan of
+    every process where the kernel keeps no such lists."""
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone meanwhile
+        for thread in threads:
+            try:
+                with open(f"/proc/{pid}/task/{thread}/children") as listing:
+                    children = [int(child) for child in listing.read().split()]
+            except FileNotFoundError:
+                if os.path.exists(f"/proc/{pid}/task/{thread}"):  # no children lists on this kernel
+                    return descendants(root, all_processes())
+                continue
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+class Record:
+    """What a successor needs to find an attempt's processes after its shim died: the shim's (pid, start), the
+    cgroup, and the (pid, start) of the task's processes seen."""
+
+    def __init__(self, shim: tuple[int, int], cgroup: str | None = None,
+                 members: list[tuple[int, int]] | None = None) -> None:
+        self.shim = tuple(shim)
+        self.cgroup = cgroup
+        self.members = [tuple(member) for member in members or ()]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and (self.shim, self.cgroup, self.members) == \
+            (other.shim, other.cgroup, other.members)
+
+    def __repr__(self) -> str:
+        return f"Record(shim={self.shim}, cgroup={self.cgroup!r}, members={self.members})"
+
+    def dumps(self) -> str:
+        return json.dumps({"shim": list(self.shim), "cgroup": self.cgroup, "members": [list(m) for m in self.members]})
+
+    @classmethod
+    def loads(cls, text: str) -> Record:
+        data = json.loads(text)
+        return cls(shim=tuple(data["shim"]), cgroup=data.get("cgroup"), members=data.get("members", []))
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Atomically, so a reader never sees half a record."""
+        path = os.fspath(path)
+        partial = os.path.splitext(path)[0] + ".partial"
+        with open(partial, "w") as out:
+            out.write(self.dumps())
+        os.replace(partial, path)
+
+
+def kill_all(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def cgroup_pids(cgroup: str | os.PathLike) -> list[int]:
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs")) as procs:
+            return [int(pid) for pid in procs.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill_cgroup(cgroup: str | os.PathLike) -> None:
+    """SIGKILL every process in the cgroup: at once with cgroup.kill, else one by one (what forks meanwhile is
+    caught on the next call)."""
+    try:
+        with open(os.path.join(cgroup, "cgroup.kill"), "w") as kill:
+            kill.write("1")
+    except OSError:
+        kill_all(cgroup_pids(cgroup))
+
+
+def remove_cgroup(cgroup: str | os.PathLike) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(cgroup)

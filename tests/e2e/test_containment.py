@@ -18,6 +18,7 @@ from tests.worker.support import CONTAINMENTS, daemonizing_task, written_pids
 pytestmark = pytest.mark.e2e
 
 SHIM = "corral.worker.shim"
+WARDEN = "corral.worker.warden"
 
 
 @pytest.fixture(params=CONTAINMENTS)
@@ -99,17 +100,19 @@ def test_a_restarted_worker_kills_what_its_predecessor_left_before_it_registers(
         _, daemon = wait_for(lambda: written_pids(prefix), 30, "the task and its daemon")
         if containment == "processes":  # a successor finds only what the shim recorded (it looks twice a second)
             wait_for(lambda: daemon in recorded(bare_cluster.root / "w1"), 10, "the shim to record the daemon")
-        # The worker and its shims die together (as in an OOM kill of all of them), so no one cleans up:
-        # the shims are stopped first, else they would kill the task on seeing the worker gone.
-        shims = [p for p in marked(prefix.name) if SHIM in " ".join(p.info["cmdline"])]
-        assert shims
-        for shim in shims:
-            shim.send_signal(signal.SIGSTOP)
+        # The worker and its guards (the shims, or the worker's cgroup warden) die together (as in an OOM kill of
+        # all of them), so no one cleans up: the guards are stopped first, else they would kill the task on seeing
+        # the worker gone.
+        guards = [p for p in marked(prefix.name) if SHIM in " ".join(p.info["cmdline"])] if containment == "processes" \
+            else [p for p in marked(str(bare_cluster.root / "w1")) if WARDEN in " ".join(p.info["cmdline"])]
+        assert guards
+        for guard in guards:
+            guard.send_signal(signal.SIGSTOP)
         bare_cluster.kill(bare_cluster.workers["w1"])
-        for shim in shims:
-            shim.kill()
-        left = wait_for(lambda: (m := marked(prefix.name)) and all(SHIM not in " ".join(p.info["cmdline"]) for p in m)
-                        and m, 10, "the shims to be gone")
+        for guard in guards:
+            guard.kill()
+        wait_for(lambda: not any(alive(guard) for guard in guards), 10, "the guards to be gone")
+        left = marked(prefix.name)
         assert len(left) >= 3  # the shell, the program and its daemon run on, orphaned
         before = registrations(bare_cluster)
         bare_cluster.spawn_worker("w1", 4, "--containment", containment)

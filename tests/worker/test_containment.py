@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import corral.worker.runner as runner_module
 from corral.worker.containment import cgroup2_mount, leftovers, reap_leftovers, reap_record
 from corral.worker.processes import ProcStat, Record, parse_stat, read_stat
 from tests.worker.support import daemonizing_task, gone, written_pids
@@ -99,16 +98,3 @@ def test_a_successor_kills_what_a_dead_shim_recorded_and_nothing_else(tmp_path):
         for process in (task, bystander):
             process.kill()
             process.wait()
-
-
-def test_a_task_that_cannot_enter_its_cgroup_runs_without_one(tmp_path):
-    lifeline, keep = os.pipe()
-    try:
-        result = subprocess.run([*runner_module._SHIM, str(tmp_path / "processes.json"), str(tmp_path / "not-a-cgroup"),
-                                 "--", "sh", "-c", "echo ran; exit 3"], stdin=lifeline, capture_output=True, text=True,
-                                timeout=30)
-    finally:
-        os.close(lifeline)
-        os.close(keep)
-    assert (result.returncode, result.stdout) == (3, "ran\n")
-    assert "no cgroup for this task" in result.stderr and list(tmp_path.iterdir()) == []

@@ -286,11 +286,12 @@ async def test_no_process_of_a_task_outlives_a_worker_killed_outright(tmp_path, 
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_launch_runs_the_command_under_its_shim_and_fails_early_for_a_missing_program(tmp_path):
+def test_launch_runs_the_command_under_its_shim_or_in_its_cgroup_and_fails_early_for_a_missing_program(tmp_path):
     record = tmp_path / "processes.json"
     argv = runner_module._launch(["sh", "-c", "true"], tmp_path, {"PATH": os.defpath}, record, None)
-    assert argv[-6:] == [str(record), "-", "--", "sh", "-c", "true"] and "corral.worker.shim" in argv[-7]
-    assert runner_module._launch(["true"], tmp_path, {}, record, tmp_path / "cg")[-3] == str(tmp_path / "cg")
+    assert argv[-5:] == [str(record), "--", "sh", "-c", "true"] and "corral.worker.shim" in argv[-6]
+    assert runner_module._launch(["sh", "-c", "true"], tmp_path, {"PATH": os.defpath}, record, tmp_path / "cg")[-4:] \
+        == [str(tmp_path / "cg"), "sh", "-c", "true"]  # a cgroup contains it: no shim
     script = tmp_path / "script"
     script.write_text("#!/bin/sh\n")
     with pytest.raises(PermissionError):

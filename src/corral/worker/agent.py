@@ -153,7 +153,7 @@ class Agent:
     async def serve(self) -> None:
         """Kill what a previous worker on this work directory left running, register, then heartbeat and ship
         logs until cancelled; raises WorkerError when refused."""
-        await asyncio.to_thread(reap_leftovers, self.runner.work_dir)
+        await asyncio.to_thread(reap_leftovers, self.runner.work_dir, self.runner.cgroups)
         await self._register()
         loops = [asyncio.create_task(loop()) for loop in (self._poll, self._deliver, self.shipper.run)]
         if self.options.attempt_retention is not None:

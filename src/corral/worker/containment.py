@@ -16,6 +16,7 @@ The primitives the shim needs live in corral.worker.processes; this module is th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,6 +37,7 @@ from corral.worker.processes import (
     kill_cgroup,
     remove_cgroup,
 )
+from corral.worker.warden import sweep
 
 log = logging.getLogger("corral.worker.containment")
 POLL = 0.02
@@ -86,10 +88,14 @@ def cgroup_parent(mode: str = "auto") -> Path | None:
     return parent
 
 
+def cgroup_prefix(work_dir: Path) -> str:
+    """What the cgroups of a work directory's attempts are named from, so that workers beside each other differ."""
+    return f"corral-{hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]}-"
+
+
 def attempt_cgroup(parent: Path, work_dir: Path, task_id: int, attempt: int) -> Path:
-    """The cgroup of one attempt: named after the work directory too, so that workers beside each other differ."""
-    digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
-    return parent / f"corral-{digest}-{task_id}-{attempt}"
+    """The cgroup of one attempt."""
+    return parent / f"{cgroup_prefix(work_dir)}{task_id}-{attempt}"
 
 
 # a successor's sweep ---------------------------------------------------------------------
@@ -108,7 +114,7 @@ def reap_record(path: Path, timeout: float = KILL_TIMEOUT) -> int:
     killed: set[int] = set()
     deadline = time.monotonic() + timeout
     while True:
-        pids = leftovers(record, all_processes())
+        pids = leftovers(record, all_processes()) if record.members or any(record.shim) else set()
         if cgroup is not None:
             pids |= set(cgroup_pids(cgroup))
         if not pids:
@@ -127,9 +133,20 @@ def reap_record(path: Path, timeout: float = KILL_TIMEOUT) -> int:
     return len(killed)
 
 
-def reap_leftovers(work_dir: Path) -> int:
-    """Kill whatever the attempts of a previous worker on `work_dir` left running; the number of processes killed."""
+def reap_leftovers(work_dir: Path, cgroups: Path | None = None) -> int:
+    """Kill whatever the attempts of a previous worker on `work_dir` left running: what their records name, and
+    what is in their cgroups under `cgroups`; the number of processes killed (of the records: a cgroup's are
+    counted as cgroups)."""
     killed = sum(reap_record(path) for path in sorted(work_dir.glob(f"tasks/*/{RECORD}")))
     if killed:
         log.warning("killed %d process(es) a previous worker on %s left behind", killed, work_dir)
+    if cgroups is not None:
+        prefix, held = cgroup_prefix(work_dir), []
+        with contextlib.suppress(OSError):
+            held = [name for name in os.listdir(cgroups) if name.startswith(prefix) and cgroup_pids(cgroups / name)]
+        if held:
+            log.warning("killed what a previous worker on %s left in cgroups %s", work_dir, held)
+        stuck = sweep(cgroups, prefix)
+        if stuck:
+            log.error("cgroups %s still hold processes after SIGKILL", stuck)
     return killed

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 from collections import namedtuple
 from collections.abc import Iterable
 
@@ -145,3 +146,33 @@ def kill_cgroup(cgroup: str | os.PathLike) -> None:
 def remove_cgroup(cgroup: str | os.PathLike) -> None:
     with contextlib.suppress(OSError):
         os.rmdir(cgroup)
+
+
+def signal_attempt(leader: int, pids: Iterable[int], sig: int) -> None:
+    """`sig` to the task's process group (`leader`'s) at once, as a terminal signals a job, then to each of
+    `pids` that left that group. At once matters: a shell that sees its child end before its own signal arrives
+    exits without running its trap (the checkpoint a TERM trap writes, say), or, under SIGKILL, exits 137 on its
+    own, and a killed attempt reads as exited."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, sig)
+    kill_all((pid for pid in pids if _group_of(pid) != leader), sig)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def empty_cgroups(cgroups: Iterable[str | os.PathLike], timeout: float = KILL_TIMEOUT) -> list:
+    """Kill everything in `cgroups` and remove them; those that still held processes after `timeout`."""
+    cgroups = list(cgroups)
+    deadline = time.monotonic() + timeout
+    while (alive := [cgroup for cgroup in cgroups if cgroup_pids(cgroup)]) and time.monotonic() < deadline:
+        for cgroup in alive:
+            kill_cgroup(cgroup)
+        time.sleep(0.01)
+    for cgroup in cgroups:
+        remove_cgroup(cgroup)
+    return alive

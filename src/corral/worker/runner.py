@@ -1,12 +1,13 @@
-"""Runs task attempts as real processes: one directory and one shim per attempt.
+"""Runs task attempts as real processes: one directory per attempt.
 
 Orders repeat on every heartbeat until the reports show them done, so the runner acts on
-each (task, attempt, action) once and ignores the repeats. Each attempt runs under a shim
-(corral.worker.shim) that contains every process the task starts, in a cgroup or as their
-subreaper: SIGTERM to the shim passes it on to all of them, closing its lifeline (a pipe
-that also closes when the worker dies, even by SIGKILL) kills them all, and the shim exits
-only once none is left. A worker starting up kills what a predecessor's shims could not
-(corral.worker.containment.reap_leftovers).
+each (task, attempt, action) once and ignores the repeats. Every process an attempt starts
+is contained (docs/processes.md): in a cgroup of its own, which the worker kills when the
+attempt ends and the worker's warden kills if the worker dies; or, without cgroups, under a
+shim (corral.worker.shim) that is their subreaper: SIGTERM to the shim passes it on to all of
+them, closing its lifeline (a pipe that also closes when the worker dies, even by SIGKILL)
+kills them all, and the shim exits only once none is left. A worker starting up kills what a
+predecessor left (corral.worker.containment.reap_leftovers).
 Every attempt ends with exactly one terminal report, made only after its processes are
 gone and its logs are flushed, so the controller never frees resources still in use and
 never shows a finished task with half its output. A preempted attempt ends PREEMPTED, with
@@ -59,7 +60,7 @@ WatchLogs = Callable[[int, int, Path], None]
 FetchCheckpoint = Callable[[int, Path], Awaitable[None]]  # (task, destination)
 SaveCheckpoint = Callable[[int, int, int, Path], Awaitable[str | None]]  # (task, attempt, epoch, file) -> error
 
-STOP_TIMEOUT = 2 * KILL_TIMEOUT  # how long a shim may take to kill its attempt before it is killed itself
+STOP_TIMEOUT = 2 * KILL_TIMEOUT  # how long a killed attempt (or its shim) may take to be gone before it is killed again
 CAPTURE_TIMEOUT = 5.0  # how long the output still in the pipes may take to be written once the attempt is gone
 # The worker's own tokens, if it was given them in its environment: a task gets only its job's CORRAL_TOKEN.
 WORKER_SECRETS = frozenset({"CORRAL_TOKEN", "CORRAL_JOIN_TOKEN"})

@@ -23,7 +23,7 @@ def _with(**changes) -> dict:
 @pytest.mark.parametrize("body", [
     _with(gpu=2_000_000), _with(gpu=1566690764), _with(gpu=MAX_GPU + 1), _with(cpu=1e9), _with(memory=2**63),
     _with(custom={f"s{i}": 1 for i in range(65)}), _with(custom={"tpu": 1e12}),
-    _with(labels={f"k{i}": "v" for i in range(65)}), _with(labels={"k": "v" * 201}),
+    _with(labels={f"k{i}": "v" for i in range(65)}), _with(labels={"k": "v" * (limits.MAX_LABEL_VALUE + 1)}),
     _with(gpu_names=["x"] * (MAX_GPU + 1)), _with(address="a" * (limits.MAX_ADDRESS + 1)),
     _with(gpus=[{"index": 2**40, "model": "x"}]),
     _with(running=[{"task_id": 2**63, "attempt": 0}]),

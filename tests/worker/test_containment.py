@@ -55,7 +55,7 @@ def test_the_shim_s_own_session_is_not_swept_with_it():
 
 
 def test_a_record_survives_a_round_trip():
-    record = Record(shim=SHIM, cgroup="/sys/fs/cgroup/corral-x-1-0", members=[(200, 6000), (201, 7000)])
+    record = Record(shim=SHIM, members=[(200, 6000), (201, 7000)])
     assert Record.loads(record.dumps()) == record
 
 

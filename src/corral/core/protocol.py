@@ -22,7 +22,6 @@ API = "/api/v1"
 
 # What one machine can have, so that a registration costs the controller no more than a real machine would.
 MAX_CUSTOM_SLOTS = 64
-MAX_LABELS = 64
 MAX_REPORTS = 10_000
 MAX_REASON = 2000
 ExitCode = Annotated[int, Field(ge=-MAX_COUNT - 1, le=MAX_COUNT)]
@@ -65,8 +64,8 @@ class RegisterRequest(WireModel):
                          description="where gang peers reach this machine")
     capacity: Capacity
     gpu_names: list[Label] = Field(default_factory=list, max_length=MAX_GPU)
-    labels: dict[Annotated[str, Field(min_length=1, max_length=100)], Label] = Field(
-        default_factory=dict, max_length=MAX_LABELS)
+    # Counts and lengths are the caps every spec's labels have (corral.core.limits.check_labels, below).
+    labels: dict[Annotated[str, Field(min_length=1)], str] = Field(default_factory=dict)
     pool: str = Field("default", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     gpus: list[GpuDevice] = Field(default_factory=list, max_length=MAX_GPU)
     # Tasks the worker still runs from before (a re-registration after a controller restart).

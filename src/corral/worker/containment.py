@@ -1,17 +1,15 @@
 """What an attempt's processes are, so that none outlives the attempt: a cgroup, or recorded ids.
 
-Every attempt runs under a shim (corral.worker.shim) that is a child subreaper: whatever the
-task starts, even a daemon that calls setsid and forks twice, stays a descendant of the shim.
-Where a cgroup v2 hierarchy is writable, the task also runs in a cgroup of its own, which no
-process can leave, and ends with `cgroup.kill`. Either way the shim writes a small record in
-the attempt's directory (its own pid and start time, the cgroup, and the task's processes it
-has seen, each with its start time), so that a successor on the same work directory can kill
-what a shim that died outright left behind. A pid counts only with its recorded start time,
-so a recycled pid is never killed; a recorded process that is still alive vouches for its
-whole session (a session id is not reused while any process is in it), which catches the
-children a setsid'd process started after the last record.
-
-The primitives the shim needs live in corral.worker.processes; this module is the worker's side.
+This is the worker's side (docs/processes.md). Where a cgroup v2 hierarchy is writable, each
+attempt runs in a cgroup of its own, named from the work directory (cgroup_prefix), which no
+process can leave; a worker starting up finds its predecessor's by name. Elsewhere each attempt
+runs under a shim that is its subreaper and writes a small record in the attempt's directory
+(its own pid and start time, and the task's processes it has seen, each with its start time),
+so that a successor on the same work directory can kill what a shim that died outright left
+behind. A pid counts only with its recorded start time, so a recycled pid is never killed; a
+recorded process that is still alive vouches for its whole session (a session id is not reused
+while any process is in it), which catches the children a setsid'd process started after the
+last record. The primitives the shim needs live in corral.worker.processes.
 """
 
 from __future__ import annotations
@@ -34,8 +32,6 @@ from corral.worker.processes import (
     cgroup_pids,
     descendants,
     kill_all,
-    kill_cgroup,
-    remove_cgroup,
 )
 from corral.worker.warden import sweep
 
@@ -110,25 +106,18 @@ def reap_record(path: Path, timeout: float = KILL_TIMEOUT) -> int:
         log.warning("unreadable process record %s (%s): ignored", path, error)
         path.unlink(missing_ok=True)
         return 0
-    cgroup = Path(record.cgroup) if record.cgroup else None
     killed: set[int] = set()
     deadline = time.monotonic() + timeout
     while True:
-        pids = leftovers(record, all_processes()) if record.members or any(record.shim) else set()
-        if cgroup is not None:
-            pids |= set(cgroup_pids(cgroup))
+        pids = leftovers(record, all_processes())
         if not pids:
             break
         if time.monotonic() > deadline:
             log.error("processes %s of %s survive SIGKILL after %ss", sorted(pids), path.parent, timeout)
             return len(killed)
         killed |= pids
-        if cgroup is not None:
-            kill_cgroup(cgroup)
         kill_all(pids)
         time.sleep(POLL)
-    if cgroup is not None:
-        remove_cgroup(cgroup)
     path.unlink(missing_ok=True)
     return len(killed)
 

@@ -86,29 +86,26 @@ def descendants_of(root: int) -> set[int]:
 
 
 class Record:
-    """What a successor needs to find an attempt's processes after its shim died: the shim's (pid, start), the
-    cgroup, and the (pid, start) of the task's processes seen."""
+    """What a successor needs to find an attempt's processes after its shim died: the shim's (pid, start) and
+    the (pid, start) of the task's processes seen."""
 
-    def __init__(self, shim: tuple[int, int], cgroup: str | None = None,
-                 members: list[tuple[int, int]] | None = None) -> None:
+    def __init__(self, shim: tuple[int, int], members: list[tuple[int, int]] | None = None) -> None:
         self.shim = tuple(shim)
-        self.cgroup = cgroup
         self.members = [tuple(member) for member in members or ()]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Record) and (self.shim, self.cgroup, self.members) == \
-            (other.shim, other.cgroup, other.members)
+        return isinstance(other, Record) and (self.shim, self.members) == (other.shim, other.members)
 
     def __repr__(self) -> str:
-        return f"Record(shim={self.shim}, cgroup={self.cgroup!r}, members={self.members})"
+        return f"Record(shim={self.shim}, members={self.members})"
 
     def dumps(self) -> str:
-        return json.dumps({"shim": list(self.shim), "cgroup": self.cgroup, "members": [list(m) for m in self.members]})
+        return json.dumps({"shim": list(self.shim), "members": [list(m) for m in self.members]})
 
     @classmethod
     def loads(cls, text: str) -> Record:
         data = json.loads(text)
-        return cls(shim=tuple(data["shim"]), cgroup=data.get("cgroup"), members=data.get("members", []))
+        return cls(shim=tuple(data["shim"]), members=data.get("members", []))
 
     def write(self, path: str | os.PathLike) -> None:
         """Atomically, so a reader never sees half a record."""

@@ -54,7 +54,8 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
         orders.append(BuildOrder(
             task_id=row.id, attempt=row.attempt, job_id=row.job_id, task_index=row.index,
             command=spec["command"], env=task_env(row, spec, masters.get(row.job_id), job_token),
-            bundle=spec.get("bundle"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
+            bundle=spec.get("bundle"), workdir=spec.get("workdir"), pip=spec.get("pip") or [],
+            python=spec.get("python"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
             grace_period=spec.get("grace_period", 15.0), checkpoint=row.checkpoint_epoch is not None,
             allocate_port=spec.get("allocate_port", False),
         ))
@@ -63,11 +64,12 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
 
 def task_env(row, spec: dict, master_addr: str | None,
              job_token: Callable[[int], str] | None = None) -> dict[str, str]:
-    """The job's variables, then corral's own, then the rendezvous variables of a gang.
+    """The variables exported from the submitter's environment, under the job's own (env), then corral's, then
+    the rendezvous variables of a gang.
 
     `CORRAL_TOKEN` is the job's own token (see job_tokens), so code in a task can reach its job.
     """
-    env = dict(spec.get("env") or {})
+    env = {**(spec.get("export") or {}), **(spec.get("env") or {})}
     env.update(
         CORRAL_JOB_ID=str(row.job_id), CORRAL_TASK_INDEX=str(row.index),
         CORRAL_NUM_TASKS=str(row.replicas), CORRAL_ATTEMPT=str(row.attempt),

@@ -41,6 +41,7 @@ MAX_CUSTOM_RESOURCES = 64
 MAX_RESOURCE_NAME = 63
 MAX_MODEL_NAMES = 64
 MAX_MODEL_NAME = 200
+MAX_PATH = 4096  # a file system path (PATH_MAX)
 MAX_ADDRESS = 255  # a worker's address: a host name or an IP
 
 

@@ -14,7 +14,17 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.core import limits
-from corral.core.spec import MAX_CPU, MAX_CUSTOM_AMOUNT, MAX_GPU, MAX_MEMORY, NAME
+from corral.core.spec import (
+    MAX_CPU,
+    MAX_CUSTOM_AMOUNT,
+    MAX_GPU,
+    MAX_MEMORY,
+    NAME,
+    AbsolutePath,
+    FilesystemId,
+    PythonVersion,
+    Workdir,
+)
 from corral.core.states import TaskState
 from corral.core.wire import MAX_COUNT, Count, Id, WireModel, storable
 
@@ -56,6 +66,37 @@ class GpuDevice(WireModel):
     uuid: str = Field("", max_length=200)
 
 
+EnvironmentKey = Annotated[str, Field(pattern=r"^[0-9a-f]{16,64}$")]
+MAX_SHARED_FS = 64
+MAX_PYTHONS = 32
+MAX_ENVIRONMENTS = 10_000
+
+
+class CachedEnvironment(WireModel):
+    """One Python environment a worker keeps built, for `corral workers`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: EnvironmentKey
+    python: PythonVersion | None = None
+    size: int = Field(0, ge=0, le=2**62, description="bytes on disk")
+    last_used: float = Field(0.0, ge=0, description="unix time a task last started with it")
+    in_use: int = Field(0, ge=0, le=MAX_COUNT, description="attempts using it now")
+
+
+class AttemptWorld(WireModel):
+    """Where an attempt starts and with which Python environment, as its worker made them (with PREPARED)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: Literal["shared", "bundle", "empty"] = Field(
+        ..., description="shared: the submission directory itself; bundle: an unpacked copy; empty: a new directory")
+    directory: AbsolutePath
+    env_key: EnvironmentKey | None = None
+    env_seconds: float | None = Field(None, ge=0, le=86400 * 365, description="how long the environment took to build")
+    env_cached: bool | None = Field(None, description="the environment was already built on this worker")
+
+
 class RegisterRequest(WireModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,6 +111,12 @@ class RegisterRequest(WireModel):
     gpus: list[GpuDevice] = Field(default_factory=list, max_length=MAX_GPU)
     # Tasks the worker still runs from before (a re-registration after a controller restart).
     running: list[TaskRef] = Field(default_factory=list, max_length=MAX_REPORTS)
+    filesystem: FilesystemId | None = Field(None, description="the id of the file system its tasks see")
+    shared_fs: list[AbsolutePath] = Field(default_factory=list, max_length=MAX_SHARED_FS,
+                                          description="directories it shares with submitters elsewhere")
+    pythons: list[PythonVersion] = Field(default_factory=list, max_length=MAX_PYTHONS,
+                                         description="Python versions it can build environments with")
+    environments: list[CachedEnvironment] = Field(default_factory=list, max_length=MAX_ENVIRONMENTS)
 
     _labels_within_limits = field_validator("labels")(limits.capped(limits.check_labels))
 
@@ -98,6 +145,7 @@ class TaskReport(WireModel):
     epoch: Count | None = Field(None, description="PREEMPTED only: the epoch of the preemption order it obeyed")
     oom_killed: bool = Field(False, description="the process was killed for memory (the worker's cgroup says so)")
     port: int | None = Field(None, ge=0, le=65535, description="the $PORT the worker gave the process (with RUNNING)")
+    world: AttemptWorld | None = Field(None, description="PREPARED only: where it starts, with which environment")
 
     @model_validator(mode="before")
     @classmethod
@@ -109,6 +157,8 @@ class HeartbeatRequest(WireModel):
     model_config = ConfigDict(extra="forbid")
 
     reports: list[TaskReport] = Field(default_factory=list, max_length=MAX_REPORTS)
+    environments: list[CachedEnvironment] | None = Field(
+        None, max_length=MAX_ENVIRONMENTS, description="the worker's cached environments, when they changed")
     wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
 
 
@@ -128,6 +178,9 @@ class BuildOrder(BaseModel):
     command: list[str]
     env: dict[str, str]
     bundle: str | None = None
+    workdir: Workdir | None = Field(None, description="the submission directory: run there if this worker shares it")
+    pip: list[str] = Field(default_factory=list, description="the job's Python requirements (JobSpec.pip)")
+    python: str | None = Field(None, description="the Python version its environment is built with")
     gpu_ids: list[int] = Field(default_factory=list)
     time_limit: float | None = None
     grace_period: float = 15.0

@@ -109,6 +109,9 @@ def begin_problem(begin: float | None, now: float) -> str | None:
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
+FilesystemId = Annotated[str, Field(pattern=r"^[0-9a-f]{16,64}$")]
+PythonVersion = Annotated[str, Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,3}(\.[0-9]{1,3})?$")]
+AbsolutePath = Annotated[str, Field(min_length=1, max_length=limits.MAX_PATH, pattern=r"^/")]
 Priority = Annotated[int, BeforeValidator(parse_priority)]
 Timestamp = Annotated[float, BeforeValidator(parse_time)]
 
@@ -145,6 +148,19 @@ class Resources(WireModel):
         return self
 
 
+class Workdir(WireModel):
+    """The directory a job was submitted from (or named with --workdir), as its submitter's machine sees it.
+
+    A worker that shares that file system runs the tasks in this directory itself; any other runs them in
+    an unpacked copy (the job's bundle), and a job without one is placed only on workers that share it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: AbsolutePath
+    filesystem: FilesystemId = Field(..., description="the id of the submitter's file system (corral.filesystem)")
+
+
 class JobSpec(WireModel):
     """A job as submitted: one command run by `replicas` tasks, independently or as a gang."""
 
@@ -154,6 +170,11 @@ class JobSpec(WireModel):
     command: list[str] = Field(..., description="argv of each task's process")
     env: dict[str, str] = Field(default_factory=dict)
     bundle: str | None = Field(None, description="sha256 of the uploaded working directory archive")
+    workdir: Workdir | None = Field(None, description="where the tasks start: the submission directory")
+    export: dict[str, str] = Field(default_factory=dict,
+                                   description="variables copied from the submitter's environment, under env")
+    pip: list[str] = Field(default_factory=list, description="Python requirements the tasks' environment needs")
+    python: PythonVersion | None = Field(None, description="the Python version to build that environment with")
     resources: Resources = Field(default_factory=Resources)
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     gang: bool = False
@@ -182,7 +203,7 @@ class JobSpec(WireModel):
             raise ValueError("command is empty: give the program to run")
         return command
 
-    @field_validator("env")
+    @field_validator("env", "export")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
         for key in env:
@@ -209,7 +230,7 @@ class JobSpec(WireModel):
 
     # Size caps (corral.core.limits): each field, then the whole spec.
     _command_within_limits = field_validator("command")(limits.capped(limits.check_command))
-    _env_within_limits = field_validator("env")(limits.capped(limits.check_env))
+    _env_within_limits = field_validator("env", "export")(limits.capped(limits.check_env))
     _labels_within_limits = field_validator("labels")(limits.capped(limits.check_labels))
 
     @field_validator("constraints", mode="before")

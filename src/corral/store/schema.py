@@ -115,6 +115,7 @@ attempts = Table(
     # A stopped gang sibling's attempt costs no retry budget (the drain's refund rule).
     Column("refunded", Boolean, nullable=False, default=False, server_default=false()),
     Column("oom_killed", Boolean, nullable=False, default=False, server_default=false()),
+    Column("world", JSON),  # where it started and with which environment, as its worker reported (AttemptWorld)
 )
 
 workers = Table(
@@ -132,6 +133,10 @@ workers = Table(
     Column("pool", String(100), nullable=False, server_default="default"),
     Column("custom", JSON),  # custom resource slots offered, by name
     Column("gpu_devices", JSON),  # per GPU: index, model, memory, uuid (NVML)
+    Column("filesystem", String(64)),  # the id of the file system its tasks see (corral.filesystem)
+    Column("shared_fs", JSON),  # directories it shares with submitters on other machines (--shared-fs)
+    Column("pythons", JSON),  # versions of the Python interpreters it can build environments with
+    Column("environments", JSON),  # its cached environments: key, python, bytes, last use (CachedEnvironment)
     Column("last_heartbeat", Float, nullable=False),
     Column("registered_at", Float, nullable=False),
     Index("ix_workers_state", "state"),

@@ -134,3 +134,12 @@ def test_the_project_option_becomes_the_spec_and_a_bad_one_is_refused_before_any
     assert DeploymentSpec.model_validate(api.calls[0][2]).replica_job().project == "team-a"
     result, api = run("deploy", "chat", "--project", "no spaces", "--", "python", "serve.py")
     assert result.exit_code != 0 and "project" in result.output and api.calls == []
+
+
+def test_deploy_exports_the_named_variables_to_its_replicas():
+    result, api = run("deploy", "chat", "--export", "HF_HOME", "--", "serve", env={"HF_HOME": "/data/hf"})
+    assert result.exit_code == 0, result.output
+    spec = DeploymentSpec.model_validate(api.calls[0][2])
+    assert spec.export == {"HF_HOME": "/data/hf"} and spec.replica_job().export == {"HF_HOME": "/data/hf"}
+    result, api = run("deploy", "chat", "--export", "HF_HOME=/x", "--", "serve")
+    assert result.exit_code == 1 and "give names only" in result.output and api.calls == []

@@ -145,3 +145,35 @@ def test_bad_scheduling_options_are_refused_naming_the_problem(cli, fake, args, 
     result = cli("submit", *args, "--", "x")
     assert result.exit_code != 0 and message in result.output, result.output
     assert fake.submitted == []
+
+
+def test_export_copies_the_named_variables_of_the_submitters_environment(cli, fake, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", "/data/hf")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert cli("submit", "--export", "HF_HOME", "--export", "WANDB_MODE", "--", "true").exit_code == 0
+    path = tmp_path / "job.yaml"
+    path.write_text("command: [train]\nexport: [HF_HOME]\n")
+    assert cli("submit", "-f", str(path)).exit_code == 0
+    assert cli("submit", "-f", str(path), "--export", "NONE").exit_code == 0
+    assert [spec.export for spec, _ in fake.submitted] == [
+        {"HF_HOME": "/data/hf", "WANDB_MODE": "offline"}, {"HF_HOME": "/data/hf"}, {}]
+
+
+def test_export_all_copies_all_but_corrals_own_variables(cli, fake, monkeypatch):
+    monkeypatch.setenv("CORRAL_TOKEN", "the-submitters-token")
+    monkeypatch.setenv("HF_HOME", "/data/hf")
+    assert cli("submit", "--export", "ALL", "--", "true").exit_code == 0
+    exported = fake.submitted[0][0].export
+    assert exported["HF_HOME"] == "/data/hf" and not any(name.startswith("CORRAL_") for name in exported)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("HF_HOME=/x", "error: --export HF_HOME=/x: give names only; set a value with --env HF_HOME=/x"),
+    ("NOT_SET_HERE", "error: --export NOT_SET_HERE: not set in this environment"),
+    ("CORRAL_TOKEN", "error: --export CORRAL_TOKEN: CORRAL_* variables are corral's own; each task gets its own"),
+])
+def test_a_bad_export_is_one_error_line_and_nothing_is_submitted(cli, fake, monkeypatch, value, message):
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    result = cli("submit", "--export", value, "--", "true")
+    assert (result.exit_code, result.output.strip()) == (1, message)
+    assert fake.submitted == []

@@ -45,9 +45,9 @@ print("\n".join(tried))
 class LocalCluster(Cluster):
     """A cluster started by `corral up` (its process is `controller` here), with `workers` workers."""
 
-    def start_up(self, workers: int = 1) -> None:
+    def start_up(self, workers: int = 1, **env: str) -> None:
         self.controller = self._spawn("up", "up", "--workers", str(workers), "--port", str(self.port),
-                                      "--data-dir", str(self.data_dir), "--worker-cpus", "2")
+                                      "--data-dir", str(self.data_dir), "--worker-cpus", "2", env=env)
         wait_for(self._healthy, 60, "corral up's controller to answer /healthz")
         tokens = wait_for(self._tokens, 30, "cluster.json")
         self.admin_token, self.join_token = tokens["admin_token"], tokens["join_token"]
@@ -88,6 +88,28 @@ def test_a_task_finds_no_token_in_its_paths_environment_or_parents(local_cluster
     assert len(command_lines) >= 3  # up, its controller, its worker
     for secret in secrets:
         assert not any(secret in line for line in command_lines), command_lines
+
+
+def test_a_task_runs_corral_and_imports_it_even_when_up_was_started_without_it_on_path(tmp_path):
+    """`make up` runs .venv/bin/corral from a shell whose PATH may not hold .venv/bin, and may hold another
+    Python first: tasks still run this installation's corral and Python."""
+    other = tmp_path / "other-bin"
+    other.mkdir()
+    (other / "python").write_text(f"#!/bin/sh\nexec {sys.base_prefix}/bin/python3 -I \"$@\"\n")  # no corral there
+    (other / "python").chmod(0o755)
+    cluster = LocalCluster(tmp_path)
+    cluster.start_up(PATH=f"{other}:/usr/bin:/bin")
+    try:
+        script = ('python -c "import corral" && echo weights > state.pt && corral checkpoint save state.pt'
+                  ' && cat "$CORRAL_CHECKPOINT_PATH" && corral submit -- echo child')
+        job = cluster.submit(command=["sh", "-c", script])
+        assert cluster.wait_end(job, timeout=60)["state"] == "SUCCEEDED", cluster.logs(job, stream="stderr")
+        weights, child = cluster.logs(job).split()
+        assert weights == "weights"
+        assert cluster.wait_end(int(child), timeout=60)["state"] == "SUCCEEDED"
+        assert cluster.job(int(child))["launched_by"] == job
+    finally:
+        cluster.stop()
 
 
 def test_secrets_are_for_their_owner_only(local_cluster):

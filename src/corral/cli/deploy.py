@@ -14,7 +14,8 @@ from rich.text import Text
 from corral.cli.common import CliError, client, console, json_option, parse_pairs, print_json
 from corral.cli.daemons import read_token, refuse_token_value
 from corral.cli.format import format_age, format_command, format_resources, format_time
-from corral.cli.submit import load_spec_file
+from corral.cli.submit import export_option, load_spec_file
+from corral.client.exports import exported
 from corral.client import serving
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import ReplicaState
@@ -82,6 +83,7 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 @click.option("--api-key-env", metavar="VAR", help="Also accept the key held in this environment variable.")
 @click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
+@export_option
 @click.option("--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Directory uploaded as the replicas' working directory.")
 @json_option
@@ -90,12 +92,15 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replicas, models, health_path,
            health_interval, health_threshold, startup_timeout, cpus, memory, gpus, gpu_memory,
            api_key_env: str | None, workdir: Path | None, as_json: bool, command: tuple[str, ...],
-           **fields: Any) -> None:
+           export: tuple[str, ...], **fields: Any) -> None:
     """Deploy a service: corral deploy NAME [OPTIONS] -- CMD [ARGS...], where CMD serves HTTP on $PORT.
 
     Options may come before or after NAME; everything after `--` is the command.
     """
     file_data, file_workdir = load_spec_file(spec_file) if spec_file else ({}, None)
+    selection = export or file_data.pop("export", None)
+    if selection is not None:
+        file_data["export"] = exported(selection, os.environ)
     key = None
     if api_key_env:
         key = os.environ.get(api_key_env)

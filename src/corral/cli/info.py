@@ -86,6 +86,8 @@ def job_summary(job: JobView, now: float) -> Table:
         rows.append(("bundle", spec.bundle[:12]))
     if spec.env:
         rows.append(("env", Text(" ".join(f"{k}={v}" for k, v in sorted(spec.env.items())))))
+    if spec.export:  # names only: exported values may be secrets
+        rows.append(("exported", Text(" ".join(sorted(spec.export)))))
     if spec.labels:
         rows.append(("labels", Text(" ".join(f"{k}={v}" for k, v in sorted(spec.labels.items())))))
     if job.idempotency_key:

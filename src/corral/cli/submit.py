@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ import yaml
 
 from corral.cli.common import CliError, client, json_option, parse_amounts, parse_pairs, print_json
 from corral.cli.format import task_summary
+from corral.client.exports import exported
 from corral.core.retry_policy import RETRIABLE_CAUSES, Backoff, Jitter
 from corral.core.spec import JobSpec, parse_duration
 from corral.core.states import JobState
@@ -49,9 +51,16 @@ def load_spec_file(path: Path) -> tuple[dict[str, Any], Path | None]:
 
 def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tuple[str, ...] | list[str] = (),
                     env: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
-                    custom: Mapping[str, float] | None = None, **options: Any) -> dict[str, Any]:
-    """Merge the file with the options, options winning; None means "not given". Not validated yet."""
+                    custom: Mapping[str, float] | None = None, export: tuple[str, ...] = (),
+                    environ: Mapping[str, str] | None = None, **options: Any) -> dict[str, Any]:
+    """Merge the file with the options, options winning; None means "not given". Not validated yet.
+
+    `export` (the --export values) or else the file's `export:` names the variables of `environ` (the
+    submitter's environment) the tasks get."""
     data = dict(file_data or {})
+    selection = export or data.pop("export", None)
+    if selection is not None:
+        data["export"] = exported(selection, environ if environ is not None else {})
     if isinstance(data.get("command"), str):
         data["command"] = shlex.split(data["command"])
     if command:
@@ -111,6 +120,11 @@ def begin_time(ctx: click.Context, param: click.Parameter, value: str | None) ->
         raise click.BadParameter(str(error), ctx=ctx, param=param) from None
 
 
+export_option = click.option(
+    "--export", multiple=True, metavar="NONE|ALL|NAME[,NAME]",
+    help="Variables of this environment the tasks get: NONE (the default), ALL, or names (repeatable).")
+
+
 def _strings(mapping: object) -> dict:
     """YAML reads `PORT: 8080` as a number; environment variables and labels are strings."""
     if not isinstance(mapping, dict):
@@ -158,6 +172,7 @@ def _strings(mapping: object) -> dict:
               help="Not before: ISO 8601 (2026-01-31T08:00), unix seconds, or +DURATION (+10m).")
 @click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V", help="Environment variable.")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
+@export_option
 @click.option("--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Directory uploaded as the job's bundle; tasks run in a copy of it.")
 @click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
@@ -172,7 +187,8 @@ def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, 
     if not command and not file_data.get("command"):
         raise click.UsageError("no command: give it after --, e.g. `corral submit -- python train.py`, "
                                "or as `command:` in --file")
-    spec = build_spec(file_data, command=command, env=env, labels=labels, custom=custom, **options)
+    spec = build_spec(file_data, command=command, env=env, labels=labels, custom=custom, environ=os.environ,
+                      **options)
     workdir = workdir or file_workdir
     api = client(ctx)
     if workdir is not None:

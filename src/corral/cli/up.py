@@ -33,6 +33,7 @@ from corral.cli.daemons import (
 )
 from corral.client.discovery import DEFAULT_DATA_DIR
 from corral.lifetime import dies_with_parent
+from corral.worker.agent import installation_bin
 
 HEALTH_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
@@ -47,9 +48,14 @@ def workers_dir(data_dir: Path) -> Path:
 
 
 def child_env() -> dict[str, str]:
-    """The user's environment, less any token in it: children get theirs another way, and pass it to no task."""
+    """The user's environment, less any token in it: children get theirs another way, and pass it to no task.
+
+    This installation's bin comes first on PATH, so tasks run `corral` and the `python` that imports corral.
+    """
     secrets = {"CORRAL_TOKEN", *WORKER_TOKEN_VARIABLES}
-    return {**{k: v for k, v in os.environ.items() if k not in secrets}, "PYTHONUNBUFFERED": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in secrets}
+    path = [installation_bin(), *(p for p in env.get("PATH", os.defpath).split(os.pathsep) if p != installation_bin())]
+    return {**env, "PATH": os.pathsep.join(path), "PYTHONUNBUFFERED": "1"}
 
 
 class Child:

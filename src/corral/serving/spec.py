@@ -46,6 +46,7 @@ class DeploymentSpec(WireModel):
     command: list[str]
     model_names: list[str] = Field(default_factory=list, description="the `model` values routed here")
     env: dict[str, str] = Field(default_factory=dict)
+    export: dict[str, str] = Field(default_factory=dict, description="variables copied from the deployer's environment")
     bundle: str | None = None
     resources: Resources = Field(default_factory=Resources)
     labels: dict[str, str] = Field(default_factory=dict)
@@ -103,7 +104,8 @@ class DeploymentSpec(WireModel):
         if not self.model_names:
             self.model_names = [self.name]
         # the same checks a job gets
-        JobSpec.model_validate({"command": self.command, "env": self.env, "bundle": self.bundle}, context=info.context)
+        JobSpec.model_validate({"command": self.command, "env": self.env, "export": self.export, "bundle": self.bundle},
+                               context=info.context)
         return self
 
     @property
@@ -119,7 +121,7 @@ class DeploymentSpec(WireModel):
         """The job one replica runs as: the worker gives it a free $PORT; the deployment replaces it, not retries."""
         return JobSpec(
             name=f"{self.name}.replica", command=self.command, env={**self.env, "CORRAL_DEPLOYMENT": self.name},
-            bundle=self.bundle, resources=self.resources, labels=self.labels, priority=self.priority,
+            export=self.export, bundle=self.bundle, resources=self.resources, labels=self.labels, priority=self.priority,
             project=self.project, max_retries_failure=0, max_retries_preemption=0, grace_period=self.grace_period,
             allocate_port=True,
         )

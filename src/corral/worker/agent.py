@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
@@ -69,9 +70,19 @@ def route_address(controller_url: str) -> str:
         return socket.gethostname()
 
 
-def worker_env(controller_url: str) -> dict[str, str]:
-    """How code in a task reaches the controller (with its job's CORRAL_TOKEN) and runs Python functions."""
-    return {"CORRAL_URL": controller_url.rstrip("/"), "CORRAL_PYTHON": sys.executable}
+def installation_bin() -> str:
+    """The directory holding the `corral` command and the Python of this installation (a virtualenv's bin)."""
+    return str(Path(sys.executable).parent)
+
+
+def worker_env(controller_url: str, path: str | None = None) -> dict[str, str]:
+    """How code in a task reaches the controller (with its job's CORRAL_TOKEN), runs Python functions and finds
+    `corral`: this installation's bin ends the task's PATH (`corral up` puts it first, for `import corral` too)."""
+    entries = (os.defpath if path is None else path).split(os.pathsep)
+    if installation_bin() not in entries:
+        entries.append(installation_bin())
+    return {"CORRAL_URL": controller_url.rstrip("/"), "CORRAL_PYTHON": sys.executable,
+            "PATH": os.pathsep.join(e for e in entries if e)}
 
 
 @dataclass
@@ -138,7 +149,7 @@ class Agent:
             self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
                                  flush_logs=self.shipper.flush, watch_logs=self.shipper.watch,
                                  gpus=self.capacity.gpu, fetch_checkpoint=self._fetch_checkpoint,
-                                 save_checkpoint=self._save_checkpoint, task_env=worker_env(options.controller_url),
+                                 save_checkpoint=self._save_checkpoint, task_env=worker_env(options.controller_url, os.environ.get("PATH")),
                                  log_limit=options.log_limit, containment=options.containment)
         except OSError as error:  # only where cgroups are demanded and there are none
             raise WorkerError(f"no cgroup for tasks: {error}") from None

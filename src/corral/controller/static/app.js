@@ -424,6 +424,7 @@ function jobSpec(job) {
   }
   if (s.time_limit) rows.push(["time limit", `${s.time_limit}s`]);
   if (Object.keys(s.env || {}).length) rows.push(["env", Object.entries(s.env).map(([k, v]) => h("span", {class: "tag"}, `${k}=${v}`))]);
+  if (Object.keys(s.export || {}).length) rows.push(["exported", Object.keys(s.export).sort().map((k) => h("span", {class: "tag"}, k))]);
   if (Object.keys(s.labels || {}).length) rows.push(["labels", Object.entries(s.labels).map(([k, v]) => h("span", {class: "tag"}, `${k}=${v}`))]);
   rows.push(["created", stamp(job.created_at)]);
   if (job.finished_at) rows.push(["finished", `${stamp(job.finished_at)} (after ${age(job.finished_at - job.created_at)})`]);

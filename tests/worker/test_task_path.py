@@ -10,7 +10,7 @@ BIN = installation_bin()
 
 
 def test_the_installation_is_the_bin_of_the_running_python():
-    assert os.path.isfile(os.path.join(BIN, "corral")) and BIN == os.path.dirname(sys.executable)
+    assert os.path.isfile(os.path.join(BIN, "corral")) and os.path.dirname(sys.executable) == BIN
 
 
 def test_a_worker_appends_the_installation_to_its_tasks_path_once():

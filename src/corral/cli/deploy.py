@@ -15,8 +15,8 @@ from corral.cli.common import CliError, client, console, json_option, parse_pair
 from corral.cli.daemons import read_token, refuse_token_value
 from corral.cli.format import format_age, format_command, format_resources, format_time
 from corral.cli.submit import export_option, load_spec_file
-from corral.client.exports import exported
 from corral.client import serving
+from corral.client.exports import exported
 from corral.serving.spec import DeploymentSpec
 from corral.serving.states import ReplicaState
 

@@ -36,7 +36,8 @@ def exported(selection: str | Iterable[str] | Mapping[str, str] | None,
     if not names or names == [NONE]:
         return {}
     if NONE in names:
-        raise ExportError(f"--export NONE exports nothing: it cannot be given with {', '.join(n for n in names if n != NONE)}")
+        others = ", ".join(name for name in names if name != NONE)
+        raise ExportError(f"--export NONE exports nothing: it cannot be given with {others}")
     if ALL in names:
         return {name: value for name, value in environ.items()
                 if VARIABLE_NAME.fullmatch(name) and not name.startswith(OWN_PREFIX) and _text(value)}

@@ -149,7 +149,8 @@ class Agent:
             self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
                                  flush_logs=self.shipper.flush, watch_logs=self.shipper.watch,
                                  gpus=self.capacity.gpu, fetch_checkpoint=self._fetch_checkpoint,
-                                 save_checkpoint=self._save_checkpoint, task_env=worker_env(options.controller_url, os.environ.get("PATH")),
+                                 save_checkpoint=self._save_checkpoint,
+                                 task_env=worker_env(options.controller_url, os.environ.get("PATH")),
                                  log_limit=options.log_limit, containment=options.containment)
         except OSError as error:  # only where cgroups are demanded and there are none
             raise WorkerError(f"no cgroup for tasks: {error}") from None

@@ -15,9 +15,11 @@ import socket
 import uuid
 from pathlib import Path
 
+from corral.core.spec import FILESYSTEM_ID
+
 # For tests only: a worker started with this variable behaves as if it ran on another machine.
 OVERRIDE = "CORRAL_FILESYSTEM_ID"
-_PATTERN = re.compile(r"[0-9a-f]{16,64}")
+_PATTERN = re.compile(FILESYSTEM_ID)
 
 
 def filesystem_id() -> str:

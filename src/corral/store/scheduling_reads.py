@@ -113,6 +113,14 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
     return rooms
 
 
+async def file_systems_in_pool(connection: AsyncConnection, pool: str) -> list[tuple[str | None, list[str]]]:
+    """The file system id and the shared directories of each alive worker of `pool`."""
+    rows = (await connection.execute(
+        select(workers.c.filesystem, workers.c.shared_fs)
+        .where(workers.c.state == WorkerState.ALIVE, workers.c.pool == pool))).all()
+    return [(row.filesystem, list(row.shared_fs or ())) for row in rows]
+
+
 def _device_memory(gpus: int, devices: list[dict] | None) -> tuple[int, ...]:
     """Bytes per device index as NVML reported them; empty when no device's memory is known (virtual GPUs)."""
     by_index = {device["index"]: device.get("memory") or 0 for device in devices or ()}

@@ -6,11 +6,22 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from corral.core.spec import Workdir
+if TYPE_CHECKING:  # spec's constraints check uses this module's rule through scheduling
+    from corral.core.spec import Workdir
 
 Start = Literal["shared", "bundle", "empty"]
+
+
+class Located(Protocol):
+    """A directory as its submitter's machine sees it: a Workdir, or scheduling's SharedDirectory."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def filesystem(self) -> str: ...
 
 
 class WorkdirUnavailable(Exception):
@@ -23,7 +34,7 @@ def under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def shares(workdir: Workdir, filesystem: str | None, shared_fs: Sequence[str]) -> bool:
+def shares(workdir: Located, filesystem: str | None, shared_fs: Sequence[str]) -> bool:
     """A worker shares the submitter's directory when it sees the same file system (same machine and mount
     namespace), or when the directory lies under one of its `--shared-fs` directories (NFS and the like)."""
     return (filesystem is not None and filesystem == workdir.filesystem) or any(

@@ -120,7 +120,7 @@ class DeploymentSpec(WireModel):
         """The job one replica runs as: the worker gives it a free $PORT; the deployment replaces it, not retries."""
         return JobSpec(
             name=f"{self.name}.replica", command=self.command, env={**self.env, "CORRAL_DEPLOYMENT": self.name},
-            bundle=self.bundle, workdir=self.workdir, resources=self.resources, labels=self.labels, priority=self.priority,
-            project=self.project, max_retries_failure=0, max_retries_preemption=0, grace_period=self.grace_period,
-            allocate_port=True,
+            bundle=self.bundle, workdir=self.workdir, resources=self.resources, labels=self.labels,
+            priority=self.priority, project=self.project, max_retries_failure=0, max_retries_preemption=0,
+            grace_period=self.grace_period, allocate_port=True,
         )

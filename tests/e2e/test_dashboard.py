@@ -62,7 +62,9 @@ def page(browser, live):
 
 def corral(live, *args: str) -> str:
     env = {**os.environ, "CORRAL_URL": live.url, "CORRAL_TOKEN": live.admin_token}
-    result = subprocess.run([PY, "-m", "corral", *args], capture_output=True, text=True, env=env, timeout=60)
+    # from the cluster's own directory: tasks submitted without --workdir start there, not in the repository
+    result = subprocess.run([PY, "-m", "corral", *args], capture_output=True, text=True, env=env, timeout=60,
+                            cwd=live.root)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

@@ -96,6 +96,9 @@ def test_a_job_submitted_from_the_cli_appears_and_succeeds_without_a_reload(page
     page.locator("pre.log").filter(has_text="hello from corral").wait_for()
     page.get_by_role("list", name="transitions").filter(has_text="ScheduleJobs").wait_for()
     assert page.locator("h1 .muted").inner_text() == f"#{job_id}"
+    # submitted from the cluster's directory, which its workers share: the task ran there, nothing was uploaded
+    page.locator("dl.spec dd").filter(has_text=f"{live.root} (files not uploaded").wait_for()
+    page.locator(".start").filter(has_text=f"started in {live.root} (shared)").wait_for()
     screenshot(page, "job")
 
 

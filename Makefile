@@ -39,6 +39,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/router.py
 	$(BIN)/python bench/oversized.py
 	$(BIN)/python bench/containment.py
+	$(BIN)/python bench/workdir_upload.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from corral.cli.main import main
 from corral.core.spec import JobSpec
-from corral.core.views import JobView
+from corral.core.views import JobView, WorkdirSharing
 
 
 def job_view(job_id: int = 7, spec: JobSpec | None = None, state: str = "PENDING", **changes) -> JobView:
@@ -31,10 +31,16 @@ class FakeClient:
         self.history_entries: list = []
         self.worker_views: list = []
         self.placement_analysis = None
+        self.sharing = WorkdirSharing(alive=1, sharing=1)  # every worker shares the submission directory
+        self.asked_sharing: list = []
 
     def submit(self, spec, idempotency_key=None):
         self.submitted.append((spec, idempotency_key))
         return job_view(42, spec)
+
+    def workdir_sharing(self, workdir, pool="default"):
+        self.asked_sharing.append((workdir, pool))
+        return self.sharing
 
     def upload_bundle(self, directory):
         self.uploaded.append(directory)

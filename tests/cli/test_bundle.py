@@ -47,12 +47,56 @@ def test_vcs_venv_and_bytecode_are_skipped_and_exec_bits_kept(tmp_path):
     assert {m.mtime for m in members.values()} == {0}
 
 
-def test_over_the_limit_is_refused_clearly(tmp_path):
-    (tmp_path / "big").write_bytes(os.urandom(64 * 1024))
-    with pytest.raises(CorralError, match="MiB"):
+def test_over_the_limit_names_the_biggest_files_and_the_ways_out(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.bin").write_bytes(os.urandom(64 * 1024))
+    (tmp_path / "small.bin").write_bytes(os.urandom(2000))
+    with pytest.raises(CorralError) as caught:
         make_bundle(tmp_path, max_size=16 * 1024)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "data/big.bin (65.5K), small.bin (2.0K)" in message
+    assert "--no-workdir" in message and ".corralignore" in message
 
 
-def test_not_a_directory(tmp_path):
-    with pytest.raises(CorralError, match="not a directory"):
+def test_ignored_files_do_not_count_against_the_limit(tmp_path):
+    (tmp_path / "big.bin").write_bytes(os.urandom(64 * 1024))
+    (tmp_path / ".corralignore").write_text("*.bin\n")
+    assert set(names(make_bundle(tmp_path, max_size=16 * 1024))) == {".corralignore"}
+
+
+def test_a_missing_directory_and_a_file_are_refused(tmp_path):
+    with pytest.raises(CorralError, match="--workdir .*missing: does not exist"):
         make_bundle(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CorralError, match="--workdir .*file: is not a directory"):
+        make_bundle(tmp_path / "file")
+
+
+def test_gitignore_files_apply_beneath_their_own_directory(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.log\nbuild/\n")
+    (tmp_path / "keep.py").write_text("")
+    (tmp_path / "run.log").write_text("")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "out.o").write_text("")
+    (tmp_path / "sub" / "deep").mkdir(parents=True)
+    (tmp_path / "sub" / ".gitignore").write_text("secret.txt\n!important.log\n")
+    (tmp_path / "sub" / "important.log").write_text("")
+    (tmp_path / "sub" / "other.log").write_text("")
+    (tmp_path / "sub" / "secret.txt").write_text("")
+    (tmp_path / "sub" / "deep" / "secret.txt").write_text("")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "secret.txt").write_text("")
+    assert set(names(make_bundle(tmp_path))) == {
+        ".gitignore", "keep.py", "sub", "sub/.gitignore", "sub/important.log", "sub/deep", "other",
+        "other/secret.txt"}
+
+
+def test_corralignore_uses_the_same_rules_beside_gitignore(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.tmp\n")
+    (tmp_path / ".corralignore").write_text("data/\n/checkpoints\n")
+    for name in ("a.py", "b.tmp", "data/x.csv", "checkpoints/c.pt", "src/checkpoints/kept.pt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert set(names(make_bundle(tmp_path))) == {
+        ".gitignore", ".corralignore", "a.py", "src", "src/checkpoints", "src/checkpoints/kept.pt"}

@@ -7,6 +7,8 @@ import time
 from click.testing import CliRunner
 
 from corral.cli.main import main
+from corral.core.views import WorkdirSharing
+from corral.filesystem import filesystem_id
 from corral.serving.spec import DeploymentSpec
 
 
@@ -27,6 +29,9 @@ class FakeApi:
                     replica_counts={"HEALTHY": 1}, spec=spec.model_dump(), keys=0, created_at=time.time(),
                     state_since=time.time())
         return [view] if method == "GET" and path.endswith("deployments") else view
+
+    def workdir_sharing(self, workdir, pool="default"):
+        return WorkdirSharing(alive=1, sharing=1)
 
     def upload_bundle(self, directory):
         return "ab" * 32
@@ -54,6 +59,17 @@ def test_deploy_options_become_the_spec():
     assert (spec.health.path, spec.idle_timeout, spec.resources.gpu, spec.concurrency) == ("/ready", 600.0, 1, 8)
     assert spec.public and spec.env == {"A": "1"} and spec.command == ["python", "serve.py"]
     assert spec.resources.gpu_memory == 40 * 10**9
+
+
+def test_replicas_start_in_the_directory_deployed_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result, api = run("deploy", "chat", "--", "python", "serve.py")
+    spec = DeploymentSpec.model_validate(api.calls[0][2])
+    assert result.exit_code == 0, result.output
+    assert (spec.workdir.path, spec.workdir.filesystem, spec.bundle) == (str(tmp_path), filesystem_id(), None)
+    assert spec.replica_job().workdir == spec.workdir
+    result, api = run("deploy", "chat", "--no-workdir", "--", "python", "serve.py")
+    assert DeploymentSpec.model_validate(api.calls[0][2]).workdir is None
 
 
 def test_deploy_from_a_file_with_options_winning(tmp_path):

@@ -3,7 +3,8 @@
 import json
 import time
 
-from corral.core.spec import JobSpec
+from corral.core.protocol import AttemptWorld
+from corral.core.spec import JobSpec, Workdir
 from corral.core.views import AttemptView, HistoryEntry, PlacementAnalysis, TaskView, WorkerFit, WorkerView
 from tests.cli.conftest import job_view
 
@@ -112,3 +113,23 @@ def test_info_of_a_pending_job_shows_the_placement_analysis(cli, fake):
         assert text in out, text
     body = json.loads(cli("info", "5", "--json").output)
     assert body["placement"]["workers"][1]["why"] == "in pool default, not a100"
+
+
+def test_info_shows_the_workdir_and_where_each_attempt_started(cli, fake):
+    now = time.time()
+    workdir = Workdir(path="/home/a/proj", filesystem="a" * 32)
+    fake.jobs = [job_view(7, spec=JobSpec(command=["train"], workdir=workdir, bundle="3fa2c9e1" + "0" * 56))]
+    shared = AttemptWorld(start="shared", directory="/home/a/proj")
+    copied = AttemptWorld(start="bundle", directory="/w/tasks/7-1/work")
+    fake.task_views = [TaskView(id=1, index=0, state="RUNNING", attempt=1, worker_id="w-1", gpu_ids=[], failures=1,
+                                preemptions=0, exit_code=None, reason=None, state_since=now, attempts=[
+                                    AttemptView(attempt=a, worker_id="w-1", state=s, exit_code=None, reason=None,
+                                                assigned_at=now, started_at=now, finished_at=None, world=w)
+                                    for a, s, w in ((0, "FAILED", shared), (1, "RUNNING", copied))])]
+    out = " ".join(cli("info", "7").output.split())
+    assert "workdir /home/a/proj (files uploaded as bundle 3fa2c9e1" in out
+    assert "/home/a/proj (shared)" in out and "copy of bundle 3fa2c9e1 in /w/tasks/7-1/work" in out
+    fake.jobs = [job_view(7, spec=JobSpec(command=["train"], workdir=workdir))]
+    assert "files not uploaded: only workers that share it run it" in " ".join(cli("info", "7").output.split())
+    fake.jobs = [job_view(7, spec=JobSpec(command=["train"]))]
+    assert "workdir none: an empty directory" in " ".join(cli("info", "7").output.split())

@@ -5,6 +5,9 @@ import pytest
 from pydantic import ValidationError
 
 from corral.cli.submit import build_spec, load_spec_file
+from corral.core.spec import Workdir
+from corral.core.views import WorkdirSharing
+from corral.filesystem import filesystem_id
 
 
 def test_options_build_the_spec():
@@ -96,11 +99,53 @@ def test_no_command_is_a_usage_error(cli):
     assert cli("submit", "--cpus", "1").exit_code == 2
 
 
-def test_workdir_is_uploaded_and_becomes_the_bundle(cli, fake, tmp_path):
-    result = cli("submit", "--workdir", str(tmp_path), "--", "true")
+def test_tasks_start_in_the_current_directory_and_nothing_is_uploaded_when_every_worker_shares_it(
+        cli, fake, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("submit", "--pool", "gpu", "--", "true")
     assert result.exit_code == 0, result.output
-    assert fake.uploaded == [tmp_path]
-    assert fake.submitted[0][0].bundle == "ab" * 32
+    spec = fake.submitted[0][0]
+    assert spec.workdir == Workdir(path=str(tmp_path), filesystem=filesystem_id()) and spec.bundle is None
+    assert fake.uploaded == [] and fake.asked_sharing == [(spec.workdir, "gpu")]
+
+
+@pytest.mark.parametrize("sharing", [WorkdirSharing(alive=3, sharing=2), WorkdirSharing(alive=0, sharing=0)])
+def test_the_files_are_uploaded_when_a_worker_may_not_share_them(cli, fake, tmp_path, sharing):
+    fake.sharing = sharing
+    result = cli("submit", "--workdir", str(tmp_path / "."), "--", "true")
+    assert result.exit_code == 0, result.output
+    assert fake.uploaded == [tmp_path / "."]
+    spec = fake.submitted[0][0]
+    assert spec.bundle == "ab" * 32 and spec.workdir.path == str(tmp_path)
+
+
+def test_a_spec_files_workdir_is_relative_to_the_file(cli, fake, tmp_path):
+    (tmp_path / "proj" / "src").mkdir(parents=True)
+    (tmp_path / "proj" / "job.yaml").write_text("command: [\"true\"]\nworkdir: src\n")
+    result = cli("submit", "-f", str(tmp_path / "proj" / "job.yaml"))
+    assert result.exit_code == 0, result.output
+    assert fake.submitted[0][0].workdir.path == str(tmp_path / "proj" / "src")
+
+
+def test_no_workdir_starts_tasks_in_an_empty_directory_without_asking(cli, fake):
+    result = cli("submit", "--no-workdir", "--", "true")
+    assert result.exit_code == 0, result.output
+    spec = fake.submitted[0][0]
+    assert spec.workdir is None and spec.bundle is None and fake.asked_sharing == [] and fake.uploaded == []
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--workdir", "{tmp}/missing"], "does not exist"),
+    (["--workdir", "{tmp}/file"], "is a file"),
+    (["--workdir", "{tmp}", "--no-workdir"], "--workdir and --no-workdir contradict each other"),
+    (["-f", "{tmp}/bad.yaml"], "workdir {tmp}/nowhere (from the spec file) does not exist"),
+])
+def test_a_bad_workdir_is_one_clear_line_and_nothing_is_submitted(cli, fake, tmp_path, args, says):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "bad.yaml").write_text("command: [\"true\"]\nworkdir: nowhere\n")
+    result = cli("submit", *[a.format(tmp=tmp_path) for a in args], "--", "true")
+    assert result.exit_code in (1, 2) and says.format(tmp=tmp_path) in result.output
+    assert not fake.submitted
 
 
 @pytest.mark.parametrize(("final", "code"), [("SUCCEEDED", 0), ("FAILED", 1)])

@@ -62,7 +62,9 @@ def page(browser, live):
 
 def corral(live, *args: str) -> str:
     env = {**os.environ, "CORRAL_URL": live.url, "CORRAL_TOKEN": live.admin_token}
-    result = subprocess.run([PY, "-m", "corral", *args], capture_output=True, text=True, env=env, timeout=60)
+    # from the cluster's own directory: tasks submitted without --workdir start there, not in the repository
+    result = subprocess.run([PY, "-m", "corral", *args], capture_output=True, text=True, env=env, timeout=60,
+                            cwd=live.root)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -94,6 +96,9 @@ def test_a_job_submitted_from_the_cli_appears_and_succeeds_without_a_reload(page
     page.locator("pre.log").filter(has_text="hello from corral").wait_for()
     page.get_by_role("list", name="transitions").filter(has_text="ScheduleJobs").wait_for()
     assert page.locator("h1 .muted").inner_text() == f"#{job_id}"
+    # submitted from the cluster's directory, which its workers share: the task ran there, nothing was uploaded
+    page.locator("dl.spec dd").filter(has_text=f"{live.root} (files not uploaded").wait_for()
+    page.locator(".start").filter(has_text=f"started in {live.root} (shared)").wait_for()
     screenshot(page, "job")
 
 

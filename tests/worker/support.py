@@ -83,7 +83,7 @@ class Harness:
     """A Runner on real processes, with its reports, bundle fetches and log flushes recorded."""
 
     def __init__(self, work_dir: Path, gpus: int = 0, bundles: dict[str, Path] | None = None,
-                 containment: str = "auto") -> None:
+                 containment: str = "auto", filesystem: str | None = None, shared_fs: tuple[str, ...] = ()) -> None:
         self.reports: list[TaskReport] = []
         self.flushed: list[tuple[int, int, int]] = []  # (task, attempt, reports made before the flush)
         self.bundles = bundles or {}
@@ -93,7 +93,7 @@ class Harness:
         self.runner = Runner(work_dir, report=self.reports.append, fetch_bundle=self._fetch,
                              flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus,
                              fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
-                             containment=containment)
+                             containment=containment, filesystem=filesystem, shared_fs=shared_fs)
         self.work_dir = work_dir
 
     async def _fetch_checkpoint(self, task_id: int, destination: Path) -> None:

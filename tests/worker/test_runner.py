@@ -17,7 +17,8 @@ import pytest
 
 import corral.worker.runner as runner_module
 from corral.core.log_limits import truncation_marker
-from corral.core.protocol import StartOrder, StopOrder
+from corral.core.protocol import AttemptWorld, StartOrder, StopOrder
+from corral.core.spec import Workdir
 from tests.worker.support import CONTAINMENTS, Harness, build_order, daemonizing_task, gone, wait_until, written_pids
 
 PY = sys.executable
@@ -185,6 +186,56 @@ async def test_a_build_with_a_bundle_unpacks_it_and_the_task_runs_inside(tmp_pat
     assert report.state == "SUCCEEDED"
     assert (harness.attempt_dir() / "stdout").read_text() == "hello from the bundle\n"
     assert (harness.attempt_dir() / "work" / "data" / "hello.txt").exists()
+
+
+HERE, ELSEWHERE = "a" * 32, "b" * 32
+
+
+async def test_a_worker_that_shares_the_workdir_runs_the_task_in_it_and_reports_so(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    harness = Harness(tmp_path / "worker", filesystem=HERE)
+    workdir = Workdir(path=str(project), filesystem=HERE)
+    report = await run_to_end(harness, ["sh", "-c", "pwd; echo made > out.txt"], workdir=workdir, bundle="a" * 64)
+    assert report.state == "SUCCEEDED"
+    assert (project / "out.txt").read_text() == "made\n"
+    assert (harness.attempt_dir() / "stdout").read_text() == f"{project}\n"
+    prepared = next(r for r in harness.reports if r.state == "PREPARED")
+    assert prepared.world == AttemptWorld(start="shared", directory=str(project))
+
+
+async def test_a_worker_under_a_shared_fs_runs_in_place(tmp_path):
+    project = tmp_path / "nfs" / "proj"
+    project.mkdir(parents=True)
+    harness = Harness(tmp_path / "worker", filesystem=ELSEWHERE, shared_fs=(str(tmp_path / "nfs"),))
+    report = await run_to_end(harness, ["pwd"], workdir=Workdir(path=str(project), filesystem=HERE))
+    assert report.state == "SUCCEEDED" and (harness.attempt_dir() / "stdout").read_text() == f"{project}\n"
+
+
+async def test_a_worker_elsewhere_runs_in_a_copy_of_the_bundle_and_reports_so(tmp_path):
+    bundle = make_bundle(tmp_path / "b.tar.gz", {"hello.txt": b"copied\n"})
+    harness = Harness(tmp_path / "worker", bundles={"a" * 64: bundle}, filesystem=ELSEWHERE)
+    workdir = Workdir(path=str(tmp_path), filesystem=HERE)
+    report = await run_to_end(harness, ["cat", "hello.txt"], workdir=workdir, bundle="a" * 64)
+    assert report.state == "SUCCEEDED" and (harness.attempt_dir() / "stdout").read_text() == "copied\n"
+    prepared = next(r for r in harness.reports if r.state == "PREPARED")
+    assert prepared.world == AttemptWorld(start="bundle", directory=str(harness.attempt_dir() / "work"))
+
+
+async def test_without_workdir_or_bundle_the_task_starts_in_its_empty_directory(tmp_path):
+    harness = Harness(tmp_path / "worker", filesystem=HERE)
+    report = await run_to_end(harness, ["sh", "-c", "ls -A | grep -v -e stdout -e stderr -e shim || true"])
+    assert report.state == "SUCCEEDED"
+    prepared = next(r for r in harness.reports if r.state == "PREPARED")
+    assert prepared.world == AttemptWorld(start="empty", directory=str(harness.attempt_dir()))
+
+
+async def test_a_worker_that_can_neither_share_nor_copy_fails_the_build_saying_why(tmp_path):
+    harness = Harness(tmp_path / "worker", filesystem=ELSEWHERE)
+    await harness.runner.build(build_order(["true"], workdir=Workdir(path="/home/a/proj", filesystem=HERE)))
+    assert harness.states() == ["BUILDING", "FAILED"]
+    assert harness.last().reason == ("build failed: this worker does not share the file system of /home/a/proj, "
+                                      "and the job's files were not uploaded")
 
 
 async def test_a_bundle_with_a_path_outside_fails_the_build(tmp_path):

@@ -199,6 +199,10 @@ def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tup
 @click.option("--pool", default="default", show_default=True, help="The resource group this worker serves.")
 @click.option("--resource", "resources", multiple=True, callback=parse_amounts, metavar="NAME=N",
               help="A custom resource slot offered, e.g. tpu=4 (repeatable).")
+@click.option("--shared-fs", "shared_fs", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A directory this machine shares with submitters on other machines (NFS and the like), at the "
+                   "same path: jobs submitted from under it run in place (repeatable).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
 @click.option("--log-limit", default="100M", show_default=True, callback=size_option,
               help="Bytes of each task's stdout, and of its stderr, kept per attempt; past it, a marker line.")
@@ -210,8 +214,8 @@ def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tup
 @log_format_option
 def worker(controller_url: str, token_file: TextIO | None, name: str, address: str | None, work_dir: Path,
            cpus: float | None, memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str],
-           pool: str, resources: dict[str, float], heartbeat_interval: float, log_limit: int,
-           attempt_retention: float, containment: str, log_format: str) -> None:
+           pool: str, resources: dict[str, float], shared_fs: tuple[Path, ...], heartbeat_interval: float,
+           log_limit: int, attempt_retention: float, containment: str, log_format: str) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
 
@@ -224,4 +228,5 @@ def worker(controller_url: str, token_file: TextIO | None, name: str, address: s
         controller_url=controller_url.rstrip("/"), token=token, name=name,
         address=address or default_address(controller_url), work_dir=work_dir, cpus=cpus, memory=memory,
         gpus=gpus, gpu_memory=gpu_memory or 0, labels=labels, heartbeat_interval=heartbeat_interval, pool=pool,
-        resources=resources, log_limit=log_limit, attempt_retention=attempt_retention, containment=containment))
+        resources=resources, shared_fs=[str(path.absolute()) for path in shared_fs], log_limit=log_limit,
+        attempt_retention=attempt_retention, containment=containment))

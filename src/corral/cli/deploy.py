@@ -14,7 +14,7 @@ from rich.text import Text
 from corral.cli.common import CliError, client, console, json_option, parse_pairs, print_json
 from corral.cli.daemons import read_token, refuse_token_value
 from corral.cli.format import format_age, format_command, format_resources, format_time
-from corral.cli.submit import export_option, load_spec_file
+from corral.cli.submit import chosen_workdir, export_option, load_spec_file, ship_workdir, workdir_options
 from corral.client import serving
 from corral.client.exports import exported
 from corral.serving.spec import DeploymentSpec
@@ -84,14 +84,13 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 @click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
 @export_option
-@click.option("--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Directory uploaded as the replicas' working directory.")
+@workdir_options
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replicas, models, health_path,
            health_interval, health_threshold, startup_timeout, cpus, memory, gpus, gpu_memory,
-           api_key_env: str | None, workdir: Path | None, as_json: bool, command: tuple[str, ...],
+           api_key_env: str | None, workdir: Path | None, no_workdir: bool, as_json: bool, command: tuple[str, ...],
            export: tuple[str, ...], **fields: Any) -> None:
     """Deploy a service: corral deploy NAME [OPTIONS] -- CMD [ARGS...], where CMD serves HTTP on $PORT.
 
@@ -111,10 +110,10 @@ def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replica
         health={"path": health_path, "interval": health_interval, "threshold": health_threshold,
                 "startup_timeout": startup_timeout},
         resources={"cpu": cpus, "memory": memory, "gpu": gpus, "gpu_memory": gpu_memory}, **fields)
+    directory = chosen_workdir(workdir, no_workdir, file_workdir)
     api = client(ctx)
-    workdir = workdir or file_workdir
-    if workdir is not None:
-        spec = spec.model_copy(update={"bundle": api.upload_bundle(workdir)})
+    if directory is not None:
+        spec = spec.model_copy(update=ship_workdir(api, directory, spec.replica_job().pool))
     view = serving.deploy(api, spec)
     if key:
         serving.new_key(api, spec.name, key)

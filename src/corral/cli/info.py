@@ -21,6 +21,8 @@ from corral.cli.format import (
 )
 from corral.cli.listing import state_text
 from corral.client.errors import CorralError
+from corral.core.protocol import AttemptWorld
+from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, TaskView
 
@@ -48,7 +50,7 @@ def info(job_id: int, as_json: bool) -> None:
 def render_info(job: JobView, tasks: list[TaskView], history: list[HistoryEntry], worker_names: dict[str, str],
                 now: float) -> Group:
     return Group(job_summary(job, now), Text(), tasks_table(tasks, worker_names), Text(),
-                 attempts_table(tasks, worker_names), Text(), history_table(history))
+                 attempts_table(tasks, worker_names, job.spec.bundle), Text(), history_table(history))
 
 
 def job_summary(job: JobView, now: float) -> Table:
@@ -82,8 +84,7 @@ def job_summary(job: JobView, now: float) -> Table:
         rows.append(("preemption", f"epoch {job.preemption_epoch}{drain}; grace {format_duration(spec.grace_period)}"))
     if spec.scheduling_timeout is not None:
         rows.append(("sched. timeout", format_duration(spec.scheduling_timeout)))
-    if spec.bundle:
-        rows.append(("bundle", spec.bundle[:12]))
+    rows.append(("workdir", workdir_text(spec)))
     if spec.env:
         rows.append(("env", Text(" ".join(f"{k}={v}" for k, v in sorted(spec.env.items())))))
     if spec.export:  # names only: exported values may be secrets
@@ -99,6 +100,28 @@ def job_summary(job: JobView, now: float) -> Table:
     for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def workdir_text(spec: JobSpec) -> Text:
+    """Where the tasks start, and whether the directory's files were uploaded."""
+    if spec.workdir is None:
+        return Text(f"none: an empty directory, with bundle {spec.bundle[:12]}" if spec.bundle
+                    else "none: an empty directory")
+    files = (f"files uploaded as bundle {spec.bundle[:12]}" if spec.bundle
+             else "files not uploaded: only workers that share it run it")
+    return Text(f"{spec.workdir.path} ({files})")
+
+
+def start_text(world: AttemptWorld | None, bundle: str | None) -> Text:
+    """Where one attempt started, as its worker reported: `/home/a/proj (shared)`, `copy of bundle 3fa2c9e1 in
+    /…/tasks/7-0/work`, `empty /…/tasks/7-0`."""
+    if world is None:
+        return Text("-")
+    if world.start == "shared":
+        return Text(f"{world.directory} (shared)")
+    if world.start == "bundle":
+        return Text(f"copy of bundle {(bundle or '')[:8]} in {world.directory}")
+    return Text(f"empty {world.directory}")
 
 
 def retry_rows(job: JobView) -> list[tuple[str, Text | str]]:
@@ -151,17 +174,19 @@ def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
     return table
 
 
-def attempts_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
+def attempts_table(tasks: list[TaskView], names: dict[str, str], bundle: str | None = None) -> Table:
     table = Table(title="attempts", title_justify="left", box=None, pad_edge=False)
-    for column in ("TASK", "ATTEMPT", "WORKER", "STATE", "EXIT", "ASSIGNED", "STARTED", "FINISHED", "RAN", "REASON"):
-        table.add_column(column, no_wrap=column != "REASON")
+    for column in ("TASK", "ATTEMPT", "WORKER", "STATE", "EXIT", "ASSIGNED", "STARTED", "FINISHED", "RAN", "START",
+                   "REASON"):
+        table.add_column(column, no_wrap=column not in ("START", "REASON"))
     for task in tasks:
         for a in task.attempts:
             ran = max(0.0, a.finished_at - a.started_at) if a.started_at and a.finished_at else None
             state = state_text(a.state) + (Text(" refunded", style="dim") if a.refunded else Text())
             table.add_row(str(task.index), str(a.attempt), _worker(a.worker_id, names), state,
                           _opt(a.exit_code), format_time(a.assigned_at), format_time(a.started_at),
-                          format_time(a.finished_at), format_duration(ran), Text(a.reason or ""))
+                          format_time(a.finished_at), format_duration(ran), start_text(a.world, bundle),
+                          Text(a.reason or ""))
     return table
 
 

@@ -1,11 +1,12 @@
-"""`corral submit`: a JobSpec from a file and options, an optional bundle upload, and an optional wait."""
+"""`corral submit`: a JobSpec from a file and options, where its tasks start (and the upload of its files when
+needed), and an optional wait."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ import yaml
 from corral.cli.common import CliError, client, json_option, parse_amounts, parse_pairs, print_json
 from corral.cli.format import task_summary
 from corral.client.exports import exported
+from corral.client.http import Client
 from corral.core.retry_policy import RETRIABLE_CAUSES, Backoff, Jitter
-from corral.core.spec import JobSpec, parse_duration
+from corral.core.spec import JobSpec, Workdir, parse_duration
 from corral.core.states import JobState
+from corral.filesystem import filesystem_id
 
 # Options that set a top-level JobSpec field of the same name when given.
 TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max_retries_preemption",
@@ -47,6 +50,43 @@ def load_spec_file(path: Path) -> tuple[dict[str, Any], Path | None]:
         raise CliError(f"{path} must hold a mapping of job spec fields, not a {type(data).__name__}")
     workdir = data.pop("workdir", None)
     return data, (path.parent / str(workdir)) if workdir is not None else None
+
+
+def workdir_options(command: Callable) -> Callable:
+    """--workdir and --no-workdir, shared by `corral submit` and `corral deploy`."""
+    command = click.option("--no-workdir", is_flag=True,
+                           help="Start tasks in an empty directory of their own, with no files of yours.")(command)
+    return click.option("--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                        help="Where tasks start (default: the current directory). Workers that share it run them "
+                             "there; the others in a copy, uploaded only when one may take them.")(command)
+
+
+def chosen_workdir(workdir: Path | None, no_workdir: bool, file_workdir: Path | None) -> Path | None:
+    """The directory tasks start in: --workdir, else the spec file's `workdir:`, else the current directory;
+    None with --no-workdir."""
+    if no_workdir:
+        if workdir is not None:
+            raise click.UsageError("--workdir and --no-workdir contradict each other: give one")
+        return None
+    if workdir is None and file_workdir is not None:
+        if not file_workdir.is_dir():
+            what = "does not exist" if not file_workdir.exists() else "is not a directory"
+            raise CliError(f"workdir {file_workdir} (from the spec file) {what}")
+        return file_workdir
+    return workdir or Path.cwd()
+
+
+def ship_workdir(api: Client, directory: Path, pool: str) -> dict[str, Any]:
+    """The spec fields that make tasks start in `directory`: where it is, and the digest of its files when a
+    worker of the pool that does not share it may take them (or none is alive to tell)."""
+    try:
+        workdir = Workdir(path=os.path.abspath(directory), filesystem=filesystem_id())
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    fields: dict[str, Any] = {"workdir": workdir}
+    if api.workdir_sharing(workdir, pool).upload_needed:
+        fields["bundle"] = api.upload_bundle(directory)
+    return fields
 
 
 def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tuple[str, ...] | list[str] = (),
@@ -173,15 +213,15 @@ def _strings(mapping: object) -> dict:
 @click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V", help="Environment variable.")
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
 @export_option
-@click.option("--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Directory uploaded as the job's bundle; tasks run in a copy of it.")
+@workdir_options
 @click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
 @click.option("--wait", is_flag=True, help="Wait for the job to end; exit 0 only if it SUCCEEDED.")
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, custom: dict, workdir: Path | None,
-           idempotency_key: str | None, wait: bool, as_json: bool, command: tuple[str, ...], **options: Any) -> None:
+           no_workdir: bool, idempotency_key: str | None, wait: bool, as_json: bool, command: tuple[str, ...],
+           **options: Any) -> None:
     """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
     file_data, file_workdir = load_spec_file(spec_file) if spec_file else ({}, None)
     if not command and not file_data.get("command"):
@@ -189,10 +229,10 @@ def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, 
                                "or as `command:` in --file")
     spec = build_spec(file_data, command=command, env=env, labels=labels, custom=custom, environ=os.environ,
                       **options)
-    workdir = workdir or file_workdir
+    directory = chosen_workdir(workdir, no_workdir, file_workdir)
     api = client(ctx)
-    if workdir is not None:
-        spec = spec.model_copy(update={"bundle": api.upload_bundle(workdir)})
+    if directory is not None:
+        spec = spec.model_copy(update=ship_workdir(api, directory, spec.pool))
     job = api.submit(spec, idempotency_key=idempotency_key)
     if not as_json:
         click.echo(job.id)

@@ -21,9 +21,9 @@ from corral.client.http import endpoint, message, unreachable
 from corral.client.jobs import AsyncFunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
 from corral.client.sse import RECONNECTS, Event, follow_events
-from corral.core.spec import JobSpec, Resources
+from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkerView
+from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkdirSharing, WorkerView
 
 
 class AsyncClient:
@@ -189,6 +189,9 @@ class AsyncClient:
 
     async def workers(self) -> list[WorkerView]:
         return await self._run(plans.workers())
+
+    async def workdir_sharing(self, workdir: Workdir, pool: str = "default") -> WorkdirSharing:
+        return await self._run(plans.workdir_sharing(workdir, pool))
 
     async def upload_bundle(self, directory: str | os.PathLike) -> str:
         return await self._run(plans.upload_bundle(make_bundle(directory)))

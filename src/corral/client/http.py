@@ -21,9 +21,18 @@ from corral.client.errors import CorralError, format_detail
 from corral.client.jobs import FunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
-from corral.core.spec import JobSpec, Resources
+from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, PlacementAnalysis, RetryAttemptView, TaskView, WorkerView
+from corral.core.views import (
+    HistoryEntry,
+    JobPage,
+    JobView,
+    PlacementAnalysis,
+    RetryAttemptView,
+    TaskView,
+    WorkdirSharing,
+    WorkerView,
+)
 
 
 def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
@@ -224,6 +233,10 @@ class Client:
 
     def workers(self) -> list[WorkerView]:
         return self._run(plans.workers())
+
+    def workdir_sharing(self, workdir: Workdir, pool: str = "default") -> WorkdirSharing:
+        """How many alive workers of `pool` share the directory, to tell whether its files must be uploaded."""
+        return self._run(plans.workdir_sharing(workdir, pool))
 
     def upload_bundle(self, directory: str | os.PathLike) -> str:
         """Archive `directory` and upload it unless the controller has it already; returns its sha256."""

@@ -17,9 +17,18 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
-from corral.core.spec import JobSpec
+from corral.core.spec import JobSpec, Workdir
 from corral.core.states import JOB_TERMINAL, JobState
-from corral.core.views import HistoryEntry, JobPage, JobView, PlacementAnalysis, RetryAttemptView, TaskView, WorkerView
+from corral.core.views import (
+    HistoryEntry,
+    JobPage,
+    JobView,
+    PlacementAnalysis,
+    RetryAttemptView,
+    TaskView,
+    WorkdirSharing,
+    WorkerView,
+)
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -174,6 +183,13 @@ def wait(job_id: int, timeout: float | None = None, poll: float = 0.2) -> Plan[J
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
         yield Sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+
+
+def workdir_sharing(workdir: Workdir, pool: str) -> Plan[WorkdirSharing]:
+    """How many alive workers of `pool` share the directory (and how many are alive)."""
+    response = yield Call("GET", f"{API}/workdir/sharing",
+                          params={"path": workdir.path, "filesystem": workdir.filesystem, "pool": pool})
+    return WorkdirSharing.model_validate(response.json())
 
 
 def upload_bundle(data: bytes) -> Plan[str]:

@@ -10,7 +10,13 @@ from corral.controller.auth import require_worker
 from corral.controller.files import MAX_BUNDLE, MAX_OFFSET, Stream
 from corral.controller.job_tokens import authorize
 from corral.controller.params import RAW_BODY, PathId, PathIndex
+from corral.core import limits
+from corral.core.spec import FILESYSTEM_ID, NAME, Workdir
+from corral.core.views import WorkdirSharing
 from corral.core.wire import MAX_COUNT
+from corral.core.workdir import shares
+from corral.scheduling.policy import DEFAULT_POOL
+from corral.store.scheduling_reads import file_systems_in_pool
 from corral.store.schema import attempts, jobs, tasks
 
 router = APIRouter(prefix="/api/v1", tags=["files"])
@@ -57,6 +63,21 @@ async def _check_attempt(connection: AsyncConnection, task, job_id: int, index: 
     if attempt not in known:
         has = f"its attempts are {', '.join(map(str, known))}" if known else "it has not started an attempt yet"
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"task {index} of job {job_id} has no attempt {attempt} ({has})")
+
+
+@router.get("/workdir/sharing", response_model=WorkdirSharing, dependencies=[Depends(authorize)])
+async def workdir_sharing(
+    request: Request,
+    path: str = Query(..., max_length=limits.MAX_PATH, pattern="^/", description="the submission directory"),
+    filesystem: str = Query(..., pattern=FILESYSTEM_ID, description="the submitter's file system id"),
+    pool: str = Query(DEFAULT_POOL, max_length=100, pattern=f"^{NAME}$"),
+) -> WorkdirSharing:
+    """Whether a job from this directory needs its files uploaded: how many alive workers of the pool share it.
+    Open to a job's own token, so that code in a task can submit from where it runs."""
+    workdir = Workdir(path=path, filesystem=filesystem)
+    async with request.app.state.store.read() as connection:
+        found = await file_systems_in_pool(connection, pool)
+    return WorkdirSharing(alive=len(found), sharing=sum(shares(workdir, fs, shared) for fs, shared in found))
 
 
 @router.head("/bundles/{digest}", dependencies=[Depends(authorize)])

@@ -41,6 +41,7 @@ async def register_worker(connection: AsyncConnection, request: RegisterRequest,
         gpu_names=request.gpu_names, labels=request.labels, last_heartbeat=now, registered_at=now,
         pool=request.pool, custom=request.capacity.custom,
         gpu_devices=[gpu.model_dump() for gpu in request.gpus],
+        filesystem=request.filesystem, shared_fs=request.shared_fs,
     ))
     registered = ChangeSet(now)
     capacity = request.capacity
@@ -107,7 +108,8 @@ async def ingest_heartbeat(
         port = {"port": report.port} if report.port is not None else {}
         changes.task(row, report.state, handler="Worker", message=report.reason, **port)
         started = {"started_at": report.at} if report.state is TaskState.RUNNING else {}
-        changes.attempt(row.id, row.attempt, state=report.state, **started)
+        world = {"world": report.world.model_dump(mode="json")} if report.world is not None else {}
+        changes.attempt(row.id, row.attempt, state=report.state, **started, **world)
     await changes.flush(connection)
     drained = await start_drains(connection, triggers, now)
     settled = await settle_jobs(connection, changes.touched_jobs, now, "Worker")

@@ -94,6 +94,7 @@ async def list_workers(request: Request) -> list[WorkerView]:
             used={"cpu": use[w.id][0] or 0.0, "memory": use[w.id][1] or 0, "gpu": use[w.id][2] or 0},
             gpu_names=w.gpu_names or [], last_heartbeat=w.last_heartbeat, registered_at=w.registered_at,
             running_tasks=use[w.id][3] or 0, pool=w.pool, gpus=w.gpu_devices or [],
+            filesystem=w.filesystem, shared_fs=w.shared_fs or [],
         )
         for w in rows
     ]

@@ -109,7 +109,8 @@ def begin_problem(begin: float | None, now: float) -> str | None:
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
-FilesystemId = Annotated[str, Field(pattern=r"^[0-9a-f]{16,64}$")]
+FILESYSTEM_ID = r"^[0-9a-f]{16,64}$"  # corral.filesystem's ids
+FilesystemId = Annotated[str, Field(pattern=FILESYSTEM_ID)]
 PythonVersion = Annotated[str, Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,3}(\.[0-9]{1,3})?$")]
 AbsolutePath = Annotated[str, Field(min_length=1, max_length=limits.MAX_PATH, pattern=r"^/")]
 Priority = Annotated[int, BeforeValidator(parse_priority)]

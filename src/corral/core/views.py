@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from corral.core.protocol import AttemptWorld
 from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState, WorkerState
@@ -20,6 +21,7 @@ class AttemptView(BaseModel):
     started_at: float | None
     finished_at: float | None
     refunded: bool = False  # a gang sibling stopped by a drain: this attempt cost no budget
+    world: AttemptWorld | None = None  # where it started, as its worker reported with PREPARED
 
 
 class TaskView(BaseModel):
@@ -113,6 +115,20 @@ class WorkerView(BaseModel):
     running_tasks: int
     pool: str = "default"
     gpus: list[dict] = []  # per device: index, model, memory, uuid
+    filesystem: str | None = None  # the id of the file system its tasks see (corral.filesystem)
+    shared_fs: list[str] = []  # directories it shares with submitters on other machines (--shared-fs)
+
+
+class WorkdirSharing(BaseModel):
+    """How many alive workers of a pool share a submission directory: its files are uploaded unless all do."""
+
+    alive: int
+    sharing: int
+
+    @property
+    def upload_needed(self) -> bool:
+        """A worker that does not share it may take the job, or none is alive to judge by."""
+        return self.alive == 0 or self.sharing < self.alive
 
 
 class ErrorBody(BaseModel):

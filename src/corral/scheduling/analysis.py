@@ -1,7 +1,7 @@
 """The full placement analysis of one job, for `corral info`: each worker, and why it can or cannot take a task.
 
 Pure, like the pass it explains; it judges a task of the job against each worker alone,
-in the order a person checks: the pool, the labels, the size, then the free room.
+in the order a person checks: the pool, the labels, the submission directory, the size, then the free room.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ def _judge(job: JobPlacement, request: Request, room: WorkerRoom, failed_here: b
             has = room.labels.get(constraint.key)
             label = f"has {constraint.key}={has}" if has is not None else f"has no label {constraint.key}"
             return verdict(False, f"{label}; the job needs {constraint}")
+    if job.workdir is not None and not job.workdir.admits(room.filesystem, room.shared_fs):
+        return verdict(False, f"does not share the file system of {job.workdir.path} "
+                              "(the job's files were not uploaded)")
     need, gpu_memory = request.amounts(), request.gpu_memory
     for resource, amount in need.items():
         if amount > room.capacity(resource, gpu_memory) + EPS:

@@ -7,8 +7,10 @@ without the label never equals a value, so `zone!=b` matches it and `zone=b` doe
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from corral.core.workdir import shares
 
 _KEY = r"[A-Za-z0-9][A-Za-z0-9_.\-/]*"
 _VALUE = r"[A-Za-z0-9_.\-/:]+"
@@ -35,6 +37,18 @@ class Constraint:
         if self.op == "in":
             return f"{self.key} in {','.join(self.values)}"
         return f"{self.key}{self.op}{self.values[0]}"
+
+
+@dataclass(frozen=True)
+class SharedDirectory:
+    """The implicit constraint of a job that starts in its submission directory and whose files were not
+    uploaded: only workers that share that directory (corral.core.workdir.shares) may run it."""
+
+    path: str
+    filesystem: str
+
+    def admits(self, filesystem: str | None, shared_fs: Sequence[str]) -> bool:
+        return shares(self, filesystem, shared_fs)
 
 
 def parse_constraint(text: str) -> Constraint:

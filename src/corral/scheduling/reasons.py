@@ -75,6 +75,18 @@ class NoWorkerMatches(Reason):
 
 
 @dataclass(frozen=True)
+class NoWorkerShares(Reason):
+    """The job starts in its submission directory, its files were not uploaded, and no worker sees it."""
+
+    pool: str
+    path: str
+
+    def sentence(self) -> str:
+        return (f"no worker in pool {self.pool} shares the file system of {self.path} "
+                f"(its files were not uploaded)")
+
+
+@dataclass(frozen=True)
 class TooLarge(Reason):
     """No worker present could hold one task even empty; one may join, so it waits."""
 

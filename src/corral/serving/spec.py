@@ -8,7 +8,7 @@ from functools import partial
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from corral.core import limits
-from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds
+from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds, Workdir
 from corral.core.spec import NAME as PROJECT_NAME
 from corral.core.wire import WireModel, incoming
 from corral.serving.autoscale import Bounds
@@ -48,6 +48,7 @@ class DeploymentSpec(WireModel):
     env: dict[str, str] = Field(default_factory=dict)
     export: dict[str, str] = Field(default_factory=dict, description="variables copied from the deployer's environment")
     bundle: str | None = None
+    workdir: Workdir | None = Field(None, description="where replicas start: the directory it was deployed from")
     resources: Resources = Field(default_factory=Resources)
     labels: dict[str, str] = Field(default_factory=dict)
     project: str = Field("default", max_length=100, pattern=f"^{PROJECT_NAME}$",
@@ -121,7 +122,7 @@ class DeploymentSpec(WireModel):
         """The job one replica runs as: the worker gives it a free $PORT; the deployment replaces it, not retries."""
         return JobSpec(
             name=f"{self.name}.replica", command=self.command, env={**self.env, "CORRAL_DEPLOYMENT": self.name},
-            export=self.export, bundle=self.bundle, resources=self.resources, labels=self.labels,
-            priority=self.priority, project=self.project, max_retries_failure=0, max_retries_preemption=0,
-            grace_period=self.grace_period, allocate_port=True,
+            export=self.export, bundle=self.bundle, workdir=self.workdir, resources=self.resources,
+            labels=self.labels, priority=self.priority, project=self.project, max_retries_failure=0,
+            max_retries_preemption=0, grace_period=self.grace_period, allocate_port=True,
         )

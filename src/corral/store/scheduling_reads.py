@@ -109,8 +109,17 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
             free_gpu_ids=[i for i in range(gpus) if i not in taken_gpus],
             pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=free_custom,
             gpu_memory=_device_memory(gpus, worker.gpu_devices),
+            filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()),
         ))
     return rooms
+
+
+async def file_systems_in_pool(connection: AsyncConnection, pool: str) -> list[tuple[str | None, list[str]]]:
+    """The file system id and the shared directories of each alive worker of `pool`."""
+    rows = (await connection.execute(
+        select(workers.c.filesystem, workers.c.shared_fs)
+        .where(workers.c.state == WorkerState.ALIVE, workers.c.pool == pool))).all()
+    return [(row.filesystem, list(row.shared_fs or ())) for row in rows]
 
 
 def _device_memory(gpus: int, devices: list[dict] | None) -> tuple[int, ...]:

@@ -38,6 +38,7 @@ from corral.core.protocol import (
     TaskReport,
 )
 from corral.core.states import TaskState
+from corral.filesystem import filesystem_id
 from corral.worker.bundles import BundleCache, BundleError
 from corral.worker.containment import reap_leftovers
 from corral.worker.logs import LogShipper
@@ -100,6 +101,7 @@ class WorkerOptions:
     heartbeat_interval: float = 2.0
     pool: str = "default"
     resources: dict[str, float] = field(default_factory=dict)  # custom slots offered, e.g. {"tpu": 4}
+    shared_fs: list[str] = field(default_factory=list)  # absolute directories shared with submitters elsewhere
     log_limit: int = DEFAULT_LOG_LIMIT  # bytes of each stream kept per attempt
     attempt_retention: float | None = 86400.0  # seconds ended attempts' directories are kept (None: for ever)
     containment: str = "auto"  # how tasks' processes are contained: "auto", "cgroup" or "processes"
@@ -146,12 +148,17 @@ class Agent:
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
         try:
+            filesystem = filesystem_id()
+        except ValueError as error:
+            raise WorkerError(str(error)) from None
+        try:
             self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
                                  flush_logs=self.shipper.flush, watch_logs=self.shipper.watch,
                                  gpus=self.capacity.gpu, fetch_checkpoint=self._fetch_checkpoint,
                                  save_checkpoint=self._save_checkpoint,
                                  task_env=worker_env(options.controller_url, os.environ.get("PATH")),
-                                 log_limit=options.log_limit, containment=options.containment)
+                                 log_limit=options.log_limit, containment=options.containment,
+                                 filesystem=filesystem, shared_fs=options.shared_fs)
         except OSError as error:  # only where cgroups are demanded and there are none
             raise WorkerError(f"no cgroup for tasks: {error}") from None
         self.worker_id = ""
@@ -186,7 +193,8 @@ class Agent:
         request = RegisterRequest(
             name=options.name, address=options.address or route_address(options.controller_url),
             capacity=self.capacity, gpu_names=[gpu.model for gpu in self.gpus], labels=options.labels,
-            pool=options.pool, gpus=self.gpus, running=self.runner.running())
+            pool=options.pool, gpus=self.gpus, running=self.runner.running(),
+            filesystem=self.runner.filesystem, shared_fs=self.runner.shared_fs)
         backoff = _Backoff("register", cap=2.0)
         while True:
             try:

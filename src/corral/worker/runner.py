@@ -28,15 +28,25 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import corral
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
-from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder, TaskRef, TaskReport
+from corral.core.protocol import (
+    AttemptWorld,
+    BuildOrder,
+    Order,
+    PreemptOrder,
+    StartOrder,
+    StopOrder,
+    TaskRef,
+    TaskReport,
+)
 from corral.core.states import TaskState
+from corral.core.workdir import choose_start
 from corral.worker.bundles import extract
 from corral.worker.containment import attempt_cgroup, cgroup_parent, cgroup_prefix, reap_record
 from corral.worker.logs import capture
@@ -151,6 +161,7 @@ class _Attempt:
     ended: bool = False
     silent: bool = False  # ended by the worker's own shutdown: the controller learns from the worker's loss
     memory_at_start: MemoryRecord = MemoryRecord()  # the cgroup's memory records when the process started
+    world: AttemptWorld | None = None  # where it starts, once prepared
 
     @property
     def ref(self) -> tuple[int, int]:
@@ -158,7 +169,8 @@ class _Attempt:
 
     @property
     def cwd(self) -> Path:
-        return self.directory / "work" if self.order.bundle else self.directory
+        assert self.world is not None, "an attempt has a working directory once prepared"
+        return Path(self.world.directory)
 
     @property
     def checkpoint(self) -> Path:
@@ -177,8 +189,11 @@ class Runner:
                  watch_logs: WatchLogs, gpus: int = 0, fetch_checkpoint: FetchCheckpoint | None = None,
                  save_checkpoint: SaveCheckpoint | None = None,
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
-                 log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto") -> None:
+                 log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto", filesystem: str | None = None,
+                 shared_fs: Sequence[str] = ()) -> None:
         self.work_dir = work_dir
+        self.filesystem = filesystem  # the id of the file system its tasks see (corral.filesystem)
+        self.shared_fs = list(shared_fs)  # directories shared with submitters on other machines
         self.log_limit = log_limit  # bytes kept per stream per attempt
         self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
@@ -278,7 +293,8 @@ class Runner:
             self._emit(att.ref, TaskState.BUILDING)
             try:
                 att.directory.mkdir(parents=True, exist_ok=True)
-                if att.order.bundle:
+                att.world = self._world(att.order, att.directory)
+                if att.world.start == "bundle":
                     archive = await self._fetch_bundle(att.order.bundle)
                     await asyncio.to_thread(extract, archive, att.cwd)
                 if att.order.checkpoint and self._fetch_checkpoint is not None:
@@ -288,7 +304,15 @@ class Runner:
                 await self._end(att, TaskState.FAILED, reason=f"build failed: {error}")
                 return
             att.prepared = True
-            self._emit(att.ref, TaskState.PREPARED)
+            self._emit(att.ref, TaskState.PREPARED, world=att.world)
+
+    def _world(self, order: BuildOrder, directory: Path) -> AttemptWorld:
+        """Where the attempt starts, by the rule of corral.core.workdir: the submission directory itself, an
+        unpacked copy of its bundle, or its own empty directory. Raises WorkdirUnavailable when it can be none."""
+        start = choose_start(order.workdir, order.bundle, self.filesystem, self.shared_fs, os.path.isdir)
+        cwd = Path(order.workdir.path) if start == "shared" and order.workdir else \
+            directory / "work" if start == "bundle" else directory
+        return AttemptWorld(start=start, directory=str(cwd))
 
     async def _start(self, order: StartOrder) -> None:
         att = self._attempts.get((order.task_id, order.attempt))
@@ -494,9 +518,9 @@ class Runner:
 
     def _emit(self, ref: tuple[int, int], state: TaskState, *, exit_code: int | None = None,
               reason: str | None = None, epoch: int | None = None, oom_killed: bool = False,
-              port: int | None = None) -> None:
+              port: int | None = None, world: AttemptWorld | None = None) -> None:
         self._report(TaskReport(task_id=ref[0], attempt=ref[1], state=state, exit_code=exit_code, reason=reason,
-                                at=time.time(), epoch=epoch, oom_killed=oom_killed, port=port))
+                                at=time.time(), epoch=epoch, oom_killed=oom_killed, port=port, world=world))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.create_task(coroutine)

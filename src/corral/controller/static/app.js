@@ -370,7 +370,7 @@ function jobView(view, jobId) {
     document.title = `${job.name} (#${job.id}) · corral`;
     fill(head, jobHead(job, live));
     fill(spec, jobSpec(job));
-    fill(tasks, tasksTable(taskList));
+    fill(tasks, tasksTable(taskList, job.spec.bundle));
     fill(timeline, timelineList(history));
     logs.update(taskList);
   }, {relevant: (e) => e.job_id === jobId || e.type.startsWith("worker.")});
@@ -408,7 +408,7 @@ function jobSpec(job) {
       `${s.max_task_failures} task failure(s) tolerated`],
   ];
   if (job.pending_reason && !TERMINAL.has(job.state)) rows.unshift(["waiting", h("strong", {}, job.pending_reason)]);
-  rows.push(["project", s.project], ["pool", s.pool]);
+  rows.push(["project", s.project], ["pool", s.pool], ["workdir", workdirText(s)]);
   const epoch = job.epoch ?? job.preemption_epoch;
   if (epoch !== undefined && epoch !== null) rows.push(["drain epoch", epoch]);
   if (job.parent_job_id !== undefined && job.parent_job_id !== null) {
@@ -431,7 +431,20 @@ function jobSpec(job) {
   return h("dl", {class: "spec"}, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 }
 
-function tasksTable(taskList) {
+function workdirText(s) {
+  if (!s.workdir) return s.bundle ? `none: an empty directory, with bundle ${s.bundle.slice(0, 12)}` : "none: an empty directory";
+  return `${s.workdir.path} (${s.bundle ? `files uploaded as bundle ${s.bundle.slice(0, 12)}` : "files not uploaded: only workers that share it run it"})`;
+}
+
+function startText(world, bundle) {
+  if (!world) return null;
+  const text = world.start === "shared" ? `started in ${world.directory} (shared)`
+    : world.start === "bundle" ? `started in a copy of bundle ${(bundle || "").slice(0, 8)} in ${world.directory}`
+    : `started in empty ${world.directory}`;
+  return h("div", {class: "start muted"}, text);
+}
+
+function tasksTable(taskList, bundle) {
   const body = h("tbody");
   for (const task of taskList) {
     body.append(h("tr", {"data-task": task.index}, h("td", {class: "num"}, task.index), h("td", {}, badge(task.state)),
@@ -442,7 +455,8 @@ function tasksTable(taskList) {
       const ran = a.started_at && a.finished_at ? `, ran ${age(a.finished_at - a.started_at)}` : "";
       body.append(h("tr", {class: "attempt"}, h("td", {}), h("td", {}, badge(a.state), a.state === "WORKER_FAILED" ? " (worker failure)" : ""),
         h("td", {class: "num"}, `#${a.attempt}`), h("td", {}, a.worker_id ?? "-"), h("td", {class: "num"}, a.exit_code ?? "-"),
-        h("td", {}, `assigned ${clock(a.assigned_at)}, started ${clock(a.started_at)}, ended ${clock(a.finished_at)}${ran}`),
+        h("td", {}, `assigned ${clock(a.assigned_at)}, started ${clock(a.started_at)}, ended ${clock(a.finished_at)}${ran}`,
+          startText(a.world, bundle)),
         h("td", {}), h("td", {}, a.reason ?? "")));
     }
   }

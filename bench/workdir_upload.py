@@ -2,8 +2,8 @@
 
 A local cluster whose one worker behaves as if on another machine (another file-system id), so
 `corral submit` must upload the directory: 50 files of 1 MB of random bytes (incompressible).
-The first submission bundles and uploads it; the second, of the same tree, bundles it again but
-sends no bytes (the controller already has its digest). Requests and bytes sent are counted on
+The first submission bundles and uploads it; the second, of the same tree, neither archives nor
+sends it: the client remembers the tree's digest (TreeMemo) and the controller still has it. Requests and bytes sent are counted on
 the client's own transport.
 """
 
@@ -58,6 +58,7 @@ def submit(cluster: Cluster, tree: Path) -> tuple[float, Counter[str], int]:
 
 def main_() -> None:
     with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
+        os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")  # an empty memo: the first submission archives
         tree = Path(tmp) / "tree"
         tree.mkdir()
         for i in range(FILES):

@@ -100,3 +100,23 @@ def test_corralignore_uses_the_same_rules_beside_gitignore(tmp_path):
         (tmp_path / name).write_text("")
     assert set(names(make_bundle(tmp_path))) == {
         ".gitignore", ".corralignore", "a.py", "src", "src/checkpoints", "src/checkpoints/kept.pt"}
+
+
+def test_the_tree_signature_follows_what_would_be_bundled(tmp_path):
+    from corral.client.bundle import TreeMemo, tree_signature
+
+    (tmp_path / "a.py").write_text("1")
+    (tmp_path / ".gitignore").write_text("out/\n")
+    before = tree_signature(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "big.bin").write_bytes(b"0" * 100)
+    assert tree_signature(tmp_path) == before  # ignored files do not count
+    os.chmod(tmp_path / "a.py", 0o755)
+    assert tree_signature(tmp_path) != before
+    memo_file = tmp_path.parent / "memo.json"
+    memo = TreeMemo(tmp_path, memo_file)
+    assert memo.digest() is None
+    memo.remember("ab" * 32)
+    assert TreeMemo(tmp_path, memo_file).digest() == "ab" * 32
+    memo_file.write_text("not json")
+    assert TreeMemo(tmp_path, memo_file).digest() is None  # a broken memo is only a cache missed

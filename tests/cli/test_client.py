@@ -133,3 +133,33 @@ def test_wait_times_out():
     api = client_for(lambda request: httpx.Response(200, json=json.loads(job_view(3).model_dump_json())))
     with pytest.raises(TimeoutError):
         api.wait(3, timeout=0.05, poll=0.01)
+
+
+def test_an_unchanged_tree_is_not_archived_again_while_the_controller_has_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "train.py").write_text("print(1)")
+    stored: dict[str, bytes] = {}
+    calls: list[str] = []
+
+    def handler(request):
+        digest = request.url.path.rsplit("/", 1)[1]
+        calls.append(request.method)
+        if request.method == "HEAD":
+            return httpx.Response(200 if digest in stored else 404)
+        stored[digest] = request.content
+        return httpx.Response(201, json={"digest": digest})
+
+    api = client_for(handler)
+    digest = api.upload_bundle(tree)
+    archived = []
+    monkeypatch.setattr("corral.client.http.make_bundle", lambda directory: archived.append(directory) or b"x")
+    calls.clear()
+    assert api.upload_bundle(tree) == digest and calls == ["HEAD"] and archived == []
+    stored.clear()  # the controller lost it: archived and sent again
+    api.upload_bundle(tree)
+    assert archived == [tree] and calls[-1] == "PUT"
+    (tree / "train.py").write_text("print(22)")  # changed: archived again, whatever the memo said
+    api.upload_bundle(tree)
+    assert archived == [tree, tree]

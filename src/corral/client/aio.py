@@ -15,7 +15,7 @@ from typing import Any, overload
 import httpx
 
 from corral.client import functions, logs, plans
-from corral.client.bundle import make_bundle
+from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.errors import CorralError
 from corral.client.http import endpoint, message, unreachable
 from corral.client.jobs import AsyncFunctionJob
@@ -194,4 +194,10 @@ class AsyncClient:
         return await self._run(plans.workdir_sharing(workdir, pool))
 
     async def upload_bundle(self, directory: str | os.PathLike) -> str:
-        return await self._run(plans.upload_bundle(make_bundle(directory)))
+        memo = TreeMemo(directory)
+        known = memo.digest()
+        if known is not None and await self._run(plans.has_bundle(known)):
+            return known
+        digest = await self._run(plans.upload_bundle(make_bundle(directory)))
+        memo.remember(digest)
+        return digest

@@ -9,9 +9,12 @@ which use the same syntax for what git keeps but tasks do not need.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
+import json
 import os
 import tarfile
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -127,6 +130,58 @@ def _too_large(root: Path | None, limit: int) -> str:
                         for size, p in sizes[:NAMED_WHEN_TOO_LARGE])
     return (f"the files of {root} to upload are {cap} (biggest: {biggest}); list data sets and build outputs in "
             f"a .corralignore, or pass --no-workdir to run without them")
+
+
+MEMO_ENTRIES = 200  # directories whose last bundle digest is remembered
+
+
+class TreeMemo:
+    """The digest a directory's bundle had when its files last looked as they do now, so that submitting an
+    unchanged tree again archives and hashes nothing: only a HEAD asks whether the controller still has it.
+
+    "Looks" is each bundled path's kind, size, modification time and executable bit (as rsync and make judge
+    a change); the memo lives in the user's cache directory, and a memo that cannot be read or written is
+    only a cache missed.
+    """
+
+    def __init__(self, directory: str | os.PathLike, path: Path | None = None) -> None:
+        self.root = str(Path(directory).resolve())
+        self.path = path or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "corral" / "bundles.json"
+        self.signature = tree_signature(Path(self.root))
+
+    def digest(self) -> str | None:
+        entry = self._read().get(self.root)
+        return entry["digest"] if isinstance(entry, dict) and entry.get("signature") == self.signature else None
+
+    def remember(self, digest: str) -> None:
+        entries = {k: v for k, v in self._read().items() if k != self.root}
+        entries = dict(list(entries.items())[-(MEMO_ENTRIES - 1):]) | {self.root: {"signature": self.signature,
+                                                                                   "digest": digest}}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False) as out:
+                json.dump(entries, out)
+            os.replace(out.name, self.path)
+        except OSError:
+            pass
+
+    def _read(self) -> dict:
+        try:
+            entries = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return entries if isinstance(entries, dict) else {}
+
+
+def tree_signature(root: Path) -> str:
+    """A hash of what the bundle of `root` would hold, read from the paths' metadata alone."""
+    sha = hashlib.sha256()
+    for path in bundled_paths(root):
+        info = path.lstat()
+        link = os.readlink(path) if path.is_symlink() else ""
+        sha.update(f"{path.relative_to(root).as_posix()}\0{info.st_mode}\0{info.st_size}\0{info.st_mtime_ns}"
+                   f"\0{link}\n".encode("utf-8", "surrogateescape"))
+    return sha.hexdigest()
 
 
 class _TooLarge(Exception):

@@ -15,7 +15,7 @@ from typing import Any, overload
 import httpx
 
 from corral.client import functions, logs, plans
-from corral.client.bundle import make_bundle
+from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
 from corral.client.jobs import FunctionJob
@@ -239,8 +239,15 @@ class Client:
         return self._run(plans.workdir_sharing(workdir, pool))
 
     def upload_bundle(self, directory: str | os.PathLike) -> str:
-        """Archive `directory` and upload it unless the controller has it already; returns its sha256."""
-        return self._run(plans.upload_bundle(make_bundle(directory)))
+        """Archive `directory` and upload it unless the controller has it already; returns its sha256.
+        A tree unchanged since its last upload is not even archived (TreeMemo)."""
+        memo = TreeMemo(directory)
+        known = memo.digest()
+        if known is not None and self._run(plans.has_bundle(known)):
+            return known
+        digest = self._run(plans.upload_bundle(make_bundle(directory)))
+        memo.remember(digest)
+        return digest
 
 
 def message(response: httpx.Response) -> str:

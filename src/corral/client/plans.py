@@ -192,10 +192,14 @@ def workdir_sharing(workdir: Workdir, pool: str) -> Plan[WorkdirSharing]:
     return WorkdirSharing.model_validate(response.json())
 
 
+def has_bundle(digest: str) -> Plan[bool]:
+    response = yield Call("HEAD", f"{API}/bundles/{digest}", ok=(404,))
+    return response.status_code != 404
+
+
 def upload_bundle(data: bytes) -> Plan[str]:
     """Upload an archive unless the controller has it already; returns its sha256."""
     digest = hashlib.sha256(data).hexdigest()
-    response = yield Call("HEAD", f"{API}/bundles/{digest}", ok=(404,))
-    if response.status_code == 404:
+    if not (yield from has_bundle(digest)):
         yield Call("PUT", f"{API}/bundles/{digest}", content=data, headers={"Content-Type": "application/gzip"})
     return digest

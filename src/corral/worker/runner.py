@@ -34,11 +34,22 @@ from pathlib import Path
 from typing import Any
 
 import corral
+from corral.core.failure import ENVIRONMENT_BUILD_FAILED
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
-from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder, TaskRef, TaskReport
+from corral.core.protocol import (
+    AttemptWorld,
+    BuildOrder,
+    Order,
+    PreemptOrder,
+    StartOrder,
+    StopOrder,
+    TaskRef,
+    TaskReport,
+)
 from corral.core.states import TaskState
 from corral.worker.bundles import extract
 from corral.worker.containment import attempt_cgroup, cgroup_parent, cgroup_prefix, reap_record
+from corral.worker.environments import Acquired, EnvironmentBuildError, EnvironmentCache
 from corral.worker.logs import capture
 from corral.worker.oom import CgroupMemory, MemoryRecord, killed_for_memory
 from corral.worker.processes import (
@@ -151,6 +162,7 @@ class _Attempt:
     ended: bool = False
     silent: bool = False  # ended by the worker's own shutdown: the controller learns from the worker's loss
     memory_at_start: MemoryRecord = MemoryRecord()  # the cgroup's memory records when the process started
+    environment: Acquired | None = None  # the Python environment of its job's pip/python, held until it ends
 
     @property
     def ref(self) -> tuple[int, int]:
@@ -177,8 +189,10 @@ class Runner:
                  watch_logs: WatchLogs, gpus: int = 0, fetch_checkpoint: FetchCheckpoint | None = None,
                  save_checkpoint: SaveCheckpoint | None = None,
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
-                 log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto") -> None:
+                 log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto",
+                 environments: EnvironmentCache | None = None) -> None:
         self.work_dir = work_dir
+        self.environments = environments or EnvironmentCache(work_dir / "environments")
         self.log_limit = log_limit  # bytes kept per stream per attempt
         self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
@@ -283,12 +297,29 @@ class Runner:
                     await asyncio.to_thread(extract, archive, att.cwd)
                 if att.order.checkpoint and self._fetch_checkpoint is not None:
                     await self._restore_checkpoint(att)
+                if att.order.pip or att.order.python:
+                    self._watch_logs(*att.ref, att.directory)  # its build log is shipped like its output
+                    att.environment = await self.environments.acquire(att.order.python, att.order.pip, att.cwd,
+                                                                      att.directory / "build")
+            except EnvironmentBuildError as error:
+                log.warning("task=%s attempt=%s environment build failed: %s", *att.ref, error)
+                await self._end(att, TaskState.FAILED, reason=f"{ENVIRONMENT_BUILD_FAILED}: {error}")
+                return
             except Exception as error:
                 log.warning("task=%s attempt=%s build failed: %s", *att.ref, error)
                 await self._end(att, TaskState.FAILED, reason=f"build failed: {error}")
                 return
             att.prepared = True
-            self._emit(att.ref, TaskState.PREPARED)
+            self._emit(att.ref, TaskState.PREPARED, world=self._world(att))
+
+    @staticmethod
+    def _world(att: _Attempt) -> AttemptWorld:
+        """Where the attempt starts and with which environment, as PREPARED reports it."""
+        environment = {}
+        if att.environment is not None:
+            environment = dict(env_key=att.environment.environment.key, env_seconds=round(att.environment.seconds, 3),
+                               env_cached=att.environment.cached)
+        return AttemptWorld(start="bundle" if att.order.bundle else "empty", directory=str(att.cwd), **environment)
 
     async def _start(self, order: StartOrder) -> None:
         att = self._attempts.get((order.task_id, order.attempt))
@@ -300,6 +331,8 @@ class Runner:
             command = att.order.command
             inherited = {name: value for name, value in os.environ.items() if name not in WORKER_SECRETS}
             env = {**inherited, **self.task_env, **att.order.env}
+            if att.environment is not None:
+                env.update(att.environment.environment.task_env(env.get("PATH", os.defpath)))
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
             env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)
@@ -463,6 +496,8 @@ class Runner:
             if state is TaskState.PREEMPTED and not att.silent:
                 problem = await self._upload_checkpoint(att)
             del self._attempts[att.ref]
+            if att.environment is not None:
+                self.environments.release(att.environment.environment.key)
             if not att.silent:
                 self._emit(att.ref, state, exit_code=exit_code, epoch=att.epoch,
                            reason=f"{reason}; {problem}" if problem else reason, oom_killed=oom_killed)
@@ -494,9 +529,9 @@ class Runner:
 
     def _emit(self, ref: tuple[int, int], state: TaskState, *, exit_code: int | None = None,
               reason: str | None = None, epoch: int | None = None, oom_killed: bool = False,
-              port: int | None = None) -> None:
+              port: int | None = None, world: AttemptWorld | None = None) -> None:
         self._report(TaskReport(task_id=ref[0], attempt=ref[1], state=state, exit_code=exit_code, reason=reason,
-                                at=time.time(), epoch=epoch, oom_killed=oom_killed, port=port))
+                                at=time.time(), epoch=epoch, oom_killed=oom_killed, port=port, world=world))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.create_task(coroutine)

@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from corral.scheduling.constraints import PythonConstraint
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import format_amount, format_devices
 from corral.scheduling.rooms import EPS, Request, WorkerRoom
@@ -37,7 +38,11 @@ def _judge(job: JobPlacement, request: Request, room: WorkerRoom, failed_here: b
     if room.pool != job.pool:
         return verdict(False, f"in pool {room.pool}, not {job.pool}")
     for constraint in job.constraints:
-        if not constraint.matches(room.labels):
+        if isinstance(constraint, PythonConstraint):
+            if not constraint.admits(room):
+                has = ", ".join(room.pythons) or "none"
+                return verdict(False, f"has no python {constraint.version} (has {has})")
+        elif not constraint.matches(room.labels):
             has = room.labels.get(constraint.key)
             label = f"has {constraint.key}={has}" if has is not None else f"has no label {constraint.key}"
             return verdict(False, f"{label}; the job needs {constraint}")

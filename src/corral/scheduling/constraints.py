@@ -1,14 +1,26 @@
-"""Label constraints a job puts on the workers it may run on: `gpu=h100`, `zone!=b`, `gpu in a100,h100`.
+"""Constraints a job puts on the workers it may run on: on labels (`gpu=h100`, `zone!=b`, `gpu in a100,h100`),
+and the implicit one of a job with `python`.
 
-Kept as their canonical text in the job spec, parsed into data for matching. A worker
-without the label never equals a value, so `zone!=b` matches it and `zone=b` does not.
+Label constraints are kept as their canonical text in the job spec, parsed into data for
+matching. A worker without the label never equals a value, so `zone!=b` matches it and
+`zone=b` does not.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
+
+from corral.core.pip import python_matches
+
+
+class Room(Protocol):
+    """What a constraint reads of a worker (scheduling.rooms.WorkerRoom)."""
+
+    labels: dict[str, str]
+    pythons: tuple[str, ...]
 
 _KEY = r"[A-Za-z0-9][A-Za-z0-9_.\-/]*"
 _VALUE = r"[A-Za-z0-9_.\-/:]+"
@@ -31,6 +43,9 @@ class Constraint:
             return value != self.values[0]
         return value in self.values
 
+    def admits(self, room: Room) -> bool:
+        return self.matches(room.labels)
+
     def __str__(self) -> str:
         if self.op == "in":
             return f"{self.key} in {','.join(self.values)}"
@@ -47,5 +62,17 @@ def parse_constraint(text: str) -> Constraint:
     raise ValueError(f"not a constraint: {text!r} (use K=V, K!=V or 'K in A,B')")
 
 
-def all_match(constraints: Iterable[Constraint], labels: Mapping[str, str]) -> bool:
-    return all(c.matches(labels) for c in constraints)
+@dataclass(frozen=True)
+class PythonConstraint:
+    """A job with `python` runs only where that version can build its environment: 3.11 takes any 3.11.x."""
+
+    version: str
+
+    def admits(self, room: Room) -> bool:
+        return any(python_matches(self.version, available) for available in room.pythons)
+
+    def __str__(self) -> str:
+        return f"python {self.version}"
+
+
+AnyConstraint = Constraint | PythonConstraint

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from corral.core.lifecycle import TargetKey
-from corral.scheduling.constraints import Constraint
+from corral.scheduling.constraints import AnyConstraint, PythonConstraint
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
 from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import (
@@ -33,6 +33,7 @@ from corral.scheduling.reasons import (
     BehindReservation,
     NoRoom,
     NoWorkerAlive,
+    NoWorkerHasPython,
     NoWorkerInPool,
     NoWorkerMatches,
     OverQuota,
@@ -53,7 +54,7 @@ class Unit:
     task_ids: tuple[int, ...]
     request: Request  # per task
     pool: str = DEFAULT_POOL
-    constraints: tuple[Constraint, ...] = ()
+    constraints: tuple[AnyConstraint, ...] = ()
     spread: bool = False  # at most one of its tasks per worker
     priority: int = 0
     project: str = DEFAULT_PROJECT
@@ -188,8 +189,12 @@ class _Pass:
         if not rooms:
             return NoWorkerAlive()
         if not group.members:
-            if not any(room.pool == unit.pool for room in rooms):
+            in_pool = [room for room in rooms if room.pool == unit.pool]
+            if not in_pool:
                 return NoWorkerInPool(unit.pool)
+            for python in (c for c in unit.constraints if isinstance(c, PythonConstraint)):
+                if not any(python.admits(room) for room in in_pool):
+                    return NoWorkerHasPython(unit.pool, python.version)
             return NoWorkerMatches(unit.pool, unit.constraints)
         key = (id(group), unit.request)
         if key not in self.ever_fits:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.core.spec import format_bytes
-from corral.scheduling.constraints import Constraint
+from corral.scheduling.constraints import AnyConstraint
 
 DEFAULT_POOL = "default"
 
@@ -67,11 +67,22 @@ class NoWorkerInPool(Reason):
 @dataclass(frozen=True)
 class NoWorkerMatches(Reason):
     pool: str
-    constraints: tuple[Constraint, ...]
+    constraints: tuple[AnyConstraint, ...]
 
     def sentence(self) -> str:
         which = "constraint" if len(self.constraints) == 1 else "constraints"
         return f"no worker{_in_pool(self.pool)} matches {which} {', '.join(map(str, self.constraints))}"
+
+
+@dataclass(frozen=True)
+class NoWorkerHasPython(Reason):
+    """The job asks for a Python no alive worker of its pool can build environments with; one may join."""
+
+    pool: str
+    version: str
+
+    def sentence(self) -> str:
+        return f"no worker in pool {self.pool} has python {self.version}; waiting for one that has"
 
 
 @dataclass(frozen=True)

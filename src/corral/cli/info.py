@@ -21,6 +21,7 @@ from corral.cli.format import (
 )
 from corral.cli.listing import state_text
 from corral.client.errors import CorralError
+from corral.core.protocol import AttemptWorld
 from corral.core.states import JobState
 from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, TaskView
 
@@ -84,6 +85,10 @@ def job_summary(job: JobView, now: float) -> Table:
         rows.append(("sched. timeout", format_duration(spec.scheduling_timeout)))
     if spec.bundle:
         rows.append(("bundle", spec.bundle[:12]))
+    if spec.pip:
+        rows.append(("pip", Text(" ".join(spec.pip))))
+    if spec.python:
+        rows.append(("python", spec.python))
     if spec.env:
         rows.append(("env", Text(" ".join(f"{k}={v}" for k, v in sorted(spec.env.items())))))
     if spec.labels:
@@ -151,7 +156,9 @@ def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
 
 def attempts_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
     table = Table(title="attempts", title_justify="left", box=None, pad_edge=False)
-    for column in ("TASK", "ATTEMPT", "WORKER", "STATE", "EXIT", "ASSIGNED", "STARTED", "FINISHED", "RAN", "REASON"):
+    environments = any(a.world is not None and a.world.env_key for task in tasks for a in task.attempts)
+    columns = ("TASK", "ATTEMPT", "WORKER", "STATE", "EXIT", "ASSIGNED", "STARTED", "FINISHED", "RAN")
+    for column in (*columns, *(["ENVIRONMENT"] if environments else []), "REASON"):
         table.add_column(column, no_wrap=column != "REASON")
     for task in tasks:
         for a in task.attempts:
@@ -159,8 +166,17 @@ def attempts_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
             state = state_text(a.state) + (Text(" refunded", style="dim") if a.refunded else Text())
             table.add_row(str(task.index), str(a.attempt), _worker(a.worker_id, names), state,
                           _opt(a.exit_code), format_time(a.assigned_at), format_time(a.started_at),
-                          format_time(a.finished_at), format_duration(ran), Text(a.reason or ""))
+                          format_time(a.finished_at), format_duration(ran),
+                          *([environment_text(a.world)] if environments else []), Text(a.reason or ""))
     return table
+
+
+def environment_text(world: AttemptWorld | None) -> str:
+    """"3f2a9c1b0d4e built in 4.2s", or "... cached (0.01s)": the attempt's Python environment and what it cost."""
+    if world is None or not world.env_key:
+        return "-"
+    seconds = format_duration(world.env_seconds or 0.0)
+    return f"{world.env_key[:12]} " + (f"cached ({seconds})" if world.env_cached else f"built in {seconds}")
 
 
 def history_table(history: list[HistoryEntry]) -> Table:

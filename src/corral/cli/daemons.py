@@ -25,9 +25,11 @@ log_format_option = click.option("--log-format", type=click.Choice(["text", "jso
 
 def positive_option(parse: Callable[[str], object], kind: type[int] | type[float]) -> Callable[..., int | float]:
     """A click callback that reads a value with `parse` ("7d" -> seconds, "100M" -> bytes) as a positive `kind`;
-    zero, negative or malformed is a usage error."""
+    zero, negative or malformed is a usage error; an option not given stays None."""
 
-    def callback(ctx: click.Context, param: click.Parameter, value: str) -> int | float:
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> int | float | None:
+        if value is None:
+            return None
         try:
             amount = kind(parse(value))
         except (TypeError, ValueError) as error:

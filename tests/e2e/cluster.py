@@ -83,17 +83,19 @@ class Cluster:
         except httpx.HTTPError:
             return False
 
-    def start_worker(self, name: str, cpus: float = 4, *extra: str) -> None:
-        self.spawn_worker(name, cpus, *extra)
+    def start_worker(self, name: str, cpus: float = 4, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.spawn_worker(name, cpus, *extra, env=env)
         wait_for(lambda: any(w["name"] == name and w["state"] == "ALIVE" for w in self.get("/api/v1/workers")),
                  30, f"worker {name} to register")
 
-    def spawn_worker(self, name: str, cpus: float = 4, *extra: str) -> None:
-        """Start a worker (work directory ROOT/NAME) without waiting for it to register."""
+    def spawn_worker(self, name: str, cpus: float = 4, *extra: str, env: dict[str, str] | None = None) -> None:
+        """Start a worker (work directory ROOT/NAME) without waiting for it to register; `env` adds to its
+        environment (its own uv configuration, for instance)."""
         self.workers[name] = self._spawn(
             name, "worker", "--controller", self.url, "--name", name,
             "--work-dir", str(self.root / name), "--cpus", str(cpus), "--memory", "4G",
-            "--heartbeat-interval", str(self.heartbeat_interval), *extra, env={"CORRAL_JOIN_TOKEN": self.join_token})
+            "--heartbeat-interval", str(self.heartbeat_interval), *extra,
+            env={**(env or {}), "CORRAL_JOIN_TOKEN": self.join_token})
 
     def kill(self, process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         os.killpg(process.pid, sig)

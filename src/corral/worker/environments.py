@@ -249,7 +249,10 @@ class EnvironmentCache:
         if interpreter is None:
             raise EnvironmentBuildError(f"this worker has no python {python}")
         items = [classify(item) for item in pip]
-        key = await asyncio.to_thread(environment_key, interpreter.version, items, workdir)
+        if all(item.kind is ItemKind.REQUIREMENT for item in items):  # no file to read: no thread to wait for
+            key = environment_key(interpreter.version, items, workdir)
+        else:
+            key = await asyncio.to_thread(environment_key, interpreter.version, items, workdir)
         cached = True
         async with self._locks[key]:
             environment = self.environments.get(key)
@@ -265,7 +268,8 @@ class EnvironmentCache:
             with contextlib.suppress(OSError):
                 os.utime(environment.path / META)
         self.generation += 1
-        await asyncio.to_thread(self._evict)
+        if self.max_size is not None:
+            await asyncio.to_thread(self._evict)
         return Acquired(environment, time.monotonic() - started, cached)
 
     def release(self, key: str) -> None:

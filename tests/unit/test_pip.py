@@ -31,6 +31,8 @@ from corral.scheduling.snapshot import JobPlacement
     ("./mypkg", ItemKind.PATH, "./mypkg"),
     ("libs/mypkg", ItemKind.PATH, "libs/mypkg"),
     (".", ItemKind.PATH, "."),
+    ("thepkg-1.0-py3-none-any.whl", ItemKind.PATH, "thepkg-1.0-py3-none-any.whl"),
+    ("mypkg-2.0.tar.gz", ItemKind.PATH, "mypkg-2.0.tar.gz"),
     ("  requests  ", ItemKind.REQUIREMENT, "requests"),
 ])
 def test_an_item_is_a_requirement_a_requirements_file_or_a_path(item, kind, text):

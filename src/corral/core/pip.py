@@ -2,7 +2,8 @@
 
 An item is one of three things, told apart without touching any file:
 - a requirements file: `-r PATH` (or `--requirement PATH`), or a path ending in `.txt`;
-- a path to a wheel or a project: anything else with a `/` in it or starting with `.`;
+- a path to a wheel or a project: anything else with a `/` in it, starting with `.`, or naming an archive
+  (`x-1.0-py3-none-any.whl`, `x-1.0.tar.gz`);
 - a requirement (PEP 508): `numpy==2.1.*`, `torch>=2`, `pkg @ https://...`.
 Paths are relative to the job's working directory and must stay inside it, since that directory is
 all a worker has of the submitter's files. Where packages come from (indexes, proxies) is the worker's
@@ -23,6 +24,7 @@ MAX_PIP_ITEM = 1024  # characters of one item
 # Every CPython 3 a worker could run now or in the next years; anything else is a typo or a Python 2 script.
 OLDEST_MINOR, NEWEST_MINOR = 8, 19
 _VERSION = re.compile(r"([0-9]{1,2})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?")
+ARCHIVES = (".whl", ".tar.gz", ".zip")  # what pip installs from a file
 _REQUIREMENTS_OPTION = re.compile(r"(?:-r|--requirement)(?:\s+|=)(.+)")
 
 
@@ -60,7 +62,7 @@ def classify(item: str) -> PipItem:
         return PipItem(ItemKind.REQUIREMENT, _requirement(text))
     if text.endswith(".txt"):
         return PipItem(ItemKind.REQUIREMENTS_FILE, _inside_workdir(text, item))
-    if "/" in text or text.startswith((".", "~")):
+    if "/" in text or text.startswith((".", "~")) or text.endswith(ARCHIVES):
         return PipItem(ItemKind.PATH, _inside_workdir(text, item))
     return PipItem(ItemKind.REQUIREMENT, _requirement(text))
 

@@ -29,6 +29,7 @@ from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import (
     API,
     MAX_ENVIRONMENTS,
+    MAX_PYTHONS,
     MAX_REPORTS,
     CachedEnvironment,
     HeartbeatReply,
@@ -188,7 +189,7 @@ class Agent:
             name=options.name, address=options.address or route_address(options.controller_url),
             capacity=self.capacity, gpu_names=[gpu.model for gpu in self.gpus], labels=options.labels,
             pool=options.pool, gpus=self.gpus, running=self.runner.running(),
-            pythons=sorted({i.version for i in self.environments.interpreters}), **self._environments())
+            pythons=sorted({i.version for i in self.environments.interpreters})[:MAX_PYTHONS], **self._environments())
         backoff = _Backoff("register", cap=2.0)
         while True:
             try:

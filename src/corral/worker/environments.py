@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -53,6 +54,8 @@ FAILURE_LINES = 8  # of uv's output, in the reason of a failed build
 FAILURE_CHARS = 1500
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"})
 DEFAULT_BUILD_TIMEOUT = 600.0
+KEY = re.compile(r"[0-9a-f]{64}")
+VERSION = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}\.[0-9]{1,3}")
 
 
 class EnvironmentBuildError(Exception):
@@ -69,7 +72,7 @@ class Interpreter:
 class Environment:
     key: str
     path: Path
-    python: str
+    python: str | None  # its interpreter's full version
     size: int = 0
     last_used: float = 0.0
     in_use: int = 0
@@ -126,8 +129,8 @@ def discover_pythons(uv: str | None = None) -> list[Interpreter]:
         version, path = entry.get("version"), entry.get("path")
         if entry.get("implementation") != "cpython" or not version or not path or not version.startswith("3."):
             continue
-        if "+" in version or any(not part.isdigit() for part in version.split(".")):
-            continue  # free-threaded and pre-release builds are not what `3.N` asks for
+        if not VERSION.fullmatch(version):
+            continue  # free-threaded (3.13.0+freethreaded) and pre-release builds are not what `3.N` asks for
         if all(known.version != version for known in found):
             found.append(Interpreter(version, path))
     return found
@@ -345,12 +348,17 @@ class EnvironmentCache:
     # the cache ---------------------------------------------------------------------------
 
     def _load(self, path: Path) -> Environment | None:
+        """The environment built whole in `path`, or None (no key for a name, no metadata: not one of ours)."""
+        if not KEY.fullmatch(path.name):
+            return None
         try:
             meta = json.loads((path / META).read_text())
             last_used = (path / META).stat().st_mtime
         except (OSError, ValueError):
             return None
-        return Environment(path.name, path, str(meta.get("python", "")), int(meta.get("size", 0)), last_used)
+        python = str(meta.get("python", ""))
+        return Environment(path.name, path, python if VERSION.fullmatch(python) else None, int(meta.get("size", 0)),
+                           last_used)
 
     def _evict(self) -> None:
         """Remove the least recently used environments no task uses until the cache fits its size."""

@@ -13,6 +13,9 @@ gone and its logs are flushed, so the controller never frees resources still in 
 never shows a finished task with half its output. A preempted attempt ends PREEMPTED, with
 the epoch it was told and after its checkpoint (the file at CORRAL_CHECKPOINT_PATH, if the
 task changed it) is uploaded; its next attempt finds that checkpoint at the same variable.
+An attempt whose job asks for Python packages or an interpreter (pip, python) gets its environment
+(corral.worker.environments) while BUILDING, once its working directory is ready, runs with it, and
+holds it until it ends, so the cache never evicts an environment in use.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/gang_drain.py
 	$(BIN)/python bench/dashboard_jobs.py
 	$(BIN)/python bench/function_roundtrip.py
+	$(BIN)/python bench/task_env.py
 	$(BIN)/python bench/retry_delay.py
 	$(BIN)/python bench/router.py
 	$(BIN)/python bench/oversized.py

@@ -3,8 +3,8 @@
 A local cluster whose one worker behaves as if on another machine (another file-system id), so
 `corral submit` must upload the directory: 50 files of 1 MB of random bytes (incompressible).
 The first submission bundles and uploads it; the second, of the same tree, neither archives nor
-sends it: the client remembers the tree's digest (TreeMemo) and the controller still has it. Requests and bytes sent are counted on
-the client's own transport.
+sends it: the client remembers the tree's digest (TreeMemo) and the controller still has it.
+Requests and bytes sent are counted on the client's own transport.
 """
 
 from __future__ import annotations

@@ -159,3 +159,20 @@ def test_deploy_exports_the_named_variables_to_its_replicas():
     assert spec.export == {"HF_HOME": "/data/hf"} and spec.replica_job().export == {"HF_HOME": "/data/hf"}
     result, api = run("deploy", "chat", "--export", "HF_HOME=/x", "--", "serve")
     assert result.exit_code == 1 and "give names only" in result.output and api.calls == []
+
+
+def test_deploy_takes_pip_and_python_and_its_replicas_ask_for_them(tmp_path):
+    result, api = run("deploy", "chat", "--pip", "vllm==0.6.*", "--pip", "-r requirements.txt", "--python", "3.11",
+                      "--", "python", "serve.py")
+    assert result.exit_code == 0, result.output
+    spec = DeploymentSpec.model_validate(api.calls[0][2])
+    assert (spec.pip, spec.python) == (["vllm==0.6.*", "-r requirements.txt"], "3.11")
+    replica = spec.replica_job()
+    assert (replica.pip, replica.python) == (["vllm==0.6.*", "-r requirements.txt"], "3.11")
+    path = tmp_path / "d.yaml"
+    path.write_text("name: emb\ncommand: [python, e.py]\npip: [sentence-transformers]\npython: 3.12\n")
+    result, api = run("deploy", "-f", str(path))
+    spec = DeploymentSpec.model_validate(api.calls[0][2])
+    assert (spec.pip, spec.python) == (["sentence-transformers"], "3.12")
+    result, api = run("deploy", "bad", "--pip", "../outside.whl", "--", "serve")
+    assert result.exit_code != 0 and "../outside.whl" in result.output and not api.calls

@@ -4,6 +4,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
+from corral.cli.common import CliError
 from corral.cli.submit import build_spec, load_spec_file
 from corral.core.spec import Workdir
 from corral.core.views import WorkdirSharing
@@ -222,3 +223,22 @@ def test_a_bad_export_is_one_error_line_and_nothing_is_submitted(cli, fake, monk
     result = cli("submit", "--export", value, "--", "true")
     assert (result.exit_code, result.output.strip()) == (1, message)
     assert fake.submitted == []
+
+
+def test_pip_and_python_options_replace_the_file_s(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: [python, train.py]\npip: [numpy, ./wheels/x-1.0-py3-none-any.whl]\npython: 3.11\n")
+    data, _ = load_spec_file(path)
+    spec = build_spec(data)
+    assert (spec.pip, spec.python) == (["numpy", "./wheels/x-1.0-py3-none-any.whl"], "3.11")
+    spec = build_spec(data, pip=("torch>=2", "-r requirements.txt"), python="3.12.1")
+    assert (spec.pip, spec.python) == (["torch>=2", "-r requirements.txt"], "3.12.1")
+
+
+def test_a_python_version_yaml_reads_as_a_shorter_number_is_refused_asking_for_quotes(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text('command: ["true"]\npython: 3.10\n')
+    with pytest.raises(CliError, match="quote the version"):
+        load_spec_file(path)
+    path.write_text('command: ["true"]\npython: "3.10"\n')
+    assert build_spec(load_spec_file(path)[0]).python == "3.10"

@@ -89,7 +89,8 @@ class Cluster:
                  30, f"worker {name} to register")
 
     def spawn_worker(self, name: str, cpus: float = 4, *extra: str, env: dict[str, str] | None = None) -> None:
-        """Start a worker (work directory ROOT/NAME) without waiting for it to register; `env` adds variables."""
+        """Start a worker (work directory ROOT/NAME) without waiting for it to register; `env` adds to its
+        environment (its own uv configuration, for instance)."""
         self.workers[name] = self._spawn(
             name, "worker", "--controller", self.url, "--name", name,
             "--work-dir", str(self.root / name), "--cpus", str(cpus), "--memory", "4G",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.scheduling.analysis import judge_workers
-from corral.scheduling.constraints import SharedDirectory, parse_constraint
+from corral.scheduling.constraints import PythonConstraint, SharedDirectory, parse_constraint
 from corral.scheduling.placement import Request, Unit, WorkerRoom, place
 from corral.scheduling.reasons import NoWorkerMatches, NoWorkerShares
 from corral.scheduling.snapshot import JobPlacement
@@ -17,8 +17,8 @@ def room(id_: str, filesystem: str | None = ELSEWHERE, shared_fs: tuple[str, ...
 
 
 def unit(job: int = 1, workdir: SharedDirectory | None = PROJECT, constraints: str = "") -> Unit:
-    return Unit((job, 0), (job,), Request(1, 0, 0), workdir=workdir,
-                constraints=tuple(parse_constraint(c) for c in constraints.split() if c))
+    labels = tuple(parse_constraint(c) for c in constraints.split() if c)
+    return Unit((job, 0), (job,), Request(1, 0, 0), constraints=labels + ((workdir,) if workdir else ()))
 
 
 def placed_on(placement, job: int = 1) -> list[str]:
@@ -27,9 +27,11 @@ def placed_on(placement, job: int = 1) -> list[str]:
 
 def test_from_spec_the_constraint_holds_only_without_a_bundle():
     workdir = {"path": "/home/a/proj", "filesystem": HERE}
-    assert JobPlacement.from_spec({"workdir": workdir}, priority=0, gang=False).workdir == PROJECT
-    assert JobPlacement.from_spec({"workdir": workdir, "bundle": "f" * 64}, priority=0, gang=False).workdir is None
-    assert JobPlacement.from_spec({}, priority=0, gang=False).workdir is None
+    assert JobPlacement.from_spec({"workdir": workdir}, priority=0, gang=False).constraints == (PROJECT,)
+    assert JobPlacement.from_spec({"workdir": workdir, "bundle": "f" * 64}, priority=0, gang=False).constraints == ()
+    assert JobPlacement.from_spec({"constraints": ["gpu=h100"], "python": "3.11", "workdir": workdir}, priority=0,
+                                  gang=False).constraints == (parse_constraint("gpu=h100"), PythonConstraint("3.11"),
+                                                              PROJECT)
 
 
 def test_a_job_goes_only_to_a_worker_that_shares_its_directory():
@@ -62,7 +64,7 @@ def test_jobs_from_different_directories_are_judged_apart():
 
 
 def test_the_analysis_says_per_worker_whether_it_shares():
-    job = JobPlacement(workdir=PROJECT)
+    job = JobPlacement(constraints=(PROJECT,))
     verdicts = {v.name: (v.fits, v.why) for v in judge_workers(job, Request(1, 0, 0), [
         room("same", filesystem=HERE), room("other")])}
     assert verdicts == {"same": (True, "fits now"), "other": (

@@ -12,16 +12,21 @@ from corral.cli.common import client, json_option, print_json
 @click.option("--task", type=click.IntRange(min=0), default=0, show_default=True, help="Task index.")
 @click.option("--attempt", type=click.IntRange(min=0), help="Attempt number (default: the task's current one).")
 @click.option("--stderr", "use_stderr", is_flag=True, help="The task's stderr instead of its stdout.")
+@click.option("--build", "use_build", is_flag=True,
+              help="The output of the build of the task's Python environment (--pip, --python).")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the task ends.")
-def logs(job_id: int, task: int, attempt: int | None, use_stderr: bool, follow: bool) -> None:
+def logs(job_id: int, task: int, attempt: int | None, use_stderr: bool, use_build: bool, follow: bool) -> None:
     """Print a task's output, byte for byte."""
+    if use_stderr and use_build:
+        raise click.UsageError("--stderr and --build: pick one stream")
     out = click.get_binary_stream("stdout")
 
     def announce(number: int) -> None:
         click.echo(f"--- attempt {number} of task {task} ---", err=True)
 
+    stream = "build" if use_build else "stderr" if use_stderr else "stdout"
     try:
-        for chunk in client().logs(job_id, task=task, stream="stderr" if use_stderr else "stdout",
+        for chunk in client().logs(job_id, task=task, stream=stream,
                                    attempt=attempt, follow=follow, on_attempt=announce):
             out.write(chunk)
             out.flush()

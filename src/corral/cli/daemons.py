@@ -25,9 +25,11 @@ log_format_option = click.option("--log-format", type=click.Choice(["text", "jso
 
 def positive_option(parse: Callable[[str], object], kind: type[int] | type[float]) -> Callable[..., int | float]:
     """A click callback that reads a value with `parse` ("7d" -> seconds, "100M" -> bytes) as a positive `kind`;
-    zero, negative or malformed is a usage error."""
+    zero, negative or malformed is a usage error; an option not given stays None."""
 
-    def callback(ctx: click.Context, param: click.Parameter, value: str) -> int | float:
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> int | float | None:
+        if value is None:
+            return None
         try:
             amount = kind(parse(value))
         except (TypeError, ValueError) as error:
@@ -211,11 +213,17 @@ def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tup
 @click.option("--containment", type=click.Choice(["auto", "cgroup", "processes"]), default="auto",
               show_default=True, help="How a task's processes are kept together: a cgroup per attempt (auto: where "
                                       "cgroup v2 is writable) or a subreaper with recorded process ids.")
+@click.option("--env-build-timeout", default="10m", show_default=True, callback=duration_option,
+              help="How long building a job's Python environment (--pip, --python) may take before its task fails.")
+@click.option("--env-cache-size", callback=size_option,
+              help="Disk the cached Python environments may use, e.g. 20G; past it the least recently used ones no "
+                   "task uses are removed (default: no cap).")
 @log_format_option
 def worker(controller_url: str, token_file: TextIO | None, name: str, address: str | None, work_dir: Path,
            cpus: float | None, memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str],
            pool: str, resources: dict[str, float], shared_fs: tuple[Path, ...], heartbeat_interval: float,
-           log_limit: int, attempt_retention: float, containment: str, log_format: str) -> None:
+           log_limit: int, attempt_retention: float, containment: str, env_build_timeout: float,
+           env_cache_size: int | None, log_format: str) -> None:
     """Run a worker in the foreground: register with the controller and run the tasks it is given."""
     from corral.worker.agent import WorkerOptions, run_worker
 
@@ -229,4 +237,5 @@ def worker(controller_url: str, token_file: TextIO | None, name: str, address: s
         address=address or default_address(controller_url), work_dir=work_dir, cpus=cpus, memory=memory,
         gpus=gpus, gpu_memory=gpu_memory or 0, labels=labels, heartbeat_interval=heartbeat_interval, pool=pool,
         resources=resources, shared_fs=[str(path.absolute()) for path in shared_fs], log_limit=log_limit,
-        attempt_retention=attempt_retention, containment=containment))
+        attempt_retention=attempt_retention, containment=containment, env_build_timeout=env_build_timeout,
+        env_cache_size=env_cache_size))

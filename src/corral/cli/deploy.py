@@ -85,13 +85,17 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
 @export_option
 @workdir_options
+@click.option("--pip", multiple=True, metavar="SPEC",
+              help="A Python package the replicas need (a requirement, -r FILE, or a wheel or project path inside the "
+                   "working directory); repeatable.")
+@click.option("--python", metavar="VERSION", help="The Python version of that environment, e.g. 3.11.")
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replicas, models, health_path,
            health_interval, health_threshold, startup_timeout, cpus, memory, gpus, gpu_memory,
-           api_key_env: str | None, workdir: Path | None, no_workdir: bool, as_json: bool, command: tuple[str, ...],
-           export: tuple[str, ...], **fields: Any) -> None:
+           api_key_env: str | None, workdir: Path | None, no_workdir: bool, pip: tuple[str, ...], as_json: bool,
+           command: tuple[str, ...], export: tuple[str, ...], **fields: Any) -> None:
     """Deploy a service: corral deploy NAME [OPTIONS] -- CMD [ARGS...], where CMD serves HTTP on $PORT.
 
     Options may come before or after NAME; everything after `--` is the command.
@@ -109,7 +113,8 @@ def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replica
         file_data, name, command, replicas, models,
         health={"path": health_path, "interval": health_interval, "threshold": health_threshold,
                 "startup_timeout": startup_timeout},
-        resources={"cpu": cpus, "memory": memory, "gpu": gpus, "gpu_memory": gpu_memory}, **fields)
+        resources={"cpu": cpus, "memory": memory, "gpu": gpus, "gpu_memory": gpu_memory}, pip=list(pip) or None,
+        **fields)
     directory = chosen_workdir(workdir, no_workdir, file_workdir)
     api = client(ctx)
     if directory is not None:

@@ -85,6 +85,10 @@ def job_summary(job: JobView, now: float) -> Table:
     if spec.scheduling_timeout is not None:
         rows.append(("sched. timeout", format_duration(spec.scheduling_timeout)))
     rows.append(("workdir", workdir_text(spec)))
+    if spec.pip:
+        rows.append(("pip", Text(" ".join(spec.pip))))
+    if spec.python:
+        rows.append(("python", spec.python))
     if spec.env:
         rows.append(("env", Text(" ".join(f"{k}={v}" for k, v in sorted(spec.env.items())))))
     if spec.export:  # names only: exported values may be secrets
@@ -176,8 +180,9 @@ def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
 
 def attempts_table(tasks: list[TaskView], names: dict[str, str], bundle: str | None = None) -> Table:
     table = Table(title="attempts", title_justify="left", box=None, pad_edge=False)
-    for column in ("TASK", "ATTEMPT", "WORKER", "STATE", "EXIT", "ASSIGNED", "STARTED", "FINISHED", "RAN", "START",
-                   "REASON"):
+    environments = any(a.world is not None and a.world.env_key for task in tasks for a in task.attempts)
+    columns = ("TASK", "ATTEMPT", "WORKER", "STATE", "EXIT", "ASSIGNED", "STARTED", "FINISHED", "RAN", "START")
+    for column in (*columns, *(["ENVIRONMENT"] if environments else []), "REASON"):
         table.add_column(column, no_wrap=column not in ("START", "REASON"))
     for task in tasks:
         for a in task.attempts:
@@ -186,8 +191,16 @@ def attempts_table(tasks: list[TaskView], names: dict[str, str], bundle: str | N
             table.add_row(str(task.index), str(a.attempt), _worker(a.worker_id, names), state,
                           _opt(a.exit_code), format_time(a.assigned_at), format_time(a.started_at),
                           format_time(a.finished_at), format_duration(ran), start_text(a.world, bundle),
-                          Text(a.reason or ""))
+                          *([environment_text(a.world)] if environments else []), Text(a.reason or ""))
     return table
+
+
+def environment_text(world: AttemptWorld | None) -> str:
+    """"3f2a9c1b0d4e built in 4.2s", or "... cached (0.01s)": the attempt's Python environment and what it cost."""
+    if world is None or not world.env_key:
+        return "-"
+    seconds = format_duration(world.env_seconds or 0.0)
+    return f"{world.env_key[:12]} " + (f"cached ({seconds})" if world.env_cached else f"built in {seconds}")
 
 
 def history_table(history: list[HistoryEntry]) -> Table:

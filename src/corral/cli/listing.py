@@ -75,14 +75,23 @@ def workers(as_json: bool) -> None:
 
 def workers_table(found: list[WorkerView], now: float) -> Table:
     table = Table(box=None, pad_edge=False)
-    for column in ("ID", "NAME", "POOL", "ADDRESS", "STATE", "CPU", "MEM", "GPU", "HEARTBEAT", "TASKS"):
+    for column in ("ID", "NAME", "POOL", "ADDRESS", "STATE", "CPU", "MEM", "GPU", "HEARTBEAT", "TASKS", "ENVS"):
         table.add_column(column, no_wrap=True)
     for worker in found:
         table.add_row(
             worker.id, Text(worker.name), Text(worker.pool), Text(worker.address),
             Text(worker.state, style="green" if worker.state == WorkerState.ALIVE else "red"),
-            *usage(worker), f"{format_age(now - worker.last_heartbeat)} ago", str(worker.running_tasks))
+            *usage(worker), f"{format_age(now - worker.last_heartbeat)} ago", str(worker.running_tasks),
+            environments_text(worker))
     return table
+
+
+def environments_text(worker: WorkerView) -> str:
+    """"3 (412M)": the Python environments the worker keeps built, and their disk use."""
+    if not worker.environments:
+        return "-"
+    size = sum(environment.size for environment in worker.environments)
+    return f"{len(worker.environments)} ({format_bytes(size, compact=True)})"
 
 
 def usage(worker: WorkerView) -> tuple[str, str, str]:

@@ -25,9 +25,9 @@ from corral.filesystem import filesystem_id
 # Options that set a top-level JobSpec field of the same name when given.
 TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max_retries_preemption",
              "max_task_failures", "time_limit", "scheduling_timeout", "grace_period", "pool", "project", "spread",
-             "begin")
+             "begin", "python")
 # Repeatable options that replace the file's list when given.
-LISTS = ("constraints", "after", "after_any")
+LISTS = ("constraints", "after", "after_any", "pip")
 # Options that set a field of `resources`.
 RESOURCES = {"cpus": "cpu", "memory": "memory", "gpus": "gpu", "gpu_memory": "gpu_memory"}
 # Options that set a field of `retry_policy`.
@@ -49,6 +49,8 @@ def load_spec_file(path: Path) -> tuple[dict[str, Any], Path | None]:
     if not isinstance(data, dict):
         raise CliError(f"{path} must hold a mapping of job spec fields, not a {type(data).__name__}")
     workdir = data.pop("workdir", None)
+    if isinstance(data.get("python"), float):
+        data["python"] = _python_number(data["python"], path)
     return data, (path.parent / str(workdir)) if workdir is not None else None
 
 
@@ -87,6 +89,14 @@ def ship_workdir(api: Client, directory: Path, pool: str) -> dict[str, Any]:
     if api.workdir_sharing(workdir, pool).upload_needed:
         fields["bundle"] = api.upload_bundle(directory)
     return fields
+
+
+def _python_number(version: float, path: Path) -> str:
+    """YAML reads `python: 3.11` as a number, and `3.10` as 3.1: the first is taken, the second is refused."""
+    text = repr(version)
+    if len(text.partition(".")[2]) < 2:
+        raise CliError(f"{path}: python {text} reads as a number; quote the version, e.g. python: '3.10'")
+    return text
 
 
 def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tuple[str, ...] | list[str] = (),
@@ -214,6 +224,12 @@ def _strings(mapping: object) -> dict:
 @click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
 @export_option
 @workdir_options
+@click.option("--pip", multiple=True, metavar="SPEC",
+              help="A Python package the tasks need: a requirement (numpy==2.1.*), a requirements file (-r reqs.txt) "
+                   "or a wheel or project inside the working directory (./wheels/x.whl); repeatable. The worker builds "
+                   "and caches the environment.")
+@click.option("--python", metavar="VERSION", help="The Python version of that environment, e.g. 3.11 (placed only "
+                                                  "on workers that have it).")
 @click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
 @click.option("--wait", is_flag=True, help="Wait for the job to end; exit 0 only if it SUCCEEDED.")
 @json_option

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, overload
 
@@ -123,18 +123,19 @@ class AsyncClient:
     async def submit(self, target: Callable, *args: Any, resources: Resources | Mapping | None = None,
                      replicas: int | None = None, workdir: str | os.PathLike | None = None,
                      options: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                     pip: Sequence[str] | None = None, python: str | None = None,
                      **kwargs: Any) -> AsyncFunctionJob: ...
 
-    async def submit(self, target, *args, resources=None, replicas=None, workdir=None, options=None,
-                     idempotency_key=None, **kwargs):
+    async def submit(self, target, *args, resources=None, replicas=None, workdir=None, options=None, pip=None,
+                     python=None, idempotency_key=None, **kwargs):
         """As `Client.submit`: a spec gives its JobView, a function an AsyncFunctionJob."""
         if isinstance(target, JobSpec | dict):
-            if args or kwargs or resources or replicas or workdir or options:
+            if args or kwargs or resources or replicas or workdir or options or pip or python:
                 raise TypeError("a job spec carries its own options: pass only idempotency_key with it")
             return await self._run(plans.submit(target, idempotency_key))
         view = await self._run(functions.submit_function(
             target, args, kwargs, resources=resources, replicas=replicas, workdir=workdir, options=options,
-            idempotency_key=idempotency_key))
+            pip=pip, python=python, idempotency_key=idempotency_key))
         return AsyncFunctionJob(self, view)
 
     async def get(self, job_id: int) -> JobView:

@@ -14,7 +14,7 @@ import os
 import time
 import types
 from collections import ChainMap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -27,7 +27,8 @@ from corral.core.states import TASK_TERMINAL
 from corral.core.views import JobView
 from corral.function import PAYLOAD
 
-# The worker's own interpreter (CORRAL_PYTHON) has corral and cloudpickle: the task runs with it.
+# The worker's own interpreter (CORRAL_PYTHON) has corral and cloudpickle: the task runs with it. A job with pip or
+# python runs in its environment, whose CORRAL_PYTHON reaches them too (on the worker's Python version).
 COMMAND = ["sh", "-c", 'exec "${CORRAL_PYTHON:-python3}" -m corral.function']
 LONG_POLL = 20.0  # seconds the controller holds a result request open
 
@@ -72,9 +73,14 @@ def function_spec(function: Callable, digest: str, resources: Resources | Mappin
 
 def submit_function(function: Callable, args: tuple, kwargs: dict, *, resources: Resources | Mapping | None = None,
                     replicas: int | None = None, workdir: str | os.PathLike | None = None,
-                    options: Mapping[str, Any] | None = None, idempotency_key: str | None = None) -> Plan[JobView]:
+                    options: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                    pip: Sequence[str] | None = None, python: str | None = None) -> Plan[JobView]:
     if not callable(function):
         raise TypeError(f"submit takes a JobSpec, a dict or a function, not {type(function).__name__}")
+    if isinstance(pip, str):
+        raise TypeError("pip takes a list of items, e.g. pip=['numpy==2.1.*']")
+    environment = {**({"pip": list(pip)} if pip else {}), **({"python": python} if python else {})}
+    options = {**(options or {}), **environment}
     payload = dumps_payload((function, args, kwargs))
     bundle = make_bundle(workdir, extra={PAYLOAD: payload})
     spec = function_spec(function, "0" * 64, resources, replicas, options)  # fails fast, before the upload

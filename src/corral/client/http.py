@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any, overload
 
@@ -152,23 +152,25 @@ class Client:
     def submit(self, target: Callable, *args: Any, resources: Resources | Mapping | None = None,
                replicas: int | None = None, workdir: str | os.PathLike | None = None,
                options: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+               pip: Sequence[str] | None = None, python: str | None = None,
                **kwargs: Any) -> FunctionJob: ...
 
-    def submit(self, target, *args, resources=None, replicas=None, workdir=None, options=None,
+    def submit(self, target, *args, resources=None, replicas=None, workdir=None, options=None, pip=None, python=None,
                idempotency_key=None, **kwargs):
         """Submit a job spec (returns its JobView), or a function to run as a job (returns a FunctionJob).
 
         A function is shipped with `args` and `kwargs` (cloudpickle), with `workdir` as its bundle when
-        given; `resources` and `replicas` size it, `options` sets any other JobSpec field (name, env,
-        priority, max_retries_failure, time_limit, ...).
+        given; `resources` and `replicas` size it, `pip` and `python` give it a Python environment of its
+        own (built by the worker: the function runs in it), `options` sets any other JobSpec field (name,
+        env, priority, max_retries_failure, time_limit, ...).
         """
         if isinstance(target, JobSpec | dict):
-            if args or kwargs or resources or replicas or workdir or options:
+            if args or kwargs or resources or replicas or workdir or options or pip or python:
                 raise TypeError("a job spec carries its own options: pass only idempotency_key with it")
             return self._run(plans.submit(target, idempotency_key))
         view = self._run(functions.submit_function(
             target, args, kwargs, resources=resources, replicas=replicas, workdir=workdir, options=options,
-            idempotency_key=idempotency_key))
+            pip=pip, python=python, idempotency_key=idempotency_key))
         return FunctionJob(self, view)
 
     def get(self, job_id: int) -> JobView:

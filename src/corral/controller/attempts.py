@@ -6,6 +6,7 @@ FAILED and PREEMPTED follow one rule wherever they come from.
 
 from __future__ import annotations
 
+from corral.core.failure import environment_build_failed
 from corral.core.outcomes import Budget, after_attempt
 from corral.core.states import TASK_TERMINAL, JobState, TaskState
 from corral.store.changes import ChangeSet, TaskRow
@@ -51,7 +52,7 @@ def end_attempt(
     decision = after_attempt(
         ended,
         Budget(job.max_retries_failure, job.max_retries_preemption, row.failures, row.preemptions),
-        ever_ran=ever_ran,
+        ever_ran=ever_ran, final=environment_build_failed(reason),
     )
     row.failures, row.preemptions = decision.failures, decision.preemptions
     changes.task_columns(row, failures=decision.failures, preemptions=decision.preemptions)

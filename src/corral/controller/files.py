@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 from corral.core.log_limits import DEFAULT_LOG_LIMIT, truncation_marker
 
-Stream = Literal["stdout", "stderr"]
+Stream = Literal["stdout", "stderr", "build"]  # build: the output of its Python environment's build
 STREAMS = get_args(Stream)
 MAX_OFFSET = 2**40  # 1 TiB: past any log; a file system may refuse to write far beyond it
 MAX_BUNDLE = 100 * 2**20

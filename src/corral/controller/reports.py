@@ -13,7 +13,7 @@ from corral.controller.attempts import end_attempt
 from corral.controller.drain import start_drains
 from corral.controller.settle import settle_jobs, task_columns
 from corral.core.drain import end_while_preempting, starts_drain
-from corral.core.protocol import RegisterRequest, TaskReport
+from corral.core.protocol import CachedEnvironment, RegisterRequest, TaskReport
 from corral.core.states import TASK_HOLDS_RESOURCES, TASK_TERMINAL, TaskState, WorkerState, is_legal
 from corral.store.changes import ChangeSet
 from corral.store.reads import task_row
@@ -40,7 +40,8 @@ async def register_worker(connection: AsyncConnection, request: RegisterRequest,
         cpu=request.capacity.cpu, memory=request.capacity.memory, gpu=request.capacity.gpu,
         gpu_names=request.gpu_names, labels=request.labels, last_heartbeat=now, registered_at=now,
         pool=request.pool, custom=request.capacity.custom,
-        gpu_devices=[gpu.model_dump() for gpu in request.gpus],
+        gpu_devices=[gpu.model_dump() for gpu in request.gpus], pythons=request.pythons,
+        environments=[environment.model_dump() for environment in request.environments],
         filesystem=request.filesystem, shared_fs=request.shared_fs,
     ))
     registered = ChangeSet(now)
@@ -62,12 +63,15 @@ async def prune_lost_workers(connection: AsyncConnection, before: float) -> int:
 
 
 async def ingest_heartbeat(
-    connection: AsyncConnection, worker_id: str, reports: list[TaskReport], now: float
+    connection: AsyncConnection, worker_id: str, reports: list[TaskReport], now: float,
+    environments: list[CachedEnvironment] | None = None,
 ) -> ChangeSet:
-    """Mark the worker seen and apply its reports in order; stale or repeated ones change nothing."""
+    """Mark the worker seen (with its cached environments, when they changed) and apply its reports in order; stale
+    or repeated ones change nothing."""
+    cached = {} if environments is None else {"environments": [e.model_dump() for e in environments]}
     seen = await connection.execute(
         update(workers).where(workers.c.id == worker_id, workers.c.state == WorkerState.ALIVE)
-        .values(last_heartbeat=now)
+        .values(last_heartbeat=now, **cached)
     )
     if seen.rowcount == 0:
         raise UnknownWorker(worker_id)

@@ -49,7 +49,8 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
     try:
         with HEARTBEAT_SECONDS.time():
             async with app.store.write() as connection:
-                changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time())
+                changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(),
+                                                 environments=body.environments)
                 orders = await orders_for(connection, worker_id, job_token)
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,
@@ -93,8 +94,8 @@ async def list_workers(request: Request) -> list[WorkerView]:
             capacity={"cpu": w.cpu, "memory": w.memory, "gpu": w.gpu, **(w.custom or {})},
             used={"cpu": use[w.id][0] or 0.0, "memory": use[w.id][1] or 0, "gpu": use[w.id][2] or 0},
             gpu_names=w.gpu_names or [], last_heartbeat=w.last_heartbeat, registered_at=w.registered_at,
-            running_tasks=use[w.id][3] or 0, pool=w.pool, gpus=w.gpu_devices or [],
-            filesystem=w.filesystem, shared_fs=w.shared_fs or [],
+            running_tasks=use[w.id][3] or 0, pool=w.pool, gpus=w.gpu_devices or [], pythons=w.pythons or [],
+            environments=w.environments or [], filesystem=w.filesystem, shared_fs=w.shared_fs or [],
         )
         for w in rows
     ]

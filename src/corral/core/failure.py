@@ -9,6 +9,14 @@ from corral.core.states import TASK_PREEMPTION_OUTCOMES, JobState, TaskState
 
 C, T = FailureCause, TaskState
 
+# How a worker begins the reason of an attempt whose Python environment could not be built.
+ENVIRONMENT_BUILD_FAILED = "environment build failed"
+
+
+def environment_build_failed(reason: str | None) -> bool:
+    """Whether an attempt ended because its environment could not be built: the same inputs would fail again."""
+    return reason is not None and reason.startswith(f"{ENVIRONMENT_BUILD_FAILED}:")
+
 
 @dataclass(frozen=True)
 class TaskEnd:
@@ -18,6 +26,7 @@ class TaskEnd:
     ended_from: TaskState | None = None
     exit_code: int | None = None
     oom_killed: bool = False
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,10 +43,11 @@ def classify_failure(end: JobEnd) -> FailureCause:
     1. cancelled by a user                                  -> user_cancelled
     2. not placed in time (UNSCHEDULABLE), or a phase expiry -> scheduler_timeout
     3. a task's worker reported an OOM kill                  -> oom_killed
-    4. a task failed while BUILDING                          -> build_failure
-    5. a task FAILED with a non-zero exit code              -> nonzero_exit
-    6. the job is LOST, or a task's worker died / preempted -> agent_transient
-    7. anything else (a time limit, no record)               -> unknown
+    4. a task's Python environment could not be built       -> environment_build_failed
+    5. a task failed while BUILDING                          -> build_failure
+    6. a task FAILED with a non-zero exit code              -> nonzero_exit
+    7. the job is LOST, or a task's worker died / preempted -> agent_transient
+    8. anything else (a time limit, no record)               -> unknown
     """
     tasks = end.tasks
     if end.cancelled or end.state is JobState.CANCELLED:
@@ -46,6 +56,8 @@ def classify_failure(end: JobEnd) -> FailureCause:
         return C.SCHEDULER_TIMEOUT
     if any(t.oom_killed for t in tasks):
         return C.OOM_KILLED
+    if any(t.state is T.FAILED and environment_build_failed(t.reason) for t in tasks):
+        return C.ENVIRONMENT_BUILD_FAILED
     if any(t.state is T.FAILED and t.ended_from is T.BUILDING for t in tasks):
         return C.BUILD_FAILURE
     if any(t.state is T.FAILED and t.exit_code not in (None, 0) for t in tasks):

@@ -112,16 +112,18 @@ class RetryDecision:
     preemptions: int
 
 
-def after_attempt(ended: TaskState, budget: Budget, *, ever_ran: bool = True) -> RetryDecision:
+def after_attempt(ended: TaskState, budget: Budget, *, ever_ran: bool = True, final: bool = False) -> RetryDecision:
     """Charge a finished attempt to its budget and say whether the task runs again.
 
     FAILED counts against `max_retries_failure`; WORKER_FAILED and PREEMPTED against
     `max_retries_preemption`; an attempt that never left ASSIGNED costs nothing. SUCCEEDED,
-    KILLED and UNSCHEDULABLE never retry.
+    KILLED and UNSCHEDULABLE never retry. A `final` failure (its Python environment could not be
+    built: the next attempt would get the same inputs and fail the same way, after another build)
+    uses up the failure budget at once, so neither a task nor a gang's drain tries again.
     """
     failures, preemptions = budget.failures, budget.preemptions
     if ended is T.FAILED:
-        failures += 1
+        failures = max(failures + 1, budget.max_retries_failure + 1) if final else failures + 1
         return RetryDecision(failures <= budget.max_retries_failure, failures, preemptions)
     if ended in TASK_PREEMPTION_OUTCOMES:
         if not ever_ran:

@@ -49,6 +49,7 @@ class FailureCause(StrEnum):
     AGENT_TRANSIENT = "agent_transient"
     SCHEDULER_TIMEOUT = "scheduler_timeout"
     BUILD_FAILURE = "build_failure"
+    ENVIRONMENT_BUILD_FAILED = "environment_build_failed"
     NONZERO_EXIT = "nonzero_exit"
     OOM_KILLED = "oom_killed"
     UNKNOWN = "unknown"
@@ -57,9 +58,10 @@ class FailureCause(StrEnum):
     QUOTA_EXCEEDED = "quota_exceeded"
 
 
-# Permanent by definition: no policy can opt them into a retry.
+# Permanent by definition: no policy can opt them into a retry. An environment that failed to build would fail
+# again from the same inputs (a requirement that does not resolve, a broken wheel): the job must change first.
 NEVER_RETRIED = frozenset({FailureCause.USER_CANCELLED, FailureCause.VALIDATION_ERROR,
-                           FailureCause.QUOTA_EXCEEDED})
+                           FailureCause.QUOTA_EXCEEDED, FailureCause.ENVIRONMENT_BUILD_FAILED})
 RETRIABLE_CAUSES = frozenset(set(FailureCause) - NEVER_RETRIED)
 
 

@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from corral.core import limits
+from corral.core.pip import check_items, check_python
 from corral.core.retry_policy import RetryPolicy
 from corral.core.wire import Id, WireModel, incoming
 from corral.scheduling.constraints import parse_constraint
@@ -211,6 +212,20 @@ class JobSpec(WireModel):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"not an environment variable name: {key!r}")
         return env
+
+    @field_validator("pip", mode="before")
+    @classmethod
+    def _pip_items(cls, items: object, info: ValidationInfo) -> object:
+        if isinstance(items, list) and all(isinstance(item, str) for item in items) and incoming(info):
+            return check_items(items)
+        return items
+
+    @field_validator("python", mode="before")
+    @classmethod
+    def _python_version(cls, version: object, info: ValidationInfo) -> object:
+        if isinstance(version, str) and incoming(info):
+            return check_python(version)
+        return version
 
     @field_validator("constraints")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from corral.core.protocol import AttemptWorld
+from corral.core.protocol import AttemptWorld, CachedEnvironment
 from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState, WorkerState
@@ -21,7 +21,7 @@ class AttemptView(BaseModel):
     started_at: float | None
     finished_at: float | None
     refunded: bool = False  # a gang sibling stopped by a drain: this attempt cost no budget
-    world: AttemptWorld | None = None  # where it started, as its worker reported with PREPARED
+    world: AttemptWorld | None = None  # where it started and with which Python environment (from PREPARED on)
 
 
 class TaskView(BaseModel):
@@ -115,6 +115,8 @@ class WorkerView(BaseModel):
     running_tasks: int
     pool: str = "default"
     gpus: list[dict] = []  # per device: index, model, memory, uuid
+    pythons: list[str] = []  # the Python versions it builds environments with
+    environments: list[CachedEnvironment] = []  # the Python environments it keeps built
     filesystem: str | None = None  # the id of the file system its tasks see (corral.filesystem)
     shared_fs: list[str] = []  # directories it shares with submitters on other machines (--shared-fs)
 

@@ -37,13 +37,8 @@ def _judge(job: JobPlacement, request: Request, room: WorkerRoom, failed_here: b
     if room.pool != job.pool:
         return verdict(False, f"in pool {room.pool}, not {job.pool}")
     for constraint in job.constraints:
-        if not constraint.matches(room.labels):
-            has = room.labels.get(constraint.key)
-            label = f"has {constraint.key}={has}" if has is not None else f"has no label {constraint.key}"
-            return verdict(False, f"{label}; the job needs {constraint}")
-    if job.workdir is not None and not job.workdir.admits(room.filesystem, room.shared_fs):
-        return verdict(False, f"does not share the file system of {job.workdir.path} "
-                              "(the job's files were not uploaded)")
+        if not constraint.admits(room):
+            return verdict(False, constraint.refusal(room))
     need, gpu_memory = request.amounts(), request.gpu_memory
     for resource, amount in need.items():
         if amount > room.capacity(resource, gpu_memory) + EPS:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from corral.core.lifecycle import TargetKey
-from corral.scheduling.constraints import Constraint, SharedDirectory, all_match
+from corral.scheduling.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
 from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import (
@@ -33,6 +33,7 @@ from corral.scheduling.reasons import (
     BehindReservation,
     NoRoom,
     NoWorkerAlive,
+    NoWorkerHasPython,
     NoWorkerInPool,
     NoWorkerMatches,
     NoWorkerShares,
@@ -54,13 +55,12 @@ class Unit:
     task_ids: tuple[int, ...]
     request: Request  # per task
     pool: str = DEFAULT_POOL
-    constraints: tuple[Constraint, ...] = ()
+    constraints: tuple[AnyConstraint, ...] = ()
     spread: bool = False  # at most one of its tasks per worker
     priority: int = 0
     project: str = DEFAULT_PROJECT
     since: float = 0.0  # waiting since: past the pool's reservation time, room is held for it
     avoid: frozenset[str] = frozenset()  # workers its tasks failed on
-    workdir: SharedDirectory | None = None  # only workers that share this directory may run it
 
     @property
     def job_id(self) -> int:
@@ -128,12 +128,12 @@ class _Pass:
         if over is not None:
             return over
         # 3. Nobody present could hold it.
-        group = self.book.group(unit.pool, unit.constraints, unit.workdir, self.last_placed.get(unit.pool))
+        group = self.book.group(unit.pool, unit.constraints, self.last_placed.get(unit.pool))
         absent = self._absent(unit, group)
         if absent is not None:
             return absent
         # 4. Whole, or not at all.
-        kind = (unit.pool, unit.constraints, unit.workdir, unit.request)
+        kind = (unit.pool, unit.constraints, unit.request)
         single = len(unit.task_ids) == 1 and not unit.avoid
         if single and kind in self.blocked:
             return self._instead_of_waiting(unit, group, pool_policy, self.blocked[kind])
@@ -162,7 +162,7 @@ class _Pass:
                 return made
         # 5c. Waited too long: hold room for it, unless one of its kind already has room held.
         if pool_policy.reservation_time is not None and self.now - unit.since >= pool_policy.reservation_time:
-            kind = (unit.pool, unit.constraints, unit.workdir, unit.request, len(unit.task_ids), unit.spread)
+            kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread)
             if kind in self.reserved_for:
                 return BehindReservation(self.reserved_for[kind])
             self.reserved_for[kind] = unit.job_id
@@ -193,8 +193,9 @@ class _Pass:
             in_pool = [room for room in rooms if room.pool == unit.pool]
             if not in_pool:
                 return NoWorkerInPool(unit.pool)
-            if unit.workdir is not None and any(all_match(unit.constraints, room.labels) for room in in_pool):
-                return NoWorkerShares(unit.pool, unit.workdir.path)
+            for implicit in (c for c in unit.constraints if isinstance(c, IMPLICIT)):
+                if not any(implicit.admits(room) for room in in_pool):
+                    return _none_admits(implicit, unit.pool)
             return NoWorkerMatches(unit.pool, unit.constraints)
         key = (id(group), unit.request)
         if key not in self.ever_fits:
@@ -256,7 +257,7 @@ class _Pass:
     def _preempt(self, unit: Unit, group: Group) -> Reason | None:
         if unit.priority <= self.lowest_running.get(unit.pool, unit.priority):
             return None  # nothing running here ranks below it
-        kind = (unit.pool, unit.constraints, unit.workdir, unit.request, len(unit.task_ids), unit.spread, unit.priority)
+        kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread, unit.priority)
         if kind in self.no_plan:
             return None
         rooms = [self.book.rooms[i].copy() for i in group.members if i not in self.book.held]
@@ -360,3 +361,10 @@ def _most(rooms: Sequence[WorkerRoom], members: Sequence[int], resource: str, gp
             return most, 0
         return most, max(room.memories(room.free_gpu_ids if free else range(room.gpu)), default=-1)
     return max(members, key=amount)
+
+
+def _none_admits(implicit: PythonConstraint | SharedDirectory, pool: str) -> Reason:
+    """The pending reason of a job whose implicit constraint no worker of its pool meets now."""
+    if isinstance(implicit, PythonConstraint):
+        return NoWorkerHasPython(pool, implicit.version)
+    return NoWorkerShares(pool, implicit.path)

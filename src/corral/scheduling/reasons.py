@@ -10,9 +10,12 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from corral.core.spec import format_bytes
-from corral.scheduling.constraints import Constraint
+
+if TYPE_CHECKING:  # constraints name the reasons they give
+    from corral.scheduling.constraints import AnyConstraint
 
 DEFAULT_POOL = "default"
 
@@ -67,7 +70,7 @@ class NoWorkerInPool(Reason):
 @dataclass(frozen=True)
 class NoWorkerMatches(Reason):
     pool: str
-    constraints: tuple[Constraint, ...]
+    constraints: tuple[AnyConstraint, ...]
 
     def sentence(self) -> str:
         which = "constraint" if len(self.constraints) == 1 else "constraints"
@@ -84,6 +87,17 @@ class NoWorkerShares(Reason):
     def sentence(self) -> str:
         return (f"no worker in pool {self.pool} shares the file system of {self.path} "
                 f"(its files were not uploaded)")
+
+
+@dataclass(frozen=True)
+class NoWorkerHasPython(Reason):
+    """The job asks for a Python no alive worker of its pool can build environments with; one may join."""
+
+    pool: str
+    version: str
+
+    def sentence(self) -> str:
+        return f"no worker in pool {self.pool} has python {self.version}; waiting for one that has"
 
 
 @dataclass(frozen=True)

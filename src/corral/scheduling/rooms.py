@@ -13,7 +13,7 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from corral.scheduling.constraints import Constraint, SharedDirectory, all_match
+from corral.scheduling.constraints import AnyConstraint
 from corral.scheduling.policy import DEFAULT_POOL, Strategy
 
 EPS = 1e-9  # fractional cores add up with rounding errors
@@ -65,6 +65,7 @@ class WorkerRoom:
     gpu_memory: Sequence[int] = ()  # bytes per device index, 0 where unknown; empty when none is known
     filesystem: str | None = None  # the id of the file system its tasks see
     shared_fs: tuple[str, ...] = ()  # directories it shares with submitters elsewhere
+    pythons: tuple[str, ...] = ()  # the Python versions it builds environments with
 
     def __post_init__(self) -> None:
         if self.gpu_memory:
@@ -161,18 +162,15 @@ class RoomBook:
         self.rooms = [room.copy() for room in rooms]
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
-        self._groups: dict[tuple[str, tuple[Constraint, ...], SharedDirectory | None], Group] = {}
+        self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
         self._member_of: list[list[Group]] = [[] for _ in self.rooms]
 
-    def group(self, pool: str, constraints: tuple[Constraint, ...], workdir: SharedDirectory | None = None,
-              start_after: str | None = None) -> Group:
-        """The workers of a pool that match the constraints (and share the directory, if any); round-robin turns
-        start after `start_after`."""
-        key = (pool, constraints, workdir)
+    def group(self, pool: str, constraints: tuple[AnyConstraint, ...], start_after: str | None = None) -> Group:
+        """The workers of a pool that match the constraints; round-robin turns start after `start_after`."""
+        key = (pool, constraints)
         if key not in self._groups:
             members = [i for i, room in enumerate(self.rooms)
-                       if room.pool == pool and all_match(constraints, room.labels)
-                       and (workdir is None or workdir.admits(room.filesystem, room.shared_fs))]
+                       if room.pool == pool and all(c.admits(room) for c in constraints)]
             group = self._groups[key] = Group(members, self.rooms)
             group.index = [entry for entry in group.index if entry[3] not in self.held]
             last = self.position.get(start_after) if start_after else None

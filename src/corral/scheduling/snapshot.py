@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from corral.scheduling.constraints import Constraint, SharedDirectory, parse_constraint
+from corral.scheduling.constraints import AnyConstraint, PythonConstraint, SharedDirectory, parse_constraint
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import DependencyFailed, NotBefore, Reason, WaitingForJobs
@@ -26,7 +26,7 @@ class JobPlacement:
     pool: str = DEFAULT_POOL
     project: str = DEFAULT_PROJECT
     priority: int = 0
-    constraints: tuple[Constraint, ...] = ()
+    constraints: tuple[AnyConstraint, ...] = ()  # on labels, then the implicit ones (python, shared directory)
     custom: tuple[tuple[str, float], ...] = ()
     gpu_memory: int = 0  # bytes each of its GPUs must have
     spread: bool = False
@@ -34,22 +34,23 @@ class JobPlacement:
     after_any: tuple[int, ...] = ()
     begin: float | None = None
     gang: bool = False
-    workdir: SharedDirectory | None = None  # it starts in a directory its workers must share
 
     @classmethod
     def from_spec(cls, spec: Mapping, *, priority: int, gang: bool) -> JobPlacement:
         resources = spec.get("resources") or {}
+        constraints: list[AnyConstraint] = [parse_constraint(c) for c in spec.get("constraints") or ()]
+        if spec.get("python"):
+            constraints.append(PythonConstraint(spec["python"]))
         workdir = spec.get("workdir")
+        if workdir and not spec.get("bundle"):  # with its files uploaded, it runs anywhere: in place or in a copy
+            constraints.append(SharedDirectory(workdir["path"], workdir["filesystem"]))
         return cls(
             pool=spec.get("pool") or DEFAULT_POOL, project=spec.get("project") or DEFAULT_PROJECT,
-            priority=priority, constraints=tuple(parse_constraint(c) for c in spec.get("constraints") or ()),
+            priority=priority, constraints=tuple(constraints),
             custom=custom_slots(resources.get("custom")),
             gpu_memory=int(resources.get("gpu_memory") or 0),
             spread=bool(spec.get("spread")), after=tuple(spec.get("after") or ()),
             after_any=tuple(spec.get("after_any") or ()), begin=spec.get("begin"), gang=gang,
-            # with its files uploaded, a job runs anywhere: in place where shared, in a copy elsewhere
-            workdir=SharedDirectory(workdir["path"], workdir["filesystem"]) if workdir and not spec.get("bundle")
-            else None,
         )
 
 

@@ -71,7 +71,8 @@ class Pool:
     @classmethod
     def from_json(cls, rooms: list[dict], holdings: dict[str, list[dict]]) -> Pool:
         return cls([WorkerRoom(**{**room, "gpu_memory": tuple(room["gpu_memory"]),
-                                 "shared_fs": tuple(room.get("shared_fs") or ())}) for room in rooms],
+                                 "shared_fs": tuple(room.get("shared_fs") or ()),
+                                 "pythons": tuple(room.get("pythons") or ())}) for room in rooms],
                    {name: [Holding(h["worker_id"], _request(h["request"]), tuple(h["gpu_ids"]), h["leaving"])
                            for h in held] for name, held in holdings.items()})
 

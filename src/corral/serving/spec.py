@@ -49,6 +49,8 @@ class DeploymentSpec(WireModel):
     export: dict[str, str] = Field(default_factory=dict, description="variables copied from the deployer's environment")
     bundle: str | None = None
     workdir: Workdir | None = Field(None, description="where replicas start: the directory it was deployed from")
+    pip: list[str] = Field(default_factory=list, description="Python packages its replicas need (as JobSpec.pip)")
+    python: str | None = Field(None, description="the Python version of their environment (as JobSpec.python)")
     resources: Resources = Field(default_factory=Resources)
     labels: dict[str, str] = Field(default_factory=dict)
     project: str = Field("default", max_length=100, pattern=f"^{PROJECT_NAME}$",
@@ -105,8 +107,10 @@ class DeploymentSpec(WireModel):
         if not self.model_names:
             self.model_names = [self.name]
         # the same checks a job gets
-        JobSpec.model_validate({"command": self.command, "env": self.env, "export": self.export, "bundle": self.bundle},
-                               context=info.context)
+        checked = JobSpec.model_validate({"command": self.command, "env": self.env, "export": self.export,
+                                          "bundle": self.bundle, "pip": self.pip, "python": self.python},
+                                         context=info.context)
+        self.pip, self.python = checked.pip, checked.python
         return self
 
     @property
@@ -122,7 +126,7 @@ class DeploymentSpec(WireModel):
         """The job one replica runs as: the worker gives it a free $PORT; the deployment replaces it, not retries."""
         return JobSpec(
             name=f"{self.name}.replica", command=self.command, env={**self.env, "CORRAL_DEPLOYMENT": self.name},
-            export=self.export, bundle=self.bundle, workdir=self.workdir, resources=self.resources,
-            labels=self.labels, priority=self.priority, project=self.project, max_retries_failure=0,
-            max_retries_preemption=0, grace_period=self.grace_period, allocate_port=True,
+            export=self.export, bundle=self.bundle, workdir=self.workdir, pip=self.pip, python=self.python,
+            resources=self.resources, labels=self.labels, priority=self.priority, project=self.project,
+            max_retries_failure=0, max_retries_preemption=0, grace_period=self.grace_period, allocate_port=True,
         )

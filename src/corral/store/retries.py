@@ -71,7 +71,7 @@ async def _task_ends(connection: AsyncConnection, job_ids: list[int]) -> dict[in
         return ends
     task_rows = (await connection.execute(
         select(tasks.c.id, tasks.c.job_id, tasks.c.state, tasks.c.attempt, tasks.c.exit_code,
-               attempts.c.oom_killed)
+               attempts.c.oom_killed, attempts.c.reason)
         .select_from(tasks.outerjoin(attempts, and_(attempts.c.task_id == tasks.c.id,
                                                     attempts.c.attempt == tasks.c.attempt)))
         .where(tasks.c.job_id.in_(job_ids)).order_by(tasks.c.job_id, tasks.c.index)
@@ -88,7 +88,7 @@ async def _task_ends(connection: AsyncConnection, job_ids: list[int]) -> dict[in
     for row in task_rows:
         source = ended_from.get(row.id)
         ends[row.job_id].append(TaskEnd(TaskState(row.state), TaskState(source) if source else None, row.exit_code,
-                                        bool(row.oom_killed)))
+                                        bool(row.oom_killed), row.reason))
     return ends
 
 

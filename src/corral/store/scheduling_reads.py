@@ -108,7 +108,7 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
             free_memory=worker.memory - sum(t.request.memory for t in held),
             free_gpu_ids=[i for i in range(gpus) if i not in taken_gpus],
             pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=free_custom,
-            gpu_memory=_device_memory(gpus, worker.gpu_devices),
+            gpu_memory=_device_memory(gpus, worker.gpu_devices), pythons=tuple(worker.pythons or ()),
             filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()),
         ))
     return rooms

@@ -29,7 +29,10 @@ import httpx
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import (
     API,
+    MAX_ENVIRONMENTS,
+    MAX_PYTHONS,
     MAX_REPORTS,
+    CachedEnvironment,
     HeartbeatReply,
     HeartbeatRequest,
     PreemptedAck,
@@ -41,6 +44,7 @@ from corral.core.states import TaskState
 from corral.filesystem import filesystem_id
 from corral.worker.bundles import BundleCache, BundleError
 from corral.worker.containment import reap_leftovers
+from corral.worker.environments import DEFAULT_BUILD_TIMEOUT, EnvironmentCache, discover_pythons
 from corral.worker.logs import LogShipper
 from corral.worker.resources import detect_capacity
 from corral.worker.retention import prune_attempts_loop
@@ -105,6 +109,8 @@ class WorkerOptions:
     log_limit: int = DEFAULT_LOG_LIMIT  # bytes of each stream kept per attempt
     attempt_retention: float | None = 86400.0  # seconds ended attempts' directories are kept (None: for ever)
     containment: str = "auto"  # how tasks' processes are contained: "auto", "cgroup" or "processes"
+    env_build_timeout: float = DEFAULT_BUILD_TIMEOUT  # seconds a job's Python environment may take to build
+    env_cache_size: int | None = None  # bytes the cached environments may use (None: no cap)
 
 
 class WorkerError(Exception):
@@ -147,6 +153,9 @@ class Agent:
                                                    gpu_memory=options.gpu_memory)
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
+        self.environments = EnvironmentCache(work_dir / "environments", build_timeout=options.env_build_timeout,
+                                             max_size=options.env_cache_size)
+        self._environments_sent = -1  # the generation of the cache the controller last confirmed
         try:
             filesystem = filesystem_id()
         except ValueError as error:
@@ -158,7 +167,7 @@ class Agent:
                                  save_checkpoint=self._save_checkpoint,
                                  task_env=worker_env(options.controller_url, os.environ.get("PATH")),
                                  log_limit=options.log_limit, containment=options.containment,
-                                 filesystem=filesystem, shared_fs=options.shared_fs)
+                                 filesystem=filesystem, shared_fs=options.shared_fs, environments=self.environments)
         except OSError as error:  # only where cgroups are demanded and there are none
             raise WorkerError(f"no cgroup for tasks: {error}") from None
         self.worker_id = ""
@@ -171,8 +180,11 @@ class Agent:
 
     async def serve(self) -> None:
         """Kill what a previous worker on this work directory left running, register, then heartbeat and ship
-        logs until cancelled; raises WorkerError when refused."""
-        await asyncio.to_thread(reap_leftovers, self.runner.work_dir, self.runner.cgroups)
+        logs until cancelled; raises WorkerError when refused. The Pythons it can build environments with and the
+        environments it kept from before are found meanwhile, and registered."""
+        _, _, self.environments.interpreters = await asyncio.gather(
+            asyncio.to_thread(reap_leftovers, self.runner.work_dir, self.runner.cgroups),
+            asyncio.to_thread(self.environments.scan), asyncio.to_thread(discover_pythons))
         await self._register()
         loops = [asyncio.create_task(loop()) for loop in (self._poll, self._deliver, self.shipper.run)]
         if self.options.attempt_retention is not None:
@@ -190,11 +202,13 @@ class Agent:
 
     async def _register(self) -> None:
         options = self.options
+        generation = self.environments.generation
         request = RegisterRequest(
             name=options.name, address=options.address or route_address(options.controller_url),
             capacity=self.capacity, gpu_names=[gpu.model for gpu in self.gpus], labels=options.labels,
             pool=options.pool, gpus=self.gpus, running=self.runner.running(),
-            filesystem=self.runner.filesystem, shared_fs=self.runner.shared_fs)
+            filesystem=self.runner.filesystem, shared_fs=self.runner.shared_fs,
+            pythons=sorted({i.version for i in self.environments.interpreters})[:MAX_PYTHONS], **self._environments())
         backoff = _Backoff("register", cap=2.0)
         while True:
             try:
@@ -205,6 +219,7 @@ class Agent:
             except _Lost as error:
                 raise WorkerError(f"registration refused: {error}") from None
         reply = RegisterReply.model_validate(response.json())
+        self._environments_sent = generation
         self.worker_id, self.interval = reply.worker_id, reply.heartbeat_interval
         self._registered.set()
         log.info("registered worker_id=%s name=%s pool=%s address=%s cpu=%s memory=%s gpus=%s", reply.worker_id,
@@ -304,10 +319,19 @@ class Agent:
     # HTTP --------------------------------------------------------------------------------
 
     async def _heartbeat(self, worker_id: str, reports: list[TaskReport], wait: float) -> HeartbeatReply:
-        body = HeartbeatRequest(reports=reports, wait=wait).model_dump(mode="json")
+        generation = self.environments.generation
+        changed = self._environments() if generation != self._environments_sent else {}
+        body = HeartbeatRequest(reports=reports, wait=wait, **changed).model_dump(mode="json")
         response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
                                     timeout=wait + REQUEST_TIMEOUT)
+        if changed:
+            self._environments_sent = max(self._environments_sent, generation)
         return HeartbeatReply.model_validate(response.json())
+
+    def _environments(self) -> dict[str, list[CachedEnvironment]]:
+        """The cached environments, as registration and heartbeats carry them (the newest used first, capped)."""
+        cached = sorted(self.environments.listing(), key=lambda e: -e.last_used)
+        return {"environments": cached[:MAX_ENVIRONMENTS]}
 
     async def _acknowledge(self, worker_id: str, report: TaskReport) -> None:
         """Confirm a preempted attempt is gone; a refusal (another epoch, a task moved on) is logged and dropped."""

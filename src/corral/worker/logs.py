@@ -1,4 +1,5 @@
-"""Keeps each attempt's `stdout` and `stderr` in files, up to a cap, and ships the files to the controller.
+"""Keeps each attempt's `stdout` and `stderr` in files, up to a cap, and ships them (and its environment's `build`
+log) to the controller.
 
 The files on the worker are the truth; the shipper only remembers, per stream, how many
 bytes the controller has acknowledged, so a failed send is simply sent again from the same
@@ -22,7 +23,7 @@ log = logging.getLogger("corral.worker.logs")
 SendLog = Callable[[int, int, str, int, bytes], Awaitable[None]]
 """send(task_id, attempt, stream, offset, data): raises when the bytes did not arrive."""
 
-STREAMS = ("stdout", "stderr")
+STREAMS = ("stdout", "stderr", "build")  # build: uv's output while its Python environment was built
 CHUNK = 1 << 20
 READ_SIZE = 1 << 18  # what one read of a task's pipe takes at most
 

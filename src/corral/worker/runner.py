@@ -13,6 +13,9 @@ gone and its logs are flushed, so the controller never frees resources still in 
 never shows a finished task with half its output. A preempted attempt ends PREEMPTED, with
 the epoch it was told and after its checkpoint (the file at CORRAL_CHECKPOINT_PATH, if the
 task changed it) is uploaded; its next attempt finds that checkpoint at the same variable.
+An attempt whose job asks for Python packages or an interpreter (pip, python) gets its environment
+(corral.worker.environments) while BUILDING, once its working directory is ready, runs with it, and
+holds it until it ends, so the cache never evicts an environment in use.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import corral
+from corral.core.failure import ENVIRONMENT_BUILD_FAILED
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import (
     AttemptWorld,
@@ -49,6 +53,7 @@ from corral.core.states import TaskState
 from corral.core.workdir import choose_start
 from corral.worker.bundles import extract
 from corral.worker.containment import attempt_cgroup, cgroup_parent, cgroup_prefix, reap_record
+from corral.worker.environments import Acquired, EnvironmentBuildError, EnvironmentCache
 from corral.worker.logs import capture
 from corral.worker.oom import CgroupMemory, MemoryRecord, killed_for_memory
 from corral.worker.processes import (
@@ -162,6 +167,7 @@ class _Attempt:
     silent: bool = False  # ended by the worker's own shutdown: the controller learns from the worker's loss
     memory_at_start: MemoryRecord = MemoryRecord()  # the cgroup's memory records when the process started
     world: AttemptWorld | None = None  # where it starts, once prepared
+    environment: Acquired | None = None  # the Python environment of its job's pip/python, held until it ends
 
     @property
     def ref(self) -> tuple[int, int]:
@@ -190,10 +196,11 @@ class Runner:
                  save_checkpoint: SaveCheckpoint | None = None,
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
                  log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto", filesystem: str | None = None,
-                 shared_fs: Sequence[str] = ()) -> None:
+                 shared_fs: Sequence[str] = (), environments: EnvironmentCache | None = None) -> None:
         self.work_dir = work_dir
         self.filesystem = filesystem  # the id of the file system its tasks see (corral.filesystem)
         self.shared_fs = list(shared_fs)  # directories shared with submitters on other machines
+        self.environments = environments or EnvironmentCache(work_dir / "environments")
         self.log_limit = log_limit  # bytes kept per stream per attempt
         self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
@@ -299,12 +306,20 @@ class Runner:
                     await asyncio.to_thread(extract, archive, att.cwd)
                 if att.order.checkpoint and self._fetch_checkpoint is not None:
                     await self._restore_checkpoint(att)
+                if att.order.pip or att.order.python:
+                    self._watch_logs(*att.ref, att.directory)  # its build log is shipped like its output
+                    att.environment = await self.environments.acquire(att.order.python, att.order.pip, att.cwd,
+                                                                      att.directory / "build")
+            except EnvironmentBuildError as error:
+                log.warning("task=%s attempt=%s environment build failed: %s", *att.ref, error)
+                await self._end(att, TaskState.FAILED, reason=f"{ENVIRONMENT_BUILD_FAILED}: {error}")
+                return
             except Exception as error:
                 log.warning("task=%s attempt=%s build failed: %s", *att.ref, error)
                 await self._end(att, TaskState.FAILED, reason=f"build failed: {error}")
                 return
             att.prepared = True
-            self._emit(att.ref, TaskState.PREPARED, world=att.world)
+            self._emit(att.ref, TaskState.PREPARED, world=self._reported_world(att))
 
     def _world(self, order: BuildOrder, directory: Path) -> AttemptWorld:
         """Where the attempt starts, by the rule of corral.core.workdir: the submission directory itself, an
@@ -313,6 +328,16 @@ class Runner:
         cwd = Path(order.workdir.path) if start == "shared" and order.workdir else \
             directory / "work" if start == "bundle" else directory
         return AttemptWorld(start=start, directory=str(cwd))
+
+    @staticmethod
+    def _reported_world(att: _Attempt) -> AttemptWorld:
+        """Where the attempt starts and with which Python environment, as PREPARED reports it."""
+        assert att.world is not None
+        if att.environment is None:
+            return att.world
+        return att.world.model_copy(update=dict(
+            env_key=att.environment.environment.key, env_seconds=round(att.environment.seconds, 3),
+            env_cached=att.environment.cached))
 
     async def _start(self, order: StartOrder) -> None:
         att = self._attempts.get((order.task_id, order.attempt))
@@ -324,6 +349,8 @@ class Runner:
             command = att.order.command
             inherited = {name: value for name, value in os.environ.items() if name not in WORKER_SECRETS}
             env = {**inherited, **self.task_env, **att.order.env}
+            if att.environment is not None:
+                env.update(att.environment.environment.task_env(env.get("PATH", os.defpath)))
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
             env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)
@@ -487,6 +514,8 @@ class Runner:
             if state is TaskState.PREEMPTED and not att.silent:
                 problem = await self._upload_checkpoint(att)
             del self._attempts[att.ref]
+            if att.environment is not None:
+                self.environments.release(att.environment.environment.key)
             if not att.silent:
                 self._emit(att.ref, state, exit_code=exit_code, epoch=att.epoch,
                            reason=f"{reason}; {problem}" if problem else reason, oom_killed=oom_killed)

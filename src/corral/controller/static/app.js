@@ -426,6 +426,8 @@ function jobSpec(job) {
   if (Object.keys(s.env || {}).length) rows.push(["env", Object.entries(s.env).map(([k, v]) => h("span", {class: "tag"}, `${k}=${v}`))]);
   if (Object.keys(s.export || {}).length) rows.push(["exported", Object.keys(s.export).sort().map((k) => h("span", {class: "tag"}, k))]);
   if (Object.keys(s.labels || {}).length) rows.push(["labels", Object.entries(s.labels).map(([k, v]) => h("span", {class: "tag"}, `${k}=${v}`))]);
+  if ((s.pip || []).length) rows.push(["pip", s.pip.map((item) => h("span", {class: "tag"}, item))]);
+  if (s.python) rows.push(["python", s.python]);
   rows.push(["created", stamp(job.created_at)]);
   if (job.finished_at) rows.push(["finished", `${stamp(job.finished_at)} (after ${age(job.finished_at - job.created_at)})`]);
   return h("dl", {class: "spec"}, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
@@ -453,9 +455,11 @@ function tasksTable(taskList, bundle) {
       h("td", {class: "num"}, `${task.failures} / ${task.preemptions}`), h("td", {}, task.reason ?? "")));
     for (const a of task.attempts) {
       const ran = a.started_at && a.finished_at ? `, ran ${age(a.finished_at - a.started_at)}` : "";
+      const w = a.world, seconds = w && w.env_seconds !== null ? `${w.env_seconds.toFixed(2)}s` : "";
+      const env = w && w.env_key ? `; environment ${w.env_key.slice(0, 12)} ${w.env_cached ? `cached (${seconds})` : `built in ${seconds}`}` : "";
       body.append(h("tr", {class: "attempt"}, h("td", {}), h("td", {}, badge(a.state), a.state === "WORKER_FAILED" ? " (worker failure)" : ""),
         h("td", {class: "num"}, `#${a.attempt}`), h("td", {}, a.worker_id ?? "-"), h("td", {class: "num"}, a.exit_code ?? "-"),
-        h("td", {}, `assigned ${clock(a.assigned_at)}, started ${clock(a.started_at)}, ended ${clock(a.finished_at)}${ran}`,
+        h("td", {}, `assigned ${clock(a.assigned_at)}, started ${clock(a.started_at)}, ended ${clock(a.finished_at)}${ran}${env}`,
           startText(a.world, bundle)),
         h("td", {}), h("td", {}, a.reason ?? "")));
     }
@@ -478,7 +482,8 @@ function timelineList(history) {
 /** A task's log, read by offset and followed while the task is not over. */
 function logViewer(jobId) {
   const select = h("select", {id: "log-task"}), streamSelect = h("select", {id: "log-stream"},
-    h("option", {value: "stdout"}, "stdout"), h("option", {value: "stderr"}, "stderr"));
+    h("option", {value: "stdout"}, "stdout"), h("option", {value: "stderr"}, "stderr"),
+    h("option", {value: "build"}, "environment build"));
   const pre = h("pre", {class: "log", tabindex: "0", "aria-label": "task log", "aria-live": "off"});
   const element = h("div", {class: "logs"}, h("div", {class: "controls"},
     h("label", {for: "log-task"}, "Task", select), h("label", {for: "log-stream"}, "Stream", streamSelect)), pre);

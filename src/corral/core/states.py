@@ -83,7 +83,7 @@ TASK_TRANSITIONS: dict[tuple[TaskState, TaskState], tuple[str, str]] = {
     (T.ASSIGNED, T.PENDING): (CONTROLLER, "placement undone before the worker acted (re-schedule)"),
     (T.ASSIGNED, T.TERMINATING): (CONTROLLER, "stop ordered before the worker acted"),
     (T.ASSIGNED, T.WORKER_FAILED): (CONTROLLER, "worker lost"),
-    (T.BUILDING, T.PREPARED): (WORKER, "attempt directory and bundle ready"),
+    (T.BUILDING, T.PREPARED): (WORKER, "its directory, files and Python environment ready"),
     (T.BUILDING, T.FAILED): (WORKER, "build failed"),
     (T.BUILDING, T.TERMINATING): (CONTROLLER, "stop ordered"),
     (T.BUILDING, T.PREEMPTING): (CONTROLLER, "preemption ordered"),

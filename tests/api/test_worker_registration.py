@@ -48,3 +48,15 @@ async def test_a_heartbeat_with_ids_beyond_the_store_is_a_422(api):
         report = {"task_id": 2**63, "attempt": 0, "state": "RUNNING", "at": 1.0}
         answer = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"reports": [report]})
     assert answer.status_code == 422, answer.text
+
+
+async def test_a_heartbeat_may_bring_the_pythons_found_after_registering(api):
+    async with api.as_("join-token") as worker:
+        worker_id = (await worker.post("/api/v1/workers", json=_with(pythons=["3.11.7"]))).json()["worker_id"]
+        heartbeat = f"/api/v1/workers/{worker_id}/heartbeat"
+        assert (await worker.post(heartbeat, json={"pythons": ["3.11.7", "3.12.1"]})).status_code == 200
+        assert (await worker.post(heartbeat, json={})).status_code == 200  # none found since: kept
+        refused = await worker.post(heartbeat, json={"pythons": ["python3; rm -rf /"]})
+        assert refused.status_code == 422, refused.text
+    async with api.admin() as admin:
+        assert (await admin.get("/api/v1/workers")).json()[0]["pythons"] == ["3.11.7", "3.12.1"]

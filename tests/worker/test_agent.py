@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 from collections import defaultdict
 
 import httpx
@@ -25,6 +26,7 @@ from corral.core.protocol import (
 )
 from corral.core.states import TASK_TERMINAL, TaskState
 from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address
+from corral.worker.environments import Interpreter
 from tests.worker.support import gone, wait_until
 
 URL = "http://127.0.0.1:9"
@@ -44,6 +46,8 @@ class FakeController:
         self.down_after_orders = False  # go down right after a reply that carries orders
         self.missed = 0  # requests that found the controller down
         self.missed_reports = 0  # heartbeats with reports that found the controller down
+        self.pythons: list[list[str]] = []  # the Python versions heartbeats brought
+        self.heartbeats = 0
         self.status: int | None = None  # answer everything with this status
         self.changed = asyncio.Event()
         self.acks: list[tuple[str, int, PreemptedAck]] = []  # (worker, task, acknowledgement)
@@ -112,6 +116,9 @@ class FakeController:
                 self.tasks[int(task_id)]["state"] = "PREEMPTED"
             return httpx.Response(self.ack_status, json={"detail": "epoch 3 is not current"})
         body = HeartbeatRequest.model_validate_json(request.content)
+        self.heartbeats += 1
+        if body.pythons is not None:
+            self.pythons.append(body.pythons)
         for report in body.reports:
             self.reports.append((worker, report))
             task = self.tasks[report.task_id]
@@ -164,6 +171,28 @@ async def test_a_task_runs_from_order_to_report_with_its_logs_there_before_its_e
         await wait_until(lambda: "SUCCEEDED" in controller.states(1), what="the task to succeed")
     assert controller.states(1) == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
     assert controller.logs_at_end[1] == {(1, 0, "stdout"): b"hello\n", (1, 0, "stderr"): b"warn\n"}
+
+
+async def test_the_pythons_found_after_registering_come_in_one_heartbeat(controller, tmp_path, monkeypatch):
+    """Finding interpreters takes uv seconds: registration does not wait for it."""
+    found = asyncio.Event()
+
+    def slow_discovery(nice: bool = False):
+        assert nice  # it yields the CPU to running tasks
+        asyncio.run_coroutine_threadsafe(asyncio.wait_for(found.wait(), 30), loop).result()
+        return [Interpreter("3.11.7", sys.executable), Interpreter("3.12.1", "/usr/bin/python3.12")]
+
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr("corral.worker.agent.discover_pythons", slow_discovery)
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: controller.registrations, what="registration, before any Python is found")
+        own = ".".join(map(str, sys.version_info[:3]))
+        assert controller.registrations[0][1].pythons == [own] and controller.pythons == []
+        found.set()
+        await wait_until(lambda: controller.pythons, what="a heartbeat with the Pythons found")
+        seen = controller.heartbeats
+        await wait_until(lambda: controller.heartbeats > seen + 3, what="more heartbeats")
+    assert controller.pythons == [["3.11.7", "3.12.1"]]  # sent once
 
 
 async def test_registration_waits_for_a_controller_that_is_down(controller, tmp_path):

@@ -64,11 +64,13 @@ async def prune_lost_workers(connection: AsyncConnection, before: float) -> int:
 
 async def ingest_heartbeat(
     connection: AsyncConnection, worker_id: str, reports: list[TaskReport], now: float,
-    environments: list[CachedEnvironment] | None = None,
+    environments: list[CachedEnvironment] | None = None, pythons: list[str] | None = None,
 ) -> ChangeSet:
-    """Mark the worker seen (with its cached environments, when they changed) and apply its reports in order; stale
-    or repeated ones change nothing."""
+    """Mark the worker seen (with its cached environments and its Pythons, when they changed) and apply its reports
+    in order; stale or repeated ones change nothing."""
     cached = {} if environments is None else {"environments": [e.model_dump() for e in environments]}
+    if pythons is not None:
+        cached["pythons"] = pythons
     seen = await connection.execute(
         update(workers).where(workers.c.id == worker_id, workers.c.state == WorkerState.ALIVE)
         .values(last_heartbeat=now, **cached)

@@ -50,7 +50,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
         with HEARTBEAT_SECONDS.time():
             async with app.store.write() as connection:
                 changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(),
-                                                 environments=body.environments)
+                                                 environments=body.environments, pythons=body.pythons)
                 orders = await orders_for(connection, worker_id, job_token)
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,

@@ -159,6 +159,8 @@ class HeartbeatRequest(WireModel):
     reports: list[TaskReport] = Field(default_factory=list, max_length=MAX_REPORTS)
     environments: list[CachedEnvironment] | None = Field(
         None, max_length=MAX_ENVIRONMENTS, description="the worker's cached environments, when they changed")
+    pythons: list[PythonVersion] | None = Field(
+        None, max_length=MAX_PYTHONS, description="the Python versions it builds environments with, once found")
     wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
 
 

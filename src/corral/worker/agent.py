@@ -156,6 +156,7 @@ class Agent:
         self.environments = EnvironmentCache(work_dir / "environments", build_timeout=options.env_build_timeout,
                                              max_size=options.env_cache_size)
         self._environments_sent = -1  # the generation of the cache the controller last confirmed
+        self._pythons_unsent: list[str] | None = None  # found since registering, not yet confirmed
         try:
             filesystem = filesystem_id()
         except ValueError as error:
@@ -180,13 +181,14 @@ class Agent:
 
     async def serve(self) -> None:
         """Kill what a previous worker on this work directory left running, register, then heartbeat and ship
-        logs until cancelled; raises WorkerError when refused. The Pythons it can build environments with and the
-        environments it kept from before are found meanwhile, and registered."""
-        _, _, self.environments.interpreters = await asyncio.gather(
-            asyncio.to_thread(reap_leftovers, self.runner.work_dir, self.runner.cgroups),
-            asyncio.to_thread(self.environments.scan), asyncio.to_thread(discover_pythons))
+        logs until cancelled; raises WorkerError when refused. The environments it kept from before are found
+        meanwhile, and registered; the Pythons other than its own, which take seconds to find, follow in a
+        heartbeat."""
+        await asyncio.gather(asyncio.to_thread(reap_leftovers, self.runner.work_dir, self.runner.cgroups),
+                             asyncio.to_thread(self.environments.scan))
         await self._register()
-        loops = [asyncio.create_task(loop()) for loop in (self._poll, self._deliver, self.shipper.run)]
+        loops = [asyncio.create_task(loop())
+                 for loop in (self._poll, self._deliver, self.shipper.run, self._find_pythons)]
         if self.options.attempt_retention is not None:
             loops.append(asyncio.create_task(prune_attempts_loop(self.runner, self.options.attempt_retention)))
         try:
@@ -208,7 +210,7 @@ class Agent:
             capacity=self.capacity, gpu_names=[gpu.model for gpu in self.gpus], labels=options.labels,
             pool=options.pool, gpus=self.gpus, running=self.runner.running(),
             filesystem=self.runner.filesystem, shared_fs=self.runner.shared_fs,
-            pythons=sorted({i.version for i in self.environments.interpreters})[:MAX_PYTHONS], **self._environments())
+            pythons=self._pythons(), **self._environments())
         backoff = _Backoff("register", cap=2.0)
         while True:
             try:
@@ -319,14 +321,24 @@ class Agent:
     # HTTP --------------------------------------------------------------------------------
 
     async def _heartbeat(self, worker_id: str, reports: list[TaskReport], wait: float) -> HeartbeatReply:
-        generation = self.environments.generation
+        generation, pythons = self.environments.generation, self._pythons_unsent
         changed = self._environments() if generation != self._environments_sent else {}
-        body = HeartbeatRequest(reports=reports, wait=wait, **changed).model_dump(mode="json")
+        body = HeartbeatRequest(reports=reports, wait=wait, pythons=pythons, **changed).model_dump(mode="json")
         response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
                                     timeout=wait + REQUEST_TIMEOUT)
         if changed:
             self._environments_sent = max(self._environments_sent, generation)
+        if pythons is not None and self._pythons_unsent is pythons:
+            self._pythons_unsent = None
         return HeartbeatReply.model_validate(response.json())
+
+    async def _find_pythons(self) -> None:
+        """Find the interpreters uv sees here, at a low priority, for the next heartbeat to carry."""
+        self.environments.interpreters = await asyncio.to_thread(discover_pythons, nice=True)
+        self._pythons_unsent = self._pythons()
+
+    def _pythons(self) -> list[str]:
+        return sorted({i.version for i in self.environments.interpreters})[:MAX_PYTHONS]
 
     def _environments(self) -> dict[str, list[CachedEnvironment]]:
         """The cached environments, as registration and heartbeats carry them (the newest used first, capped)."""

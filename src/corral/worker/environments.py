@@ -115,12 +115,14 @@ def own_interpreter() -> Interpreter:
     return Interpreter(".".join(map(str, sys.version_info[:3])), sys.executable)
 
 
-def discover_pythons(uv: str | None = None) -> list[Interpreter]:
-    """The worker's own interpreter, then the CPython 3 interpreters uv finds installed here (no downloads)."""
+def discover_pythons(uv: str | None = None, nice: bool = False) -> list[Interpreter]:
+    """The worker's own interpreter, then the CPython 3 interpreters uv finds installed here (no downloads). uv
+    runs every interpreter it finds to ask its version: seconds of CPU, given up to running tasks when `nice`."""
     found = [own_interpreter()]
     try:
         listed = subprocess.run([uv or uv_binary(), "python", "list", "--only-installed", "--output-format", "json"],
-                                capture_output=True, env=uv_env(), timeout=60, check=True).stdout
+                                capture_output=True, env=uv_env(), timeout=60, check=True,
+                                preexec_fn=(lambda: os.nice(10)) if nice else None).stdout
         entries = json.loads(listed)
     except (OSError, subprocess.SubprocessError, ValueError) as error:
         log.warning("no other Python found: uv python list failed: %s", error)

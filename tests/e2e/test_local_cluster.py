@@ -155,15 +155,16 @@ def test_corral_down_after_kill_9_of_corral_up_leaves_nothing_running(local_clus
 def test_corral_down_stops_a_running_corral_up_and_returns_once_all_are_gone(local_cluster):
     up = psutil.Process(local_cluster.controller.pid)
     cluster = [up, *up.children(recursive=True)]
-    # A worker's cgroup warden is not stopped by `corral down`: it ends by itself once its worker is gone.
-    wardens = [p for p in cluster if "corral.worker.warden" in " ".join(p.cmdline())]
+    # corral's own processes (up, its controller and workers) are what `corral down` stops; a worker's cgroup
+    # warden, and a search for Pythons it may still run, end by themselves once their worker is gone.
+    daemons = [p for p in cluster if p.cmdline()[1:3] == ["-m", "corral"]]
     result = local_cluster.corral("down", "--data-dir", str(local_cluster.data_dir))
     assert result.returncode == 0, result.stderr
     data_dir = local_cluster.data_dir.resolve()
-    assert result.stdout.strip() == \
-        f"stopped {len(cluster) - len(wardens)} process(es) of the cluster on {data_dir}"
-    assert wait_gone([p for p in cluster if p not in wardens], 0) == []
-    assert wait_gone(wardens, 10) == []
+    assert len(daemons) == 3 and result.stdout.strip() == \
+        f"stopped {len(daemons)} process(es) of the cluster on {data_dir}"
+    assert wait_gone(daemons, 0) == []
+    assert wait_gone([p for p in cluster if p not in daemons], 10) == []
     assert not (data_dir / "cluster.json").exists() and not (data_dir / "up.json").exists()
 
 

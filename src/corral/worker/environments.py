@@ -44,6 +44,7 @@ from typing import IO
 import corral
 from corral.core.pip import ItemKind, PipItem, classify, python_matches
 from corral.core.protocol import CachedEnvironment
+from corral.lifetime import dies_with_parent
 
 log = logging.getLogger("corral.worker.environments")
 
@@ -115,6 +116,12 @@ def own_interpreter() -> Interpreter:
     return Interpreter(".".join(map(str, sys.version_info[:3])), sys.executable)
 
 
+def _yielding() -> None:
+    """A preexec_fn: a low priority, and gone with the worker rather than left finishing its search."""
+    dies_with_parent(signal.SIGKILL)()
+    os.nice(10)
+
+
 def discover_pythons(uv: str | None = None, nice: bool = False) -> list[Interpreter]:
     """The worker's own interpreter, then the CPython 3 interpreters uv finds installed here (no downloads). uv
     runs every interpreter it finds to ask its version: seconds of CPU, given up to running tasks when `nice`."""
@@ -122,7 +129,7 @@ def discover_pythons(uv: str | None = None, nice: bool = False) -> list[Interpre
     try:
         listed = subprocess.run([uv or uv_binary(), "python", "list", "--only-installed", "--output-format", "json"],
                                 capture_output=True, env=uv_env(), timeout=60, check=True,
-                                preexec_fn=(lambda: os.nice(10)) if nice else None).stdout
+                                preexec_fn=_yielding if nice else None).stdout
         entries = json.loads(listed)
     except (OSError, subprocess.SubprocessError, ValueError) as error:
         log.warning("no other Python found: uv python list failed: %s", error)

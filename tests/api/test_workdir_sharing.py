@@ -67,3 +67,13 @@ async def test_a_registration_with_a_bad_file_system_is_a_422(api, fields):
     async with api.as_("join-token") as client:
         answer = await client.post("/api/v1/workers", json=worker("w", **fields))
     assert answer.status_code == 422, answer.text
+
+
+@pytest.mark.parametrize("path", ["/a%00b", "/" + "a" * 5000])
+async def test_a_path_no_directory_can_have_is_a_422_not_a_500(api, path):
+    async with api.admin() as admin:
+        answer = await admin.get(f"/api/v1/workdir/sharing?path={path}&filesystem={HERE}")
+        undecodable = await admin.get(f"/api/v1/workdir/sharing?path=/caf%ED%B3%A9&filesystem={HERE}")
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"][0] == "query"
+    assert undecodable.status_code == 200  # read as U+FFFD, as every query string is: a path, shared by none

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -74,7 +76,11 @@ async def workdir_sharing(
 ) -> WorkdirSharing:
     """Whether a job from this directory needs its files uploaded: how many alive workers of the pool share it.
     Open to a job's own token, so that code in a task can submit from where it runs."""
-    workdir = Workdir(path=path, filesystem=filesystem)
+    try:
+        workdir = Workdir(path=path, filesystem=filesystem)
+    except ValidationError as error:  # a path no directory has (a NUL, a lone surrogate): 422, as for any field
+        raise RequestValidationError([{**e, "loc": ("query", *e["loc"])}
+                                      for e in error.errors(include_url=False, include_context=False)]) from None
     async with request.app.state.store.read() as connection:
         found = await file_systems_in_pool(connection, pool)
     return WorkdirSharing(alive=len(found), sharing=sum(shares(workdir, fs, shared) for fs, shared in found))

@@ -4,6 +4,7 @@ a worker that does not share the file system gets a copy without the ignored fil
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,28 +16,13 @@ from tests.e2e.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 ELSEWHERE = "e" * 32  # the file system id of a worker on "another machine"
+ROOT = Path(__file__).resolve().parents[2]
 
 TRAIN = """\
 import os
 # each task of the gang leaves a note where it ran: the directory the job was submitted from
 with open(f"ran-{os.environ['CORRAL_TASK_INDEX']}.txt", "w") as note:
     note.write(os.getcwd())
-"""
-SERVE = """\
-import os
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"ok" if self.path == "/health" else f"served from {os.getcwd()}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).serve_forever()
 """
 
 
@@ -83,11 +69,19 @@ def project(tmp_path: Path, **files: str) -> Path:
     return root
 
 
+def readme_examples(tmp_path: Path) -> Path:
+    """A copy of the repository's examples, in a directory of the test's own (the tasks write their notes there)."""
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "examples", root / "examples", ignore=shutil.ignore_patterns("out", "__pycache__"))
+    return root
+
+
 def test_the_readme_gang_example_runs_in_the_submission_directory(gpu_cluster, tmp_path):
-    root = project(tmp_path, **{"train.py": TRAIN})
-    done = corral(gpu_cluster, root, "submit", "--gang", "--replicas", "2", "--wait", "--", "python", "train.py")
+    root = readme_examples(tmp_path)
+    done = corral(gpu_cluster, root, "submit", "--gang", "--replicas", "2", "--wait", "--", "python",
+                  "examples/train.py")
     assert done.returncode == 0, done.stderr
-    assert [(root / f"ran-{i}.txt").read_text() for i in (0, 1)] == [str(root)] * 2
+    assert [(root / "examples" / "out" / f"rank-{i}.txt").read_text() for i in (0, 1)] == [str(root)] * 2
     job = gpu_cluster.job(int(done.stdout))
     assert job["spec"]["workdir"]["path"] == str(root) and job["spec"]["bundle"] is None  # nothing uploaded
     worlds = [a["world"] for task in gpu_cluster.tasks(job["id"]) for a in task["attempts"]]
@@ -98,13 +92,16 @@ def test_the_readme_gang_example_runs_in_the_submission_directory(gpu_cluster, t
 
 
 def test_the_readme_serving_example_becomes_ready_through_the_router(gpu_cluster, tmp_path):
-    root = project(tmp_path, **{"serve.py": SERVE})
+    root = readme_examples(tmp_path)
     done = corral(gpu_cluster, root, "deploy", "chat", "--replicas", "0:2", "--model-name", "llama-3-8b", "--gpus",
                   "1", "--gpu-memory", "24G", "--idle-timeout", "10m", "--health", "/health", "--", "python",
-                  "serve.py")
+                  "examples/serve.py")
     assert done.returncode == 0, done.stderr
     answer = gpu_cluster.http.get("/serve/chat/hello", timeout=120)  # scale from zero: a cold start
     assert (answer.status_code, answer.text) == (200, f"served from {root}")
+    chat = gpu_cluster.http.post("/v1/chat/completions", json={
+        "model": "llama-3-8b", "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+    assert chat.json()["choices"][0]["message"]["content"] == "you said: hi"
     assert gpu_cluster.get("/api/v1/deployments/chat")["spec"]["workdir"]["path"] == str(root)
 
 

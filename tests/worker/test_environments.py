@@ -150,11 +150,11 @@ async def test_over_its_size_the_cache_evicts_the_least_recently_used_environmen
     first = await cache.acquire(None, ["thepkg"], workdir, tmp_path / "build-1")
     second = await cache.acquire(None, ["other"], workdir, tmp_path / "build-2")
     assert set(cache.environments) == {first.environment.key, second.environment.key}  # both in use
-    cache.release(first.environment.key)
+    await cache.release(first.environment.key)
     assert set(cache.environments) == {second.environment.key}
     assert not first.environment.path.exists() and second.environment.path.exists()
     generation = cache.generation
-    cache.release(second.environment.key)
+    await cache.release(second.environment.key)
     assert not cache.environments and cache.generation > generation
 
 

@@ -249,7 +249,8 @@ class EnvironmentCache:
             elif entry.is_dir() and (environment := self._load(entry)) is not None:
                 self.environments[environment.key] = environment
         self.generation += 1
-        self._evict()
+        for trash in self._evict():
+            shutil.rmtree(trash, ignore_errors=True)
 
     def listing(self) -> list[CachedEnvironment]:
         return [environment.view() for environment in self.environments.values()]
@@ -280,16 +281,21 @@ class EnvironmentCache:
             with contextlib.suppress(OSError):
                 os.utime(environment.path / META)
         self.generation += 1
-        if self.max_size is not None:
-            await asyncio.to_thread(self._evict)
+        await self._remove(self._evict())
         return Acquired(environment, time.monotonic() - started, cached)
 
-    def release(self, key: str) -> None:
+    async def release(self, key: str) -> None:
         environment = self.environments.get(key)
         if environment is not None and environment.in_use:
             environment.in_use -= 1
             self.generation += 1
-            self._evict()
+            await self._remove(self._evict())
+
+    @staticmethod
+    async def _remove(trash: list[Path]) -> None:
+        """Delete evicted environments off the worker's loop: a virtualenv is thousands of files."""
+        for path in trash:
+            await asyncio.to_thread(shutil.rmtree, path, True)
 
     # building ----------------------------------------------------------------------------
 
@@ -369,10 +375,12 @@ class EnvironmentCache:
         return Environment(path.name, path, python if VERSION.fullmatch(python) else None, int(meta.get("size", 0)),
                            last_used)
 
-    def _evict(self) -> None:
-        """Remove the least recently used environments no task uses until the cache fits its size."""
+    def _evict(self) -> list[Path]:
+        """Take the least recently used environments no task uses out of the cache until it fits its size: each is
+        renamed out of place at once (so no task can acquire it), and returned for deleting."""
+        trash_dirs: list[Path] = []
         if self.max_size is None:
-            return
+            return trash_dirs
         total = sum(environment.size for environment in self.environments.values())
         for environment in sorted(self.environments.values(), key=lambda e: e.last_used):
             if total <= self.max_size:
@@ -385,7 +393,7 @@ class EnvironmentCache:
             try:
                 trash = self.root / f".trash-{environment.key}-{secrets.token_hex(4)}"
                 environment.path.rename(trash)
-                shutil.rmtree(trash, ignore_errors=True)
+                trash_dirs.append(trash)
             except OSError as error:
                 log.info("environment %s not evicted: %s", environment.key[:12], error)
                 continue
@@ -396,6 +404,7 @@ class EnvironmentCache:
             del self.environments[environment.key]
             total -= environment.size
             self.generation += 1
+        return trash_dirs
 
     def _try_lock(self, key: str) -> IO | None:
         """The lock of one key between processes (held while the file stays open), or None if another holds it."""

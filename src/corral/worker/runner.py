@@ -515,7 +515,7 @@ class Runner:
                 problem = await self._upload_checkpoint(att)
             del self._attempts[att.ref]
             if att.environment is not None:
-                self.environments.release(att.environment.environment.key)
+                await self.environments.release(att.environment.environment.key)
             if not att.silent:
                 self._emit(att.ref, state, exit_code=exit_code, epoch=att.epoch,
                            reason=f"{reason}; {problem}" if problem else reason, oom_killed=oom_killed)

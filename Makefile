@@ -44,6 +44,7 @@ bench: $(STAMP) chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .corral

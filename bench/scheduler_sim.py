@@ -25,10 +25,10 @@ from sqlalchemy import insert
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from corral.controller.coordinator import _targets, run_handler  # noqa: E402
-from corral.core.handlers import ScheduleJobs, Snapshot  # noqa: E402
 from corral.core.spec import JobSpec  # noqa: E402
 from corral.core.states import JobState, TaskState, WorkerState  # noqa: E402
+from corral.engine.coordinator import _targets, run_handler  # noqa: E402
+from corral.engine.handlers import ScheduleJobs, Snapshot  # noqa: E402
 from corral.store.database import sqlite_url  # noqa: E402
 from corral.store.reads import BATCH_ROWS, target_rows  # noqa: E402
 from corral.store.scheduling_reads import read_cluster  # noqa: E402

@@ -7,9 +7,9 @@ import time
 from click.testing import CliRunner
 
 from corral.cli.main import main
+from corral.core.deployment_spec import DeploymentSpec
 from corral.core.views import WorkdirSharing
 from corral.filesystem import filesystem_id
-from corral.serving.spec import DeploymentSpec
 
 
 class FakeApi:

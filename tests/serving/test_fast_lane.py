@@ -9,14 +9,13 @@ from types import SimpleNamespace
 
 import uvicorn
 
-from corral.controller.metrics import REGISTRY
+from corral.core.deployment_spec import DeploymentSpec
+from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpoint
+from corral.metrics import REGISTRY
 from corral.serving import proxy
 from corral.serving.fast_lane import FastLane, protocol_for
-from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
 from corral.serving.pool import Pool
-from corral.serving.spec import DeploymentSpec
 from corral.serving.standalone import RouterApp
-from corral.serving.states import DeploymentState
 from corral.serving.upstream import Connection
 from corral.serving.wiring import router_from_config
 from tests.serving.loopback import Replica, ok

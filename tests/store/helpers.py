@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from corral.controller.coordinator import run_handler
-from corral.controller.preemption import acknowledge as acknowledge_preemption
-from corral.controller.reports import ingest_heartbeat, reap_lost_workers, register_worker
-from corral.core.handlers import JOB_HANDLERS
 from corral.core.protocol import Capacity, GpuDevice, RegisterRequest, TaskReport
 from corral.core.spec import JobSpec
+from corral.engine.coordinator import run_handler
+from corral.engine.handlers import JOB_HANDLERS
+from corral.engine.preemption import acknowledge as acknowledge_preemption
+from corral.engine.reports import ingest_heartbeat, reap_lost_workers, register_worker
 from corral.store.jobs import insert_job
 from corral.store.schema import attempts, history, jobs, tasks
 

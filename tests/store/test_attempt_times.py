@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from corral.controller.reports import ingest_heartbeat
 from corral.core.protocol import TaskReport
+from corral.engine.reports import ingest_heartbeat
 from tests.store.helpers import NOW, add_worker, job_tasks, reap, report, settle, submit, task_attempts
 
 

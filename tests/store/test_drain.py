@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from corral.controller.drain import drain_gang
 from corral.controller.orders import orders_for
-from corral.controller.preemption import JobRef, NotCurrent, preempt_tasks, record_checkpoint
 from corral.core.states import JobState, TaskState
+from corral.engine.drain import drain_gang
+from corral.engine.preemption import JobRef, NotCurrent, preempt_tasks, record_checkpoint
 from corral.store.changes import ChangeSet
 from corral.store.reads import task_row
 from corral.store.schema import tasks

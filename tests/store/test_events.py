@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import insert
 
-from corral.controller.cancel import cancel_job
 from corral.core.states import TaskState
+from corral.engine.cancel import cancel_job
 from corral.store.events import before_last, latest_id, prune_events, read_events, safe_horizon
 from corral.store.schema import history
 from tests.store.helpers import NOW, add_worker, job, job_tasks, reap, report, settle, submit

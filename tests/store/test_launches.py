@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from corral.controller.cancel import cancel_job
 from corral.core.spec import JobSpec
+from corral.engine.cancel import cancel_job
 from corral.store.jobs import insert_job
 from corral.store.launches import launched_within, subtree_ids
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, report, run_task, settle

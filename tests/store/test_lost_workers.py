@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from corral.controller.reports import prune_lost_workers
+from corral.engine.reports import prune_lost_workers
 from corral.store.schema import history, workers
 from tests.store.helpers import NOW, add_worker, reap
 

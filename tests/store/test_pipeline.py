@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from corral.controller.cancel import AlreadyEnded, cancel_job
 from corral.core.states import TaskState
+from corral.engine.cancel import AlreadyEnded, cancel_job
 from corral.store.changes import ChangeSet, StaleWrite, TaskRow
 from corral.store.database import migrate
 from corral.store.schema import tasks

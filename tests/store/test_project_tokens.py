@@ -6,9 +6,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from corral.core.deployment_spec import DeploymentSpec
 from corral.core.keys import key_hash
-from corral.serving.spec import DeploymentSpec
-from corral.serving.store import insert_deployment, read_snapshot
+from corral.store.deployments import insert_deployment, read_snapshot
 from corral.store.project_tokens import issue_token, list_tokens, revoke_token, token_hashes
 from corral.store.schema import project_tokens
 from tests.store.helpers import NOW

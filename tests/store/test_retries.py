@@ -6,15 +6,15 @@ import asyncio
 
 from sqlalchemy import select
 
-from corral.controller.cancel import cancel_job
-from corral.controller.metrics import REGISTRY
-from corral.controller.reports import ingest_heartbeat
-from corral.controller.retries import run_retries
 from corral.controller.retry_defaults import retry_columns
 from corral.core.failure import classify_failure as classify
 from corral.core.protocol import TaskReport
 from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
+from corral.engine.cancel import cancel_job
+from corral.engine.reports import ingest_heartbeat
+from corral.engine.retries import run_retries
+from corral.metrics import REGISTRY
 from corral.store.jobs import insert_job
 from corral.store.retries import chain_ids, retry_targets, store_default
 from corral.store.schema import audit, jobs

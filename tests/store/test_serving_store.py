@@ -7,13 +7,14 @@ import time
 import pytest
 from sqlalchemy import select
 
-from corral.controller.reports import ingest_heartbeat
+from corral.core.deployment_spec import DeploymentSpec
 from corral.core.protocol import TaskReport
-from corral.serving.coordinator import run_serving_handler
-from corral.serving.handlers import SERVING_HANDLERS, Catalog, Probe
+from corral.core.serving import Catalog, Probe
+from corral.engine.reports import ingest_heartbeat
+from corral.engine.serving_coordinator import run_serving_handler
+from corral.engine.serving_handlers import SERVING_HANDLERS
 from corral.serving.pool import read_pool
-from corral.serving.spec import DeploymentSpec
-from corral.serving.store import NameTaken, destroy_deployment, insert_deployment, scale_deployment
+from corral.store.deployments import NameTaken, destroy_deployment, insert_deployment, scale_deployment
 from corral.store.events import before_last, latest_by_deployment, read_events
 from corral.store.schema import deployments, history, replicas
 from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
-from corral.controller.coordinator import run_handler
-from corral.controller.metrics import HANDLER_TARGET_ERRORS
-from corral.controller.retries import run_retries
 from corral.controller.retry_defaults import retry_columns
-from corral.controller.target_errors import GIVE_UP_AFTER, TargetErrors
-from corral.core.handlers import ScheduleJobs
+from corral.core.deployment_spec import DeploymentSpec
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
-from corral.serving.coordinator import run_serving_handler
-from corral.serving.handlers import CheckPendingDeployment, ProvisioningReplica
-from corral.serving.spec import DeploymentSpec
-from corral.serving.store import insert_deployment
+from corral.engine.coordinator import run_handler
+from corral.engine.handlers import ScheduleJobs
+from corral.engine.retries import run_retries
+from corral.engine.serving_coordinator import run_serving_handler
+from corral.engine.serving_handlers import CheckPendingDeployment, ProvisioningReplica
+from corral.engine.target_errors import GIVE_UP_AFTER, TargetErrors
+from corral.metrics import HANDLER_TARGET_ERRORS
+from corral.store.deployments import insert_deployment
 from corral.store.jobs import insert_job
 from corral.store.schema import deployments, history, jobs, replicas
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, run_task, settle, submit

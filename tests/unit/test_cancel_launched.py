@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.core.handlers import CancelLaunched, JobFacts, Launcher, Snapshot
 from corral.core.lifecycle import Target, TaskView
 from corral.core.states import JOB_TERMINAL, JobState, TaskState
+from corral.engine.handlers import CancelLaunched, JobFacts, Launcher, Snapshot
 from corral.scheduling.placement import Request
 
 J = JobState

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from corral.serving.spec import DeploymentSpec
+from corral.core.deployment_spec import DeploymentSpec
 
 
 def test_defaults_and_the_replica_job():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.controller.deployments_board import DeploymentHealth, ReplicaHealth, summarize, with_probe
-from corral.serving.handlers import Probe
+from corral.core.serving import Probe
 
 
 def replica(id_, state, failures=0) -> ReplicaHealth:

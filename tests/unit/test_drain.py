@@ -23,10 +23,10 @@ from corral.core.drain import (
     preemption_move,
     starts_drain,
 )
-from corral.core.handlers import CompleteDrain, ForceDrain, JobFacts, Snapshot
 from corral.core.lifecycle import SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import Budget, after_attempt
 from corral.core.states import JobState, TaskState
+from corral.engine.handlers import CompleteDrain, ForceDrain, JobFacts, Snapshot
 from corral.scheduling.placement import Request
 
 J, T = JobState, TaskState

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from corral.client.sse import Event, EventParser
 from corral.core.events import EVENT_TYPES, GAP_SETTLE_SECONDS, REPLACEMENT, Stamp, event_type, ready, subject
 from corral.core.lifecycle import SchedulingResult
-from corral.serving.handlers import SERVING_HANDLERS
+from corral.engine.serving_handlers import SERVING_HANDLERS
 
 NOW = 1_000_000.0
 

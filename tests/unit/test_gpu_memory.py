@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from corral.core.deployment_spec import DeploymentSpec
+from corral.core.serving import DeploymentFacts, DeploymentState
 from corral.scheduling.analysis import judge_workers
 from corral.scheduling.placement import Request, Unit, WorkerRoom, place
 from corral.scheduling.policy import Policy, PoolPolicy, Strategy
 from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import NoRoom, TooLarge
 from corral.scheduling.snapshot import JobPlacement
-from corral.serving.handlers import DeploymentFacts
 from corral.serving.pool import Holding, Pool
 from corral.serving.router import request_of
-from corral.serving.spec import DeploymentSpec
-from corral.serving.states import DeploymentState
 
 GB = 10**9  # as `--gpu-memory 40G` reads it
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from corral.core.handlers import (
+from corral.core.lifecycle import DERIVED, MatchType, SchedulingResult, Target, TaskView, TransitionStatus, judge
+from corral.core.states import TASK_TERMINAL, JobState, TaskState
+from corral.engine.handlers import (
     JOB_HANDLERS,
     DetectTermination,
     JobFacts,
@@ -18,8 +20,6 @@ from corral.core.handlers import (
     StartJobs,
     TerminateJobs,
 )
-from corral.core.lifecycle import DERIVED, MatchType, SchedulingResult, Target, TaskView, TransitionStatus, judge
-from corral.core.states import TASK_TERMINAL, JobState, TaskState
 from corral.scheduling.placement import Request, WorkerRoom
 from corral.scheduling.snapshot import ClusterSnapshot, JobEnd, JobPlacement
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from corral.core.constraints import PythonConstraint
 from corral.core.failure import ENVIRONMENT_BUILD_FAILED, JobEnd, TaskEnd, classify_failure
 from corral.core.outcomes import Budget, after_attempt
 from corral.core.pip import MAX_PIP_ITEM, MAX_PIP_ITEMS, ItemKind, check_python, classify, python_matches
@@ -12,7 +13,6 @@ from corral.core.retry_policy import NEVER_RETRIED, FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState
 from corral.scheduling.analysis import judge_workers
-from corral.scheduling.constraints import PythonConstraint
 from corral.scheduling.placement import Unit, place
 from corral.scheduling.reasons import NoWorkerHasPython, NoWorkerMatches
 from corral.scheduling.rooms import Request, WorkerRoom

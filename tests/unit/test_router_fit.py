@@ -8,14 +8,13 @@ import functools
 import json
 import logging
 
+from corral.core.deployment_spec import DeploymentSpec
+from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpoint
 from corral.scheduling.placement import WorkerRoom
 from corral.serving import router as router_module
-from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
 from corral.serving.policies import FitPolicy
 from corral.serving.pool import Holding, Pool
 from corral.serving.router import Router, request_of
-from corral.serving.spec import DeploymentSpec
-from corral.serving.states import DeploymentState
 
 
 def worker(cores: float) -> WorkerRoom:

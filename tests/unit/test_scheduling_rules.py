@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.scheduling.constraints import parse_constraint
+from corral.core.constraints import parse_constraint
 from corral.scheduling.placement import Unit, place
 from corral.scheduling.policy import Policy, PoolPolicy, Sequencer, Strategy
 from corral.scheduling.preemption import RunningTask

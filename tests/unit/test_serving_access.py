@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from corral.core.deployment_spec import DeploymentSpec
 from corral.core.keys import key_hash
+from corral.core.serving import DeploymentFacts, DeploymentState
 from corral.serving.access import bearer, may_call
-from corral.serving.handlers import DeploymentFacts
-from corral.serving.spec import DeploymentSpec
-from corral.serving.states import DeploymentState
 
 ADMIN = "admin-token"
 

@@ -1,8 +1,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.serving.autoscale import SCALE_UP_WINDOW, Bounds, Sample, decide, needed
-from corral.serving.spec import DeploymentSpec
+from corral.core.autoscale import SCALE_UP_WINDOW, Bounds, Sample, decide, needed
+from corral.core.deployment_spec import DeploymentSpec
 
 BOUNDS = Bounds(min_replicas=1, max_replicas=3, target_concurrency=1, scale_down_delay=10)
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from corral.core.crash_loop import MAX_DELAY, replacement_delay
+from corral.core.deployment_spec import DeploymentSpec
 from corral.core.lifecycle import SchedulingResult, judge
+from corral.core.serving import DeploymentFacts, Probe, ReplicaFacts, ServingSnapshot, ServingTarget
+from corral.core.serving import DeploymentState as D
+from corral.core.serving import ReplicaState as R
 from corral.core.states import JobState, TaskState
-from corral.serving import handlers as h
-from corral.serving.crash_loop import MAX_DELAY, replacement_delay
-from corral.serving.handlers import DeploymentFacts, Probe, ReplicaFacts, ServingSnapshot, ServingTarget
-from corral.serving.spec import DeploymentSpec
-from corral.serving.states import DeploymentState as D
-from corral.serving.states import ReplicaState as R
-from corral.serving.tables import render
+from corral.engine import serving_handlers as h
+from corral.engine.serving_tables import render
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = DeploymentSpec(name="svc", command=["serve"], min_replicas=2,
@@ -48,7 +48,7 @@ def test_each_handler_declares_the_reference_table_row(handler):
 
 
 def test_the_serving_document_is_rendered_from_the_code():
-    """Regenerate with `python -m corral.serving.tables > docs/serving.md`."""
+    """Regenerate with `python -m corral.engine.serving_tables > docs/serving.md`."""
     assert (ROOT / "docs" / "serving.md").read_text() == render()
 
 

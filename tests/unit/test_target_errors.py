@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from corral.controller.metrics import HANDLER_TARGET_ERRORS
-from corral.controller.target_errors import GIVE_UP_AFTER, TargetErrors, decide_apart
+from corral.engine.target_errors import GIVE_UP_AFTER, TargetErrors, decide_apart
+from corral.metrics import HANDLER_TARGET_ERRORS
 
 
 def test_a_streak_is_logged_at_its_start_and_its_give_up_only_and_counted_every_run(caplog):

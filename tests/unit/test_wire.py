@@ -8,11 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from corral.controller.params import _serialisable
+from corral.core.deployment_spec import DeploymentSpec
 from corral.core.protocol import MAX_REASON, HeartbeatRequest, PreemptedAck, RegisterRequest, TaskReport
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.wire import MAX_ID, clean_text, parse_id
-from corral.serving.spec import DeploymentSpec
 
 
 @pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])

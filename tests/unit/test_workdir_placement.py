@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from corral.core.constraints import PythonConstraint, SharedDirectory, parse_constraint
 from corral.scheduling.analysis import judge_workers
-from corral.scheduling.constraints import PythonConstraint, SharedDirectory, parse_constraint
 from corral.scheduling.placement import Request, Unit, WorkerRoom, place
 from corral.scheduling.reasons import NoWorkerMatches, NoWorkerShares
 from corral.scheduling.snapshot import JobPlacement

@@ -17,8 +17,8 @@ from corral.cli.format import format_age, format_command, format_resources, form
 from corral.cli.submit import chosen_workdir, export_option, load_spec_file, ship_workdir, workdir_options
 from corral.client import serving
 from corral.client.exports import exported
-from corral.serving.spec import DeploymentSpec
-from corral.serving.states import ReplicaState
+from corral.core.deployment_spec import DeploymentSpec
+from corral.core.serving import ReplicaState
 
 STATE_STYLES = {"READY": "green", "HEALTHY": "green", "SCALING": "cyan", "DEGRADED": "yellow", "UNHEALTHY": "red",
                 "FAILED_TO_START": "red", "DESTROYING": "yellow", "PENDING": "magenta", "PROVISIONING": "magenta"}

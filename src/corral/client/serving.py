@@ -6,8 +6,8 @@ from pydantic import TypeAdapter
 
 from corral.client.http import Client
 from corral.client.plans import API
-from corral.serving.spec import DeploymentSpec
-from corral.serving.views import DeploymentDetail, DeploymentView, KeyReply
+from corral.core.deployment_spec import DeploymentSpec
+from corral.core.deployment_views import DeploymentDetail, DeploymentView, KeyReply
 
 _views = TypeAdapter(list[DeploymentView])
 

@@ -16,6 +16,7 @@ from corral.controller import (
     admin_api,
     dashboard,
     dashboard_api,
+    deployments_api,
     deployments_board,
     events_api,
     files_api,
@@ -30,18 +31,17 @@ from corral.controller import (
 from corral.controller.auth import require_admin
 from corral.controller.body_limit import BodyLimit
 from corral.controller.checkpoints import CheckpointFiles
-from corral.controller.engine import Engine, WorkerSignals
 from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.log_retention import prune_logs_loop
-from corral.controller.metrics import CLUSTER, exposition
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
 from corral.controller.results import ResultFiles
 from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
-from corral.serving import api as serving_api
+from corral.engine.loop import Engine, WorkerSignals
+from corral.metrics import CLUSTER, exposition
 from corral.serving import proxy
 from corral.serving.wiring import start_serving
 from corral.store.policy import apply_policy_file
@@ -118,7 +118,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(dashboard.router)
     app.include_router(results_api.router)
     app.include_router(retry_api.router)
-    app.include_router(serving_api.router)
+    app.include_router(deployments_api.router)
     app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])

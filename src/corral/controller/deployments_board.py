@@ -14,10 +14,9 @@ from pydantic import BaseModel
 from sqlalchemy import and_, select
 
 from corral.controller.auth import require_admin
+from corral.core.serving import REPLICA_COUNTED, DeploymentState, Probe, ReplicaState
 from corral.core.views import EventView
-from corral.serving.handlers import Probe
-from corral.serving.states import REPLICA_COUNTED, DeploymentState, ReplicaState
-from corral.serving.store import SHOWN, deployment_facts
+from corral.store.deployments import SHOWN, deployment_facts
 from corral.store.events import latest_by_deployment
 from corral.store.schema import deployments, replicas, tasks, workers
 

@@ -12,9 +12,9 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from corral.controller.metrics import EVENTS_PRUNED
 from corral.core.events import GAP_SETTLE_SECONDS
 from corral.core.views import EventView
+from corral.metrics import EVENTS_PRUNED
 from corral.store.events import PAGE, prune_events, read_events, safe_horizon
 from corral.store.store import Store
 from corral.waiting import woken

@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from corral.controller.auth import require_admin
 from corral.controller.events import follow_events
-from corral.controller.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
 from corral.core.views import EventView
 from corral.core.wire import MAX_ID, Text
+from corral.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
 from corral.store.events import before_last, latest_id
 from corral.store.schema import deployments, jobs
 

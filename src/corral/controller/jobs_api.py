@@ -12,7 +12,6 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from corral.controller.admission import refusal
-from corral.controller.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.controller.job_query import JobFilter, SortKey, count_query, page_query
 from corral.controller.job_tokens import authorize, out_of_reach
 from corral.controller.launches import bounded_by, launch_name, read_launcher
@@ -23,6 +22,7 @@ from corral.core.spec import JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.core.wire import MAX_ID, STORED, Text
+from corral.engine.cancel import AlreadyEnded, NoSuchJob, cancel_job
 from corral.store.jobs import insert_job
 from corral.store.launches import launched_within
 from corral.store.retries import cancel_scheduled_retry

@@ -15,9 +15,9 @@ from sqlalchemy import select
 from corral.controller.auth import require_worker
 from corral.controller.checkpoints import TooLarge
 from corral.controller.params import RAW_BODY, PathId
-from corral.controller.preemption import NoSuchTask, NotCurrent, acknowledge, check_checkpoint, record_checkpoint
 from corral.core.protocol import PreemptedAck
 from corral.core.wire import MAX_COUNT, Text
+from corral.engine.preemption import NoSuchTask, NotCurrent, acknowledge, check_checkpoint, record_checkpoint
 from corral.store.schema import tasks
 
 router = APIRouter(prefix="/api/v1/workers/{worker_id}/tasks/{task_id}", tags=["workers"],

@@ -13,14 +13,14 @@ from sqlalchemy import func, select
 from corral.controller.auth import require_admin, require_worker
 from corral.controller.files import MAX_OFFSET, Stream
 from corral.controller.job_tokens import mint
-from corral.controller.metrics import HEARTBEAT_SECONDS
 from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
-from corral.controller.reports import UnknownWorker, ingest_heartbeat, register_worker
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
 from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.core.views import WorkerView
 from corral.core.wire import MAX_COUNT, Text
+from corral.engine.reports import UnknownWorker, ingest_heartbeat, register_worker
+from corral.metrics import HEARTBEAT_SECONDS
 from corral.store.schema import tasks, workers
 from corral.waiting import woken
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from corral.core.serving import DeploymentState, ReplicaState
 from corral.core.states import JobState, TaskState
-from corral.serving.states import DeploymentState, ReplicaState
 
 
 class SchedulingResult(StrEnum):
@@ -41,7 +41,7 @@ class TransitionStatus:
     job: JobState | Derived | None = None
     task: TaskState | None = None
     cancel: bool = False  # the job is marked cancelled: it ends CANCELLED whatever its tasks do
-    deployment: DeploymentState | None = None  # serving handlers (corral.serving.handlers)
+    deployment: DeploymentState | None = None  # serving handlers (corral.engine.serving_handlers)
     replica: ReplicaState | None = None
 
 

@@ -11,10 +11,10 @@ from typing import Annotated
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from corral.core import limits
+from corral.core.constraints import parse_constraint
 from corral.core.pip import check_items, check_python
 from corral.core.retry_policy import RetryPolicy
 from corral.core.wire import Id, WireModel, incoming
-from corral.scheduling.constraints import parse_constraint
 
 MIN_CPU = 0.01  # a task is a process: it needs some CPU, and a zero reservation would pack workers without end
 MAX_CPU = 4096.0

@@ -24,8 +24,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.core.lifecycle import TargetKey
-from corral.scheduling.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
 from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import (

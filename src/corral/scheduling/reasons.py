@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from corral.core.spec import format_bytes
 
 if TYPE_CHECKING:  # constraints name the reasons they give
-    from corral.scheduling.constraints import AnyConstraint
+    from corral.core.constraints import AnyConstraint
 
 DEFAULT_POOL = "default"
 

@@ -13,7 +13,7 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from corral.scheduling.constraints import AnyConstraint
+from corral.core.constraints import AnyConstraint
 from corral.scheduling.policy import DEFAULT_POOL, Strategy
 
 EPS = 1e-9  # fractional cores add up with rounding errors

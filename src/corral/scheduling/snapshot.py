@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from corral.scheduling.constraints import AnyConstraint, PythonConstraint, SharedDirectory, parse_constraint
+from corral.core.constraints import AnyConstraint, PythonConstraint, SharedDirectory, parse_constraint
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import DependencyFailed, NotBefore, Reason, WaitingForJobs

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 
 from corral.core.keys import key_hash
-from corral.serving.handlers import DeploymentFacts
+from corral.core.serving import DeploymentFacts
 
 
 def bearer(header: str | None) -> str | None:

@@ -10,11 +10,10 @@ from pathlib import Path
 import httpx
 import yaml
 
-from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
+from corral.core.deployment_views import CatalogView
+from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpoint
 from corral.serving.pool import Pool, read_pool
-from corral.serving.states import DeploymentState
-from corral.serving.store import scale_deployment
-from corral.serving.views import CatalogView
+from corral.store.deployments import scale_deployment
 from corral.store.store import Store
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.core.serving import REPLICA_COUNTED, ReplicaState
 from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.scheduling.placement import Request, WorkerRoom
-from corral.serving.states import REPLICA_COUNTED, ReplicaState
 from corral.store.scheduling_reads import rooms_and_running
 from corral.store.schema import deployments, replicas, tasks
 

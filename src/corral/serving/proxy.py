@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from corral.controller.metrics import ROUTER_LATENCY, ROUTER_REQUESTS
+from corral.metrics import ROUTER_LATENCY, ROUTER_REQUESTS
 from corral.serving.access import bearer, may_call
 from corral.serving.router import Router, RouterError, Waiter
 from corral.serving.streamed_body import StreamedBody

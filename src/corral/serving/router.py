@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from corral.controller.metrics import (
+from corral.core.autoscale import Decision, Sample, decide, trim
+from corral.core.serving import Catalog, DeploymentFacts, Endpoint
+from corral.metrics import (
     ROUTER_COLD_START,
     ROUTER_EVICTIONS,
     ROUTER_IN_FLIGHT,
@@ -25,8 +27,6 @@ from corral.controller.metrics import (
 )
 from corral.scheduling.placement import Request
 from corral.scheduling.rooms import custom_slots
-from corral.serving.autoscale import Decision, Sample, decide, trim
-from corral.serving.handlers import Catalog, DeploymentFacts, Endpoint
 from corral.serving.pool import Pool
 from corral.serving.scheduler import Policy, Req, Scheduler, Served
 from corral.serving.upstream import Upstream

@@ -6,9 +6,9 @@ import asyncio
 import logging
 import os
 
-from corral.controller.metrics import REPLICA_HEALTH
+from corral.engine.serving_loop import ServingEngine
+from corral.metrics import REPLICA_HEALTH
 from corral.serving.backends import LocalBackend, load_router_config
-from corral.serving.engine import ServingEngine
 from corral.serving.policies import policy_from_config
 from corral.serving.router import DEFAULT_SWAP_TIMEOUT, Router
 

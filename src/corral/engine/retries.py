@@ -24,12 +24,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.controller.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
-from corral.controller.target_errors import FailedOn, TargetErrors
 from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
 from corral.core.spec import JobSpec
 from corral.core.wire import STORED
+from corral.engine.target_errors import FailedOn, TargetErrors
+from corral.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
 from corral.store.changes import StaleWrite
 from corral.store.jobs import insert_job
 from corral.store.retries import add_audit, next_due, retry_targets, set_retry_state, stop_retrying

@@ -8,10 +8,10 @@ from functools import partial
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from corral.core import limits
+from corral.core.autoscale import Bounds
 from corral.core.spec import MAX_TIME_LIMIT, JobSpec, Resources, Seconds, Workdir
 from corral.core.spec import NAME as PROJECT_NAME
 from corral.core.wire import WireModel, incoming
-from corral.serving.autoscale import Bounds
 
 MAX_DEPLOYMENT_REPLICAS = 1000
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")

@@ -15,20 +15,12 @@ from collections.abc import Callable
 
 import httpx
 
-from corral.controller.target_errors import TargetErrors
 from corral.core.lifecycle import SchedulingResult
-from corral.serving.coordinator import ServingReport, run_serving_handler, would_act
-from corral.serving.handlers import (
-    SERVING_HANDLERS,
-    Catalog,
-    Probe,
-    ProvisioningReplica,
-    ServiceDiscoverySync,
-    ServingHandler,
-    ServingSnapshot,
-)
-from corral.serving.states import REPLICA_PROBED, REPLICA_STARTING, ReplicaState
-from corral.serving.store import read_snapshot
+from corral.core.serving import REPLICA_PROBED, REPLICA_STARTING, Catalog, Probe, ReplicaState, ServingSnapshot
+from corral.engine.serving_coordinator import ServingReport, run_serving_handler, would_act
+from corral.engine.serving_handlers import SERVING_HANDLERS, ProvisioningReplica, ServiceDiscoverySync, ServingHandler
+from corral.engine.target_errors import TargetErrors
+from corral.store.deployments import read_snapshot
 from corral.store.store import Store
 from corral.waiting import woken
 

@@ -11,22 +11,8 @@ from sqlalchemy import func, select
 
 from corral.controller.admission import refusal
 from corral.controller.auth import require_admin
-from corral.core.wire import Text
-from corral.serving.pool import read_pool
-from corral.serving.spec import DeploymentSpec
-from corral.serving.states import DeploymentState
-from corral.serving.store import (
-    SHOWN,
-    NameTaken,
-    NoSuchDeployment,
-    add_key,
-    deployment_facts,
-    destroy_deployment,
-    insert_deployment,
-    live_deployment,
-    scale_deployment,
-)
-from corral.serving.views import (
+from corral.core.deployment_spec import DeploymentSpec
+from corral.core.deployment_views import (
     CatalogDeployment,
     CatalogView,
     DeploymentDetail,
@@ -37,6 +23,20 @@ from corral.serving.views import (
     ReplicaView,
     ScaleRequest,
     ServingHistoryEntry,
+)
+from corral.core.serving import DeploymentState
+from corral.core.wire import Text
+from corral.serving.pool import read_pool
+from corral.store.deployments import (
+    SHOWN,
+    NameTaken,
+    NoSuchDeployment,
+    add_key,
+    deployment_facts,
+    destroy_deployment,
+    insert_deployment,
+    live_deployment,
+    scale_deployment,
 )
 from corral.store.schema import deployments, history, replicas
 

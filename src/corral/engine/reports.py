@@ -9,12 +9,12 @@ from collections import defaultdict
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.controller.attempts import end_attempt
-from corral.controller.drain import start_drains
-from corral.controller.settle import settle_jobs, task_columns
 from corral.core.drain import end_while_preempting, starts_drain
 from corral.core.protocol import CachedEnvironment, RegisterRequest, TaskReport
 from corral.core.states import TASK_HOLDS_RESOURCES, TASK_TERMINAL, TaskState, WorkerState, is_legal
+from corral.engine.attempts import end_attempt
+from corral.engine.drain import start_drains
+from corral.engine.settle import settle_jobs, task_columns
 from corral.store.changes import ChangeSet
 from corral.store.reads import task_row
 from corral.store.schema import jobs, tasks, workers

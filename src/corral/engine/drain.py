@@ -15,14 +15,14 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.controller.attempts import requeue
-from corral.controller.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED, GANGS_PREEMPTED
-from corral.controller.preemption import JobRef, preempt_tasks
-from corral.controller.settle import task_columns
 from corral.core.drain import DRAINABLE_JOB_STATES, Budgets, Member, plan_drain, preemption_move
-from corral.core.handlers import Snapshot
 from corral.core.lifecycle import Outcome, SchedulingResult
 from corral.core.states import JobState, TaskState
+from corral.engine.attempts import requeue
+from corral.engine.handlers import Snapshot
+from corral.engine.preemption import JobRef, preempt_tasks
+from corral.engine.settle import task_columns
+from corral.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED, GANGS_PREEMPTED
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row
 from corral.store.schema import jobs, tasks

@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from corral.controller.metrics import HANDLER_TARGET_ERRORS
+from corral.metrics import HANDLER_TARGET_ERRORS
 
 log = logging.getLogger("corral.coordinator")
 

@@ -8,13 +8,20 @@ from typing import Any
 from sqlalchemy import and_, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.core.deployment_spec import DeploymentSpec
 from corral.core.events import REPLACEMENT
 from corral.core.keys import key_hash
+from corral.core.serving import (
+    DEPLOYMENT_LIVE,
+    DeploymentFacts,
+    DeploymentState,
+    Probe,
+    ReplicaFacts,
+    ReplicaState,
+    ServingSnapshot,
+)
 from corral.core.states import JobState, TaskState
 from corral.core.wire import STORED
-from corral.serving.handlers import DeploymentFacts, Probe, ReplicaFacts, ServingSnapshot
-from corral.serving.spec import DeploymentSpec
-from corral.serving.states import DEPLOYMENT_LIVE, DeploymentState, ReplicaState
 from corral.store.changes import StaleWrite
 from corral.store.jobs import insert_job
 from corral.store.project_tokens import token_hashes

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.controller.settle import settle_jobs
 from corral.core.states import JOB_TERMINAL, JobState
+from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet
 from corral.store.schema import jobs
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from corral.core.deployment_spec import MAX_DEPLOYMENT_REPLICAS, DeploymentSpec
+from corral.core.serving import DeploymentState, ReplicaState
 from corral.core.wire import WireModel
-from corral.serving.spec import MAX_DEPLOYMENT_REPLICAS, DeploymentSpec
-from corral.serving.states import DeploymentState, ReplicaState
 
 
 class ReplicaView(BaseModel):

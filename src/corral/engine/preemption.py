@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.controller.attempts import end_attempt, requeue
-from corral.controller.settle import settle_jobs, task_columns
 from corral.core.drain import preemption_move
 from corral.core.states import JobState, TaskState
+from corral.engine.attempts import end_attempt, requeue
+from corral.engine.settle import settle_jobs, task_columns
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row
 from corral.store.schema import jobs, tasks

@@ -14,16 +14,16 @@ import time
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from corral.controller.attempts import end_attempt, requeue
-from corral.controller.drain import observe
-from corral.controller.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
-from corral.controller.priority_preemption import preempt_victims
-from corral.controller.settle import settle_jobs
-from corral.controller.target_errors import TargetError, TargetErrors, decide_apart
-from corral.core.handlers import Decision, Handler, JobFacts, Launcher, Snapshot
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState, is_legal
+from corral.engine.attempts import end_attempt, requeue
+from corral.engine.drain import observe
+from corral.engine.handlers import Decision, Handler, JobFacts, Launcher, Snapshot
+from corral.engine.priority_preemption import preempt_victims
+from corral.engine.settle import settle_jobs
+from corral.engine.target_errors import TargetError, TargetErrors, decide_apart
+from corral.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import BATCH_ROWS, target_rows, task_row

@@ -7,11 +7,11 @@ import logging
 import time
 from collections import defaultdict
 
-from corral.controller.coordinator import run_handler
-from corral.controller.reports import prune_lost_workers, reap_lost_workers
-from corral.controller.retries import run_retries
-from corral.controller.target_errors import TargetErrors
-from corral.core.handlers import JOB_HANDLERS
+from corral.engine.coordinator import run_handler
+from corral.engine.handlers import JOB_HANDLERS
+from corral.engine.reports import prune_lost_workers, reap_lost_workers
+from corral.engine.retries import run_retries
+from corral.engine.target_errors import TargetErrors
 from corral.store.store import Store
 from corral.waiting import woken
 

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.controller.drain import drain_gang
-from corral.controller.metrics import TASKS_PREEMPTED
-from corral.controller.preemption import JobRef, preempt_tasks
-from corral.controller.settle import task_columns
 from corral.core.drain import DRAINABLE_JOB_STATES, preemption_move
 from corral.core.states import JobState
+from corral.engine.drain import drain_gang
+from corral.engine.preemption import JobRef, preempt_tasks
+from corral.engine.settle import task_columns
+from corral.metrics import TASKS_PREEMPTED
 from corral.scheduling.preemption import RunningTask
 from corral.store.changes import ChangeSet
 from corral.store.reads import task_row

@@ -14,23 +14,25 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.exc import IntegrityError
 
-from corral.controller.cancel import AlreadyEnded, cancel_job
-from corral.controller.metrics import TRANSITIONS
-from corral.controller.target_errors import FailedOn, TargetError, TargetErrors, decide_apart
+from corral.core.crash_loop import replacement_delay
 from corral.core.lifecycle import Outcome, judge
-from corral.serving.crash_loop import replacement_delay
-from corral.serving.handlers import (
+from corral.core.serving import (
+    REPLICA_COUNTED,
+    REPLICA_LEAVING,
     Catalog,
+    DeploymentState,
     Probe,
     ReplicaFacts,
-    ServingDecision,
-    ServingHandler,
+    ReplicaState,
     ServingSnapshot,
     ServingTarget,
 )
-from corral.serving.states import REPLICA_COUNTED, REPLICA_LEAVING, DeploymentState, ReplicaState
-from corral.serving.store import count_failed_start, insert_replica, move, read_snapshot, record, set_columns
+from corral.engine.cancel import AlreadyEnded, cancel_job
+from corral.engine.serving_handlers import ServingDecision, ServingHandler
+from corral.engine.target_errors import FailedOn, TargetError, TargetErrors, decide_apart
+from corral.metrics import TRANSITIONS
 from corral.store.changes import StaleWrite
+from corral.store.deployments import count_failed_start, insert_replica, move, read_snapshot, record, set_columns
 from corral.store.schema import deployments, replicas
 from corral.store.store import Store
 

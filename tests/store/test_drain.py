@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from corral.controller.orders import orders_for
-from corral.core.states import JobState, TaskState
+from corral.core.states import Fact, JobState, TaskState
 from corral.engine.drain import drain_gang
 from corral.engine.preemption import JobRef, NotCurrent, preempt_tasks, record_checkpoint
 from corral.store.changes import ChangeSet
@@ -204,7 +204,7 @@ async def test_preempting_an_independent_task_retries_it_within_its_preemption_b
     async with store.write() as connection:
         row = (await connection.execute(select(tasks).where(tasks.c.id == task.id))).one()
         changes = ChangeSet(NOW)
-        epoch = preempt_tasks(changes, JobRef(job_id, JobState.RUNNING, 0), [task_row(row)], handler="Test",
+        epoch = preempt_tasks(changes, JobRef(job_id, JobState.RUNNING, 0), [task_row(row)], handler=Fact.PREEMPT,
                               reason="room for a higher priority")
         await changes.flush(connection)
     assert epoch == 1 and (await job_tasks(store, job_id))[0].state == TaskState.PREEMPTING

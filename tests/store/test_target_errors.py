@@ -9,6 +9,7 @@ from corral.core.deployment_spec import DeploymentSpec
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
 from corral.engine.coordinator import run_handler
+from corral.engine.effects import Place
 from corral.engine.handlers import ScheduleJobs
 from corral.engine.retries import run_retries
 from corral.engine.serving_coordinator import run_serving_handler
@@ -78,12 +79,12 @@ async def test_a_job_whose_spec_cannot_be_read_does_not_hold_back_the_others(sto
 
 
 async def test_a_job_whose_changes_cannot_be_worked_out_writes_none_of_them(store):
-    """A gang whose second member has no assignment fails half-way through; its first member stays unplaced."""
+    """A gang whose second member has no placement fails half-way through; its first member stays unplaced."""
 
     class LosesAnAssignment(ScheduleJobs):
         def execute(self, targets, snapshot):
             decision = super().execute(targets, snapshot)
-            decision.assignments = [a for a in decision.assignments if a.task_id != lost]
+            decision.effects = [e for e in decision.effects if not (isinstance(e, Place) and e.task_id == lost)]
             return decision
 
     await add_worker(store)

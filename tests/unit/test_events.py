@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from corral.client.sse import Event, EventParser
 from corral.core.events import EVENT_TYPES, GAP_SETTLE_SECONDS, REPLACEMENT, Stamp, event_type, ready, subject
 from corral.core.lifecycle import SchedulingResult
+from corral.core.retries import VERDICTS, RetryDecision, RetryState, RetryTarget, Verdict
+from corral.core.retry_policy import RetryPolicy
+from corral.core.states import JobState
+from corral.engine.retries import record
 from corral.engine.serving_handlers import SERVING_HANDLERS
 
 NOW = 1_000_000.0
@@ -32,9 +37,29 @@ def test_rows_are_typed_by_shape_unless_the_table_names_their_handler():
     assert event_type(7, 70, "Submit", "SUCCESS", "PENDING") == "task.state_changed"
 
 
+def test_a_written_type_wins_over_the_shape():
+    assert event_type(7, None, "RetryJobs", "NEED_RETRY", None, written="job.retry_scheduled") == \
+        "job.retry_scheduled"
+    assert event_type(7, None, "RetryJobs", "NEED_RETRY", None) == "job.need_retry"
+
+
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_each_retry_verdict_is_published_as_the_event_it_declares(verdict):
+    """The record RetryJobs writes for a verdict, read back as an event, is the verdict's event: one row, one type."""
+    target = RetryTarget(7, JobState.FAILED, RetryState.ARMED, 0, RetryPolicy(max_retries=1), 1.0, None)
+    decision = RetryDecision(target, verdict)
+    row = record(2.0, decision, decision.effect, decision.message())
+    assert (row["handler"], row["result"]) == ("RetryJobs", VERDICTS[verdict].result)
+    typed = event_type(row["job_id"], row["task_id"], row["handler"], str(row["result"]), row["to_state"],
+                       written=row["event"])
+    assert typed == VERDICTS[verdict].event
+
+
+def test_verdict_events_are_distinct():
+    assert len({effect.event for effect in VERDICTS.values()}) == len(VERDICTS)
+
+
 def test_a_result_specific_entry_wins_over_the_handler_entry():
-    assert event_type(7, None, "RetryJobs", "SUCCESS", None) == "job.retry_scheduled"
-    assert event_type(7, None, "RetryJobs", "GIVE_UP", None) == "job.retry_exhausted"
     assert event_type(None, None, "ScalingDeployment", "SUCCESS", "PROVISIONING", 3, 30) == "replica.provisioning"
     assert event_type(None, None, "ScalingDeployment", REPLACEMENT, "PROVISIONING", 3, 30) == "replica.replaced"
     subjects = ("job", "task", "worker", "deployment", "replica")

@@ -1,11 +1,12 @@
-"""The job handlers' declared tables against DESIGN.md, and each handler's pure `execute`."""
+"""The job handlers' declarations and each handler's pure `execute` (the tables: test_states.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from corral.core.lifecycle import DERIVED, MatchType, SchedulingResult, Target, TaskView, TransitionStatus, judge
+from corral.core.lifecycle import DERIVED, SchedulingResult, Target, TaskView, TransitionStatus, judge
 from corral.core.states import TASK_TERMINAL, JobState, TaskState
+from corral.engine.effects import Doom, Place, Preempt
 from corral.engine.handlers import (
     JOB_HANDLERS,
     DetectTermination,
@@ -14,7 +15,6 @@ from corral.engine.handlers import (
     PromoteToPrepared,
     PromoteToRunning,
     PromoteToTerminated,
-    PromotionHandler,
     ScheduleJobs,
     Snapshot,
     StartJobs,
@@ -31,83 +31,10 @@ def ts(job=None, task=None):
     return TransitionStatus(job=job, task=task)
 
 
-# DESIGN.md, "The lifecycle engine", job handler table, written out as data.
-# name -> (job states acted on, task states acted on (independent jobs), success, need_retry, expired, give_up)
-EXPECTED_TABLE = {
-    "ScheduleJobs": ({J.PENDING}, {T.PENDING},
-                     ts(J.SCHEDULED, T.ASSIGNED), None,
-                     ts(J.UNSCHEDULABLE, T.UNSCHEDULABLE), ts(J.UNSCHEDULABLE, T.UNSCHEDULABLE)),
-    "PrepareJobs": ({J.SCHEDULED}, set(),
-                    ts(J.PREPARING), None,
-                    ts(J.PENDING, T.PENDING), ts(J.PENDING, T.PENDING)),
-    "StartJobs": ({J.PREPARED}, {T.PREPARED},
-                  ts(J.STARTING, T.STARTING), None,
-                  ts(J.PENDING, T.PENDING), ts(J.PENDING, T.PENDING)),
-    # DESIGN.md says "expired / give_up: terminal"; the code deliberately declares no expiry (see
-    # TerminateJobs' docstring: a job ends only through PromoteToTerminated once every exit is confirmed).
-    "TerminateJobs": ({J.TERMINATING}, set(),
-                      ts(task=T.TERMINATING), None, None, None),
-    "PromoteToPrepared": ({J.PREPARING}, set(), ts(J.PREPARED), None, None, None),
-    "PromoteToRunning": ({J.STARTING}, set(), ts(J.RUNNING), None, None, None),
-    "DetectTermination": ({J.SCHEDULED, J.PREPARING, J.PREPARED, J.STARTING, J.RUNNING}, set(),
-                          ts(J.TERMINATING), None, None, None),
-    "PromoteToTerminated": ({J.TERMINATING}, set(), ts(DERIVED), None, None, None),
-    # DESIGN.md "Gang drain": a task stuck PREEMPTING past the drain timeout is forced to PREEMPTED (for
-    # gangs and for independent tasks); a drained gang goes back to PENDING as a unit, or ends FAILED.
-    "ForceDrain": ({J.DRAINING}, {T.PREEMPTING}, None, None, ts(task=T.PREEMPTED), None),
-    "CompleteDrain": ({J.DRAINING}, set(), ts(J.PENDING, T.PENDING), None, None, ts(J.FAILED, T.KILLED)),
-    # DESIGN.md, "Job states": a launcher that ends other than SUCCEEDED cancels what it launched.
-    "CancelLaunched": (set(JobState) - {J.TERMINATING, J.SUCCEEDED, J.FAILED, J.CANCELLED, J.UNSCHEDULABLE,
-                                        J.LOST}, set(),
-                       TransitionStatus(job=J.TERMINATING, cancel=True), None, None, None),
-}
-
-NON_TERMINAL = {T.PENDING, T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING, T.PREEMPTING, T.TERMINATING}
-EXPECTED_CHECKS = {
-    "PromoteToPrepared": ({T.PENDING, T.ASSIGNED, T.BUILDING}, MatchType.NOT_ANY),
-    "PromoteToRunning": ({T.PENDING, T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING}, MatchType.NOT_ANY),
-    "DetectTermination": ({T.SUCCEEDED, T.FAILED, T.KILLED, T.WORKER_FAILED, T.PREEMPTED, T.UNSCHEDULABLE},
-                          MatchType.ANY),
-    "PromoteToTerminated": (NON_TERMINAL, MatchType.NOT_ANY),
-}
-
-EXPECTED_ORDER = ["ScheduleJobs", "PrepareJobs", "PromoteToPrepared", "StartJobs", "PromoteToRunning",
-                  "DetectTermination", "CancelLaunched", "TerminateJobs", "PromoteToTerminated", "ForceDrain",
-                  "CompleteDrain"]
-
 BY_NAME = {h.name: h for h in JOB_HANDLERS}
 
 
 # --- the declared tables ---------------------------------------------------------------------------
-
-
-def test_job_handlers_order():
-    assert [h.name for h in JOB_HANDLERS] == EXPECTED_ORDER
-    assert len({type(h) for h in JOB_HANDLERS}) == len(JOB_HANDLERS)
-
-
-@pytest.mark.parametrize("name", list(EXPECTED_TABLE))
-def test_declared_table_equals_designs(name):
-    handler = BY_NAME[name]
-    job_states, task_states, success, need_retry, expired, give_up = EXPECTED_TABLE[name]
-    assert handler.job_states == job_states
-    assert handler.task_states == task_states
-    t = handler.transitions
-    assert (t.success, t.need_retry, t.expired, t.give_up) == (success, need_retry, expired, give_up)
-
-
-@pytest.mark.parametrize("name", list(EXPECTED_CHECKS))
-def test_promotion_checks_equal_designs(name):
-    handler = BY_NAME[name]
-    assert isinstance(handler, PromotionHandler)
-    check, match = EXPECTED_CHECKS[name]
-    assert handler.check == check
-    assert handler.match is match
-
-
-def test_only_promotion_handlers_have_checks():
-    promotions = {h.name for h in JOB_HANDLERS if isinstance(h, PromotionHandler)}
-    assert promotions == set(EXPECTED_CHECKS)
 
 
 def test_who_acts_on_independent_jobs():
@@ -124,9 +51,9 @@ def test_no_generic_timeouts():
     # The drain timeout: the job's grace period plus 30 s.
     assert BY_NAME["ForceDrain"].timeout(facts) == 45.0
     assert BY_NAME["ForceDrain"].timeout(JobFacts(Request(1, 0, 0), 0, None, grace_period=2.0)) == 32.0
-    for name in EXPECTED_ORDER:
-        if name != "ForceDrain":
-            assert BY_NAME[name].timeout(facts) is None, name
+    for handler in JOB_HANDLERS:
+        if handler.name != "ForceDrain":
+            assert handler.timeout(facts) is None, handler.name
 
 
 def test_only_schedule_jobs_and_complete_drain_give_up_and_at_once():
@@ -163,10 +90,10 @@ def test_schedule_dooms_a_job_whose_dependency_failed_and_waits_on_a_running_one
                               dependencies={1: JobEnd("FAILED", NOW), 2: JobEnd("RUNNING")})
     snap = Snapshot(NOW, {6: JobFacts(Request(1, 0, 0), 0, None), 7: JobFacts(Request(1, 0, 0), 0, None)}, cluster)
     decision = ScheduleJobs().execute([one_task(6, 60), one_task(7, 70)], snap)
-    assert decision.doomed == {6: "dependency job 1 ended FAILED; this job cannot run"}
+    assert decision.of(Doom) == [Doom(6, "dependency job 1 ended FAILED; this job cannot run")]
     assert decision.result.skipped == [(7, 70)]
     assert decision.result.notes[(7, 70)] == "waiting for job 2 to succeed (now RUNNING)"
-    assert decision.assignments == []
+    assert decision.of(Place) == []
 
 
 def test_each_success_feeds_the_next_handler():
@@ -207,10 +134,9 @@ def test_schedule_places_a_gang_whole():
     decision = ScheduleJobs().execute([target], snap)
     assert decision.result.successes == [(1, None)]
     assert decision.result.skipped == [] and decision.result.failures == []
-    assert sorted((a.task_id, a.worker_id, a.gpu_ids) for a in decision.assignments) == [
+    assert sorted((a.task_id, a.worker_id, a.gpu_ids) for a in decision.of(Place)) == [
         (100, "w1", (0, 1)), (101, "w2", (0, 1)),
     ]
-    assert decision.waiting == {}
     # The snapshot's rooms are not consumed by a decision.
     assert snap.cluster.rooms[0].free_gpu_ids == [0, 1] and snap.cluster.rooms[0].free_cpu == 4
 
@@ -221,10 +147,9 @@ def test_schedule_skips_a_gang_when_only_one_fits():
     decision = ScheduleJobs().execute([target], snap)
     assert decision.result.successes == []
     assert decision.result.skipped == [(1, None)]
-    assert decision.assignments == []
+    assert decision.of(Place) == []
     note = decision.result.notes[(1, None)]
     assert "gang of 2" in note and "only 1 fit now" in note and "node-a" in note
-    assert decision.waiting[(1, None)].placeable == 1
     # Judged: SKIPPED, no state change; with its scheduling timeout passed it would expire.
     outcome, = judge([target], decision.result, ScheduleJobs.transitions, now=NOW, max_tries=None)
     assert (outcome.result, outcome.transition, outcome.note) == (SchedulingResult.SKIPPED, None, note)
@@ -233,7 +158,7 @@ def test_schedule_skips_a_gang_when_only_one_fits():
 def test_schedule_places_only_pending_tasks_of_a_gang():
     target = gang(1, T.PENDING, T.ASSIGNED, T.PENDING)
     decision = ScheduleJobs().execute([target], snapshot([room("w1", 8)], j1=Request(1, 0, 0)))
-    assert sorted(a.task_id for a in decision.assignments) == [100, 102]
+    assert sorted(a.task_id for a in decision.of(Place)) == [100, 102]
 
 
 def test_schedule_places_independent_tasks_as_room_allows():
@@ -242,7 +167,7 @@ def test_schedule_places_independent_tasks_as_room_allows():
     decision = ScheduleJobs().execute(targets, snap)
     assert decision.result.successes == [(3, 30), (3, 31)]
     assert decision.result.skipped == [(3, 32)]
-    assert [(a.task_id, a.worker_id) for a in decision.assignments] == [(30, "w1"), (31, "w1")]
+    assert [(a.task_id, a.worker_id) for a in decision.of(Place)] == [(30, "w1"), (31, "w1")]
     assert set(decision.result.notes) == {(3, 32)}
     note = decision.result.notes[(3, 32)]
     assert note == "needs 1 cpu on one worker; no worker has any cpu free"
@@ -354,40 +279,6 @@ def test_promote_to_terminated_check_is_complement_of_terminal():
 
 
 
-# --- every declared task move is a row of TASK_TRANSITIONS --------------------------------------------
-
-# The task states each handler's declared task moves start from.
-TASKS_MOVED_FROM = {
-    ("ScheduleJobs", "success"): {T.PENDING},
-    ("ScheduleJobs", "expired"): {T.PENDING},
-    ("ScheduleJobs", "give_up"): {T.PENDING},
-    ("PrepareJobs", "expired"): {T.ASSIGNED},
-    ("PrepareJobs", "give_up"): {T.ASSIGNED},
-    ("StartJobs", "success"): {T.PREPARED},
-    ("StartJobs", "expired"): {T.PREPARED},
-    ("StartJobs", "give_up"): {T.PREPARED},
-    ("TerminateJobs", "success"): set(TerminateJobs.stoppable),
-    ("ForceDrain", "expired"): {T.PREEMPTING},
-    ("CompleteDrain", "success"): {T.PREEMPTED, T.WORKER_FAILED},  # PENDING members stay as they are
-    ("CompleteDrain", "give_up"): {T.PENDING},
-}
-
-
-def test_declared_task_moves_are_legal():
-    from corral.core.states import TASK_TRANSITIONS
-
-    declared = {}
-    for handler in JOB_HANDLERS:
-        for kind in ("success", "need_retry", "expired", "give_up"):
-            status = getattr(handler.transitions, kind)
-            if status is not None and status.task is not None:
-                declared[(handler.name, kind)] = status.task
-    assert set(declared) == set(TASKS_MOVED_FROM)
-    for (name, kind), to in declared.items():
-        for start in TASKS_MOVED_FROM[(name, kind)]:
-            assert (start, to) in TASK_TRANSITIONS, (name, kind, start, to)
-
-
 def test_schedule_evicts_for_a_waiting_job_but_not_for_one_that_gives_up():
     from corral.scheduling.preemption import RunningTask
 
@@ -398,5 +289,5 @@ def test_schedule_evicts_for_a_waiting_job_but_not_for_one_that_gives_up():
     facts = {6: JobFacts(Request(2, 0, 0), 0, None), 7: JobFacts(Request(2, 0, 0), 0, 30.0)}
     decision = ScheduleJobs().execute([one_task(6, 60), one_task(7, 70)], Snapshot(NOW + 31, facts, cluster))
     assert decision.result.skipped == [(6, 60)] and decision.result.failures == [(7, 70)]
-    assert [t.task_id for t in decision.victims] == [900]
+    assert [effect.victim.task_id for effect in decision.of(Preempt)] == [900]
     assert decision.result.notes[(6, 60)] == "preempting 1 lower-priority task (job 90) to make room"

@@ -15,42 +15,10 @@ from corral.core.serving import DeploymentState as D
 from corral.core.serving import ReplicaState as R
 from corral.core.states import JobState, TaskState
 from corral.engine import serving_handlers as h
-from corral.engine.serving_tables import render
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = DeploymentSpec(name="svc", command=["serve"], min_replicas=2,
                       health={"interval": 1, "threshold": 3, "startup_timeout": 60})
-
-# The design's tables: (acts on, success, failure, stale); None is "(maintain)".
-REFERENCE = {
-    "CheckPendingDeployment": ({D.PENDING}, D.SCALING, None, None),
-    "ScalingDeployment": ({D.SCALING}, D.READY, None, None),
-    "CheckReplicaDeployment": ({D.READY}, D.SCALING, None, None),
-    "ReconcileDeployment": ({D.READY}, None, D.SCALING, None),
-    "DestroyingDeployment": ({D.DESTROYING}, D.DESTROYED, D.DESTROYED, None),
-    "ProvisioningReplica": ({R.PROVISIONING}, R.DEGRADED, R.FAILED_TO_START, None),
-    "HealthCheckReplica": ({R.HEALTHY, R.UNHEALTHY, R.DEGRADED}, R.HEALTHY, R.UNHEALTHY, R.DEGRADED),
-    "RunningReplica": ({R.DEGRADED, R.HEALTHY, R.UNHEALTHY, R.FAILED_TO_START}, None, R.TERMINATING, None),
-    "ReplicaEviction": ({R.UNHEALTHY}, R.TERMINATING, None, None),
-    "TerminatingReplica": ({R.TERMINATING}, R.TERMINATED, None, None),
-    "ServiceDiscoverySync": ({R.HEALTHY}, None, None, None),
-}
-
-
-@pytest.mark.parametrize("handler", h.SERVING_HANDLERS, ids=lambda x: x.name)
-def test_each_handler_declares_the_reference_table_row(handler):
-    def to(status):
-        return status and (status.deployment or status.replica)
-
-    t = handler.transitions
-    assert (set(handler.states), to(t.success), to(t.need_retry), to(t.expired)) == REFERENCE[handler.name]
-    assert t.give_up is None or to(t.give_up) == to(t.need_retry)
-
-
-def test_the_serving_document_is_rendered_from_the_code():
-    """Regenerate with `python -m corral.engine.serving_tables > docs/serving.md`."""
-    assert (ROOT / "docs" / "serving.md").read_text() == render()
-
 
 def snapshot(*replicas: ReplicaFacts, wanted: int = 2, state: D = D.READY, now: float = 100.0,
              probes: dict | None = None) -> ServingSnapshot:

@@ -1,197 +1,153 @@
-"""The task transition table and the named state sets against DESIGN.md (Task states, Job states)."""
+"""Properties of the four transition tables (task, job, deployment, replica), and of who may make each move.
+
+These do not compare a table with a copy of itself: they check what must hold of any table corral could run
+on (every state reachable and able to end, ends absorbing, every setter a real handler or declared fact that
+declares the move), so a row added or removed by mistake fails here.
+"""
 
 from __future__ import annotations
 
-import itertools
+from collections import deque
 
 import pytest
 
+from corral.core.lifecycle import DERIVED
+from corral.core.serving import DEPLOYMENT_TRANSITIONS, REPLICA_TRANSITIONS, DeploymentState, ReplicaState
 from corral.core.states import (
-    CONTROLLER,
-    JOB_ACTIVE,
+    FACTS,
     JOB_TERMINAL,
-    TASK_ACTIVE,
-    TASK_BEFORE_PREPARED,
-    TASK_BEFORE_RUNNING,
-    TASK_FAILURE_OUTCOMES,
-    TASK_HOLDS_RESOURCES,
-    TASK_ON_WORKER,
-    TASK_PREEMPTION_OUTCOMES,
+    JOB_TRANSITIONS,
     TASK_TERMINAL,
     TASK_TRANSITIONS,
-    WORKER,
+    Fact,
     IllegalTransition,
     JobState,
     TaskState,
-    check_task_transition,
-    is_legal,
+    Transitions,
 )
+from corral.engine.handlers import JOB_HANDLERS
+from corral.engine.serving_handlers import SERVING_HANDLERS
 
-T, J = TaskState, JobState
+T, J, D, R = TaskState, JobState, DeploymentState, ReplicaState
 
-# DESIGN.md, "Task states" table, in its order.
-DESIGN_TASK_STATES = [
-    "PENDING", "ASSIGNED", "BUILDING", "PREPARED", "STARTING", "RUNNING", "PREEMPTING", "TERMINATING",
-    "SUCCEEDED", "FAILED", "KILLED", "WORKER_FAILED", "PREEMPTED", "UNSCHEDULABLE",
-]
-# DESIGN.md, "Job states", in its order.
-DESIGN_JOB_STATES = [
-    "PENDING", "SCHEDULED", "PREPARING", "PREPARED", "STARTING", "RUNNING", "DRAINING", "TERMINATING",
-    "SUCCEEDED", "FAILED", "CANCELLED", "UNSCHEDULABLE", "LOST",
-]
-DESIGN_JOB_TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "UNSCHEDULABLE", "LOST"}
-
-ROWS = list(TASK_TRANSITIONS)
-NON_ROWS = [pair for pair in itertools.product(TaskState, TaskState) if pair not in TASK_TRANSITIONS]
+# table, the state every entity starts in, its ends, the states of its enum
+TABLES = {
+    "task": (TASK_TRANSITIONS, T.PENDING, TASK_TERMINAL, set(TaskState)),
+    "job": (JOB_TRANSITIONS, J.PENDING, JOB_TERMINAL, set(JobState)),
+    "deployment": (DEPLOYMENT_TRANSITIONS, D.PENDING, {D.DESTROYED}, set(DeploymentState)),
+    "replica": (REPLICA_TRANSITIONS, R.PROVISIONING, {R.TERMINATED}, set(ReplicaState)),
+}
+HANDLERS = {handler.name: handler for handler in (*JOB_HANDLERS, *SERVING_HANDLERS)}
+# A task's end is not final while it has retry budget: these rows take it back to the queue as a new attempt.
+RETRY_SETTERS = {Fact.RETRY, Fact.DRAIN, "CompleteDrain"}
 
 
-def _id(pair: tuple[TaskState, TaskState]) -> str:
-    return f"{pair[0]}->{pair[1]}"
+def _reachable(table: Transitions, start: str) -> set[str]:
+    seen, queue = {str(start)}, deque([str(start)])
+    while queue:
+        state = queue.popleft()
+        for move in table.moves:
+            if str(move.source) == state and str(move.target) not in seen:
+                seen.add(str(move.target))
+                queue.append(str(move.target))
+    return seen
 
 
-# --- the enums list exactly DESIGN.md's states ---------------------------------------------------
+@pytest.mark.parametrize("entity", TABLES)
+def test_every_state_is_reachable_from_the_start(entity):
+    table, start, _, states = TABLES[entity]
+    assert _reachable(table, start) == {str(s) for s in states}
 
 
-def test_task_states_are_exactly_designs_in_order():
-    assert [s.value for s in TaskState] == DESIGN_TASK_STATES
-    assert all(s.name == s.value for s in TaskState)
+@pytest.mark.parametrize("entity", TABLES)
+def test_every_reachable_state_can_reach_an_end(entity):
+    table, start, ends, _ = TABLES[entity]
+    for state in _reachable(table, start):
+        assert _reachable(table, state) & {str(e) for e in ends}, f"a {entity} in {state} can never end"
 
 
-def test_job_states_are_exactly_designs_in_order():
-    assert [s.value for s in JobState] == DESIGN_JOB_STATES
-    assert all(s.name == s.value for s in JobState)
+@pytest.mark.parametrize("entity", ["job", "deployment", "replica"])
+def test_ends_are_absorbing(entity):
+    table, _, ends, _ = TABLES[entity]
+    leaving = [move for move in table.moves if move.source in ends]
+    assert not leaving, leaving
 
 
-# --- every row is legal, every other pair is not --------------------------------------------------
+def test_a_task_leaves_an_end_only_for_a_new_attempt():
+    for move in TASK_TRANSITIONS.moves:
+        if move.source in TASK_TERMINAL:
+            assert move.target is T.PENDING and move.by in RETRY_SETTERS, move
+    for final in (T.SUCCEEDED, T.KILLED, T.UNSCHEDULABLE):
+        assert not [m for m in TASK_TRANSITIONS.moves if m.source is final], final
 
 
-def test_table_size():
-    assert len(TaskState) ** 2 == len(ROWS) + len(NON_ROWS)
-    assert len(ROWS) == 38  # 37 + PREEMPTING -> SUCCEEDED (a gang drain keeps work that finished)
+@pytest.mark.parametrize("entity", TABLES)
+def test_no_row_stays_in_place(entity):
+    assert all(move.source != move.target for move in TABLES[entity][0].moves)
 
 
-@pytest.mark.parametrize("pair", ROWS, ids=_id)
-def test_every_row_is_accepted(pair):
-    current, new = pair
-    assert check_task_transition(current, new) is None
-    assert is_legal(current, new) is True
-    who, why = TASK_TRANSITIONS[pair]
-    assert who in (CONTROLLER, WORKER)
-    assert why.strip()
+@pytest.mark.parametrize("entity", TABLES)
+def test_every_setter_is_a_handler_or_a_declared_fact(entity):
+    for by in TABLES[entity][0].setters():
+        assert by in HANDLERS or by in FACTS, f"{entity} rows name {by!r}, which is neither"
 
 
-@pytest.mark.parametrize("pair", NON_ROWS, ids=_id)
-def test_every_other_pair_is_refused(pair):
-    current, new = pair
-    with pytest.raises(IllegalTransition) as caught:
-        check_task_transition(current, new)
-    assert str(current) in str(caught.value) and str(new) in str(caught.value)
-    assert is_legal(current, new) is False
+def _declared_targets(handler, entity: str) -> set[str]:
+    """The states a handler's declared transitions move `entity` to (DERIVED: any end)."""
+    found = set()
+    for status in (handler.transitions.success, handler.transitions.need_retry, handler.transitions.expired,
+                   handler.transitions.give_up):
+        target = status and getattr(status, entity)
+        if target is DERIVED:
+            found |= {str(s) for s in JOB_TERMINAL}
+        elif target is not None:
+            found.add(str(target))
+    return found | {str(state) for state in getattr(handler, "effect_moves", {}).get(entity, ())}
 
 
-def test_illegal_transition_is_a_value_error():
-    assert issubclass(IllegalTransition, ValueError)
+@pytest.mark.parametrize("entity", TABLES)
+def test_every_row_of_a_handler_is_one_it_declares(entity):
+    """A handler's row must be a move its declared transitions (or effects) make, from a state it acts on."""
+    for move in TABLES[entity][0].moves:
+        handler = HANDLERS.get(move.by)
+        if handler is None:
+            continue
+        assert str(move.target) in _declared_targets(handler, entity), move
+        acts_on = {str(s) for s in (*getattr(handler, "job_states", ()), *getattr(handler, "states", ()))}
+        if entity in ("job", "deployment") or entity == "replica" and handler.entity == "replica":
+            assert str(move.source) in acts_on, move
 
 
-def test_no_self_transitions():
-    assert all(a != b for a, b in ROWS)
+@pytest.mark.parametrize("handler", JOB_HANDLERS, ids=lambda h: h.name)
+def test_every_job_move_a_handler_declares_is_a_row_naming_it(handler):
+    for state in handler.job_states:
+        for target in _declared_targets(handler, "job") - {str(state)}:
+            if handler.transitions.success and handler.transitions.success.job is DERIVED:
+                continue  # read from the tasks: one of the ends, whichever they decide
+            assert JOB_TRANSITIONS.allows(state, target, handler.name), (handler.name, state, target)
+    for target in _declared_targets(handler, "task"):
+        assert any(m.target == target and m.by == handler.name for m in TASK_TRANSITIONS.moves), (handler.name,
+                                                                                                  target)
 
 
-@pytest.mark.parametrize("pair", [(T.PENDING, T.RUNNING), (T.SUCCEEDED, T.PENDING), (T.KILLED, T.PENDING),
-                                  (T.UNSCHEDULABLE, T.PENDING), (T.RUNNING, T.PENDING), (T.PREEMPTED, T.RUNNING)],
-                         ids=_id)
-def test_notable_moves_are_illegal(pair):
-    with pytest.raises(IllegalTransition):
-        check_task_transition(*pair)
+def test_a_worker_can_report_only_what_a_worker_sees():
+    """Placement, stops, preemptions, losses and retries are the controller's: no worker report reaches them."""
+    reported = {move.target for move in TASK_TRANSITIONS.moves if move.by == Fact.WORKER}
+    assert reported == {T.BUILDING, T.PREPARED, T.RUNNING, T.SUCCEEDED, T.FAILED, T.KILLED, T.PREEMPTED}
+    for source, target in ((T.RUNNING, T.PREEMPTING), (T.FAILED, T.PENDING), (T.PREPARED, T.STARTING),
+                           (T.RUNNING, T.WORKER_FAILED), (T.PENDING, T.ASSIGNED)):
+        assert not TASK_TRANSITIONS.allows(source, target, Fact.WORKER)
 
 
-# --- terminal states lead only back to PENDING, and only from the retryable ends --------------------
+def test_check_names_who_may_make_a_move():
+    with pytest.raises(IllegalTransition, match="only by StartJobs, not by Worker"):
+        TASK_TRANSITIONS.check(T.PREPARED, T.STARTING, Fact.WORKER)
+    with pytest.raises(IllegalTransition, match="cannot go from SUCCEEDED to RUNNING"):
+        TASK_TRANSITIONS.check(T.SUCCEEDED, T.RUNNING, Fact.WORKER)
+    assert TASK_TRANSITIONS.check(T.RUNNING, T.SUCCEEDED, Fact.WORKER).why == "exit code 0"
 
 
-def test_terminal_states_only_lead_back_to_pending():
-    from_terminal = {(a, b) for a, b in ROWS if a in TASK_TERMINAL}
-    assert from_terminal == {(T.FAILED, T.PENDING), (T.WORKER_FAILED, T.PENDING), (T.PREEMPTED, T.PENDING)}
-    assert all(TASK_TRANSITIONS[row][0] == CONTROLLER for row in from_terminal)
-
-
-@pytest.mark.parametrize("state", [T.SUCCEEDED, T.KILLED, T.UNSCHEDULABLE])
-def test_final_ends_have_no_way_out(state):
-    assert [b for a, b in ROWS if a is state] == []
-
-
-def test_every_state_is_reachable_from_pending():
-    seen, frontier = {T.PENDING}, [T.PENDING]
-    while frontier:
-        current = frontier.pop()
-        for a, b in ROWS:
-            if a is current and b not in seen:
-                seen.add(b)
-                frontier.append(b)
-    assert seen == set(TaskState)
-
-
-def test_every_active_state_has_a_way_out_and_worker_loss():
-    for state in TASK_ACTIVE:
-        assert any(a is state for a, _ in ROWS), state
-    # The reaper can fail every task that has a worker.
-    for state in TASK_HOLDS_RESOURCES:
-        assert (state, T.WORKER_FAILED) in TASK_TRANSITIONS, state
-    assert (T.PENDING, T.WORKER_FAILED) not in TASK_TRANSITIONS
-
-
-def test_who_sets_what_follows_design():
-    # The worker reports exits; the controller orders stops and retries.
-    for end in (T.SUCCEEDED, T.FAILED):
-        assert all(TASK_TRANSITIONS[(a, b)][0] == WORKER for a, b in ROWS if b is end)
-    assert all(TASK_TRANSITIONS[(a, b)][0] == CONTROLLER for a, b in ROWS if b is T.WORKER_FAILED)
-    assert all(TASK_TRANSITIONS[(a, b)][0] == CONTROLLER for a, b in ROWS if b in (T.TERMINATING, T.PREEMPTING))
-    assert TASK_TRANSITIONS[(T.PENDING, T.ASSIGNED)][0] == CONTROLLER
-    assert TASK_TRANSITIONS[(T.PREEMPTING, T.PREEMPTED)][0] == WORKER
-
-
-# --- the named sets ------------------------------------------------------------------------------
-
-
-def test_terminal_and_active_partition_task_states():
-    assert set(TaskState) == TASK_TERMINAL | TASK_ACTIVE
-    assert set() == TASK_TERMINAL & TASK_ACTIVE
-    assert {T.SUCCEEDED, T.FAILED, T.KILLED, T.WORKER_FAILED, T.PREEMPTED, T.UNSCHEDULABLE} == TASK_TERMINAL
-
-
-def test_resource_holders_are_active_but_not_pending():
-    assert TASK_HOLDS_RESOURCES < TASK_ACTIVE
-    assert {T.PENDING} == TASK_ACTIVE - TASK_HOLDS_RESOURCES
-
-
-def test_on_worker_states():
-    assert TASK_ON_WORKER < TASK_HOLDS_RESOURCES
-    assert {T.ASSIGNED} == TASK_HOLDS_RESOURCES - TASK_ON_WORKER
-
-
-def test_before_sets_are_prefixes_of_the_lifecycle():
-    order = DESIGN_TASK_STATES
-    assert set(map(TaskState, order[: order.index("RUNNING")])) == TASK_BEFORE_RUNNING
-    assert set(map(TaskState, order[: order.index("PREPARED")])) == TASK_BEFORE_PREPARED
-    assert TASK_BEFORE_PREPARED < TASK_BEFORE_RUNNING < TASK_ACTIVE
-
-
-def test_budget_outcome_sets():
-    assert {T.WORKER_FAILED, T.PREEMPTED} == TASK_PREEMPTION_OUTCOMES
-    assert {T.FAILED} == TASK_FAILURE_OUTCOMES
-    assert set() == TASK_PREEMPTION_OUTCOMES & TASK_FAILURE_OUTCOMES
-    # Exactly the ends that may go back to PENDING.
-    retryable = {a for a, b in ROWS if a in TASK_TERMINAL and b is T.PENDING}
-    assert retryable == TASK_PREEMPTION_OUTCOMES | TASK_FAILURE_OUTCOMES
-
-
-def test_job_terminal_matches_design():
-    assert {s.value for s in JOB_TERMINAL} == DESIGN_JOB_TERMINAL
-    assert set(JobState) == JOB_TERMINAL | JOB_ACTIVE
-    assert set() == JOB_TERMINAL & JOB_ACTIVE
-    assert J.DRAINING in JOB_ACTIVE and J.TERMINATING in JOB_ACTIVE
-
-
-def test_sets_are_frozen():
-    for named in (TASK_TERMINAL, TASK_ACTIVE, TASK_HOLDS_RESOURCES, TASK_ON_WORKER, TASK_BEFORE_RUNNING,
-                  TASK_BEFORE_PREPARED, TASK_PREEMPTION_OUTCOMES, TASK_FAILURE_OUTCOMES, JOB_TERMINAL, JOB_ACTIVE):
-        assert isinstance(named, frozenset)
+def test_a_row_declared_twice_is_refused():
+    from corral.core.states import moves
+    with pytest.raises(ValueError, match="declared twice"):
+        Transitions("task", [*moves(T.PENDING, T.ASSIGNED, "A", "x"), *moves(T.PENDING, T.ASSIGNED, "A", "y")])

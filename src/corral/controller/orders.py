@@ -57,7 +57,7 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
             bundle=spec.get("bundle"), workdir=spec.get("workdir"), pip=spec.get("pip") or [],
             python=spec.get("python"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
             grace_period=spec.get("grace_period", 15.0), checkpoint=row.checkpoint_epoch is not None,
-            allocate_port=spec.get("allocate_port", False),
+            allocate_port=spec.get("allocate_port", False), start=not row.gang,
         ))
     return orders
 

@@ -19,7 +19,7 @@ from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply
 from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.core.views import WorkerView
 from corral.core.wire import MAX_COUNT, Text
-from corral.engine.reports import UnknownWorker, ingest_heartbeat, register_worker
+from corral.engine.reports import Refused, UnknownWorker, ingest_heartbeat, record_refusal, register_worker
 from corral.metrics import HEARTBEAT_SECONDS
 from corral.store.schema import tasks, workers
 from corral.waiting import woken
@@ -55,6 +55,13 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None
+    except Refused as refused:
+        async with app.store.write() as connection:
+            await record_refusal(connection, worker_id, refused, time.time())
+        raise HTTPException(status.HTTP_409_CONFLICT, {
+            "message": f"heartbeat refused, nothing of it applied: {refused}",
+            "refused": [{"task_id": r.task_id, "attempt": r.attempt, "state": r.state} for r in refused.refusals],
+        }) from None
     if not changes.empty:
         app.engine.wake()
         app.signals.notify(changes.touched_workers - {worker_id})

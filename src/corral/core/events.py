@@ -1,8 +1,9 @@
 """The event stream's vocabulary: what each history row is called, and which rows are safe to send.
 
 Every state change is already a history row with an increasing id; the event stream is those
-rows, typed. A row's subject follows from its shape (a deployment's rows carry its id, a
-replica's its replica id too; a worker's own row has no job; a task's has a task id);
+rows, typed. A row written with the event type its table row or verdict declares (RetryJobs' verdicts,
+corral.core.retries.VERDICTS) is that type. Otherwise a row's subject follows from its shape (a
+deployment's rows carry its id, a replica's its replica id too; a worker's own row has no job; a task's has a task id);
 milestones recorded under a handler's name get their own type from one table, so a new kind of
 event is one line there.
 """
@@ -20,8 +21,6 @@ REPLACEMENT = "REPLACEMENT"
 # "<subject>.<new state>", as "replica.healthy"), else "<subject>.<result>" (a judged wait).
 EVENT_TYPES: dict[tuple[str, ...], str] = {
     ("job", "Submit"): "job.submitted",
-    ("job", "RetryJobs", "SUCCESS"): "job.retry_scheduled",
-    ("job", "RetryJobs", "GIVE_UP"): "job.retry_exhausted",
     ("worker", "Register"): "worker.registered",
     ("worker", "Reaper"): "worker.lost",
     ("deployment", "Deploy"): "deployment.created",
@@ -49,7 +48,10 @@ def subject(job_id: int | None, task_id: int | None, deployment_id: int | None =
 
 
 def event_type(job_id: int | None, task_id: int | None, handler: str, result: str, to_state: str | None,
-               deployment_id: int | None = None, replica_id: int | None = None) -> str:
+               deployment_id: int | None = None, replica_id: int | None = None, written: str | None = None) -> str:
+    """`written`: the type the row was written with (its table row's or verdict's), which wins."""
+    if written:
+        return written
     kind = subject(job_id, task_id, deployment_id, replica_id)
     named = EVENT_TYPES.get((kind, handler, result)) or EVENT_TYPES.get((kind, handler))
     if named:

@@ -165,7 +165,8 @@ class HeartbeatRequest(WireModel):
 
 
 class BuildOrder(BaseModel):
-    """Prepare an attempt: make its directory, fetch and unpack its bundle. Start comes later.
+    """Prepare an attempt: make its directory, fetch and unpack its bundle. A gang member's start comes later, in a
+    StartOrder to every member at once; an independent task (`start`) starts as soon as it is prepared.
 
     `env` is complete as the controller composed it (the job's variables, CORRAL_* and, for
     gangs, the rendezvous variables); the worker adds only what is its own to know
@@ -188,6 +189,7 @@ class BuildOrder(BaseModel):
     grace_period: float = 15.0
     checkpoint: bool = Field(False, description="the controller holds a checkpoint from an earlier attempt")
     allocate_port: bool = False  # give the process a free port as $PORT, reported with RUNNING
+    start: bool = Field(False, description="start as soon as it is prepared, with no start order to wait for")
 
 
 class StartOrder(BaseModel):

@@ -52,20 +52,21 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class VerdictEffect:
-    """What a verdict does: the retry state it leaves, its history record's result, the event it is."""
+    """What a verdict does: the retry state it leaves, its history record's result, and the event that record is
+    (written on the record, so a verdict and its event cannot disagree)."""
 
     retry_state: RetryState
     result: SchedulingResult
-    event: str | None = None
+    event: str
 
 
 # The verdicts as data: the code applies this table, and docs/states.md renders it.
 VERDICTS: dict[Verdict, VerdictEffect] = {
-    Verdict.DONE: VerdictEffect(RetryState.DONE, SchedulingResult.SUCCESS),
-    Verdict.NOT_RETRIED: VerdictEffect(RetryState.NOT_RETRIED, SchedulingResult.SKIPPED),
+    Verdict.DONE: VerdictEffect(RetryState.DONE, SchedulingResult.SUCCESS, "job.retry_succeeded"),
+    Verdict.NOT_RETRIED: VerdictEffect(RetryState.NOT_RETRIED, SchedulingResult.SKIPPED, "job.not_retried"),
     Verdict.EXHAUSTED: VerdictEffect(RetryState.EXHAUSTED, SchedulingResult.GIVE_UP, "job.retry_exhausted"),
     Verdict.SCHEDULED: VerdictEffect(RetryState.SCHEDULED, SchedulingResult.NEED_RETRY, "job.retry_scheduled"),
-    Verdict.DISPATCH: VerdictEffect(RetryState.RETRIED, SchedulingResult.SUCCESS),
+    Verdict.DISPATCH: VerdictEffect(RetryState.RETRIED, SchedulingResult.SUCCESS, "job.retry_dispatched"),
 }
 
 

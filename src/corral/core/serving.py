@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from corral.core.crash_loop import replacement_delay
 from corral.core.deployment_spec import DeploymentSpec
-from corral.core.states import JOB_TERMINAL, JobState, TaskState
+from corral.core.states import JOB_TERMINAL, Fact, JobState, TaskState, Transitions, moves
 
 
 class DeploymentState(StrEnum):
@@ -32,7 +32,6 @@ class ReplicaState(StrEnum):
 D, R = DeploymentState, ReplicaState
 
 DEPLOYMENT_LIVE = frozenset({D.PENDING, D.SCALING, D.READY})
-REPLICA_ENDED = frozenset({R.TERMINATED})
 # Replicas that count towards the desired number: started or starting, not on their way out.
 REPLICA_COUNTED = frozenset({R.PROVISIONING, R.DEGRADED, R.HEALTHY, R.UNHEALTHY})
 # Replicas on their way to serving.
@@ -41,6 +40,33 @@ REPLICA_STARTING = frozenset({R.PROVISIONING, R.DEGRADED})
 REPLICA_LEAVING = frozenset({R.TERMINATING, R.FAILED_TO_START})
 # Replicas whose process may be up: the health prober looks at these.
 REPLICA_PROBED = frozenset({R.DEGRADED, R.HEALTHY, R.UNHEALTHY})
+
+REPLICA_STOPPABLE = frozenset({R.PROVISIONING, R.DEGRADED, R.HEALTHY, R.UNHEALTHY, R.FAILED_TO_START})
+
+# Every deployment state change is one of these rows (a deployment is created PENDING by a user's deploy).
+DEPLOYMENT_TRANSITIONS = Transitions("deployment", [
+    *moves(D.PENDING, D.SCALING, "CheckPendingDeployment", "its first replicas are created"),
+    *moves(D.SCALING, D.READY, "ScalingDeployment", "as many replicas as it wants"),
+    *moves(D.READY, D.SCALING, "CheckReplicaDeployment", "the number of replicas it wants changed"),
+    *moves(D.READY, D.SCALING, "ReconcileDeployment", "a replica's process no longer runs"),
+    *moves(DEPLOYMENT_LIVE, D.DESTROYING, Fact.UNDEPLOY, "undeployed by a user"),
+    *moves(D.DESTROYING, D.DESTROYED, "DestroyingDeployment", "no replica left"),
+])
+
+# Every replica state change is one of these rows (a replica is created PROVISIONING, with its job).
+REPLICA_TRANSITIONS = Transitions("replica", [
+    *moves(R.PROVISIONING, R.DEGRADED, "ProvisioningReplica", "its process runs: waiting for a health check"),
+    *moves(R.PROVISIONING, R.FAILED_TO_START, "ProvisioningReplica", "its job ended before its process ran"),
+    *moves(frozenset({R.DEGRADED, R.UNHEALTHY}), R.HEALTHY, "HealthCheckReplica", "a health check passed"),
+    *moves(frozenset({R.DEGRADED, R.HEALTHY}), R.UNHEALTHY, "HealthCheckReplica", "health checks failed"),
+    *moves(frozenset({R.HEALTHY, R.UNHEALTHY}), R.DEGRADED, "HealthCheckReplica", "no recent health check"),
+    *moves(frozenset({R.DEGRADED, R.HEALTHY, R.UNHEALTHY, R.FAILED_TO_START}), R.TERMINATING, "RunningReplica",
+           "its process ended"),
+    *moves(R.UNHEALTHY, R.TERMINATING, "ReplicaEviction", "unhealthy for too long: evicted"),
+    *moves(REPLICA_STOPPABLE, R.TERMINATING, "ScalingDeployment", "scaled down, or its process ended"),
+    *moves(REPLICA_STOPPABLE, R.TERMINATING, "DestroyingDeployment", "its deployment is destroyed"),
+    *moves(R.TERMINATING, R.TERMINATED, "TerminatingReplica", "its job ended"),
+])
 
 
 @dataclass(frozen=True)

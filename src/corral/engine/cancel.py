@@ -1,14 +1,13 @@
-"""Cancelling a job: it goes to TERMINATING at once; its tasks stop through TerminateJobs."""
+"""Cancelling a job, a user's reported fact: it goes to TERMINATING at once; its tasks stop through TerminateJobs."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.core.states import JOB_TERMINAL, JobState
+from corral.core.states import JOB_TERMINAL, Fact, JobState
 from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet
-from corral.store.schema import jobs
+from corral.store.reads import job_for_cancel
 
 
 class NoSuchJob(LookupError):
@@ -19,17 +18,25 @@ class AlreadyEnded(RuntimeError):
     pass
 
 
-async def cancel_job(connection: AsyncConnection, job_id: int, now: float) -> None:
-    """Idempotent while the job is active; PENDING tasks are KILLED now, placed ones stopped later."""
-    row = (await connection.execute(select(jobs.c.state, jobs.c.cancelled).where(jobs.c.id == job_id))).first()
+async def cancel(connection: AsyncConnection, changes: ChangeSet, job_id: int) -> None:
+    """Add the cancel to `changes`: idempotent while the job is active; PENDING tasks are KILLED now, placed ones
+    stopped later."""
+    row = await job_for_cancel(connection, job_id)
     if row is None:
         raise NoSuchJob(f"no job {job_id}")
-    if JobState(row.state) in JOB_TERMINAL:
-        raise AlreadyEnded(f"job {job_id} already ended {row.state}")
-    if row.cancelled:
+    state = JobState(changes.job_value(job_id, "state", row.state))
+    if state in JOB_TERMINAL:
+        raise AlreadyEnded(f"job {job_id} already ended {state}")
+    if changes.job_value(job_id, "cancelled", row.cancelled):
         return
+    changes.job(job_id, state, JobState.TERMINATING, handler=Fact.CANCEL, message="cancelled by a user",
+                cancelled=True)
+    await settle_jobs(connection, changes, [job_id], Fact.CANCEL)
+
+
+async def cancel_job(connection: AsyncConnection, job_id: int, now: float) -> ChangeSet:
+    """A user's cancel of one job, written."""
     changes = ChangeSet(now)
-    changes.job(job_id, JobState(row.state), JobState.TERMINATING, handler="Cancel",
-                message="cancelled by a user", cancelled=True)
+    await cancel(connection, changes, job_id)
     await changes.flush(connection)
-    await settle_jobs(connection, [job_id], now, "Cancel")
+    return changes

@@ -1,24 +1,40 @@
-"""The coordinator: runs a handler and applies what it decided, in one transaction per run.
+"""The coordinator: runs a handler and applies what it decided, in one transaction and one flush per run.
 
-It is generic: it knows nothing of any one handler beyond its declared targets and
-transitions. Reads are one query for targets (and one for worker room when placing),
-writes go through one ChangeSet, and job states are settled from their tasks before commit.
+It is generic: it knows nothing of any one handler beyond its declared targets, transitions and
+effects. The moves an outcome makes are the handler's declared transitions, checked against the
+tables; what it asks beyond them are typed effects, each carried out by the applier registered
+for its type. Reads are one query for targets (and one for worker room when placing), writes go
+through one ChangeSet, and job states are settled from their tasks before the flush.
+
 Each job's changes are worked out apart and joined only if they all could be: a job the handler
-raises about is set aside (target_errors) and the run goes on for the others.
+raises about, or whose changes the tables refuse, is set aside (target_errors) with the cause on
+record, and the run goes on for the others. Under CORRAL_STRICT_MOVES=1 (the test suite) a move
+the tables refuse raises instead, so a test sees it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
-from corral.core.states import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState, is_legal
+from corral.core.states import (
+    JOB_TERMINAL,
+    TASK_TERMINAL,
+    TASK_TRANSITIONS,
+    Fact,
+    IllegalTransition,
+    JobState,
+    TaskState,
+)
 from corral.engine.attempts import end_attempt, requeue
-from corral.engine.drain import observe
+from corral.engine.effects import Doom, Effect, Place, Preempt
 from corral.engine.handlers import Decision, Handler, JobFacts, Launcher, Snapshot
 from corral.engine.priority_preemption import preempt_victims
 from corral.engine.settle import settle_jobs
@@ -30,7 +46,12 @@ from corral.store.reads import BATCH_ROWS, target_rows, task_row
 from corral.store.scheduling_reads import read_cluster
 from corral.store.store import Store
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
 log = logging.getLogger("corral.coordinator")
+
+STRICT = os.environ.get("CORRAL_STRICT_MOVES") == "1"
 
 
 @dataclass
@@ -50,6 +71,7 @@ class _Job:
     pending_reason: str | None
     outcome: str | None
     cancelled: bool
+    waited: bool = False  # its wait is on record in this run
 
     # What `end_attempt` reads of a job.
     @property
@@ -88,38 +110,48 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
                                          [t for t in targets if t.job_id not in failed], lambda t: t.job_id, failed)
         if handler.needs_rooms:
             SCHEDULING_SECONDS.observe(time.perf_counter() - started)
+        undeclared = [e for e in decision.effects if not isinstance(e, handler.effects)]
+        if undeclared:
+            raise TypeError(f"{handler.name} does not declare the effects {undeclared}")
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=handler.max_tries)
         changes = _work_out(outcomes, decision, handler, job_info, task_rows, failed, now)
         outcomes = [outcome for outcome in outcomes if outcome.target.job_id not in failed]
         for job_id, error in errors.report(handler.name, failed).items():
             _set_aside(job_id, error, handler, changes, read_states[job_id])
-        await preempt_victims(connection, changes, decision.victims)
+        for kind, apply in RUN_APPLIERS.items():
+            await apply(connection, changes, decision.of(kind))
         if changes.empty:
             return RunReport(outcomes=outcomes)
+        await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
         await changes.flush(connection)
-        settled = await settle_jobs(connection, changes.touched_jobs, now, handler.name)
-        observe(handler.name, outcomes, snapshot)
-        return RunReport(True, changes.touched_workers | settled.touched_workers, outcomes)
+        handler.observe(outcomes, snapshot)
+        return RunReport(changes.moved, changes.touched_workers, outcomes)
 
 
 def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job_info: dict[int, _Job],
               task_rows: dict[int, TaskRow], failed: dict, now: float) -> ChangeSet:
-    """The run's changes, worked out job by job: a job whose changes raise goes to `failed` with none of them."""
-    assignments = {a.task_id: a for a in decision.assignments}
+    """The run's changes, worked out job by job: a job whose changes raise goes to `failed` with none of them.
+
+    A job's effects come first (a placement's worker is on its move's record), then its outcomes' moves.
+    """
     per_job: dict[int, ChangeSet] = {}
-    for outcome in outcomes:
-        job_id = outcome.target.job_id
+    run = _Run(handler, job_info, task_rows)
+    effects = [e for e in decision.effects if type(e) in JOB_APPLIERS]
+    work = [(e.job_id, e) for e in effects] + [(o.target.job_id, o) for o in outcomes]
+    for job_id, item in work:
         if job_id in failed:
             continue
+        changes = per_job.setdefault(job_id, ChangeSet(now))
         try:
-            _apply(outcome, handler, per_job.setdefault(job_id, ChangeSet(now)), job_info, task_rows, assignments)
+            if isinstance(item, Effect):
+                JOB_APPLIERS[type(item)](item, changes, run)
+            else:
+                _apply(item, handler, changes, job_info, task_rows)
+                TRANSITIONS.labels(handler.name, item.result).inc()
         except Exception as error:
+            if STRICT and isinstance(error, IllegalTransition):
+                raise
             failed[job_id] = error
-            continue
-        TRANSITIONS.labels(handler.name, outcome.result).inc()
-    for job_id, cause in decision.doomed.items():
-        if job_id not in failed:
-            _doom(job_id, cause, handler, per_job.setdefault(job_id, ChangeSet(now)), job_info)
     changes = ChangeSet(now)
     for job_id, job_changes in per_job.items():
         if job_id not in failed:
@@ -130,10 +162,11 @@ def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job
 def _set_aside(job_id: int, error: TargetError, handler: Handler, changes: ChangeSet, state: JobState) -> None:
     """Record the first failure of a streak on the job; end the job FAILED once the handler gives up on it."""
     if error.give_up and state not in JOB_TERMINAL and state is not JobState.TERMINATING:
-        changes.job(job_id, state, JobState.TERMINATING, handler=handler.name, result=SchedulingResult.GIVE_UP,
+        changes.job(job_id, state, JobState.TERMINATING, handler=handler.name, by=Fact.SET_ASIDE,
+                    result=SchedulingResult.GIVE_UP,
                     message=error.note(handler.name), outcome=str(JobState.FAILED), pending_reason=None)
-    elif error.first:
-        changes.record(job_id, handler.name, SchedulingResult.SKIPPED, state, None, error.note(handler.name))
+    else:
+        changes.wait(job_id, handler.name, state, error.note(handler.name), repeated=not error.first)
 
 
 def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dict[int, TaskRow]]:
@@ -167,15 +200,18 @@ def _launcher(row) -> Launcher:
 
 
 def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dict[int, _Job],
-           task_rows: dict[int, TaskRow], assignments: dict) -> None:
+           task_rows: dict[int, TaskRow]) -> None:
     target, transition = outcome.target, outcome.transition
     job = job_info[target.job_id]
     if outcome.result is SchedulingResult.SKIPPED:
-        # A wait is recorded when its reason changes, not on every pass.
-        if outcome.note and outcome.note != job.pending_reason:
-            job.pending_reason = outcome.note
-            changes.job_columns(target.job_id, job.state, pending_reason=outcome.note)
-            changes.record(target.job_id, handler.name, outcome.result, job.state, None, outcome.note)
+        # Every wait is on record, once per job and run: a new reason is a new record, the same one is counted.
+        if outcome.note and not job.waited:
+            job.waited = True
+            repeated = outcome.note == job.pending_reason
+            if not repeated:
+                job.pending_reason = outcome.note
+                changes.job_columns(target.job_id, job.state, pending_reason=outcome.note)
+            changes.wait(target.job_id, handler.name, job.state, outcome.note, repeated=repeated)
         return
     if transition is None:
         changes.record(target.job_id, handler.name, outcome.result, target.state, None, outcome.note)
@@ -184,7 +220,7 @@ def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dic
         return
     if transition.task is not None:
         for view in target.tasks:
-            _move_task(task_rows[view.id], transition.task, outcome, handler, changes, assignments, job)
+            _move_task(task_rows[view.id], transition.task, outcome, handler, changes, job)
     if target.whole_job and transition.job is not None:
         new = transition.job
         if new is DERIVED:
@@ -208,20 +244,12 @@ def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dic
         changes.job_columns(target.job_id, job.state, pending_reason=outcome.note)
 
 
-def _doom(job_id: int, cause: str, handler: Handler, changes: ChangeSet, job_info: dict[int, _Job]) -> None:
-    """A job that can never run ends FAILED with the cause: it terminates, and settling kills its tasks."""
-    job = job_info[job_id]
-    changes.job(job_id, job.state, JobState.TERMINATING, handler=handler.name, result=SchedulingResult.GIVE_UP,
-                message=cause, outcome=str(JobState.FAILED))
-    job.state = JobState.TERMINATING
-
-
 def _move_task(row: TaskRow, new: TaskState, outcome: Outcome, handler: Handler, changes: ChangeSet,
-               assignments: dict, job: _Job) -> None:
+               job: _Job) -> None:
     if row.state is new or row.state in TASK_TERMINAL and new is not TaskState.PENDING:
         return
-    if not is_legal(row.state, new):
-        return
+    if not TASK_TRANSITIONS.allows(row.state, new, handler.name):
+        return  # not a task this handler moves (the table says which)
     if new is TaskState.PENDING:  # back to the queue: the next placement is a new attempt
         if row.state not in TASK_TERMINAL:
             changes.attempt(row.id, row.attempt, reason="returned to the queue", finished_at=changes.now)
@@ -229,12 +257,48 @@ def _move_task(row: TaskRow, new: TaskState, outcome: Outcome, handler: Handler,
     elif new in TASK_TERMINAL:  # an attempt ends here as it would on a worker's report: charged alike
         end_attempt(changes, row, new, job=job, handler=handler.name, result=outcome.result, reason=outcome.note)
     elif new is TaskState.ASSIGNED:
-        assignment = assignments[row.id]
-        row.worker_id = assignment.worker_id
-        changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note,
-                     worker_id=assignment.worker_id, gpu_ids=list(assignment.gpu_ids))
-        changes.new_attempt(row, assignment.worker_id)
-        PLACEMENTS.inc()
+        if row.worker_id is None:
+            raise ValueError(f"task {row.id} is placed without a worker: its Place is missing")
+        changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note)
     else:
         changes.task(row, new, handler=handler.name, result=outcome.result, message=outcome.note)
         changes.attempt(row.id, row.attempt, state=new)
+
+
+# --- the appliers of effects, by type -------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """What an applier of a job's effect reads of the run."""
+
+    handler: Handler
+    jobs: dict[int, _Job]
+    task_rows: dict[int, TaskRow]
+
+
+def _place(effect: Place, changes: ChangeSet, run: _Run) -> None:
+    """The worker and GPUs a placed task reserves, and its new attempt (its move to ASSIGNED is the outcome's)."""
+    row = run.task_rows[effect.task_id]
+    row.worker_id = effect.worker_id
+    changes.task_columns(row, worker_id=effect.worker_id, gpu_ids=list(effect.gpu_ids))
+    changes.new_attempt(row, effect.worker_id)
+    PLACEMENTS.inc()
+
+
+def _doom(effect: Doom, changes: ChangeSet, run: _Run) -> None:
+    """A job that can never run ends FAILED with the cause: it terminates, and settling kills its tasks."""
+    job = run.jobs[effect.job_id]
+    changes.job(effect.job_id, job.state, JobState.TERMINATING, handler=run.handler.name,
+                result=SchedulingResult.GIVE_UP, message=effect.cause, outcome=str(JobState.FAILED))
+    job.state = JobState.TERMINATING
+
+
+async def _preempt(connection: AsyncConnection, changes: ChangeSet, effects: list[Preempt]) -> None:
+    await preempt_victims(connection, changes, [effect.victim for effect in effects])
+
+
+# Effects about one job, applied with its other changes (set aside with them); effects about the run's world.
+JOB_APPLIERS: dict[type[Effect], Callable[[Effect, ChangeSet, _Run], None]] = {Place: _place, Doom: _doom}
+RUN_APPLIERS: dict[type[Effect], Callable[[AsyncConnection, ChangeSet, list], Awaitable[None]]] = {
+    Preempt: _preempt}

@@ -8,14 +8,18 @@ coordinator fetches targets, calls `execute`, judges the result and writes it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from corral.core.drain import Budgets, Member, drain_timeout, drain_verdict
 from corral.core.lifecycle import (
     DERIVED,
     HandlerResult,
     MatchType,
+    Outcome,
+    SchedulingResult,
     StatusTransitions,
     Target,
     TransitionStatus,
@@ -31,11 +35,15 @@ from corral.core.states import (
     JobState,
     TaskState,
 )
-from corral.scheduling.placement import Assignment, Request, RunningTask, Unit, place
+from corral.engine.effects import Doom, Effect, Place, Preempt, effect_moves
+from corral.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED
+from corral.scheduling.placement import Request, Unit, place
 from corral.scheduling.reasons import DependencyFailed, TimedOut
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
 
 J, T = JobState, TaskState
+E = TypeVar("E", bound=Effect)
+log = logging.getLogger("corral.drain")
 
 
 @dataclass(frozen=True)
@@ -85,13 +93,13 @@ class Snapshot:
 
 @dataclass
 class Decision:
-    """A handler's result plus what it placed (ScheduleJobs only)."""
+    """A handler's result, and what it asks of the world beyond its targets' declared moves."""
 
     result: HandlerResult
-    assignments: list[Assignment] = field(default_factory=list)
-    waiting: dict = field(default_factory=dict)
-    victims: list[RunningTask] = field(default_factory=list)  # tasks to preempt for waiting jobs
-    doomed: dict[int, str] = field(default_factory=dict)  # jobs that can never run -> why; they end FAILED
+    effects: list[Effect] = field(default_factory=list)
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [effect for effect in self.effects if isinstance(effect, kind)]
 
 
 class Handler:
@@ -102,8 +110,13 @@ class Handler:
     launcher_states: frozenset[JobState] = frozenset()  # if set: only jobs launched by a job in one of these
     transitions: StatusTransitions = StatusTransitions()
     max_tries: int | None = None
+    effects: tuple[type[Effect], ...] = ()  # the kinds of effect its decisions may carry
     needs_rooms: bool = False
     batch_rows: int | None = None  # task rows fetched per run; None: the store's default
+
+    @property
+    def effect_moves(self) -> dict[str, frozenset[str]]:
+        return effect_moves(self.effects)
 
     def timeout(self, facts: JobFacts) -> float | None:
         """Seconds a target may stay in its state before it EXPIRES; None: forever."""
@@ -111,6 +124,9 @@ class Handler:
 
     def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
         raise NotImplementedError
+
+    def observe(self, outcomes: Sequence[Outcome], snapshot: Snapshot) -> None:
+        """Metrics and log lines for what a run changed, once it is written; most handlers have none."""
 
 
 class ScheduleJobs(Handler):
@@ -131,6 +147,7 @@ class ScheduleJobs(Handler):
         give_up=TransitionStatus(job=J.UNSCHEDULABLE, task=T.UNSCHEDULABLE),
     )
     max_tries = 0  # one give-up is final
+    effects = (Place, Preempt, Doom)
     needs_rooms = True
     batch_rows = 200_000  # every pending task: order by priority or share needs them all in view
 
@@ -144,7 +161,7 @@ class ScheduleJobs(Handler):
             job = cluster.jobs.get(target.job_id, JobPlacement())
             held_back = gate(job, cluster.dependencies, now)
             if isinstance(held_back, DependencyFailed):
-                decision.doomed[target.job_id] = held_back.sentence()
+                decision.effects.append(Doom(target.job_id, held_back.sentence()))
                 continue
             if held_back is not None:
                 waits[target.key] = held_back
@@ -154,8 +171,8 @@ class ScheduleJobs(Handler):
         placement = place(units, cluster.rooms, policy=cluster.policy, running=cluster.running, now=now)
         waits.update(placement.waiting)
         decision.result.successes = list(placement.assignments)
-        decision.assignments = [a for placed in placement.assignments.values() for a in placed]
-        decision.waiting = waits
+        decision.effects += [Place(key[0], a.task_id, a.worker_id, a.gpu_ids)
+                             for key, placed in placement.assignments.items() for a in placed]
         sentences: dict[int, str] = {}  # units blocked alike share one reason: format it once
         for key, reason in waits.items():
             timeout = snapshot.jobs[key[0]].scheduling_timeout
@@ -168,9 +185,16 @@ class ScheduleJobs(Handler):
                     sentences[id(reason)] = reason.sentence()
                 decision.result.notes[key] = sentences[id(reason)]
         # No one is evicted for a job that gives up now.
-        decision.victims = [task for key, victims in placement.victims.items() if key in decision.result.skipped
-                            for task in victims]
+        decision.effects += [Preempt(task) for key, victims in placement.victims.items()
+                             if key in decision.result.skipped for task in victims]
         return decision
+
+    def observe(self, outcomes: Sequence[Outcome], snapshot: Snapshot) -> None:
+        for outcome in outcomes:
+            target = outcome.target
+            if outcome.result is SchedulingResult.SUCCESS and target.whole_job:
+                log.info("gang placed job=%s epoch=%s gang_size=%d", target.job_id,
+                         snapshot.jobs[target.job_id].preemption_epoch, len(target.tasks))
 
     @staticmethod
     def _unit(target: Target, job: JobPlacement, snapshot: Snapshot, since: float) -> Unit:
@@ -188,29 +212,21 @@ class PrepareJobs(Handler):
 
     name = "PrepareJobs"
     job_states = frozenset({J.SCHEDULED})
-    transitions = StatusTransitions(
-        success=TransitionStatus(job=J.PREPARING),
-        need_retry=None,
-        expired=TransitionStatus(job=J.PENDING, task=T.PENDING),
-        give_up=TransitionStatus(job=J.PENDING, task=T.PENDING),
-    )
+    transitions = StatusTransitions(success=TransitionStatus(job=J.PREPARING))
 
     def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
         return Decision(HandlerResult(successes=[t.key for t in targets]))
 
 
 class StartJobs(Handler):
-    """Orders the start of a PREPARED gang, every member at once, or of a PREPARED task."""
+    """Orders the start of a PREPARED gang, every member at once: the barrier a gang's members meet at.
+
+    An independent task needs no such order: its worker starts it as soon as it is prepared.
+    """
 
     name = "StartJobs"
     job_states = frozenset({J.PREPARED})
-    task_states = frozenset({T.PREPARED})
-    transitions = StatusTransitions(
-        success=TransitionStatus(job=J.STARTING, task=T.STARTING),
-        need_retry=None,
-        expired=TransitionStatus(job=J.PENDING, task=T.PENDING),
-        give_up=TransitionStatus(job=J.PENDING, task=T.PENDING),
-    )
+    transitions = StatusTransitions(success=TransitionStatus(job=J.STARTING, task=T.STARTING))
 
     def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
         return Decision(HandlerResult(successes=[t.key for t in targets]))
@@ -341,6 +357,17 @@ class ForceDrain(Handler):
             for t in targets
         }))
 
+    def observe(self, outcomes: Sequence[Outcome], snapshot: Snapshot) -> None:
+        for outcome in outcomes:
+            if outcome.result is not SchedulingResult.EXPIRED:
+                continue
+            target = outcome.target
+            forced = [task for task in target.tasks if task.state is T.PREEMPTING]
+            FORCE_DRAINED.inc(len(forced))
+            for task in forced:
+                log.warning("task preempted (forced past the drain timeout) job=%s task=%s index=%s epoch=%s",
+                            target.job_id, task.id, task.index, snapshot.jobs[target.job_id].preemption_epoch)
+
 
 class CompleteDrain(Handler):
     """A DRAINING gang with no task left PREEMPTING is decided in one step (`drain_verdict`): back to
@@ -366,6 +393,17 @@ class CompleteDrain(Handler):
             (result.successes if verdict.requeue else result.failures).append(target.key)
             result.notes[target.key] = f"drain of epoch {facts.preemption_epoch} complete: {verdict.reason}"
         return Decision(result)
+
+    def observe(self, outcomes: Sequence[Outcome], snapshot: Snapshot) -> None:
+        for outcome in outcomes:
+            if outcome.result not in (SchedulingResult.SUCCESS, SchedulingResult.GIVE_UP):
+                continue
+            target, verdict = outcome.target, "requeued" if outcome.result is SchedulingResult.SUCCESS else "failed"
+            seconds = max(0.0, snapshot.now - target.since)
+            DRAINS_COMPLETED.labels(verdict).inc()
+            DRAIN_SECONDS.observe(seconds)
+            log.info("gang drain completed job=%s epoch=%s outcome=%s drain_seconds=%.3f note=%r", target.job_id,
+                     snapshot.jobs[target.job_id].preemption_epoch, verdict, seconds, outcome.note)
 
 
 # The order a pass runs them in: each one's successes are the next one's targets.

@@ -13,16 +13,14 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.drain import preemption_move
-from corral.core.states import JobState, TaskState
+from corral.core.states import Fact, JobState, TaskState
 from corral.engine.attempts import end_attempt, requeue
-from corral.engine.settle import settle_jobs, task_columns
+from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, TaskRow
-from corral.store.reads import task_row
-from corral.store.schema import jobs, tasks
+from corral.store.reads import task_row, tasks_with_budgets
 
 log = logging.getLogger("corral.preemption")
 
@@ -64,14 +62,10 @@ def preempt_tasks(changes: ChangeSet, job: JobRef, rows: Iterable[TaskRow], *, h
 
 
 async def _current_row(connection: AsyncConnection, task_id: int):
-    row = (await connection.execute(
-        select(*task_columns(), tasks.c.preempt_epoch, jobs.c.gang, jobs.c.state.label("job_state"),
-               jobs.c.cancelled, jobs.c.max_retries_failure, jobs.c.max_retries_preemption)
-        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id)).where(tasks.c.id == task_id)
-    )).first()
-    if row is None:
+    rows = await tasks_with_budgets(connection, task_ids=[task_id])
+    if not rows:
         raise NoSuchTask(f"no task {task_id}")
-    return row
+    return rows[0]
 
 
 def check_current(row, worker_id: str, attempt: int, epoch: int) -> None:
@@ -97,11 +91,10 @@ async def acknowledge(connection: AsyncConnection, worker_id: str, task_id: int,
     row = await _current_row(connection, task_id)
     check_current(row, worker_id, attempt, epoch)
     changes = ChangeSet(now)
-    end_attempt(changes, task_row(row), TaskState.PREEMPTED, job=row, handler="Worker", exit_code=exit_code,
+    end_attempt(changes, task_row(row), TaskState.PREEMPTED, job=row, handler=Fact.WORKER, exit_code=exit_code,
                 reason=reason or f"preempted (epoch {epoch})")
+    await settle_jobs(connection, changes, changes.touched_jobs, Fact.WORKER)
     await changes.flush(connection)
-    settled = await settle_jobs(connection, changes.touched_jobs, now, "Worker")
-    changes.touched_workers |= settled.touched_workers
     log.info("task preempted job=%s task=%s index=%s attempt=%s epoch=%s exit_code=%s", row.job_id, row.id,
              row.index, attempt, epoch, exit_code)
     return changes

@@ -8,52 +8,43 @@ up; an ASSIGNED one goes back at no cost); a gang victim drains whole and is pla
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Sequence
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.drain import DRAINABLE_JOB_STATES, preemption_move
-from corral.core.states import JobState
+from corral.core.states import Fact, JobState
 from corral.engine.drain import drain_gang
 from corral.engine.preemption import JobRef, preempt_tasks
-from corral.engine.settle import task_columns
 from corral.metrics import TASKS_PREEMPTED
 from corral.scheduling.preemption import RunningTask
 from corral.store.changes import ChangeSet
-from corral.store.reads import task_row
-from corral.store.schema import jobs, tasks
+from corral.store.reads import jobs_and_members, task_row
 
 log = logging.getLogger("corral.preemption")
 
-HANDLER = "PriorityPreemption"
+HANDLER = Fact.PREEMPT
 REASON = "priority preemption: room for a higher-priority job"
 
 
 async def preempt_victims(connection: AsyncConnection, changes: ChangeSet, victims: Sequence[RunningTask]) -> None:
     if not victims:
         return
-    job_ids = sorted({v.job_id for v in victims})
     chosen = {v.task_id for v in victims}
-    job_rows = (await connection.execute(
-        select(jobs.c.id, jobs.c.state, jobs.c.gang, jobs.c.preemption_epoch).where(jobs.c.id.in_(job_ids))
-    )).all()
-    rows = defaultdict(list)
-    for row in (await connection.execute(select(*task_columns()).where(tasks.c.job_id.in_(job_ids)))).all():
-        rows[row.job_id].append(task_row(row))
+    job_rows, members = await jobs_and_members(connection, {v.job_id for v in victims})
     for job in job_rows:
-        state = JobState(job.state)
-        ref = JobRef(job.id, state, job.preemption_epoch)
+        state = JobState(changes.job_value(job.id, "state", job.state))
+        ref = JobRef(job.id, state, changes.job_value(job.id, "preemption_epoch", job.preemption_epoch))
+        rows = [changes.row(r.id) or task_row(r) for r in members[job.id]]
         if job.gang:
             if state not in DRAINABLE_JOB_STATES:
                 continue
-            members = [r for r in rows[job.id] if preemption_move(r.state) is not None]
-            epoch = drain_gang(changes, ref, members, cause="priority preemption")
+            stopped = [r for r in rows if preemption_move(r.state) is not None]
+            epoch = drain_gang(changes, ref, stopped, cause="priority preemption")
         else:
-            members = [r for r in rows[job.id] if r.id in chosen and preemption_move(r.state) is not None]
-            if not members:
+            stopped = [r for r in rows if r.id in chosen and preemption_move(r.state) is not None]
+            if not stopped:
                 continue
-            epoch = preempt_tasks(changes, ref, members, handler=HANDLER, reason=REASON)
-        TASKS_PREEMPTED.inc(len(members))
-        log.info("priority preemption job=%s epoch=%s tasks=%s", job.id, epoch, [r.id for r in members])
+            epoch = preempt_tasks(changes, ref, stopped, handler=HANDLER, reason=REASON)
+        TASKS_PREEMPTED.inc(len(stopped))
+        log.info("priority preemption job=%s epoch=%s tasks=%s", job.id, epoch, [r.id for r in stopped])

@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.lifecycle import SchedulingResult
-from corral.core.retries import NAME, RetryDecision, RetryState, Verdict, child_key, decide
+from corral.core.retries import NAME, VERDICTS, RetryDecision, RetryState, Verdict, VerdictEffect, child_key, decide
 from corral.core.spec import JobSpec
 from corral.core.wire import STORED
 from corral.engine.target_errors import FailedOn, TargetErrors
@@ -92,7 +92,7 @@ async def _run(store: Store, now: float, rng: random.Random | None, errors: Targ
             if error.first or error.give_up:
                 records.append(dict(at=now, job_id=job_id, task_id=None, attempt=None, handler=NAME,
                                     result=SchedulingResult.GIVE_UP if error.give_up else SchedulingResult.SKIPPED,
-                                    from_state=None, to_state=None, message=error.note(NAME)))
+                                    from_state=None, to_state=None, message=error.note(NAME), event=None))
         if records:
             await connection.execute(history.insert(), records)
         await add_audit(connection, audits)
@@ -137,7 +137,7 @@ async def _apply(connection: AsyncConnection, decision: RetryDecision, now: floa
         columns["retry_due_at"] = decision.due_at
     await set_retry_state(connection, target.job_id, target.retry_state, **columns)
     if decision.recorded:
-        records.append(_record(now, decision, decision.effect.result, decision.message()))
+        records.append(record(now, decision, decision.effect, decision.message()))
     return None
 
 
@@ -157,7 +157,7 @@ async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: f
     taken = (await connection.execute(select(jobs.c.id).where(jobs.c.idempotency_key == key))).scalar()
     if taken is not None:  # a job submitted by hand with this very key: never take it over
         await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.NOT_RETRIED)
-        records.append(_record(now, decision, SchedulingResult.SKIPPED,
+        records.append(record(now, decision, VERDICTS[Verdict.NOT_RETRIED],
                                f"its retry key {key!r} is taken by job {taken}; not retried"))
         return None
     note = (f"retry {count} of {parent.max_retries} of job {parent.id} ({parent.retry_cause}); "
@@ -168,16 +168,17 @@ async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: f
         parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
         retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)
     await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.RETRIED)
-    records.append(_record(now, decision, decision.effect.result, f"{decision.message()} as job {child_id}"))
+    records.append(record(now, decision, decision.effect, f"{decision.message()} as job {child_id}"))
     audits.append(dict(at=now, actor="controller", action="job.retry_dispatched", job_id=child_id, detail=dict(
         auto=True, parent_job_id=parent.id, cause=parent.retry_cause, attempt=count + 1,
         attempts=parent.max_retries + 1, due_at=decision.target.due_at, idempotency_key=key)))
     return child_id
 
 
-def _record(now: float, decision: RetryDecision, result: SchedulingResult, message: str) -> dict:
-    return dict(at=now, job_id=decision.target.job_id, task_id=None, attempt=None, handler=NAME, result=result,
-                from_state=decision.target.state, to_state=None, message=message)
+def record(now: float, decision: RetryDecision, effect: VerdictEffect, message: str) -> dict:
+    """The history record of a verdict, written with the event type the verdict declares."""
+    return dict(at=now, job_id=decision.target.job_id, task_id=None, attempt=None, handler=NAME, result=effect.result,
+                from_state=decision.target.state, to_state=None, message=message, event=effect.event)
 
 
 def _count(decision: RetryDecision) -> None:

@@ -1,22 +1,26 @@
 """The one write path for state: changes collected in memory, flushed in bulk, fenced.
 
-Every task or job state change in corral goes through a ChangeSet: it checks the change
-against the transition table, keeps the history record beside it, and writes all of a
-handler run (or a heartbeat) with a few executemany statements. Each update carries its
-expected current state (`WHERE state = :expected`), so a write made against a stale read
-fails the whole transaction instead of overwriting (the fencing check of DESIGN.md).
+Every task, job, deployment and replica state change in corral goes through a ChangeSet: it
+checks the change against its entity's table (corral.core.states, corral.core.serving) for who
+makes it (`by`: a handler or a reported fact), keeps the history record beside it with the event
+type its row declares, and writes all of a handler run (or a heartbeat) with a few executemany
+statements. Each update carries its expected current state (`WHERE state = :expected`), so a
+write made against a stale read fails the whole transaction instead of overwriting (the fencing
+check of DESIGN.md). A move no row allows raises IllegalTransition before anything is written.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, select, update
+from sqlalchemy import and_, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.core.states import JOB_TERMINAL, JobState, TaskState, check_task_transition
-from corral.store.schema import attempts, history, jobs, tasks
+from corral.core.serving import DEPLOYMENT_TRANSITIONS, REPLICA_TRANSITIONS, DeploymentState, ReplicaState
+from corral.core.states import JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState, Transitions
+from corral.store.schema import attempts, deployments, history, jobs, replicas, tasks
 
 
 class StaleWrite(RuntimeError):
@@ -42,9 +46,13 @@ class ChangeSet:
     now: float
     _tasks: dict[int, tuple[TaskState, dict[str, Any]]] = field(default_factory=dict)
     _jobs: dict[int, tuple[JobState, dict[str, Any]]] = field(default_factory=dict)
+    _deployments: dict[int, tuple[DeploymentState, dict[str, Any]]] = field(default_factory=dict)
+    _replicas: dict[int, tuple[ReplicaState, dict[str, Any]]] = field(default_factory=dict)
+    _waits: dict[tuple[int, str], str] = field(default_factory=dict)  # (job, handler) -> reason seen again
     _attempts_new: list[dict[str, Any]] = field(default_factory=list)
     _attempts_upd: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     _history: list[dict[str, Any]] = field(default_factory=list)
+    _rows: dict[int, TaskRow] = field(default_factory=dict)  # the rows changed, as they are now
     touched_workers: set[str] = field(default_factory=set)
     touched_jobs: set[int] = field(default_factory=set)
 
@@ -54,16 +62,19 @@ class ChangeSet:
         new: TaskState,
         *,
         handler: str,
+        by: str | None = None,
         result: str = "SUCCESS",
         message: str | None = None,
         **columns: Any,
     ) -> None:
-        """Move a task to `new` (legal rows only), with extra columns and a history record."""
-        check_task_transition(row.state, new)
+        """Move a task to `new`, with extra columns and a history record: `by` (the handler, unless a fact made
+        it) must be one the task table lets make the move."""
+        move = TASK_TRANSITIONS.check(row.state, new, by or handler)
+        self._rows[row.id] = row
         expected, values = self._tasks.get(row.id, (row.state, {}))
         values.update(columns, state=new, state_since=self.now)
         self._tasks[row.id] = (expected, values)
-        self.record(row.job_id, handler, result, row.state, new, message, task=row)
+        self.record(row.job_id, handler, result, row.state, new, message, task=row, event=move.event)
         if row.worker_id:
             self.touched_workers.add(row.worker_id)
         row.state = new
@@ -71,6 +82,7 @@ class ChangeSet:
 
     def task_columns(self, row: TaskRow, **columns: Any) -> None:
         """Set columns of a task without a state change (budgets, placement)."""
+        self._rows[row.id] = row
         expected, values = self._tasks.get(row.id, (row.state, {}))
         values.update(columns)
         values.setdefault("state", row.state)
@@ -83,23 +95,70 @@ class ChangeSet:
         new: JobState,
         *,
         handler: str,
+        by: str | None = None,
         result: str = "SUCCESS",
         message: str | None = None,
         **columns: Any,
     ) -> None:
+        """Set a job's columns and, when `new` differs, move it (checked against the job table like a task)."""
         expected, values = self._jobs.get(job_id, (current, {}))
-        values.update(columns)
         if new is not current:
+            move = JOB_TRANSITIONS.check(current, new, by or handler)
             values.update(state=new, state_since=self.now, tries=columns.get("tries", 0))
             if new in JOB_TERMINAL:
                 values["finished_at"] = self.now
-            self.record(job_id, handler, result, current, new, message)
+            self.record(job_id, handler, result, current, new, message, event=move.event)
+        values.update(columns)
         values.setdefault("state", current)
         self._jobs[job_id] = (expected, values)
         self.touched_jobs.add(job_id)
 
     def job_columns(self, job_id: int, current: JobState, **columns: Any) -> None:
         self.job(job_id, current, current, handler="", **columns)
+
+    def deployment(self, deployment_id: int, current: DeploymentState, new: DeploymentState, *, handler: str,
+                   by: str | None = None, result: str = "SUCCESS", message: str | None = None,
+                   **columns: Any) -> None:
+        """Move a deployment (checked against its table), with columns and a history record."""
+        move = self._move(self._deployments, DEPLOYMENT_TRANSITIONS, deployment_id, current, new, by or handler,
+                          columns)
+        self.record_serving(deployment_id, None, handler, result, current, new, message, event=move.event)
+
+    def replica(self, replica_id: int, deployment_id: int, current: ReplicaState, new: ReplicaState, *,
+                handler: str, by: str | None = None, result: str = "SUCCESS", message: str | None = None,
+                **columns: Any) -> None:
+        """Move a replica (checked against its table), with columns and a history record."""
+        move = self._move(self._replicas, REPLICA_TRANSITIONS, replica_id, current, new, by or handler, columns)
+        self.record_serving(deployment_id, replica_id, handler, result, current, new, message, event=move.event)
+
+    def _move(self, pending: dict, table: Transitions, row_id: int, current: str, new: str, by: str,
+              columns: dict[str, Any]):
+        move = table.check(current, new, by)
+        expected, values = pending.get(row_id, (current, {}))
+        values.update(columns, state=new, state_since=self.now)
+        pending[row_id] = (expected, values)
+        return move
+
+    # What the set holds, read back: later steps of one transaction decide on state not yet written.
+
+    def row(self, task_id: int) -> TaskRow | None:
+        """A task this set changed, as it is now."""
+        return self._rows.get(task_id)
+
+    def moved_tasks(self, job_ids: Collection[int]) -> Iterator[tuple[TaskRow, TaskState]]:
+        """Each task of these jobs that this set changed, as it is now, with the state it was read in."""
+        for task_id, (expected, _) in self._tasks.items():
+            row = self._rows[task_id]
+            if row.job_id in job_ids:
+                yield row, expected
+
+    def task_value(self, task_id: int, column: str, read: Any) -> Any:
+        """A task's column as this set leaves it (`read`: its value in the store)."""
+        return self._tasks.get(task_id, (None, {}))[1].get(column, read)
+
+    def job_value(self, job_id: int, column: str, read: Any) -> Any:
+        """A job's column as this set leaves it (`read`: its value in the store)."""
+        return self._jobs.get(job_id, (None, {}))[1].get(column, read)
 
     def new_attempt(self, row: TaskRow, worker_id: str) -> None:
         self._attempts_new.append(dict(
@@ -120,12 +179,32 @@ class ChangeSet:
         to_state: str | None,
         message: str | None,
         task: TaskRow | None = None,
+        event: str | None = None,
     ) -> None:
         self._history.append(dict(
             at=self.now, job_id=job_id, task_id=task.id if task else None,
-            attempt=task.attempt if task else None, handler=handler, result=result,
+            attempt=task.attempt if task else None, handler=handler, result=str(result),
             from_state=from_state, to_state=to_state, message=message, worker_id=task.worker_id if task else None,
+            event=event,
         ))
+
+    def record_serving(self, deployment_id: int, replica_id: int | None, handler: str, result: str,
+                       from_state: str | None, to_state: str | None, message: str | None,
+                       event: str | None = None) -> None:
+        """A history record of a deployment (or of one of its replicas, with `replica_id`)."""
+        self._history.append(dict(
+            at=self.now, deployment_id=deployment_id, replica_id=replica_id, handler=handler, result=str(result),
+            from_state=from_state and str(from_state), to_state=to_state and str(to_state), message=message,
+            event=event,
+        ))
+
+    def wait(self, job_id: int, handler: str, state: str, reason: str, *, repeated: bool) -> None:
+        """A job waits (SKIPPED): a new reason is a new record; the same reason again is counted on the job's last
+        wait record of this handler, so every wait is on record without a row per pass."""
+        if repeated:
+            self._waits[(job_id, handler)] = reason
+        else:
+            self.record(job_id, handler, "SKIPPED", state, None, reason)
 
     def worker(self, worker_id: str, handler: str, from_state: str | None, to_state: str, message: str) -> None:
         """A history record of a worker's own state change (it has no job)."""
@@ -136,7 +215,8 @@ class ChangeSet:
 
     def absorb(self, other: ChangeSet) -> None:
         """Take in the changes of another set, worked out apart (one job's), so that one that failed is left out."""
-        for mine, theirs in ((self._tasks, other._tasks), (self._jobs, other._jobs)):
+        for mine, theirs in ((self._tasks, other._tasks), (self._jobs, other._jobs),
+                             (self._deployments, other._deployments), (self._replicas, other._replicas)):
             for row_id, (expected, values) in theirs.items():
                 if row_id in mine:
                     mine[row_id][1].update(values)
@@ -146,16 +226,26 @@ class ChangeSet:
         for key, values in other._attempts_upd.items():
             self._attempts_upd.setdefault(key, {}).update(values)
         self._history += other._history
+        self._waits.update(other._waits)
+        self._rows.update(other._rows)
         self.touched_workers |= other.touched_workers
         self.touched_jobs |= other.touched_jobs
 
     @property
+    def moved(self) -> bool:
+        """Whether it changes anything but the count of a wait seen again (which wakes no one)."""
+        return bool(self._tasks or self._jobs or self._deployments or self._replicas or self._attempts_new
+                    or self._attempts_upd or self._history)
+
+    @property
     def empty(self) -> bool:
-        return not (self._tasks or self._jobs or self._attempts_new or self._attempts_upd or self._history)
+        return not (self._tasks or self._jobs or self._deployments or self._replicas or self._attempts_new
+                    or self._attempts_upd or self._history or self._waits)
 
     async def flush(self, connection: AsyncConnection) -> None:
         """Write everything in bulk, one statement per shape of update."""
-        for (table, pending) in ((tasks, self._tasks), (jobs, self._jobs)):
+        for (table, pending) in ((tasks, self._tasks), (jobs, self._jobs), (deployments, self._deployments),
+                                 (replicas, self._replicas)):
             for columns, rows in _group_by_columns(pending).items():
                 statement = (
                     update(table)
@@ -179,6 +269,24 @@ class ChangeSet:
         if self._history:
             columns = set().union(*self._history)  # one statement needs every row to name every column
             await connection.execute(insert(history), [dict.fromkeys(columns) | row for row in self._history])
+        if self._waits:
+            await _count_waits(connection, self._waits, self.now)
+
+
+async def _count_waits(connection: AsyncConnection, waits: dict[tuple[int, str], str], now: float) -> None:
+    """One more sighting on each job's latest wait record of the handler (when its reason is still the same)."""
+    latest = (await connection.execute(
+        select(func.max(history.c.id)).where(history.c.job_id.in_({job for job, _ in waits}),
+                                              history.c.result == "SKIPPED", history.c.task_id.is_(None))
+        .group_by(history.c.job_id, history.c.handler)
+    )).scalars().all()
+    rows = (await connection.execute(
+        select(history.c.id, history.c.job_id, history.c.handler, history.c.message).where(history.c.id.in_(latest))
+    )).all()
+    counted = [row.id for row in rows if waits.get((row.job_id, row.handler)) == row.message]
+    if counted:
+        await connection.execute(update(history).where(history.c.id.in_(counted))
+                                 .values(repeats=history.c.repeats + 1, last_at=now))
 
 
 async def _verify(connection: AsyncConnection, table, rows: list[dict]) -> None:

@@ -33,7 +33,7 @@ def _events() -> Select:
 async def _read(connection: AsyncConnection, query: Select) -> list[EventView]:
     return [
         EventView(id=r.id, type=event_type(r.job_id, r.task_id, r.handler, r.result, r.to_state, r.deployment_id,
-                                           r.replica_id),
+                                           r.replica_id, r.event),
                   at=r.at, job_id=r.job_id, task_id=r.task_id, task_index=r.task_index, attempt=r.attempt,
                   worker_id=r.worker_id, deployment_id=r.deployment_id, deployment=r.deployment,
                   replica_id=r.replica_id, handler=r.handler, result=r.result, from_state=r.from_state,

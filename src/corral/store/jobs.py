@@ -29,7 +29,7 @@ async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key
         for i in range(spec.replicas)
     ])
     await connection.execute(insert(history).values(
-        at=now, job_id=job_id, handler=created_by, result="SUCCESS", to_state=JobState.PENDING,
+        at=now, job_id=job_id, handler=created_by, result="SUCCESS", to_state=JobState.PENDING, event="job.submitted",
         message=note or f"{spec.replicas} task(s){', gang' if spec.gang else ''}"
                 + (f", launched by job {launched_by}" if launched_by else "")))
     return job_id

@@ -1,10 +1,12 @@
-"""The reads a handler run needs: its targets, in one query (a placing handler also reads scheduling_reads)."""
+"""The reads a handler run needs: its targets, in one query (a placing handler also reads scheduling_reads), and
+what settling a job reads."""
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Collection
 
-from sqlalchemy import and_, false, or_, select, true
+from sqlalchemy import and_, false, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import JobState, TaskState
@@ -66,3 +68,68 @@ async def target_rows(
 def task_row(row) -> TaskRow:
     return TaskRow(row.id, row.job_id, row.index, TaskState(row.state), row.attempt, row.worker_id,
                    row.failures, row.preemptions)
+
+
+def task_columns():
+    """The task columns a TaskRow is made of."""
+    return (tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.worker_id,
+            tasks.c.failures, tasks.c.preemptions)
+
+
+async def settle_rows(connection: AsyncConnection, job_ids: Collection[int]) -> tuple[list, dict[int, Counter]]:
+    """The jobs settling reads (state, gang, outcome, cancelled, max_task_failures) and their tasks' state counts."""
+    ids = list(job_ids)
+    job_rows = (await connection.execute(
+        select(jobs.c.id, jobs.c.state, jobs.c.gang, jobs.c.outcome, jobs.c.cancelled, jobs.c.max_task_failures)
+        .where(jobs.c.id.in_(ids))
+    )).all()
+    counts: dict[int, Counter] = defaultdict(Counter)
+    for row in (await connection.execute(
+        select(tasks.c.job_id, tasks.c.state, func.count().label("n"))
+        .where(tasks.c.job_id.in_(ids)).group_by(tasks.c.job_id, tasks.c.state)
+    )).all():
+        counts[row.job_id][TaskState(row.state)] = row.n
+    return job_rows, counts
+
+
+async def pending_tasks(connection: AsyncConnection, job_ids: Collection[int]) -> list[TaskRow]:
+    return [task_row(row) for row in (await connection.execute(
+        select(*task_columns()).where(tasks.c.job_id.in_(list(job_ids)), tasks.c.state == TaskState.PENDING)
+    )).all()]
+
+
+# The columns of a task's job that end_attempt reads (corral.engine.attempts).
+JOB_BUDGET_COLUMNS = (jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.cancelled,
+                      jobs.c.max_retries_failure, jobs.c.max_retries_preemption)
+
+
+async def tasks_with_budgets(connection: AsyncConnection, *, task_ids: Collection[int] = (),
+                             worker_ids: Collection[str] = (), states: Collection[TaskState] = ()) -> list:
+    """Task rows with their job's budget columns: these tasks, or those of these workers in these states."""
+    query = select(*task_columns(), tasks.c.preempt_epoch, *JOB_BUDGET_COLUMNS).select_from(
+        tasks.join(jobs, tasks.c.job_id == jobs.c.id))
+    if task_ids:
+        query = query.where(tasks.c.id.in_(list(task_ids)))
+    else:
+        query = query.where(tasks.c.worker_id.in_(list(worker_ids)), tasks.c.state.in_([str(s) for s in states]))
+    return list((await connection.execute(query)).all())
+
+
+async def jobs_and_members(connection: AsyncConnection, job_ids: Collection[int]) -> tuple[list, dict[int, list]]:
+    """Jobs (state, gang, cancelled, epoch, budgets) and their tasks (TaskRow columns and reason), by index."""
+    ids = sorted(job_ids)
+    job_rows = (await connection.execute(
+        select(jobs.c.id, jobs.c.state, jobs.c.gang, jobs.c.cancelled, jobs.c.preemption_epoch,
+               jobs.c.max_retries_failure, jobs.c.max_retries_preemption).where(jobs.c.id.in_(ids))
+        .order_by(jobs.c.id))).all()
+    members: dict[int, list] = defaultdict(list)
+    for row in (await connection.execute(
+        select(*task_columns(), tasks.c.reason).where(tasks.c.job_id.in_(ids)).order_by(tasks.c.index)
+    )).all():
+        members[row.job_id].append(row)
+    return list(job_rows), members
+
+
+async def job_for_cancel(connection: AsyncConnection, job_id: int):
+    """A job's state and whether it is already cancelled; None when there is no such job."""
+    return (await connection.execute(select(jobs.c.state, jobs.c.cancelled).where(jobs.c.id == job_id))).first()

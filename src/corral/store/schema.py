@@ -158,6 +158,9 @@ history = Table(
     Column("worker_id", String(64)),  # set on a worker's own events (registered, lost)
     Column("deployment_id", Integer),  # set on a deployment's and its replicas' events
     Column("replica_id", Integer),
+    Column("event", String(64)),  # the event type its table row or verdict declares; None: read from its shape
+    Column("repeats", Integer, nullable=False, server_default="1"),  # a wait seen again with the same reason
+    Column("last_at", Float),  # when it was last seen again
     Index("ix_history_job", "job_id", "id"),
     Index("ix_history_deployment", "deployment_id", "id"),
     Index("ix_history_at", "at"),

@@ -125,6 +125,23 @@ class _Lost(Exception):
     """409: the controller declared this worker lost and has given its tasks to others."""
 
 
+def _json(response: httpx.Response) -> dict:
+    """A reply's JSON object, or an empty one when it has none."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+class _Refused(Exception):
+    """409 naming reports the controller will never accept (moves only it makes): they are dropped."""
+
+    def __init__(self, refused: list[dict]) -> None:
+        super().__init__(f"reports refused: {refused}")
+        self.refused = {(r["task_id"], r["attempt"], r["state"]) for r in refused}
+
+
 class _Backoff:
     """Exponential retry delays, with one warning per outage rather than one per try."""
 
@@ -293,6 +310,13 @@ class Agent:
             except _Lost:
                 await self._rejoin(worker_id)
                 continue
+            except _Refused as refused:
+                log.error("%s; dropped", refused)
+                if generation == self._outbox_generation:
+                    self._outbox[:len(batch)] = [r for r in batch
+                                                 if (r.task_id, r.attempt, r.state) not in refused.refused]
+                self._outbox_filled.set()
+                continue
             backoff.reset()
             if generation == self._outbox_generation:
                 del self._outbox[:len(batch)]
@@ -396,6 +420,9 @@ class Agent:
     async def _post(self, path: str, **kwargs: Any) -> httpx.Response:
         response = await self._request(path, **kwargs)
         if response.status_code == 409:
+            detail = _json(response).get("detail")
+            if isinstance(detail, dict) and isinstance(detail.get("refused"), list):
+                raise _Refused(detail["refused"])
             raise _Lost(response.text)
         if response.status_code >= 400:
             raise WorkerError(f"the controller refused POST {path}: HTTP {response.status_code} {response.text}")

@@ -294,6 +294,9 @@ class Runner:
         att = self._attempts[ref] = _Attempt(order, directory, asyncio.Lock())
         att.build = self._spawn(self._prepare(att))  # its own task, so a stop can cancel it alone
         await asyncio.wait([att.build])
+        if order.start:  # an independent task: no start order comes, and one that does is a repeat
+            self._acted.add((*ref, "start"))
+            await self._start(StartOrder(task_id=order.task_id, attempt=order.attempt))
 
     async def _prepare(self, att: _Attempt) -> None:
         async with att.lock:

@@ -1,0 +1,58 @@
+"""Workers' own rows as the engine changes them: registration, heartbeats, loss, and forgetting the lost."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.protocol import RegisterRequest
+from corral.core.states import WorkerState
+from corral.store.schema import workers
+
+
+async def insert_worker(connection: AsyncConnection, request: RegisterRequest, now: float) -> tuple[str, list[str]]:
+    """A new worker id each time; a LOST row under the same name is the same machine come back, and goes.
+    Returns the new id and the ids it replaces."""
+    replaced = list((await connection.execute(
+        delete(workers).where(workers.c.name == request.name, workers.c.state == WorkerState.LOST)
+        .returning(workers.c.id))).scalars())
+    worker_id = f"{request.name[:57]}-{secrets.token_hex(3)}"  # fits the id column (64) whatever the name
+    await connection.execute(workers.insert().values(
+        id=worker_id, name=request.name, address=request.address, state=WorkerState.ALIVE,
+        cpu=request.capacity.cpu, memory=request.capacity.memory, gpu=request.capacity.gpu,
+        gpu_names=request.gpu_names, labels=request.labels, last_heartbeat=now, registered_at=now,
+        pool=request.pool, custom=request.capacity.custom,
+        gpu_devices=[gpu.model_dump() for gpu in request.gpus], pythons=request.pythons,
+        environments=[environment.model_dump() for environment in request.environments],
+        filesystem=request.filesystem, shared_fs=request.shared_fs,
+    ))
+    return worker_id, replaced
+
+
+async def mark_seen(connection: AsyncConnection, worker_id: str, now: float, **facts: Any) -> bool:
+    """Note a live worker's heartbeat (and the facts it sent); False when it is unknown or LOST."""
+    seen = await connection.execute(
+        update(workers).where(workers.c.id == worker_id, workers.c.state == WorkerState.ALIVE)
+        .values(last_heartbeat=now, **facts))
+    return seen.rowcount > 0
+
+
+async def silent_workers(connection: AsyncConnection, before: float) -> list:
+    """ALIVE workers last heard from before `before`: id, name, last_heartbeat."""
+    return list((await connection.execute(
+        select(workers.c.id, workers.c.name, workers.c.last_heartbeat)
+        .where(workers.c.state == WorkerState.ALIVE, workers.c.last_heartbeat < before))).all())
+
+
+async def mark_lost(connection: AsyncConnection, worker_ids: list[str]) -> None:
+    await connection.execute(update(workers).where(workers.c.id.in_(worker_ids)).values(state=WorkerState.LOST))
+
+
+async def forget_lost(connection: AsyncConnection, before: float) -> int:
+    """Delete LOST workers not heard from since `before` (their history stays); returns how many."""
+    pruned = await connection.execute(
+        delete(workers).where(workers.c.state == WorkerState.LOST, workers.c.last_heartbeat < before))
+    return pruned.rowcount

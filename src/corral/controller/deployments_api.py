@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import Counter
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
-from sqlalchemy import func, select
 
 from corral.controller.admission import refusal
 from corral.controller.auth import require_admin
@@ -28,17 +26,20 @@ from corral.core.serving import DeploymentState
 from corral.core.wire import Text
 from corral.serving.pool import read_pool
 from corral.store.deployments import (
-    SHOWN,
     NameTaken,
     NoSuchDeployment,
     add_key,
     deployment_facts,
+    deployment_rows,
     destroy_deployment,
     insert_deployment,
     live_deployment,
+    newest_named,
+    replica_counts,
+    replica_rows,
     scale_deployment,
+    serving_history,
 )
-from corral.store.schema import deployments, history, replicas
 
 router = APIRouter(prefix="/api/v1", tags=["serving"], dependencies=[Depends(require_admin)])
 
@@ -64,12 +65,9 @@ async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
 
 @router.get("/deployments", response_model=list[DeploymentView])
 async def list_deployments(request: Request, all: bool = False) -> list[DeploymentView]:
-    query = select(deployments).order_by(deployments.c.id.desc())
-    if not all:
-        query = query.where(deployments.c.state.in_([str(s) for s in SHOWN]))
     async with request.app.state.store.read() as connection:
-        rows = (await connection.execute(query.limit(1000))).all()
-        counts = await _replica_counts(connection, [r.id for r in rows])
+        rows = await deployment_rows(connection, shown_only=not all, limit=1000)
+        counts = await replica_counts(connection, [r.id for r in rows])
     return [_view(row, counts.get(row.id, {})) for row in rows]
 
 
@@ -77,18 +75,15 @@ async def list_deployments(request: Request, all: bool = False) -> list[Deployme
 async def deployment_info(name: Text, request: Request) -> DeploymentDetail:
     view = await _one(request, name)
     async with request.app.state.store.read() as connection:
-        replica_rows = (await connection.execute(
-            select(replicas).where(replicas.c.deployment_id == view.id).order_by(replicas.c.id))).all()
-        history_rows = (await connection.execute(
-            select(history).where(history.c.deployment_id == view.id)
-            .order_by(history.c.id.desc()).limit(200))).all()
+        replica_list = await replica_rows(connection, view.id)
+        history_rows = await serving_history(connection, view.id, limit=200)
     decision = request.app.state.router.autoscaled.get(name)
     return DeploymentDetail(
         **vars(view),  # its fields as read: the spec is not judged again by today's caps
         desired_replicas=decision.replicas if decision else None,
         autoscale_reason=decision.reason if decision else None,
-        replica_list=[ReplicaView.model_validate(r, from_attributes=True) for r in replica_rows],
-        history=[ServingHistoryEntry.model_validate(r, from_attributes=True) for r in reversed(history_rows)])
+        replica_list=[ReplicaView.model_validate(r, from_attributes=True) for r in replica_list],
+        history=[ServingHistoryEntry.model_validate(r, from_attributes=True) for r in history_rows])
 
 
 @router.post("/deployments/{name}/scale", response_model=DeploymentView)
@@ -158,21 +153,11 @@ async def _one(request: Request, name: str, destroyed_too: bool = False) -> Depl
     async with request.app.state.store.read() as connection:
         row = await live_deployment(connection, name)
         if row is None and destroyed_too:
-            row = (await connection.execute(select(deployments).where(deployments.c.name == name)
-                                            .order_by(deployments.c.id.desc()).limit(1))).first()
+            row = await newest_named(connection, name)
         if row is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {name!r}")
-        counts = await _replica_counts(connection, [row.id])
+        counts = await replica_counts(connection, [row.id])
     return _view(row, counts.get(row.id, {}))
-
-
-async def _replica_counts(connection, ids: list[int]) -> dict[int, dict[str, int]]:
-    counts: dict[int, Counter] = {}
-    for r in (await connection.execute(
-            select(replicas.c.deployment_id, replicas.c.state, func.count().label("n"))
-            .where(replicas.c.deployment_id.in_(ids)).group_by(replicas.c.deployment_id, replicas.c.state))).all():
-        counts.setdefault(r.deployment_id, Counter())[r.state] = r.n
-    return {k: dict(v) for k, v in counts.items()}
 
 
 def _view(row, counts: dict[str, int]) -> DeploymentView:

@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
 
 from corral.controller.auth import require_admin
 from corral.controller.events import follow_events
 from corral.core.views import EventView
 from corral.core.wire import MAX_ID, Text
 from corral.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
+from corral.store.deployments import name_exists
 from corral.store.events import before_last, latest_id
-from corral.store.schema import deployments, jobs
+from corral.store.job_views import job_exists
 
 router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(require_admin)])
 
@@ -49,10 +49,9 @@ async def events(
                                 f"Last-Event-ID must be an event id (a non-negative integer), not {last_event_id!r}")
         start = int(last_event_id)
     async with app.store.read() as connection:
-        if job is not None and (await connection.execute(select(jobs.c.id).where(jobs.c.id == job))).first() is None:
+        if job is not None and not await job_exists(connection, job):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
-        if deployment is not None and (await connection.execute(
-                select(deployments.c.id).where(deployments.c.name == deployment).limit(1))).first() is None:
+        if deployment is not None and not await name_exists(connection, deployment):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {deployment!r}")
         if start is None:
             start = await before_last(connection, last, job, deployment) if last else 0

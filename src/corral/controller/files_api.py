@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.auth import require_worker
 from corral.controller.files import MAX_BUNDLE, MAX_OFFSET, Stream
@@ -19,7 +19,10 @@ from corral.core.wire import MAX_COUNT
 from corral.core.workdir import shares
 from corral.scheduling.policy import DEFAULT_POOL
 from corral.store.scheduling_reads import file_systems_in_pool
-from corral.store.schema import attempts, jobs, tasks
+from corral.store.task_views import attempt_numbers, job_replicas, task_at
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 router = APIRouter(prefix="/api/v1", tags=["files"])
 
@@ -30,9 +33,7 @@ async def task_logs(job_id: PathId, index: PathIndex, request: Request, stream: 
                     offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> Response:
     app = request.app.state
     async with app.store.read() as connection:
-        task = (await connection.execute(
-            select(tasks.c.id, tasks.c.state, tasks.c.attempt)
-            .where(tasks.c.job_id == job_id, tasks.c.index == index))).first()
+        task = await task_at(connection, job_id, index)
         if task is None:
             raise await no_such_task(connection, job_id, index)
         if attempt is not None:
@@ -48,7 +49,7 @@ async def task_logs(job_id: PathId, index: PathIndex, request: Request, stream: 
 
 async def no_such_task(connection: AsyncConnection, job_id: int, index: int) -> HTTPException:
     """A 404 that says whether the job is missing or only the task, and which tasks the job has."""
-    replicas = (await connection.execute(select(jobs.c.replicas).where(jobs.c.id == job_id))).scalar()
+    replicas = await job_replicas(connection, job_id)
     if replicas is None:
         return HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
     return HTTPException(status.HTTP_404_NOT_FOUND,
@@ -60,8 +61,7 @@ async def _check_attempt(connection: AsyncConnection, task, job_id: int, index: 
     other would only read as an empty log."""
     if attempt == task.attempt:
         return
-    known = list((await connection.execute(
-        select(attempts.c.attempt).where(attempts.c.task_id == task.id).order_by(attempts.c.attempt))).scalars())
+    known = await attempt_numbers(connection, task.id)
     if attempt not in known:
         has = f"its attempts are {', '.join(map(str, known))}" if known else "it has not started an attempt yet"
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"task {index} of job {job_id} has no attempt {attempt} ({has})")

@@ -10,7 +10,6 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import FileResponse
-from sqlalchemy import select
 
 from corral.controller.auth import require_worker
 from corral.controller.checkpoints import TooLarge
@@ -18,7 +17,7 @@ from corral.controller.params import RAW_BODY, PathId
 from corral.core.protocol import PreemptedAck
 from corral.core.wire import MAX_COUNT, Text
 from corral.engine.preemption import NoSuchTask, NotCurrent, acknowledge, check_checkpoint, record_checkpoint
-from corral.store.schema import tasks
+from corral.store.task_views import task_checkpoint
 
 router = APIRouter(prefix="/api/v1/workers/{worker_id}/tasks/{task_id}", tags=["workers"],
                    dependencies=[Depends(require_worker)])
@@ -79,8 +78,7 @@ async def get_checkpoint(worker_id: Text, task_id: PathId, request: Request) -> 
     """The task's newest checkpoint, for the worker that runs its current attempt."""
     app = request.app.state
     async with app.store.read() as connection:
-        row = (await connection.execute(
-            select(tasks.c.worker_id, tasks.c.checkpoint_epoch).where(tasks.c.id == task_id))).first()
+        row = await task_checkpoint(connection, task_id)
     if row is None or row.worker_id != worker_id:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"task {task_id} is not on worker {worker_id}")
     path = app.checkpoints.path(task_id)

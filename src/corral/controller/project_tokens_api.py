@@ -12,12 +12,12 @@ import secrets
 import time
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
-from sqlalchemy.exc import IntegrityError
 
 from corral.controller.admin_api import Name
 from corral.controller.auth import require_admin
 from corral.controller.params import PathId
 from corral.core.views import IssuedToken, ProjectToken, TokenRequest
+from corral.store.database import Conflict
 from corral.store.project_tokens import issue_token, list_tokens, revoke_token
 
 router = APIRouter(prefix="/api/v1/admin/projects", tags=["admin"], dependencies=[Depends(require_admin)])
@@ -32,7 +32,7 @@ async def issue(request: Request, body: TokenRequest | None = None, name: str = 
     try:
         async with request.app.state.store.write() as connection:
             token_id = await issue_token(connection, name, token, now)
-    except IntegrityError:
+    except Conflict:
         raise HTTPException(status.HTTP_409_CONFLICT, "that token is already issued: choose another, "
                                                       "or let corral make one") from None
     await request.app.state.serving.changed()

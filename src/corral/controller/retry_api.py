@@ -13,7 +13,6 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 from pydantic import BaseModel
-from sqlalchemy import select
 
 from corral.controller.auth import require_admin
 from corral.controller.params import PathId
@@ -21,8 +20,8 @@ from corral.controller.retry_defaults import cluster_layers, policy_layers
 from corral.controller.retry_views import retry_fields
 from corral.core.retry_policy import RetryPolicy, effective_policy
 from corral.core.views import RetryAttemptView
+from corral.store.job_views import job_rows
 from corral.store.retries import CLUSTER, add_audit, chain_ids, store_default, stored_default
-from corral.store.schema import jobs
 
 router = APIRouter(prefix="/api/v1", tags=["retries"], dependencies=[Depends(require_admin)])
 
@@ -41,7 +40,7 @@ async def job_attempts(job_id: PathId, request: Request) -> list[RetryAttemptVie
         chain = (await chain_ids(connection, [job_id])).get(job_id)
         if chain is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-        rows = {r.id: r for r in (await connection.execute(select(jobs).where(jobs.c.id.in_(chain)))).all()}
+        rows = await job_rows(connection, chain)
         fields = await retry_fields(connection, list(rows.values()))
     return [
         RetryAttemptView(id=i, retry_count=rows[i].retry_count, state=rows[i].state, retry_cause=rows[i].retry_cause,

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import errno
 import time
-from collections import defaultdict
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
-from sqlalchemy import func, select
 
 from corral.controller.auth import require_admin, require_worker
 from corral.controller.files import MAX_OFFSET, Stream
@@ -16,12 +14,11 @@ from corral.controller.job_tokens import mint
 from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
-from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.core.views import WorkerView
 from corral.core.wire import MAX_COUNT, Text
 from corral.engine.reports import UnknownWorker, ingest_heartbeat, register_worker
 from corral.metrics import HEARTBEAT_SECONDS
-from corral.store.schema import tasks, workers
+from corral.store.workers import held_by_worker, worker_rows
 from corral.waiting import woken
 
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
@@ -79,23 +76,24 @@ async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, P
 
 @router.get("", response_model=list[WorkerView], dependencies=[Depends(require_admin)])
 async def list_workers(request: Request) -> list[WorkerView]:
-    holding = [str(s) for s in TASK_HOLDS_RESOURCES]
     async with request.app.state.store.read() as connection:
-        rows = (await connection.execute(select(workers).order_by(workers.c.registered_at))).all()
-        use = defaultdict(lambda: (0.0, 0, 0, 0))
-        for r in (await connection.execute(
-            select(tasks.c.worker_id, func.sum(tasks.c.cpu), func.sum(tasks.c.memory), func.sum(tasks.c.gpu),
-                   func.count()).where(tasks.c.state.in_(holding)).group_by(tasks.c.worker_id)
-        )).all():
-            use[r[0]] = tuple(r[1:])
+        rows = await worker_rows(connection)
+        held = await held_by_worker(connection)
     return [
         WorkerView(
             id=w.id, name=w.name, address=w.address, state=w.state, labels=w.labels or {},
             capacity={"cpu": w.cpu, "memory": w.memory, "gpu": w.gpu, **(w.custom or {})},
-            used={"cpu": use[w.id][0] or 0.0, "memory": use[w.id][1] or 0, "gpu": use[w.id][2] or 0},
+            used=_used(held.get(w.id)), running_tasks=held[w.id].n if w.id in held else 0,
             gpu_names=w.gpu_names or [], last_heartbeat=w.last_heartbeat, registered_at=w.registered_at,
-            running_tasks=use[w.id][3] or 0, pool=w.pool, gpus=w.gpu_devices or [], pythons=w.pythons or [],
+            pool=w.pool, gpus=w.gpu_devices or [], pythons=w.pythons or [],
             environments=w.environments or [], filesystem=w.filesystem, shared_fs=w.shared_fs or [],
         )
         for w in rows
     ]
+
+
+def _used(held) -> dict:
+    """What the worker's tasks hold (a row of `held_by_worker`), as the worker list shows it."""
+    if held is None:
+        return {"cpu": 0.0, "memory": 0, "gpu": 0}
+    return {"cpu": held.cpu or 0.0, "memory": held.memory or 0, "gpu": held.gpu or 0}

@@ -11,6 +11,7 @@ from corral.controller.auth import require_admin
 from corral.controller.jobs_api import job_views
 from corral.controller.overview import ClusterSummary, summarize
 from corral.controller.samples import Sample
+from corral.controller.services import services_of
 from corral.core.views import JobView
 from corral.store.job_views import queue_page
 
@@ -34,17 +35,17 @@ class QueuePage(BaseModel):
 
 @router.get("/overview", response_model=Overview)
 async def overview(request: Request) -> Overview:
-    app = request.app.state
-    async with app.store.read() as connection:
+    services = services_of(request)
+    async with services.store.read() as connection:
         summary = await summarize(connection, time.time())
-    return Overview(summary=summary, samples=app.samples.recent())
+    return Overview(summary=summary, samples=services.samples.recent())
 
 
 @router.get("/queue", response_model=QueuePage)
 async def queue(request: Request, limit: int = Query(100, ge=1, le=1000),
                 offset: int = Query(0, ge=0, le=10_000_000)) -> QueuePage:
     """Jobs with tasks waiting to be placed, in the order the scheduler will consider them."""
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         rows, total = await queue_page(connection, limit, offset)
     views = {view.id: view for view in await job_views(request, [r.id for r in rows])}
     return QueuePage(total=total, items=[

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, status
 
 from corral.controller.admission import refusal
 from corral.controller.auth import require_admin
+from corral.controller.services import services_of
 from corral.core.deployment_spec import DeploymentSpec
 from corral.core.deployment_views import (
     CatalogDeployment,
@@ -46,26 +47,26 @@ router = APIRouter(prefix="/api/v1", tags=["serving"], dependencies=[Depends(req
 
 @router.post("/deployments", status_code=status.HTTP_201_CREATED, response_model=DeploymentView)
 async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
-    app = request.app.state
-    if spec.bundle and not app.bundles.exists(spec.bundle):
+    services = services_of(request)
+    if spec.bundle and not services.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
-    async with app.store.read() as connection:
+    async with services.store.read() as connection:
         refused = await refusal(connection, spec.replica_job())
     if refused:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{refused} (each replica runs as a job)")
     try:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             await insert_deployment(connection, spec, [], time.time())
     except NameTaken as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
-    await app.serving.changed()
+    await services.serving.changed()
     return await _one(request, spec.name)
 
 
 @router.get("/deployments", response_model=list[DeploymentView])
 async def list_deployments(request: Request, all: bool = False) -> list[DeploymentView]:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         rows = await deployment_rows(connection, shown_only=not all, limit=1000)
         counts = await replica_counts(connection, [r.id for r in rows])
     return [_view(row, counts.get(row.id, {})) for row in rows]
@@ -74,10 +75,10 @@ async def list_deployments(request: Request, all: bool = False) -> list[Deployme
 @router.get("/deployments/{name}", response_model=DeploymentDetail)
 async def deployment_info(name: Text, request: Request) -> DeploymentDetail:
     view = await _one(request, name)
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         replica_list = await replica_rows(connection, view.id)
         history_rows = await serving_history(connection, view.id, limit=200)
-    decision = request.app.state.router.autoscaled.get(name)
+    decision = services_of(request).router.autoscaled.get(name)
     return DeploymentDetail(
         **vars(view),  # its fields as read: the spec is not judged again by today's caps
         desired_replicas=decision.replicas if decision else None,
@@ -88,17 +89,17 @@ async def deployment_info(name: Text, request: Request) -> DeploymentDetail:
 
 @router.post("/deployments/{name}/scale", response_model=DeploymentView)
 async def scale(name: Text, body: ScaleRequest, request: Request) -> DeploymentView:
-    app = request.app.state
+    services = services_of(request)
     try:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             await scale_deployment(connection, name, body.replicas, body.reason, time.time())
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
     if body.replicas == 0:  # requests waiting for it end now rather than start it again
-        app.router.unloaded(name, body.reason)
-    await app.serving.changed()
+        services.router.unloaded(name, body.reason)
+    await services.serving.changed()
     return await _one(request, name)
 
 
@@ -106,38 +107,38 @@ async def scale(name: Text, body: ScaleRequest, request: Request) -> DeploymentV
 async def new_key(name: Text, body: KeyRequest, request: Request) -> KeyReply:
     key = body.key or f"crl-{secrets.token_urlsafe(24)}"
     try:
-        async with request.app.state.store.write() as connection:
+        async with services_of(request).store.write() as connection:
             await add_key(connection, name, key)
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
-    await request.app.state.serving.changed()
+    await services_of(request).serving.changed()
     return KeyReply(deployment=name, key=key)
 
 
 @router.delete("/deployments/{name}", response_model=DeploymentView)
 async def undeploy(name: Text, request: Request) -> DeploymentView:
-    app = request.app.state
+    services = services_of(request)
     try:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             await destroy_deployment(connection, name, time.time())
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
-    app.router.unloaded(name, "undeployed")
-    await app.serving.changed()
+    services.router.unloaded(name, "undeployed")
+    await services.serving.changed()
     return await _one(request, name, destroyed_too=True)
 
 
 @router.post("/router/load", status_code=status.HTTP_204_NO_CONTENT)
 async def report_load(report: LoadReport, request: Request) -> None:
     """A standalone router's load, summed into the controller's autoscaling while fresh."""
-    request.app.state.router.report_load(report.router, report.loads, time.time())
+    services_of(request).router.report_load(report.router, report.loads, time.time())
 
 
 @router.get("/router/catalog", response_model=CatalogView)
 async def catalog(request: Request) -> CatalogView:
     """What a standalone `corral router` routes on: live deployments, their keys and healthy endpoints."""
-    current = request.app.state.router.catalog
-    async with request.app.state.store.read() as connection:
+    current = services_of(request).router.catalog
+    async with services_of(request).store.read() as connection:
         pool = await read_pool(connection)
     return CatalogView(**pool.to_json(), deployments=[
         CatalogDeployment(name=name, spec=facts.spec, replicas=facts.replicas, key_hashes=list(facts.key_hashes),
@@ -150,7 +151,7 @@ async def catalog(request: Request) -> CatalogView:
 
 
 async def _one(request: Request, name: str, destroyed_too: bool = False) -> DeploymentView:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         row = await live_deployment(connection, name)
         if row is None and destroyed_too:
             row = await newest_named(connection, name)

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from corral.controller.auth import require_admin
+from corral.controller.services import services_of
 from corral.core.serving import REPLICA_COUNTED, DeploymentState, Probe, ReplicaState
 from corral.core.views import EventView
 from corral.store.deployments import deployment_facts, deployment_rows, replicas_with_workers
@@ -84,10 +85,9 @@ async def deployments_board(request: Request,
                             events: int = Query(30, ge=0, le=500, description="latest events per deployment")
                             ) -> DeploymentsBoard:
     """Live and destroying deployments, newest first, each with its replicas not yet TERMINATED."""
-    app = request.app.state
-    serving = getattr(app, "serving", None)
-    probes: dict[int, Probe] = dict(serving.probes) if serving is not None else {}
-    async with app.store.read() as connection:
+    services = services_of(request)
+    probes: dict[int, Probe] = dict(services.serving.probes)
+    async with services.store.read() as connection:
         rows = await deployment_rows(connection)
         replica_rows = await replicas_with_workers(connection, [r.id for r in rows])
         latest = await latest_by_deployment(connection, [r.name for r in rows], events) if events else {}

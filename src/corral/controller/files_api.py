@@ -12,6 +12,7 @@ from corral.controller.auth import require_worker
 from corral.controller.files import MAX_BUNDLE, MAX_OFFSET, Stream
 from corral.controller.job_tokens import authorize
 from corral.controller.params import RAW_BODY, PathId, PathIndex
+from corral.controller.services import services_of
 from corral.core import limits
 from corral.core.spec import FILESYSTEM_ID, NAME, Workdir
 from corral.core.views import WorkdirSharing
@@ -31,8 +32,8 @@ router = APIRouter(prefix="/api/v1", tags=["files"])
 async def task_logs(job_id: PathId, index: PathIndex, request: Request, stream: Stream = Query("stdout"),
                     attempt: int | None = Query(None, ge=0, le=MAX_COUNT),
                     offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> Response:
-    app = request.app.state
-    async with app.store.read() as connection:
+    services = services_of(request)
+    async with services.store.read() as connection:
         task = await task_at(connection, job_id, index)
         if task is None:
             raise await no_such_task(connection, job_id, index)
@@ -40,7 +41,7 @@ async def task_logs(job_id: PathId, index: PathIndex, request: Request, stream: 
             await _check_attempt(connection, task, job_id, index, attempt)
     chosen = task.attempt if attempt is None else attempt
     try:
-        data, size = app.logs.read(task.id, chosen, stream, offset)
+        data, size = services.logs.read(task.id, chosen, stream, offset)
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
     return Response(data, media_type="application/octet-stream", headers={
@@ -81,7 +82,7 @@ async def workdir_sharing(
     except ValidationError as error:  # a path no directory has (a NUL, a lone surrogate): 422, as for any field
         raise RequestValidationError([{**e, "loc": ("query", *e["loc"])}
                                       for e in error.errors(include_url=False, include_context=False)]) from None
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         found = await file_systems_in_pool(connection, pool)
     return WorkdirSharing(alive=len(found), sharing=sum(shares(workdir, fs, shared) for fs, shared in found))
 
@@ -100,7 +101,7 @@ async def put_bundle(digest: str, request: Request) -> dict:
     if len(data) > MAX_BUNDLE:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"bundle over {MAX_BUNDLE} bytes")
     try:
-        request.app.state.bundles.put(digest, data)
+        services_of(request).bundles.put(digest, data)
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
     return {"digest": digest, "size": len(data)}
@@ -116,6 +117,6 @@ async def get_bundle(digest: str, request: Request) -> Response:
 
 def _checked(request: Request, digest: str):
     try:
-        return request.app.state.bundles.path(digest)
+        return services_of(request).bundles.path(digest)
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None

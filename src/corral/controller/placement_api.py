@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, status
 
 from corral.controller.auth import require_admin
 from corral.controller.params import PathId
+from corral.controller.services import services_of
 from corral.core.views import PlacementAnalysis, WorkerFit
 from corral.scheduling.analysis import judge_workers, quota_use
 from corral.scheduling.rooms import Request as TaskRequest
@@ -20,7 +21,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(r
 
 @router.get("/{job_id}/placement", response_model=PlacementAnalysis)
 async def placement(job_id: PathId, request: Request) -> PlacementAnalysis:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         job = await job_row(connection, job_id)
         if job is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")

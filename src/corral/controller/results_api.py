@@ -11,6 +11,7 @@ from corral.controller.files_api import no_such_task
 from corral.controller.job_tokens import authorize
 from corral.controller.params import RAW_BODY, PathId, PathIndex
 from corral.controller.results import MAX_RESULT, ResultFiles
+from corral.controller.services import services_of
 from corral.core.states import TASK_TERMINAL, TaskState
 from corral.core.wire import MAX_COUNT
 from corral.store.task_views import task_at
@@ -23,11 +24,11 @@ DRAIN_LIMIT = 16 * MAX_RESULT
 
 
 def _files(request: Request) -> ResultFiles:
-    return request.app.state.results
+    return services_of(request).results
 
 
 async def _task(request: Request, job_id: int, index: int):
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         row = await task_at(connection, job_id, index)
         if row is None:
             raise await no_such_task(connection, job_id, index)

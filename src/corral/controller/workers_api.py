@@ -13,6 +13,7 @@ from corral.controller.files import MAX_OFFSET, Stream
 from corral.controller.job_tokens import mint
 from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
+from corral.controller.services import services_of
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
 from corral.core.views import WorkerView
 from corral.core.wire import MAX_COUNT, Text
@@ -26,26 +27,26 @@ router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 
 @router.post("", response_model=RegisterReply, dependencies=[Depends(require_worker)])
 async def register(body: RegisterRequest, request: Request) -> RegisterReply:
-    app = request.app.state
-    async with app.store.write() as connection:
+    services = services_of(request)
+    async with services.store.write() as connection:
         worker_id = await register_worker(connection, body, time.time())
-    app.engine.wake()  # new room: pending jobs may fit now
-    return RegisterReply(worker_id=worker_id, heartbeat_interval=app.settings.heartbeat_interval)
+    services.engine.wake()  # new room: pending jobs may fit now
+    return RegisterReply(worker_id=worker_id, heartbeat_interval=services.settings.heartbeat_interval)
 
 
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
 async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -> HeartbeatReply:
     """Apply the reports, then answer with orders, waiting up to `wait` seconds for some to appear."""
-    app = request.app.state
-    signal = app.signals.event(worker_id)
+    services = services_of(request)
+    signal = services.signals.event(worker_id)
 
     def job_token(job_id: int) -> str:
-        return mint(app.tokens.admin, job_id)
+        return mint(services.tokens.admin, job_id)
 
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
     try:
         with HEARTBEAT_SECONDS.time():
-            async with app.store.write() as connection:
+            async with services.store.write() as connection:
                 changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(),
                                                  environments=body.environments, pythons=body.pythons)
                 orders = await orders_for(connection, worker_id, job_token)
@@ -53,12 +54,12 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None
     if not changes.empty:
-        app.engine.wake()
-        app.signals.notify(changes.touched_workers - {worker_id})
+        services.engine.wake()
+        services.signals.notify(changes.touched_workers - {worker_id})
     if not orders and body.wait > 0 and await woken(signal, body.wait):
-        async with app.store.read() as connection:
+        async with services.store.read() as connection:
             orders = await orders_for(connection, worker_id, job_token)
-    return HeartbeatReply(orders=orders, heartbeat_interval=app.settings.heartbeat_interval)
+    return HeartbeatReply(orders=orders, heartbeat_interval=services.settings.heartbeat_interval)
 
 
 @router.post("/{worker_id}/logs/{task_id}/{attempt}/{stream}", status_code=status.HTTP_204_NO_CONTENT,
@@ -66,7 +67,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
 async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, Path(ge=0, le=MAX_COUNT)],
                      stream: Stream, request: Request, offset: int = Query(..., ge=0, le=MAX_OFFSET)) -> None:
     try:
-        request.app.state.logs.write(task_id, attempt, stream, offset, await request.body())
+        services_of(request).logs.write(task_id, attempt, stream, offset, await request.body())
     except OSError as error:
         if error.errno != errno.EFBIG:
             raise
@@ -76,7 +77,7 @@ async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, P
 
 @router.get("", response_model=list[WorkerView], dependencies=[Depends(require_admin)])
 async def list_workers(request: Request) -> list[WorkerView]:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         rows = await worker_rows(connection)
         held = await held_by_worker(connection)
     return [

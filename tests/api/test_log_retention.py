@@ -19,7 +19,7 @@ async def _task_of(store, job_id: int) -> int:
 
 
 async def test_logs_of_jobs_ended_before_the_retention_are_removed(api) -> None:
-    state = api.app.state
+    state = api.app.state.services
     async with api.admin() as admin:
         old, recent, running = [(await admin.post("/api/v1/jobs", json={"command": ["true"]})).json()["id"]
                                 for _ in range(3)]

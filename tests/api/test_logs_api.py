@@ -22,7 +22,7 @@ async def test_a_log_read_of_a_missing_job_task_or_attempt_is_a_404_that_says_wh
             404, f"task 0 of job {job} has no attempt 7 (it has not started an attempt yet)")
         current = await admin.get(f"/api/v1/jobs/{job}/tasks/0/logs", params={"attempt": 0})
         assert (current.status_code, current.content) == (200, b"")  # the one it waits to start
-        async with api.app.state.store.write() as connection:
+        async with api.app.state.services.store.write() as connection:
             task_id = (await connection.execute(
                 select(tasks.c.id).where(tasks.c.job_id == job, tasks.c.index == 0))).scalar_one()
             await connection.execute(insert(attempts), [

@@ -116,7 +116,7 @@ async def test_a_stored_spec_past_todays_caps_still_reads(api) -> None:
         assert deployment.status_code == 201, deployment.text
         too_long = ["true"] + ["x"] * limits.MAX_ARGS
         too_many = {f"k{i}": "v" for i in range(limits.MAX_LABELS + 1)}
-        async with api.app.state.store.write() as connection:
+        async with api.app.state.services.store.write() as connection:
             await connection.execute(update(jobs).where(jobs.c.id == job["id"]).values(
                 spec={**job["spec"], "command": too_long, "labels": too_many, "env": {"A": "\x00"}}))
             await connection.execute(update(deployments).where(deployments.c.name == "old").values(

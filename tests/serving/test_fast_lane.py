@@ -14,6 +14,7 @@ from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpo
 from corral.metrics import REGISTRY
 from corral.serving import proxy
 from corral.serving.fast_lane import FastLane, protocol_for
+from corral.serving.host import RouterServices, StandaloneTokens
 from corral.serving.pool import Pool
 from corral.serving.standalone import RouterApp
 from corral.serving.upstream import Connection
@@ -54,8 +55,7 @@ class Lane:
         self.router = router_from_config(self.backend, {})
         self.router.publish(catalog(address, **spec))
         self.app = RouterApp(routes=proxy.routes())
-        self.app.state.router = self.router
-        self.app.state.tokens = SimpleNamespace(admin=ADMIN)
+        self.app.state.services = RouterServices(self.router, StandaloneTokens(admin=ADMIN))
         self.keep_alive = keep_alive
 
     async def __aenter__(self) -> Lane:

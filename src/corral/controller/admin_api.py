@@ -7,6 +7,7 @@ import time
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 
 from corral.controller.auth import require_admin
+from corral.controller.services import services_of
 from corral.core.spec import NAME
 from corral.scheduling.policy import PoolPolicy, ProjectQuota
 from corral.store.policy import delete_pool, delete_quota, put_pool, put_quota, read_policy
@@ -19,56 +20,56 @@ Name = Path(..., max_length=100, pattern=f"^{NAME}$")
 @router.get("/pools", response_model=dict[str, PoolPolicy])
 async def list_pools(request: Request) -> dict[str, PoolPolicy]:
     """The pools configured; any other pool runs with the defaults."""
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         return (await read_policy(connection)).pools
 
 
 @router.get("/pools/{name}", response_model=PoolPolicy)
 async def get_pool(request: Request, name: str = Name) -> PoolPolicy:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         return (await read_policy(connection)).pool(name)
 
 
 @router.put("/pools/{name}", response_model=PoolPolicy)
 async def set_pool(policy: PoolPolicy, request: Request, name: str = Name) -> PoolPolicy:
-    async with request.app.state.store.write() as connection:
+    async with services_of(request).store.write() as connection:
         await put_pool(connection, name, policy, time.time())
-    request.app.state.engine.wake()
+    services_of(request).engine.wake()
     return policy
 
 
 @router.delete("/pools/{name}", status_code=status.HTTP_204_NO_CONTENT)
 async def reset_pool(request: Request, name: str = Name) -> None:
-    async with request.app.state.store.write() as connection:
+    async with services_of(request).store.write() as connection:
         if not await delete_pool(connection, name):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"pool {name} has no configured policy")
-    request.app.state.engine.wake()
+    services_of(request).engine.wake()
 
 
 @router.get("/quotas", response_model=dict[str, ProjectQuota])
 async def list_quotas(request: Request) -> dict[str, ProjectQuota]:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         policy = await read_policy(connection)
     return {project: ProjectQuota(limits=limits) for project, limits in policy.quotas.items()}
 
 
 @router.get("/projects/{name}/quota", response_model=ProjectQuota)
 async def get_quota(request: Request, name: str = Name) -> ProjectQuota:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         return ProjectQuota(limits=(await read_policy(connection)).quotas.get(name, {}))
 
 
 @router.put("/projects/{name}/quota", response_model=ProjectQuota)
 async def set_quota(quota: ProjectQuota, request: Request, name: str = Name) -> ProjectQuota:
-    async with request.app.state.store.write() as connection:
+    async with services_of(request).store.write() as connection:
         await put_quota(connection, name, quota, time.time())
-    request.app.state.engine.wake()  # a raised limit may let waiting jobs start
+    services_of(request).engine.wake()  # a raised limit may let waiting jobs start
     return quota
 
 
 @router.delete("/projects/{name}/quota", status_code=status.HTTP_204_NO_CONTENT)
 async def remove_quota(request: Request, name: str = Name) -> None:
-    async with request.app.state.store.write() as connection:
+    async with services_of(request).store.write() as connection:
         if not await delete_quota(connection, name):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"project {name} has no quota")
-    request.app.state.engine.wake()
+    services_of(request).engine.wake()

@@ -5,13 +5,15 @@ workers may join, and until its scheduling timeout it waits, saying so.
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.spec import JobSpec
 from corral.scheduling.policy import over_pool_maximum
+from corral.store.job_views import existing_job_ids
 from corral.store.policy import read_policy
-from corral.store.schema import jobs
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 def job_total(spec: JobSpec) -> dict[str, float]:
@@ -28,7 +30,7 @@ async def refusal(connection: AsyncConnection, spec: JobSpec) -> str | None:
         return f"pool {spec.pool}: the job {over}"
     wanted = set(spec.after) | set(spec.after_any)
     if wanted:
-        found = set((await connection.execute(select(jobs.c.id).where(jobs.c.id.in_(wanted)))).scalars())
+        found = await existing_job_ids(connection, wanted)
         missing = sorted(wanted - found)
         if missing:
             return f"no job {', '.join(map(str, missing))} to wait for (after / after_any name existing jobs)"

@@ -39,6 +39,7 @@ from corral.controller.params import refuse_invalid
 from corral.controller.results import ResultFiles
 from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
+from corral.controller.services import Services, services_of
 from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
 from corral.engine.loop import Engine, WorkerSignals
 from corral.metrics import CLUSTER, exposition
@@ -60,34 +61,35 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         private_dir(settings.data_dir)
-        state = app.state
-        state.settings = settings
-        state.tokens = load_tokens(settings)
-        state.retry_config = load_config_default(settings.config_file)
-        state.store = await Store.open(settings.database_url)
+        tokens = load_tokens(settings)
+        retry_config = load_config_default(settings.config_file)
+        store = await Store.open(settings.database_url)
         if settings.policy is not None:
-            async with state.store.write() as connection:
+            async with store.write() as connection:
                 await apply_policy_file(connection, settings.policy, time.time())
-        state.signals = WorkerSignals()
-        state.engine = Engine(state.store, state.signals, settings.loss_timeout, settings.heartbeat_interval,
-                              settings.lost_worker_retention)
-        state.logs = LogFiles(settings.data_dir / "logs" / "tasks", settings.log_limit)
-        state.bundles = BundleStore(settings.data_dir / "bundles")
-        state.checkpoints = CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit)
-        state.events = EventHub()
-        state.store.on_commit.append(state.events.ring)
-        state.samples = Samples()
+        signals = WorkerSignals()
+        engine = Engine(store, signals, settings.loss_timeout, settings.heartbeat_interval,
+                        settings.lost_worker_retention)
+        logs = LogFiles(settings.data_dir / "logs" / "tasks", settings.log_limit)
+        events = EventHub()
+        store.on_commit.append(events.ring)
+        samples = Samples()
         loop_tasks = [
-            asyncio.create_task(state.engine.run(), name="engine"),
-            asyncio.create_task(prune_loop(state.store, settings.event_retention), name="prune-events"),
-            asyncio.create_task(state.samples.run(state.store), name="samples"),
+            asyncio.create_task(engine.run(), name="engine"),
+            asyncio.create_task(prune_loop(store, settings.event_retention), name="prune-events"),
+            asyncio.create_task(samples.run(store), name="samples"),
         ]
-        state.results = ResultFiles(settings.data_dir / "results")
         if settings.log_retention is not None:
-            loop_tasks.append(asyncio.create_task(prune_logs_loop(state.store, state.logs, settings.log_retention),
+            loop_tasks.append(asyncio.create_task(prune_logs_loop(store, logs, settings.log_retention),
                                                   name="prune-logs"))
-        serving_tasks = start_serving(state)
-        write_cluster_file(settings, state.tokens)
+        router, serving, serving_tasks = start_serving(store, engine.wake)
+        app.state.services = Services(
+            settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
+            logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
+            checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
+            results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,
+            serving=serving)
+        write_cluster_file(settings, tokens)
         gc.freeze()  # what startup made lives on: collections skip it, which the router's request path feels
         try:
             yield
@@ -97,7 +99,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             for loop_task in (*serving_tasks, *loop_tasks):
                 with contextlib.suppress(asyncio.CancelledError):
                     await loop_task
-            await state.store.close()
+            await store.close()
             # A stopped cluster leaves no address behind for clients to find and fail on.
             (settings.data_dir / "cluster.json").unlink(missing_ok=True)
 
@@ -129,7 +131,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     async def metrics(request: Request) -> Response:
         if settings.metrics_token_required:
             require_admin(request)
-        async with app.state.store.read() as connection:
+        async with services_of(request).store.read() as connection:
             CLUSTER.summary = await summarize(connection, time.time())
         body, content_type = exposition()
         return Response(body, media_type=content_type)

@@ -6,6 +6,8 @@ import hmac
 
 from fastapi import HTTPException, Request, status
 
+from corral.controller.services import services_of
+
 
 def _bearer(request: Request) -> str:
     header = request.headers.get("authorization", "")
@@ -16,12 +18,12 @@ def _bearer(request: Request) -> str:
 
 
 def require_admin(request: Request) -> None:
-    if not hmac.compare_digest(_bearer(request), request.app.state.tokens.admin):
+    if not hmac.compare_digest(_bearer(request), services_of(request).tokens.admin):
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong token")
 
 
 def require_worker(request: Request) -> None:
     token = _bearer(request)
-    tokens = request.app.state.tokens
+    tokens = services_of(request).tokens
     if not (hmac.compare_digest(token, tokens.join) or hmac.compare_digest(token, tokens.admin)):
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong join token")

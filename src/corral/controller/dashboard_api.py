@@ -6,21 +6,16 @@ import time
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
-from sqlalchemy import func, select
 
 from corral.controller.auth import require_admin
 from corral.controller.jobs_api import job_views
 from corral.controller.overview import ClusterSummary, summarize
 from corral.controller.samples import Sample
-from corral.core.states import JOB_TERMINAL, TaskState
+from corral.controller.services import services_of
 from corral.core.views import JobView
-from corral.store.schema import jobs, tasks
+from corral.store.job_views import queue_page
 
 router = APIRouter(prefix="/api/v1", tags=["dashboard"], dependencies=[Depends(require_admin)])
-
-# The order in which ScheduleJobs considers waiting jobs (its targets are read in this order).
-QUEUE_ORDER = (jobs.c.id.asc(),)
-
 
 class Overview(BaseModel):
     summary: ClusterSummary
@@ -40,25 +35,18 @@ class QueuePage(BaseModel):
 
 @router.get("/overview", response_model=Overview)
 async def overview(request: Request) -> Overview:
-    app = request.app.state
-    async with app.store.read() as connection:
+    services = services_of(request)
+    async with services.store.read() as connection:
         summary = await summarize(connection, time.time())
-    return Overview(summary=summary, samples=app.samples.recent())
+    return Overview(summary=summary, samples=services.samples.recent())
 
 
 @router.get("/queue", response_model=QueuePage)
 async def queue(request: Request, limit: int = Query(100, ge=1, le=1000),
                 offset: int = Query(0, ge=0, le=10_000_000)) -> QueuePage:
     """Jobs with tasks waiting to be placed, in the order the scheduler will consider them."""
-    waiting = (
-        select(jobs.c.id, func.count().label("waiting"))
-        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
-        .where(tasks.c.state == TaskState.PENDING, jobs.c.state.not_in([str(s) for s in JOB_TERMINAL]))
-        .group_by(jobs.c.id)
-    )
-    async with request.app.state.store.read() as connection:
-        rows = (await connection.execute(waiting.order_by(*QUEUE_ORDER).limit(limit).offset(offset))).all()
-        total = (await connection.execute(select(func.count()).select_from(waiting.subquery()))).scalar_one()
+    async with services_of(request).store.read() as connection:
+        rows, total = await queue_page(connection, limit, offset)
     views = {view.id: view for view in await job_views(request, [r.id for r in rows])}
     return QueuePage(total=total, items=[
         QueueEntry(position=offset + i + 1, waiting_tasks=r.waiting, job=views[r.id])

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import Counter
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
-from sqlalchemy import func, select
 
 from corral.controller.admission import refusal
 from corral.controller.auth import require_admin
+from corral.controller.services import services_of
 from corral.core.deployment_spec import DeploymentSpec
 from corral.core.deployment_views import (
     CatalogDeployment,
@@ -28,82 +27,79 @@ from corral.core.serving import DeploymentState
 from corral.core.wire import Text
 from corral.serving.pool import read_pool
 from corral.store.deployments import (
-    SHOWN,
     NameTaken,
     NoSuchDeployment,
     add_key,
     deployment_facts,
+    deployment_rows,
     destroy_deployment,
     insert_deployment,
     live_deployment,
+    newest_named,
+    replica_counts,
+    replica_rows,
     scale_deployment,
+    serving_history,
 )
-from corral.store.schema import deployments, history, replicas
 
 router = APIRouter(prefix="/api/v1", tags=["serving"], dependencies=[Depends(require_admin)])
 
 
 @router.post("/deployments", status_code=status.HTTP_201_CREATED, response_model=DeploymentView)
 async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
-    app = request.app.state
-    if spec.bundle and not app.bundles.exists(spec.bundle):
+    services = services_of(request)
+    if spec.bundle and not services.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
-    async with app.store.read() as connection:
+    async with services.store.read() as connection:
         refused = await refusal(connection, spec.replica_job())
     if refused:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{refused} (each replica runs as a job)")
     try:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             await insert_deployment(connection, spec, [], time.time())
     except NameTaken as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
-    await app.serving.changed()
+    await services.serving.changed()
     return await _one(request, spec.name)
 
 
 @router.get("/deployments", response_model=list[DeploymentView])
 async def list_deployments(request: Request, all: bool = False) -> list[DeploymentView]:
-    query = select(deployments).order_by(deployments.c.id.desc())
-    if not all:
-        query = query.where(deployments.c.state.in_([str(s) for s in SHOWN]))
-    async with request.app.state.store.read() as connection:
-        rows = (await connection.execute(query.limit(1000))).all()
-        counts = await _replica_counts(connection, [r.id for r in rows])
+    async with services_of(request).store.read() as connection:
+        rows = await deployment_rows(connection, shown_only=not all, limit=1000)
+        counts = await replica_counts(connection, [r.id for r in rows])
     return [_view(row, counts.get(row.id, {})) for row in rows]
 
 
 @router.get("/deployments/{name}", response_model=DeploymentDetail)
 async def deployment_info(name: Text, request: Request) -> DeploymentDetail:
     view = await _one(request, name)
-    async with request.app.state.store.read() as connection:
-        replica_rows = (await connection.execute(
-            select(replicas).where(replicas.c.deployment_id == view.id).order_by(replicas.c.id))).all()
-        history_rows = (await connection.execute(
-            select(history).where(history.c.deployment_id == view.id)
-            .order_by(history.c.id.desc()).limit(200))).all()
-    decision = request.app.state.router.autoscaled.get(name)
+    async with services_of(request).store.read() as connection:
+        replica_list = await replica_rows(connection, view.id)
+        history_rows = await serving_history(connection, view.id, limit=200)
+    decision = services_of(request).router.autoscaled.get(name)
     return DeploymentDetail(
         **vars(view),  # its fields as read: the spec is not judged again by today's caps
         desired_replicas=decision.replicas if decision else None,
         autoscale_reason=decision.reason if decision else None,
-        replica_list=[ReplicaView.model_validate(r, from_attributes=True) for r in replica_rows],
-        history=[ServingHistoryEntry.model_validate(r, from_attributes=True) for r in reversed(history_rows)])
+        replica_list=[ReplicaView.model_validate(r, from_attributes=True) for r in replica_list],
+        history=[ServingHistoryEntry.model_validate(r, from_attributes=True) for r in history_rows])
 
 
 @router.post("/deployments/{name}/scale", response_model=DeploymentView)
 async def scale(name: Text, body: ScaleRequest, request: Request) -> DeploymentView:
-    app = request.app.state
+    services = services_of(request)
     try:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             await scale_deployment(connection, name, body.replicas, body.reason, time.time())
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
     if body.replicas == 0:  # requests waiting for it end now rather than start it again
-        app.router.unloaded(name, body.reason)
-    await app.serving.changed()
+        services.router.unloaded(name, body.reason)
+    await services.serving.changed()
     return await _one(request, name)
 
 
@@ -111,38 +107,38 @@ async def scale(name: Text, body: ScaleRequest, request: Request) -> DeploymentV
 async def new_key(name: Text, body: KeyRequest, request: Request) -> KeyReply:
     key = body.key or f"crl-{secrets.token_urlsafe(24)}"
     try:
-        async with request.app.state.store.write() as connection:
+        async with services_of(request).store.write() as connection:
             await add_key(connection, name, key)
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
-    await request.app.state.serving.changed()
+    await services_of(request).serving.changed()
     return KeyReply(deployment=name, key=key)
 
 
 @router.delete("/deployments/{name}", response_model=DeploymentView)
 async def undeploy(name: Text, request: Request) -> DeploymentView:
-    app = request.app.state
+    services = services_of(request)
     try:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             await destroy_deployment(connection, name, time.time())
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
-    app.router.unloaded(name, "undeployed")
-    await app.serving.changed()
+    services.router.unloaded(name, "undeployed")
+    await services.serving.changed()
     return await _one(request, name, destroyed_too=True)
 
 
 @router.post("/router/load", status_code=status.HTTP_204_NO_CONTENT)
 async def report_load(report: LoadReport, request: Request) -> None:
     """A standalone router's load, summed into the controller's autoscaling while fresh."""
-    request.app.state.router.report_load(report.router, report.loads, time.time())
+    services_of(request).router.report_load(report.router, report.loads, time.time())
 
 
 @router.get("/router/catalog", response_model=CatalogView)
 async def catalog(request: Request) -> CatalogView:
     """What a standalone `corral router` routes on: live deployments, their keys and healthy endpoints."""
-    current = request.app.state.router.catalog
-    async with request.app.state.store.read() as connection:
+    current = services_of(request).router.catalog
+    async with services_of(request).store.read() as connection:
         pool = await read_pool(connection)
     return CatalogView(**pool.to_json(), deployments=[
         CatalogDeployment(name=name, spec=facts.spec, replicas=facts.replicas, key_hashes=list(facts.key_hashes),
@@ -155,24 +151,14 @@ async def catalog(request: Request) -> CatalogView:
 
 
 async def _one(request: Request, name: str, destroyed_too: bool = False) -> DeploymentView:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         row = await live_deployment(connection, name)
         if row is None and destroyed_too:
-            row = (await connection.execute(select(deployments).where(deployments.c.name == name)
-                                            .order_by(deployments.c.id.desc()).limit(1))).first()
+            row = await newest_named(connection, name)
         if row is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {name!r}")
-        counts = await _replica_counts(connection, [row.id])
+        counts = await replica_counts(connection, [row.id])
     return _view(row, counts.get(row.id, {}))
-
-
-async def _replica_counts(connection, ids: list[int]) -> dict[int, dict[str, int]]:
-    counts: dict[int, Counter] = {}
-    for r in (await connection.execute(
-            select(replicas.c.deployment_id, replicas.c.state, func.count().label("n"))
-            .where(replicas.c.deployment_id.in_(ids)).group_by(replicas.c.deployment_id, replicas.c.state))).all():
-        counts.setdefault(r.deployment_id, Counter())[r.state] = r.n
-    return {k: dict(v) for k, v in counts.items()}
 
 
 def _view(row, counts: dict[str, int]) -> DeploymentView:

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
-from sqlalchemy import and_, select
 
 from corral.controller.auth import require_admin
+from corral.controller.services import services_of
 from corral.core.serving import REPLICA_COUNTED, DeploymentState, Probe, ReplicaState
 from corral.core.views import EventView
-from corral.store.deployments import SHOWN, deployment_facts
+from corral.store.deployments import deployment_facts, deployment_rows, replicas_with_workers
 from corral.store.events import latest_by_deployment
-from corral.store.schema import deployments, replicas, tasks, workers
 
 router = APIRouter(prefix="/api/v1", tags=["dashboard"], dependencies=[Depends(require_admin)])
 
@@ -86,18 +85,11 @@ async def deployments_board(request: Request,
                             events: int = Query(30, ge=0, le=500, description="latest events per deployment")
                             ) -> DeploymentsBoard:
     """Live and destroying deployments, newest first, each with its replicas not yet TERMINATED."""
-    app = request.app.state
-    serving = getattr(app, "serving", None)
-    probes: dict[int, Probe] = dict(serving.probes) if serving is not None else {}
-    async with app.store.read() as connection:
-        rows = (await connection.execute(select(deployments).where(deployments.c.state.in_([str(s) for s in SHOWN]))
-                                         .order_by(deployments.c.id.desc()))).all()
-        replica_rows = (await connection.execute(
-            select(replicas, tasks.c.worker_id, workers.c.name.label("worker_name"))
-            .select_from(replicas.outerjoin(tasks, and_(tasks.c.job_id == replicas.c.job_id, tasks.c.index == 0))
-                         .outerjoin(workers, tasks.c.worker_id == workers.c.id))
-            .where(replicas.c.deployment_id.in_([r.id for r in rows]), replicas.c.state != ReplicaState.TERMINATED)
-            .order_by(replicas.c.id))).all()
+    services = services_of(request)
+    probes: dict[int, Probe] = dict(services.serving.probes)
+    async with services.store.read() as connection:
+        rows = await deployment_rows(connection)
+        replica_rows = await replicas_with_workers(connection, [r.id for r in rows])
         latest = await latest_by_deployment(connection, [r.name for r in rows], events) if events else {}
     board = []
     for row in rows:

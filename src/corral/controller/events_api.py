@@ -8,15 +8,16 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
 
 from corral.controller.auth import require_admin
 from corral.controller.events import follow_events
+from corral.controller.services import services_of
 from corral.core.views import EventView
 from corral.core.wire import MAX_ID, Text
 from corral.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
+from corral.store.deployments import name_exists
 from corral.store.events import before_last, latest_id
-from corral.store.schema import deployments, jobs
+from corral.store.job_views import job_exists
 
 router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(require_admin)])
 
@@ -41,18 +42,17 @@ async def events(
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
 ) -> StreamingResponse:
     """Without `after`, `last` or Last-Event-ID, the stream starts with the oldest event kept."""
-    app = request.app.state
+    services = services_of(request)
     start = after
     if last_event_id is not None:
         if not (last_event_id.strip().isascii() and last_event_id.strip().isdigit()):
             raise HTTPException(status.HTTP_400_BAD_REQUEST,
                                 f"Last-Event-ID must be an event id (a non-negative integer), not {last_event_id!r}")
         start = int(last_event_id)
-    async with app.store.read() as connection:
-        if job is not None and (await connection.execute(select(jobs.c.id).where(jobs.c.id == job))).first() is None:
+    async with services.store.read() as connection:
+        if job is not None and not await job_exists(connection, job):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
-        if deployment is not None and (await connection.execute(
-                select(deployments.c.id).where(deployments.c.name == deployment).limit(1))).first() is None:
+        if deployment is not None and not await name_exists(connection, deployment):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {deployment!r}")
         if start is None:
             start = await before_last(connection, last, job, deployment) if last else 0
@@ -66,12 +66,12 @@ async def events(
 
 async def _stream(request: Request, after: int, job: int | None, deployment: str | None,
                   follow: bool) -> AsyncIterator[str]:
-    app = request.app.state
+    services = services_of(request)
     EVENT_SUBSCRIBERS.inc()
     try:
         yield f"retry: {RETRY_MS}\n\n"
         quiet_since = time.monotonic()
-        async for batch in follow_events(app.store, app.events, after, job, deployment=deployment,
+        async for batch in follow_events(services.store, services.events, after, job, deployment=deployment,
                                          follow=follow):
             if batch:
                 EVENTS_SENT.inc(len(batch))

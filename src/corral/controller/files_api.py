@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.auth import require_worker
 from corral.controller.files import MAX_BUNDLE, MAX_OFFSET, Stream
 from corral.controller.job_tokens import authorize
 from corral.controller.params import RAW_BODY, PathId, PathIndex
+from corral.controller.services import services_of
 from corral.core import limits
 from corral.core.spec import FILESYSTEM_ID, NAME, Workdir
 from corral.core.views import WorkdirSharing
@@ -19,7 +20,10 @@ from corral.core.wire import MAX_COUNT
 from corral.core.workdir import shares
 from corral.scheduling.policy import DEFAULT_POOL
 from corral.store.scheduling_reads import file_systems_in_pool
-from corral.store.schema import attempts, jobs, tasks
+from corral.store.task_views import attempt_numbers, job_replicas, task_at
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 router = APIRouter(prefix="/api/v1", tags=["files"])
 
@@ -28,18 +32,16 @@ router = APIRouter(prefix="/api/v1", tags=["files"])
 async def task_logs(job_id: PathId, index: PathIndex, request: Request, stream: Stream = Query("stdout"),
                     attempt: int | None = Query(None, ge=0, le=MAX_COUNT),
                     offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> Response:
-    app = request.app.state
-    async with app.store.read() as connection:
-        task = (await connection.execute(
-            select(tasks.c.id, tasks.c.state, tasks.c.attempt)
-            .where(tasks.c.job_id == job_id, tasks.c.index == index))).first()
+    services = services_of(request)
+    async with services.store.read() as connection:
+        task = await task_at(connection, job_id, index)
         if task is None:
             raise await no_such_task(connection, job_id, index)
         if attempt is not None:
             await _check_attempt(connection, task, job_id, index, attempt)
     chosen = task.attempt if attempt is None else attempt
     try:
-        data, size = app.logs.read(task.id, chosen, stream, offset)
+        data, size = services.logs.read(task.id, chosen, stream, offset)
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
     return Response(data, media_type="application/octet-stream", headers={
@@ -48,7 +50,7 @@ async def task_logs(job_id: PathId, index: PathIndex, request: Request, stream: 
 
 async def no_such_task(connection: AsyncConnection, job_id: int, index: int) -> HTTPException:
     """A 404 that says whether the job is missing or only the task, and which tasks the job has."""
-    replicas = (await connection.execute(select(jobs.c.replicas).where(jobs.c.id == job_id))).scalar()
+    replicas = await job_replicas(connection, job_id)
     if replicas is None:
         return HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
     return HTTPException(status.HTTP_404_NOT_FOUND,
@@ -60,8 +62,7 @@ async def _check_attempt(connection: AsyncConnection, task, job_id: int, index: 
     other would only read as an empty log."""
     if attempt == task.attempt:
         return
-    known = list((await connection.execute(
-        select(attempts.c.attempt).where(attempts.c.task_id == task.id).order_by(attempts.c.attempt))).scalars())
+    known = await attempt_numbers(connection, task.id)
     if attempt not in known:
         has = f"its attempts are {', '.join(map(str, known))}" if known else "it has not started an attempt yet"
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"task {index} of job {job_id} has no attempt {attempt} ({has})")
@@ -81,7 +82,7 @@ async def workdir_sharing(
     except ValidationError as error:  # a path no directory has (a NUL, a lone surrogate): 422, as for any field
         raise RequestValidationError([{**e, "loc": ("query", *e["loc"])}
                                       for e in error.errors(include_url=False, include_context=False)]) from None
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         found = await file_systems_in_pool(connection, pool)
     return WorkdirSharing(alive=len(found), sharing=sum(shares(workdir, fs, shared) for fs, shared in found))
 
@@ -100,7 +101,7 @@ async def put_bundle(digest: str, request: Request) -> dict:
     if len(data) > MAX_BUNDLE:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"bundle over {MAX_BUNDLE} bytes")
     try:
-        request.app.state.bundles.put(digest, data)
+        services_of(request).bundles.put(digest, data)
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
     return {"digest": digest, "size": len(data)}
@@ -116,6 +117,6 @@ async def get_bundle(digest: str, request: Request) -> Response:
 
 def _checked(request: Request, digest: str):
     try:
-        return request.app.state.bundles.path(digest)
+        return services_of(request).bundles.path(digest)
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None

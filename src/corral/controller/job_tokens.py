@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fastapi import HTTPException, Request, status
 
 from corral.controller.auth import _bearer
+from corral.controller.services import services_of
 from corral.core.wire import parse_id
 from corral.store.launches import launched_within
 
@@ -40,7 +41,7 @@ def mint(admin_token: str, job_id: int) -> str:
 
 def identify(request: Request) -> Caller:
     token = _bearer(request)
-    admin = request.app.state.tokens.admin
+    admin = services_of(request).tokens.admin
     if hmac.compare_digest(token, admin):
         return Caller()
     match = _FORM.fullmatch(token)
@@ -56,7 +57,7 @@ async def authorize(request: Request) -> Caller:
     job_id = parse_id(str(request.path_params.get("job_id", "")))
     if caller.admin or job_id is None:
         return caller  # no id the store can hold: the route answers 404
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         within = await launched_within(connection, job_id, caller.job_id)
     if within is False:
         raise HTTPException(status.HTTP_403_FORBIDDEN, out_of_reach(caller.job_id, job_id))

@@ -8,25 +8,35 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 
 from corral.controller.admission import refusal
-from corral.controller.job_query import JobFilter, SortKey, count_query, page_query
 from corral.controller.job_tokens import authorize, out_of_reach
 from corral.controller.launches import bounded_by, launch_name, read_launcher
 from corral.controller.params import PathId
 from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields
+from corral.controller.services import services_of
 from corral.core.spec import JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.core.wire import MAX_ID, STORED, Text
 from corral.engine.cancel import AlreadyEnded, NoSuchJob, cancel_job
+from corral.store.database import Conflict
+from corral.store.job_views import (
+    JobFilter,
+    SortKey,
+    attempt_rows,
+    count_jobs,
+    history_rows,
+    job_id_by_key,
+    job_rows,
+    page_ids,
+    task_rows,
+    task_state_counts,
+)
 from corral.store.jobs import insert_job
 from corral.store.launches import launched_within
 from corral.store.retries import cancel_scheduled_retry
-from corral.store.schema import attempts, history, jobs, tasks
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authorize)])
 
@@ -34,50 +44,50 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(a
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
 async def submit(spec: JobSpec, request: Request,
                  idempotency_key: Text | None = Header(None, max_length=200)) -> JobView | JSONResponse:
-    app = request.app.state
+    services = services_of(request)
     late = begin_problem(spec.begin, time.time())
     if late:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             [{"loc": ["body", "begin"], "msg": late, "type": "value_error"}])
     launcher = request.state.caller.job_id
     if launcher is not None:  # a task's child: bounded by the job that launches it
-        async with app.store.read() as connection:
+        async with services.store.read() as connection:
             spec = bounded_by(await read_launcher(connection, launcher), spec)
             for job_id in (*spec.after, *spec.after_any):  # its state would show in the child's pending reason
                 if await launched_within(connection, job_id, launcher) is False:
                     raise HTTPException(status.HTTP_403_FORBIDDEN, out_of_reach(launcher, job_id))
-    if spec.bundle and not app.bundles.exists(spec.bundle):
+    if spec.bundle and not services.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
     if idempotency_key:
         existing = await _job_by_key(request, idempotency_key)
         if existing is not None:
             return await _replay(request, existing, spec, idempotency_key)
-    async with app.store.read() as connection:
+    async with services.store.read() as connection:
         refused = await refusal(connection, spec)
     if refused:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, refused)
     try:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             name = spec.name or ""
             if launcher is not None:  # read again in this transaction: the launcher may be ending by now
                 name = launch_name(await read_launcher(connection, launcher), name)
-            retry = await retry_columns(connection, spec, app.retry_config)
+            retry = await retry_columns(connection, spec, services.retry_config)
             job_id = await insert_job(connection, spec, idempotency_key, time.time(), name=name,
                                       launched_by=launcher, **retry)
-    except IntegrityError:  # the same key, submitted concurrently
+    except Conflict:  # the same key, submitted concurrently
         existing = await _job_by_key(request, idempotency_key or "")
         if existing is None:
             raise
         return await _replay(request, existing, spec, idempotency_key or "")
-    app.engine.wake()
+    services.engine.wake()
     return (await job_views(request, [job_id]))[0]
 
 
 async def _replay(request: Request, existing: JobView, spec: JobSpec, key: str) -> JSONResponse:
     caller = request.state.caller.job_id
     if caller is not None:  # a task's token answers for its launch tree only, replays included
-        async with request.app.state.store.read() as connection:
+        async with services_of(request).store.read() as connection:
             if not await launched_within(connection, existing.id, caller):
                 raise HTTPException(status.HTTP_409_CONFLICT,
                                     f"idempotency key {key!r} is taken by a job that the token of job {caller} "
@@ -89,8 +99,8 @@ async def _replay(request: Request, existing: JobView, spec: JobSpec, key: str) 
 
 
 async def _job_by_key(request: Request, key: str) -> JobView | None:
-    async with request.app.state.store.read() as connection:
-        job_id = (await connection.execute(select(jobs.c.id).where(jobs.c.idempotency_key == key))).scalar()
+    async with services_of(request).store.read() as connection:
+        job_id = await job_id_by_key(connection, key)
     return (await job_views(request, [job_id]))[0] if job_id else None
 
 
@@ -106,10 +116,9 @@ async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
     if cursor is not None and (sort != "id" or offset):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "cursor pages only by id: drop sort or offset, or the cursor")
     where = JobFilter(state, name, project, pool, launched_by, within=request.state.caller.job_id)
-    query = page_query(where, sort, order == "desc", limit, offset, cursor)
-    async with request.app.state.store.read() as connection:
-        ids = list((await connection.execute(query)).scalars())
-        total = (await connection.execute(count_query(where))).scalar_one() if count else None
+    async with services_of(request).store.read() as connection:
+        ids = await page_ids(connection, where, sort, order == "desc", limit, offset, cursor)
+        total = await count_jobs(connection, where) if count else None
     more = len(ids) > limit
     ids = ids[:limit]
     return JobPage(items=await job_views(request, ids), next_cursor=ids[-1] if more and sort == "id" else None,
@@ -131,62 +140,51 @@ async def _one(request: Request, job_id: int) -> JobView:
 @router.get("/{job_id}/tasks", response_model=list[TaskView])
 async def job_tasks(job_id: PathId, request: Request) -> list[TaskView]:
     await _one(request, job_id)
-    async with request.app.state.store.read() as connection:
-        task_rows = (await connection.execute(
-            select(tasks).where(tasks.c.job_id == job_id).order_by(tasks.c.index))).all()
-        attempt_rows = (await connection.execute(
-            select(attempts).where(attempts.c.task_id.in_([t.id for t in task_rows]))
-            .order_by(attempts.c.task_id, attempts.c.attempt))).all()
+    async with services_of(request).store.read() as connection:
+        found = await task_rows(connection, job_id)
+        attempts = await attempt_rows(connection, [t.id for t in found])
     by_task = defaultdict(list)
-    for row in attempt_rows:
+    for row in attempts:
         by_task[row.task_id].append(AttemptView.model_validate(row, from_attributes=True))
     return [
         TaskView(id=t.id, index=t.index, state=t.state, attempt=t.attempt, worker_id=t.worker_id,
                  gpu_ids=t.gpu_ids or [], failures=t.failures, preemptions=t.preemptions, exit_code=t.exit_code,
                  reason=t.reason, state_since=t.state_since, attempts=by_task[t.id], preempt_epoch=t.preempt_epoch,
                  checkpoint_epoch=t.checkpoint_epoch, checkpoint_size=t.checkpoint_size)
-        for t in task_rows
+        for t in found
     ]
 
 
 @router.get("/{job_id}/history", response_model=list[HistoryEntry])
 async def job_history(job_id: PathId, request: Request) -> list[HistoryEntry]:
     await _one(request, job_id)
-    async with request.app.state.store.read() as connection:
-        rows = (await connection.execute(
-            select(history, tasks.c.index.label("task_index"))
-            .select_from(history.outerjoin(tasks, history.c.task_id == tasks.c.id))
-            .where(history.c.job_id == job_id).order_by(history.c.id))).all()
+    async with services_of(request).store.read() as connection:
+        rows = await history_rows(connection, job_id)
     return [HistoryEntry.model_validate(row, from_attributes=True) for row in rows]
 
 
 @router.post("/{job_id}/cancel", response_model=JobView)
 async def cancel(job_id: PathId, request: Request) -> JobView:
-    app = request.app.state
+    services = services_of(request)
     try:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             await cancel_job(connection, job_id, time.time())
     except NoSuchJob as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
     except AlreadyEnded as error:
-        async with app.store.write() as connection:  # an ended job may still have a retry to stop
+        async with services.store.write() as connection:  # an ended job may still have a retry to stop
             if not await cancel_scheduled_retry(connection, job_id, time.time()):
                 raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
-    app.engine.wake()
+    services.engine.wake()
     return await _one(request, job_id)
 
 
 async def job_views(request: Request, ids: list[int]) -> list[JobView]:
     if not ids:
         return []
-    async with request.app.state.store.read() as connection:
-        rows = {r.id: r for r in (await connection.execute(select(jobs).where(jobs.c.id.in_(ids)))).all()}
-        counts: dict[int, dict] = defaultdict(dict)
-        for r in (await connection.execute(
-            select(tasks.c.job_id, tasks.c.state, func.count().label("n"))
-            .where(tasks.c.job_id.in_(ids)).group_by(tasks.c.job_id, tasks.c.state)
-        )).all():
-            counts[r.job_id][r.state] = r.n
+    async with services_of(request).store.read() as connection:
+        rows = await job_rows(connection, ids)
+        counts = await task_state_counts(connection, ids)
         retry = await retry_fields(connection, list(rows.values()))
     return [
         JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,

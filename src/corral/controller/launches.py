@@ -8,15 +8,17 @@ its children, nor spend another project's quota. What a child does not ask for i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import HTTPException, status
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.spec import PRIORITY_BANDS, JobSpec
 from corral.core.states import JOB_TERMINAL, JobState
 from corral.scheduling.policy import DEFAULT_PROJECT
-from corral.store.schema import jobs
+from corral.store.launches import launcher_row
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 NAME_LIMIT = 200  # the width of jobs.name
 
@@ -34,9 +36,7 @@ class LaunchingJob:
 async def read_launcher(connection: AsyncConnection, launcher: int) -> LaunchingJob:
     """The launcher of a submission; a launcher that is ending can launch nothing (its children would be cancelled
     at once)."""
-    row = (await connection.execute(
-        select(jobs.c.name, jobs.c.state, jobs.c.cancelled, jobs.c.priority, jobs.c.spec)
-        .where(jobs.c.id == launcher))).first()
+    row = await launcher_row(connection, launcher)
     if row is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {launcher} no longer exists; it cannot launch jobs")
     if JobState(row.state) in JOB_TERMINAL or row.state == JobState.TERMINATING:

@@ -7,13 +7,14 @@ simply given again; the worker acts on each (task, attempt, action) once.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from sqlalchemy import and_, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder
 from corral.core.states import JobState, TaskState
-from corral.store.schema import jobs, tasks, workers
+from corral.store.orders import gang_masters, ordered_tasks
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 T = TaskState
 GANG_BUILDS_IN = frozenset({JobState.PREPARING, JobState.PREPARED, JobState.STARTING, JobState.RUNNING})
@@ -27,17 +28,9 @@ def master_port(job_id: int, attempt: int) -> int:
 
 async def orders_for(connection: AsyncConnection, worker_id: str,
                      job_token: Callable[[int], str] | None = None) -> list[Order]:
-    rows = (await connection.execute(
-        select(tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.gpu_ids,
-               tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
-               jobs.c.spec, jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.replicas, jobs.c.cancelled)
-        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
-        .where(tasks.c.worker_id == worker_id,
-               tasks.c.state.in_([T.ASSIGNED, T.STARTING, T.TERMINATING, T.PREEMPTING]))
-        .order_by(tasks.c.id)
-    )).all()
+    rows = await ordered_tasks(connection, worker_id)
     builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)]
-    masters = await _gang_masters(connection, {r.job_id for r in builds if r.gang})
+    masters = await gang_masters(connection, {r.job_id for r in builds if r.gang})
     orders: list[Order] = []
     for row in rows:
         if row.state == T.STARTING:
@@ -83,14 +76,3 @@ def task_env(row, spec: dict, master_addr: str | None,
         )
     return env
 
-
-async def _gang_masters(connection: AsyncConnection, job_ids: set[int]) -> dict[int, str]:
-    """Address of the worker that holds task 0 of each gang: its master."""
-    if not job_ids:
-        return {}
-    rows = (await connection.execute(
-        select(tasks.c.job_id, workers.c.address)
-        .select_from(tasks.join(workers, tasks.c.worker_id == workers.c.id))
-        .where(and_(tasks.c.job_id.in_(job_ids), tasks.c.index == 0))
-    )).all()
-    return {row.job_id: row.address for row in rows}

@@ -7,13 +7,16 @@ samples behind the overview's charts, so the three always agree.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.core.states import JOB_TERMINAL, TASK_HOLDS_RESOURCES, TaskState, WorkerState
-from corral.store.schema import jobs, tasks, workers
+from corral.core.states import WorkerState
+from corral.store.overview import jobs_by_state, tasks_by_state, waiting_jobs
+from corral.store.workers import held_by_worker, worker_rows
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 RESOURCES = ("cpu", "memory", "gpu")
 DEFAULT_POOL = "default"
@@ -63,21 +66,12 @@ def job_pool(row) -> str:
 
 
 async def summarize(connection: AsyncConnection, now: float) -> ClusterSummary:
-    job_counts = dict((await connection.execute(
-        select(jobs.c.state, func.count()).group_by(jobs.c.state))).all())
-    task_counts = dict((await connection.execute(
-        select(tasks.c.state, func.count()).group_by(tasks.c.state))).all())
-    worker_rows = (await connection.execute(select(workers).order_by(workers.c.registered_at))).all()
-    use = {
-        r.worker_id: r
-        for r in (await connection.execute(
-            select(tasks.c.worker_id, func.sum(tasks.c.cpu).label("cpu"), func.sum(tasks.c.memory).label("memory"),
-                   func.sum(tasks.c.gpu).label("gpu"), func.count().label("n"))
-            .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
-            .group_by(tasks.c.worker_id))).all()
-    }
+    job_counts = await jobs_by_state(connection)
+    task_counts = await tasks_by_state(connection)
+    workers = await worker_rows(connection)
+    use = await held_by_worker(connection)
     per_worker = []
-    for w in worker_rows:
+    for w in workers:
         u = use.get(w.id)
         per_worker.append(WorkerUse(
             id=w.id, name=w.name, pool=worker_pool(w), state=w.state,
@@ -85,7 +79,7 @@ async def summarize(connection: AsyncConnection, now: float) -> ClusterSummary:
             used={k: float(getattr(u, k) or 0) if u else 0.0 for k in RESOURCES}, tasks=u.n if u else 0))
     return ClusterSummary(
         at=now, jobs=job_counts, tasks=task_counts,
-        workers=dict(Counter(w.state for w in worker_rows)),
+        workers=dict(Counter(w.state for w in workers)),
         pools=_pools(per_worker), queue=await _queue(connection, now), per_worker=per_worker)
 
 
@@ -105,12 +99,7 @@ def _pools(per_worker: list[WorkerUse]) -> list[PoolUse]:
 
 
 async def _queue(connection: AsyncConnection, now: float) -> list[QueueStat]:
-    pool = jobs.c.get("pool")
-    columns = [jobs.c.id, jobs.c.created_at, func.count().label("n")] + ([pool] if pool is not None else [])
-    waiting = (await connection.execute(
-        select(*columns).select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
-        .where(tasks.c.state == TaskState.PENDING, jobs.c.state.not_in([str(s) for s in JOB_TERMINAL]))
-        .group_by(*[c for c in columns if c.name != "n"]))).all()
+    waiting = await waiting_jobs(connection)
     stats: dict[str, list] = defaultdict(lambda: [0, 0, now])
     for row in waiting:
         stat = stats[job_pool(row)]

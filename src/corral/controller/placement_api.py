@@ -5,27 +5,27 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
-from sqlalchemy import select
 
 from corral.controller.auth import require_admin
 from corral.controller.params import PathId
+from corral.controller.services import services_of
 from corral.core.views import PlacementAnalysis, WorkerFit
 from corral.scheduling.analysis import judge_workers, quota_use
 from corral.scheduling.rooms import Request as TaskRequest
 from corral.scheduling.snapshot import JobPlacement, gate
+from corral.store.job_views import job_row, task_ids_of
 from corral.store.scheduling_reads import read_cluster
-from corral.store.schema import jobs, tasks
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(require_admin)])
 
 
 @router.get("/{job_id}/placement", response_model=PlacementAnalysis)
 async def placement(job_id: PathId, request: Request) -> PlacementAnalysis:
-    async with request.app.state.store.read() as connection:
-        job = (await connection.execute(select(jobs).where(jobs.c.id == job_id))).first()
+    async with services_of(request).store.read() as connection:
+        job = await job_row(connection, job_id)
         if job is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-        task_ids = list((await connection.execute(select(tasks.c.id).where(tasks.c.job_id == job_id))).scalars())
+        task_ids = await task_ids_of(connection, job_id)
         cluster = await read_cluster(connection)
     facts = JobPlacement.from_spec(job.spec, priority=job.priority, gang=job.gang)
     resources = job.spec.get("resources") or {}

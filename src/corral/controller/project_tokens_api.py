@@ -12,12 +12,13 @@ import secrets
 import time
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
-from sqlalchemy.exc import IntegrityError
 
 from corral.controller.admin_api import Name
 from corral.controller.auth import require_admin
 from corral.controller.params import PathId
+from corral.controller.services import services_of
 from corral.core.views import IssuedToken, ProjectToken, TokenRequest
+from corral.store.database import Conflict
 from corral.store.project_tokens import issue_token, list_tokens, revoke_token
 
 router = APIRouter(prefix="/api/v1/admin/projects", tags=["admin"], dependencies=[Depends(require_admin)])
@@ -30,25 +31,25 @@ async def issue(request: Request, body: TokenRequest | None = None, name: str = 
     token = (body and body.token) or f"{TOKEN_PREFIX}{secrets.token_urlsafe(24)}"
     now = time.time()
     try:
-        async with request.app.state.store.write() as connection:
+        async with services_of(request).store.write() as connection:
             token_id = await issue_token(connection, name, token, now)
-    except IntegrityError:
+    except Conflict:
         raise HTTPException(status.HTTP_409_CONFLICT, "that token is already issued: choose another, "
                                                       "or let corral make one") from None
-    await request.app.state.serving.changed()
+    await services_of(request).serving.changed()
     return IssuedToken(id=token_id, project=name, created_at=now, token=token)
 
 
 @router.get("/{name}/tokens", response_model=list[ProjectToken])
 async def tokens(request: Request, name: str = Name) -> list[ProjectToken]:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         rows = await list_tokens(connection, name)
     return [ProjectToken.model_validate(row, from_attributes=True) for row in rows]
 
 
 @router.delete("/{name}/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def revoke(request: Request, token_id: PathId, name: str = Name) -> None:
-    async with request.app.state.store.write() as connection:
+    async with services_of(request).store.write() as connection:
         if not await revoke_token(connection, name, token_id):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"project {name} has no token {token_id}")
-    await request.app.state.serving.changed()
+    await services_of(request).serving.changed()

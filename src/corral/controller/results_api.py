@@ -6,15 +6,15 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse
-from sqlalchemy import select
 
 from corral.controller.files_api import no_such_task
 from corral.controller.job_tokens import authorize
 from corral.controller.params import RAW_BODY, PathId, PathIndex
 from corral.controller.results import MAX_RESULT, ResultFiles
+from corral.controller.services import services_of
 from corral.core.states import TASK_TERMINAL, TaskState
 from corral.core.wire import MAX_COUNT
-from corral.store.schema import tasks
+from corral.store.task_views import task_at
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}/tasks/{index}/result", tags=["functions"],
                    dependencies=[Depends(authorize)])
@@ -24,14 +24,12 @@ DRAIN_LIMIT = 16 * MAX_RESULT
 
 
 def _files(request: Request) -> ResultFiles:
-    return request.app.state.results
+    return services_of(request).results
 
 
 async def _task(request: Request, job_id: int, index: int):
-    async with request.app.state.store.read() as connection:
-        row = (await connection.execute(
-            select(tasks.c.id, tasks.c.state, tasks.c.attempt, tasks.c.exit_code, tasks.c.reason)
-            .where(tasks.c.job_id == job_id, tasks.c.index == index))).first()
+    async with services_of(request).store.read() as connection:
+        row = await task_at(connection, job_id, index)
         if row is None:
             raise await no_such_task(connection, job_id, index)
     return row

@@ -13,16 +13,16 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 from pydantic import BaseModel
-from sqlalchemy import select
 
 from corral.controller.auth import require_admin
 from corral.controller.params import PathId
 from corral.controller.retry_defaults import cluster_layers, policy_layers
 from corral.controller.retry_views import retry_fields
+from corral.controller.services import services_of
 from corral.core.retry_policy import RetryPolicy, effective_policy
 from corral.core.views import RetryAttemptView
+from corral.store.job_views import job_rows
 from corral.store.retries import CLUSTER, add_audit, chain_ids, store_default, stored_default
-from corral.store.schema import jobs
 
 router = APIRouter(prefix="/api/v1", tags=["retries"], dependencies=[Depends(require_admin)])
 
@@ -37,11 +37,11 @@ class DefaultPolicyView(BaseModel):
 
 @router.get("/jobs/{job_id}/attempts", response_model=list[RetryAttemptView])
 async def job_attempts(job_id: PathId, request: Request) -> list[RetryAttemptView]:
-    async with request.app.state.store.read() as connection:
+    async with services_of(request).store.read() as connection:
         chain = (await chain_ids(connection, [job_id])).get(job_id)
         if chain is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-        rows = {r.id: r for r in (await connection.execute(select(jobs).where(jobs.c.id.in_(chain)))).all()}
+        rows = await job_rows(connection, chain)
         fields = await retry_fields(connection, list(rows.values()))
     return [
         RetryAttemptView(id=i, retry_count=rows[i].retry_count, state=rows[i].state, retry_cause=rows[i].retry_cause,
@@ -83,7 +83,7 @@ async def delete_project_default(request: Request, project: str = ProjectName) -
 
 async def _set(request: Request, scope: tuple[str, str], policy: RetryPolicy | None) -> DefaultPolicyView:
     now = time.time()
-    async with request.app.state.store.write() as connection:
+    async with services_of(request).store.write() as connection:
         await store_default(connection, *scope, policy, now)
         await add_audit(connection, [dict(
             at=now, actor="admin", action="retry_policy.set" if policy else "retry_policy.delete", job_id=None,
@@ -92,8 +92,8 @@ async def _set(request: Request, scope: tuple[str, str], policy: RetryPolicy | N
 
 
 async def _view(request: Request, scope: tuple[str, str]) -> DefaultPolicyView:
-    config_default = request.app.state.retry_config
-    async with request.app.state.store.read() as connection:
+    config_default = services_of(request).retry_config
+    async with services_of(request).store.read() as connection:
         stored = await stored_default(connection, *scope)
         layers = (await cluster_layers(connection, config_default) if scope == CLUSTER
                   else await policy_layers(connection, scope[1], config_default))

@@ -8,15 +8,18 @@ when it is submitted, and its retries inherit it unchanged.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.retries import RetryState
 from corral.core.retry_policy import RetryPolicy, effective_policy
 from corral.core.spec import JobSpec
 from corral.store.retries import CLUSTER, stored_default
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 class ConfigError(ValueError):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.retries import RetryState, retry_state_text
 from corral.store.retries import chain_ids
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 async def retry_fields(connection: AsyncConnection, rows: list) -> dict[int, dict]:

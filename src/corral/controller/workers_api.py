@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import errno
 import time
-from collections import defaultdict
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
-from sqlalchemy import func, select
 
 from corral.controller.auth import require_admin, require_worker
 from corral.controller.files import MAX_OFFSET, Stream
 from corral.controller.job_tokens import mint
 from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
+from corral.controller.services import services_of
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
-from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.core.views import WorkerView
 from corral.core.wire import MAX_COUNT, Text
 from corral.engine.reports import Refused, UnknownWorker, ingest_heartbeat, record_refusal, register_worker
 from corral.metrics import HEARTBEAT_SECONDS
-from corral.store.schema import tasks, workers
+from corral.store.workers import held_by_worker, worker_rows
 from corral.waiting import woken
 
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
@@ -29,26 +27,26 @@ router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 
 @router.post("", response_model=RegisterReply, dependencies=[Depends(require_worker)])
 async def register(body: RegisterRequest, request: Request) -> RegisterReply:
-    app = request.app.state
-    async with app.store.write() as connection:
+    services = services_of(request)
+    async with services.store.write() as connection:
         worker_id = await register_worker(connection, body, time.time())
-    app.engine.wake()  # new room: pending jobs may fit now
-    return RegisterReply(worker_id=worker_id, heartbeat_interval=app.settings.heartbeat_interval)
+    services.engine.wake()  # new room: pending jobs may fit now
+    return RegisterReply(worker_id=worker_id, heartbeat_interval=services.settings.heartbeat_interval)
 
 
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
 async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -> HeartbeatReply:
     """Apply the reports, then answer with orders, waiting up to `wait` seconds for some to appear."""
-    app = request.app.state
-    signal = app.signals.event(worker_id)
+    services = services_of(request)
+    signal = services.signals.event(worker_id)
 
     def job_token(job_id: int) -> str:
-        return mint(app.tokens.admin, job_id)
+        return mint(services.tokens.admin, job_id)
 
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
     try:
         with HEARTBEAT_SECONDS.time():
-            async with app.store.write() as connection:
+            async with services.store.write() as connection:
                 changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(),
                                                  environments=body.environments, pythons=body.pythons)
                 orders = await orders_for(connection, worker_id, job_token)
@@ -63,12 +61,12 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             "refused": [{"task_id": r.task_id, "attempt": r.attempt, "state": r.state} for r in refused.refusals],
         }) from None
     if not changes.empty:
-        app.engine.wake()
-        app.signals.notify(changes.touched_workers - {worker_id})
+        services.engine.wake()
+        services.signals.notify(changes.touched_workers - {worker_id})
     if not orders and body.wait > 0 and await woken(signal, body.wait):
-        async with app.store.read() as connection:
+        async with services.store.read() as connection:
             orders = await orders_for(connection, worker_id, job_token)
-    return HeartbeatReply(orders=orders, heartbeat_interval=app.settings.heartbeat_interval)
+    return HeartbeatReply(orders=orders, heartbeat_interval=services.settings.heartbeat_interval)
 
 
 @router.post("/{worker_id}/logs/{task_id}/{attempt}/{stream}", status_code=status.HTTP_204_NO_CONTENT,
@@ -76,7 +74,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
 async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, Path(ge=0, le=MAX_COUNT)],
                      stream: Stream, request: Request, offset: int = Query(..., ge=0, le=MAX_OFFSET)) -> None:
     try:
-        request.app.state.logs.write(task_id, attempt, stream, offset, await request.body())
+        services_of(request).logs.write(task_id, attempt, stream, offset, await request.body())
     except OSError as error:
         if error.errno != errno.EFBIG:
             raise
@@ -86,23 +84,24 @@ async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, P
 
 @router.get("", response_model=list[WorkerView], dependencies=[Depends(require_admin)])
 async def list_workers(request: Request) -> list[WorkerView]:
-    holding = [str(s) for s in TASK_HOLDS_RESOURCES]
-    async with request.app.state.store.read() as connection:
-        rows = (await connection.execute(select(workers).order_by(workers.c.registered_at))).all()
-        use = defaultdict(lambda: (0.0, 0, 0, 0))
-        for r in (await connection.execute(
-            select(tasks.c.worker_id, func.sum(tasks.c.cpu), func.sum(tasks.c.memory), func.sum(tasks.c.gpu),
-                   func.count()).where(tasks.c.state.in_(holding)).group_by(tasks.c.worker_id)
-        )).all():
-            use[r[0]] = tuple(r[1:])
+    async with services_of(request).store.read() as connection:
+        rows = await worker_rows(connection)
+        held = await held_by_worker(connection)
     return [
         WorkerView(
             id=w.id, name=w.name, address=w.address, state=w.state, labels=w.labels or {},
             capacity={"cpu": w.cpu, "memory": w.memory, "gpu": w.gpu, **(w.custom or {})},
-            used={"cpu": use[w.id][0] or 0.0, "memory": use[w.id][1] or 0, "gpu": use[w.id][2] or 0},
+            used=_used(held.get(w.id)), running_tasks=held[w.id].n if w.id in held else 0,
             gpu_names=w.gpu_names or [], last_heartbeat=w.last_heartbeat, registered_at=w.registered_at,
-            running_tasks=use[w.id][3] or 0, pool=w.pool, gpus=w.gpu_devices or [], pythons=w.pythons or [],
+            pool=w.pool, gpus=w.gpu_devices or [], pythons=w.pythons or [],
             environments=w.environments or [], filesystem=w.filesystem, shared_fs=w.shared_fs or [],
         )
         for w in rows
     ]
+
+
+def _used(held) -> dict:
+    """What the worker's tasks hold (a row of `held_by_worker`), as the worker list shows it."""
+    if held is None:
+        return {"cpu": 0.0, "memory": 0, "gpu": 0}
+    return {"cpu": held.cpu or 0.0, "memory": held.memory or 0, "gpu": held.gpu or 0}

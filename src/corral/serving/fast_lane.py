@@ -25,6 +25,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from corral.serving import proxy
+from corral.serving.host import router_host
 from corral.serving.router import Router, RouterError, Waiter
 from corral.serving.upstream import Connection, UpstreamError, request_head
 
@@ -47,7 +48,7 @@ STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
 
 
 class FastLane(asyncio.Protocol):
-    """One client connection. `app` holds the router (`app.state.router`) once the server has started."""
+    """One client connection. `app` holds the router (`app.state.services.router`) once the server has started."""
 
     def __init__(self, app, *, config, server_state, app_state, _loop=None) -> None:
         self.app = app
@@ -129,8 +130,8 @@ class FastLane(asyncio.Protocol):
             if len(self.buffer) > HEAD_LIMIT:
                 self._hand_over()
             return
-        if self.router is None and (router := getattr(self.app.state, "router", None)) is not None:
-            self.router, self.admin = router, self.app.state.tokens.admin
+        if self.router is None and (host := router_host(self.app)) is not None:
+            self.router, self.admin = host.router, host.tokens.admin
         request = self._parse(end + 4, self.router) if self.router is not None else None
         if request is None:
             self._hand_over()

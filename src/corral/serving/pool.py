@@ -10,15 +10,15 @@ import copy
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.serving import REPLICA_COUNTED, ReplicaState
-from corral.core.states import TASK_HOLDS_RESOURCES
 from corral.scheduling.placement import Request, WorkerRoom
+from corral.store.deployments import replica_tasks_holding
 from corral.store.scheduling_reads import rooms_and_running
-from corral.store.schema import deployments, replicas, tasks
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 @dataclass(frozen=True)
@@ -94,12 +94,7 @@ async def read_pool(connection: AsyncConnection) -> Pool:
     """The rooms and the replicas' tasks as placement reads them: one reading of who holds what."""
     rooms, running = await rooms_and_running(connection)
     by_task = {task.task_id: task for task in running}
-    rows = (await connection.execute(
-        select(tasks.c.id, deployments.c.name, replicas.c.state)
-        .select_from(replicas.join(deployments, replicas.c.deployment_id == deployments.c.id)
-                     .join(tasks, tasks.c.job_id == replicas.c.job_id))
-        .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
-    )).all()
+    rows = await replica_tasks_holding(connection)
     holdings: dict[str, list[Holding]] = {}
     for row in rows:
         task = by_task.get(row.id)

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from corral.metrics import ROUTER_LATENCY, ROUTER_REQUESTS
 from corral.serving.access import bearer, may_call
+from corral.serving.host import RouterHost
 from corral.serving.router import Router, RouterError, Waiter
 from corral.serving.streamed_body import StreamedBody
 from corral.serving.upstream import Connection, UpstreamError
@@ -88,12 +89,16 @@ def model_route(router: Router, body: bytes) -> tuple[str, dict] | Refusal:
     return deployment, payload
 
 
+def _host(request: Request) -> RouterHost:
+    return request.app.state.services
+
+
 def _router(request: Request) -> Router:
-    return request.app.state.router
+    return _host(request).router
 
 
 def _denied(request: Request, deployment: str) -> Response | None:
-    found = refusal(_router(request), deployment, request.headers.get("authorization"), request.app.state.tokens.admin)
+    found = refusal(_router(request), deployment, request.headers.get("authorization"), _host(request).tokens.admin)
     return None if found is None else error(*found)
 
 
@@ -119,7 +124,7 @@ async def models(request: Request) -> Response:
     key = bearer(request.headers.get("authorization"))
     data = [{"id": model, "object": "model", "created": int(facts.since), "owned_by": name}
             for name, facts in sorted(router.catalog.deployments.items())
-            if may_call(facts, key, request.app.state.tokens.admin) for model in facts.spec.model_names]
+            if may_call(facts, key, _host(request).tokens.admin) for model in facts.spec.model_names]
     if not data and not key:
         return error(401, "a key is needed (Authorization: Bearer ...)", "invalid_api_key")
     return JSONResponse({"object": "list", "data": data})
@@ -139,7 +144,7 @@ async def serve(request: Request) -> Response:
 
 async def queue(request: Request) -> Response:
     """GET /api/v1/router/queue: who waits for what, and where."""
-    if bearer(request.headers.get("authorization")) != request.app.state.tokens.admin:
+    if bearer(request.headers.get("authorization")) != _host(request).tokens.admin:
         return error(401, "the admin token is needed")
     return JSONResponse({"waiting": _router(request).queue_view()})
 

@@ -7,7 +7,6 @@ import contextlib
 import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import uvicorn
@@ -18,6 +17,7 @@ from starlette.routing import Route
 from corral.serving import proxy
 from corral.serving.backends import RemoteBackend, load_router_config
 from corral.serving.fast_lane import protocol_for
+from corral.serving.host import RouterServices, StandaloneTokens
 from corral.serving.wiring import router_from_config
 
 
@@ -37,8 +37,7 @@ def create_router_app(controller_url: str, token: str, config: dict) -> Starlett
             holder: dict = {}
             router = router_from_config(RemoteBackend(http, lambda catalog: holder["router"].publish(catalog)), config)
             holder["router"] = router
-            app.state.router = router
-            app.state.tokens = SimpleNamespace(admin=token)
+            app.state.services = RouterServices(router, StandaloneTokens(admin=token))
             task = asyncio.create_task(router.run(), name="router")
             gc.freeze()  # what startup made lives on: collections skip it, which the request path feels
             try:

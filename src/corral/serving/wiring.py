@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 
 from corral.engine.serving_loop import ServingEngine
 from corral.metrics import REPLICA_HEALTH
 from corral.serving.backends import LocalBackend, load_router_config
 from corral.serving.policies import policy_from_config
 from corral.serving.router import DEFAULT_SWAP_TIMEOUT, Router
+from corral.store.store import Store
 
 log = logging.getLogger("corral.serving")
 
@@ -27,13 +29,17 @@ def health_changed(deployment: str, replica_id: int, healthy: bool) -> None:
     log.info("deployment=%s replica=%s health check %s", deployment, replica_id, "passes" if healthy else "fails")
 
 
-def start_serving(state) -> list[asyncio.Task]:
-    """Sets `state.router` and `state.serving`; returns their loops' tasks."""
+def start_serving(store: Store, wake_jobs: Callable[[], None]) -> tuple[Router, ServingEngine, list[asyncio.Task]]:
+    """The router and the serving engine, wired to each other, and their loops' tasks."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied request or probe is noise
     config = load_router_config(os.environ.get(CONFIG_ENV))
-    state.router = router_from_config(LocalBackend(state.store, lambda: state.serving.changed()), config,
-                                      autoscale=True)
-    state.serving = ServingEngine(state.store, wake_jobs=state.engine.wake, publish=state.router.publish,
-                                  on_health=health_changed)
-    return [asyncio.create_task(state.serving.run(), name="serving"),
-            asyncio.create_task(state.router.run(), name="router")]
+    serving: ServingEngine | None = None  # set below: the router's backend asks it to look again when called
+
+    async def changed() -> None:
+        assert serving is not None
+        await serving.changed()
+
+    router = router_from_config(LocalBackend(store, changed), config, autoscale=True)
+    serving = ServingEngine(store, wake_jobs=wake_jobs, publish=router.publish, on_health=health_changed)
+    return router, serving, [asyncio.create_task(serving.run(), name="serving"),
+                             asyncio.create_task(router.run(), name="router")]

@@ -10,7 +10,7 @@ from alembic.config import Config
 from asyncpg.exceptions import InvalidAuthorizationSpecificationError, InvalidCatalogNameError, InvalidPasswordError
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -20,6 +20,11 @@ URL_FORMS = "postgresql://USER@HOST:PORT/DATABASE or sqlite:///PATH"
 
 class StoreUnavailable(Exception):
     """The store cannot be opened; the message says what is wrong and how to fix it, in one line."""
+
+
+# A write that breaks a uniqueness rule (an idempotency key or a token used twice): the driver's own error,
+# named here so that the layers above the store catch it without importing sqlalchemy.
+Conflict = IntegrityError
 
 
 def normalize_url(url: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.deployment_spec import DeploymentSpec
@@ -20,7 +20,7 @@ from corral.core.serving import (
     ReplicaState,
     ServingSnapshot,
 )
-from corral.core.states import JobState, TaskState
+from corral.core.states import TASK_HOLDS_RESOURCES, JobState, TaskState
 from corral.core.wire import STORED
 from corral.store.changes import StaleWrite
 from corral.store.jobs import insert_job
@@ -161,3 +161,70 @@ async def add_key(connection: AsyncConnection, name: str, key: str) -> None:
     if row is None:
         raise NoSuchDeployment(f"no live deployment named {name!r}")
     await set_columns(connection, deployments, row.id, key_hashes=[*(row.key_hashes or []), key_hash(key)])
+
+
+async def deployment_rows(connection: AsyncConnection, shown_only: bool = True, limit: int | None = None) -> list:
+    """Full `deployments` rows, newest first: those SHOWN, or with `shown_only` false every one ever made."""
+    query = select(deployments).order_by(deployments.c.id.desc())
+    if shown_only:
+        query = query.where(deployments.c.state.in_([str(s) for s in SHOWN]))
+    if limit is not None:
+        query = query.limit(limit)
+    return list((await connection.execute(query)).all())
+
+
+async def newest_named(connection: AsyncConnection, name: str):
+    """The newest deployment of this name, destroyed or not, or None."""
+    return (await connection.execute(select(deployments).where(deployments.c.name == name)
+                                     .order_by(deployments.c.id.desc()).limit(1))).first()
+
+
+async def name_exists(connection: AsyncConnection, name: str) -> bool:
+    """Whether any deployment, destroyed or not, had this name."""
+    return (await connection.execute(
+        select(deployments.c.id).where(deployments.c.name == name).limit(1))).first() is not None
+
+
+async def replica_counts(connection: AsyncConnection, ids: list[int]) -> dict[int, dict[str, int]]:
+    """For each deployment, how many of its replicas are in each state (one without replicas is left out)."""
+    counts: dict[int, dict[str, int]] = {}
+    for r in (await connection.execute(
+            select(replicas.c.deployment_id, replicas.c.state, func.count().label("n"))
+            .where(replicas.c.deployment_id.in_(ids)).group_by(replicas.c.deployment_id, replicas.c.state))).all():
+        counts.setdefault(r.deployment_id, {})[r.state] = r.n
+    return counts
+
+
+async def replica_rows(connection: AsyncConnection, deployment_id: int) -> list:
+    """Full `replicas` rows of the deployment, oldest first."""
+    return list((await connection.execute(
+        select(replicas).where(replicas.c.deployment_id == deployment_id).order_by(replicas.c.id))).all())
+
+
+async def serving_history(connection: AsyncConnection, deployment_id: int, limit: int) -> list:
+    """The deployment's latest `limit` history records, oldest first."""
+    rows = (await connection.execute(
+        select(history).where(history.c.deployment_id == deployment_id)
+        .order_by(history.c.id.desc()).limit(limit))).all()
+    return list(reversed(rows))
+
+
+async def replicas_with_workers(connection: AsyncConnection, deployment_ids: list[int]) -> list:
+    """The replicas not TERMINATED of these deployments, oldest first, each with the worker of its task 0
+    (`worker_id`, `worker_name`; None while unplaced)."""
+    return list((await connection.execute(
+        select(replicas, tasks.c.worker_id, workers.c.name.label("worker_name"))
+        .select_from(replicas.outerjoin(tasks, and_(tasks.c.job_id == replicas.c.job_id, tasks.c.index == 0))
+                     .outerjoin(workers, tasks.c.worker_id == workers.c.id))
+        .where(replicas.c.deployment_id.in_(deployment_ids), replicas.c.state != ReplicaState.TERMINATED)
+        .order_by(replicas.c.id))).all())
+
+
+async def replica_tasks_holding(connection: AsyncConnection) -> list:
+    """(task id, deployment name, replica state) of every replica task placed and holding resources."""
+    return list((await connection.execute(
+        select(tasks.c.id, deployments.c.name, replicas.c.state)
+        .select_from(replicas.join(deployments, replicas.c.deployment_id == deployments.c.id)
+                     .join(tasks, tasks.c.job_id == replicas.c.job_id))
+        .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
+    )).all())

@@ -30,3 +30,10 @@ def subtree_ids(root: int):
     tree = select(jobs.c.id).where(jobs.c.id == root).cte("tree", recursive=True)
     tree = tree.union_all(select(jobs.c.id).where(jobs.c.launched_by == tree.c.id))
     return select(tree.c.id)
+
+
+async def launcher_row(connection: AsyncConnection, launcher: int):
+    """The (name, state, cancelled, priority, spec) of a job that submits another, or None."""
+    return (await connection.execute(
+        select(jobs.c.name, jobs.c.state, jobs.c.cancelled, jobs.c.priority, jobs.c.spec)
+        .where(jobs.c.id == launcher))).first()

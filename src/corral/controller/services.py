@@ -1,0 +1,46 @@
+"""The controller's services, built once when it starts and reached by every endpoint through `services`.
+
+One typed object instead of attributes set on `app.state`: a misspelt service fails in the reading
+of the code (and in a type checker), not on the first request that reaches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from corral.controller.checkpoints import CheckpointFiles
+from corral.controller.events import EventHub
+from corral.controller.files import BundleStore, LogFiles
+from corral.controller.results import ResultFiles
+from corral.controller.samples import Samples
+from corral.controller.settings import ControllerSettings, Tokens
+from corral.core.retry_policy import RetryPolicy
+from corral.engine.loop import Engine, WorkerSignals
+from corral.engine.serving_loop import ServingEngine
+from corral.serving.router import Router
+from corral.store.store import Store
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: ControllerSettings
+    tokens: Tokens
+    retry_config: RetryPolicy | None  # the config file's default retry policy, under the stored ones
+    store: Store
+    signals: WorkerSignals  # wakes a worker's waiting heartbeat when it has new orders
+    engine: Engine
+    logs: LogFiles
+    bundles: BundleStore
+    checkpoints: CheckpointFiles
+    results: ResultFiles
+    events: EventHub
+    samples: Samples
+    router: Router
+    serving: ServingEngine
+
+
+def services_of(request: Request) -> Services:
+    """The services of the app that serves `request` (set by the app's lifespan before any request)."""
+    return request.app.state.services

@@ -1,0 +1,38 @@
+"""What a worker's orders are derived from: its tasks that wait on it, with their jobs, and the gangs' masters."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import and_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.core.states import TaskState
+from corral.store.schema import jobs, tasks, workers
+
+T = TaskState
+ORDERED = (T.ASSIGNED, T.STARTING, T.TERMINATING, T.PREEMPTING)  # the task states a worker has orders for
+
+
+async def ordered_tasks(connection: AsyncConnection, worker_id: str) -> list:
+    """The worker's tasks in an ORDERED state, by id, with the columns of their jobs that orders carry."""
+    return list((await connection.execute(
+        select(tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.gpu_ids,
+               tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
+               jobs.c.spec, jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.replicas, jobs.c.cancelled)
+        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
+        .where(tasks.c.worker_id == worker_id, tasks.c.state.in_(ORDERED))
+        .order_by(tasks.c.id)
+    )).all())
+
+
+async def gang_masters(connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, str]:
+    """Address of the worker that holds task 0 of each gang: its master."""
+    if not job_ids:
+        return {}
+    rows = (await connection.execute(
+        select(tasks.c.job_id, workers.c.address)
+        .select_from(tasks.join(workers, tasks.c.worker_id == workers.c.id))
+        .where(and_(tasks.c.job_id.in_(job_ids), tasks.c.index == 0))
+    )).all()
+    return {row.job_id: row.address for row in rows}

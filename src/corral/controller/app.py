@@ -37,7 +37,6 @@ from corral.controller.log_retention import prune_logs_loop
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
 from corral.controller.results import ResultFiles
-from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
 from corral.engine.loop import Engine, WorkerSignals
@@ -63,11 +62,10 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         state = app.state
         state.settings = settings
         state.tokens = load_tokens(settings)
-        state.retry_config = load_config_default(settings.config_file)
+        state.retry_config = settings.config.retry_policy
         state.store = await Store.open(settings.database_url)
-        if settings.policy is not None:
-            async with state.store.write() as connection:
-                await apply_policy_file(connection, settings.policy, time.time())
+        async with state.store.write() as connection:
+            await apply_policy_file(connection, settings.config, time.time())
         state.signals = WorkerSignals()
         state.engine = Engine(state.store, state.signals, settings.loss_timeout, settings.heartbeat_interval,
                               settings.lost_worker_retention)
@@ -86,7 +84,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         if settings.log_retention is not None:
             loop_tasks.append(asyncio.create_task(prune_logs_loop(state.store, state.logs, settings.log_retention),
                                                   name="prune-logs"))
-        serving_tasks = start_serving(state)
+        serving_tasks = start_serving(state, settings.config.router)
         write_cluster_file(settings, state.tokens)
         gc.freeze()  # what startup made lives on: collections skip it, which the router's request path feels
         try:

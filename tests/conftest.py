@@ -1,8 +1,11 @@
-"""What every test shares: nothing of the user's own cache is read or written."""
+"""What every test shares: nothing of the user's own cache is read or written, and a move the transition tables
+refuse raises (in this process and in every controller a test starts) instead of being set aside."""
 
 import os
 
 import pytest
+
+os.environ["CORRAL_STRICT_MOVES"] = "1"  # read when corral.engine.coordinator is imported
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -6,7 +6,8 @@ import httpx
 import pytest
 
 from corral.controller.app import create_app
-from corral.controller.settings import ConfigError, ControllerSettings, load_policy_file
+from corral.controller.settings import ControllerSettings
+from corral.core.config import ConfigError, parse_config
 from tests.api.conftest import ADMIN
 
 
@@ -27,13 +28,8 @@ async def test_metrics_need_the_admin_token_only_when_required(tmp_path, require
     assert await metrics_status(tmp_path, required, token) == status
 
 
-def test_the_config_file_can_require_the_token(tmp_path):
-    from corral.controller.settings import load_metrics_config
-
-    config = tmp_path / "corral.yaml"
-    config.write_text("metrics: {require_token: true}\n")
-    assert load_metrics_config(load_policy_file(config)).require_token
-    assert not load_metrics_config(None).require_token
-    config.write_text("metrics: {require: yes}\n")
-    with pytest.raises(ConfigError, match="require"):
-        load_metrics_config(load_policy_file(config))
+def test_the_config_file_can_require_the_token():
+    assert parse_config("metrics: {require_token: true}\n", "corral.yaml").metrics.require_token
+    assert not parse_config("", "corral.yaml").metrics.require_token
+    with pytest.raises(ConfigError, match="metrics.require"):
+        parse_config("metrics: {require: yes}\n", "corral.yaml")

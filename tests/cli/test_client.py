@@ -163,3 +163,32 @@ def test_an_unchanged_tree_is_not_archived_again_while_the_controller_has_it(tmp
     (tree / "train.py").write_text("print(22)")  # changed: archived again, whatever the memo said
     api.upload_bundle(tree)
     assert archived == [tree, tree]
+
+
+def test_healthy_is_a_yes_or_no_never_an_error():
+    assert client_for(lambda request: httpx.Response(200, json={"ok": True})).healthy()
+    assert not client_for(lambda request: httpx.Response(503, text="starting")).healthy()
+
+    def refuse(request):
+        raise httpx.ConnectError("connection refused", request=request)
+
+    assert not client_for(refuse).healthy()
+
+
+async def test_a_standalone_routers_calls_go_through_the_async_client():
+    from corral.client.aio import AsyncClient
+
+    seen = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path, json.loads(request.content or b"null")))
+        if request.url.path.endswith("/scale"):
+            return httpx.Response(409, json={"detail": "deployment web is being destroyed"})
+        return httpx.Response(204)
+
+    async with AsyncClient("http://ctl:1", "tok", transport=httpx.MockTransport(answer)) as client:
+        await client.report_router_load("r1", {"web": 3})
+        with pytest.raises(CorralError, match="being destroyed"):
+            await client.scale_deployment("web", 2, "load 3 at router r1")
+    assert seen == [("POST", "/api/v1/router/load", {"router": "r1", "loads": {"web": 3}}),
+                    ("POST", "/api/v1/deployments/web/scale", {"replicas": 2, "reason": "load 3 at router r1"})]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
+from corral.cli.main import main
 from corral.controller.app import create_app
-from corral.controller.retry_defaults import ConfigError
 from corral.controller.settings import ControllerSettings
+from corral.core.config import parse_config
 from tests.e2e.cluster import wait_for
 
 
@@ -75,9 +77,8 @@ def test_the_cluster_and_project_defaults_apply_to_new_jobs(api):
 
 
 def test_the_config_file_sets_the_cluster_default_under_the_admin_one(tmp_path):
-    config = tmp_path / "corral.yaml"
-    config.write_text("retry_policy:\n  max_retries: 4\n  retry_delay: 2m\n")
-    settings = ControllerSettings(data_dir=tmp_path / "data", admin_token="t", config_file=config)
+    config = parse_config("retry_policy:\n  max_retries: 4\n  retry_delay: 2m\n", "corral.yaml")
+    settings = ControllerSettings(data_dir=tmp_path / "data", admin_token="t", config=config)
     with TestClient(create_app(settings)) as api:
         api.headers["Authorization"] = "Bearer t"
         view = api.get("/api/v1/admin/retry-policy").json()
@@ -91,9 +92,8 @@ def test_the_config_file_sets_the_cluster_default_under_the_admin_one(tmp_path):
 def test_a_bad_config_file_stops_the_controller_naming_the_field(tmp_path):
     config = tmp_path / "corral.yaml"
     config.write_text("retry_policy:\n  jitter: sometimes\n")
-    settings = ControllerSettings(data_dir=tmp_path / "data", admin_token="t", config_file=config)
-    with pytest.raises(ConfigError, match="jitter"), TestClient(create_app(settings)):
-        pass
+    result = CliRunner().invoke(main, ["controller", "--data-dir", str(tmp_path / "data"), "--config", str(config)])
+    assert result.exit_code == 2 and f"{config}: retry_policy.jitter: " in result.output
 
 
 def test_cancelling_an_ended_job_stops_its_scheduled_retry(api):

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import uvicorn
 
+from corral.core.config import RouterConfig
 from corral.core.deployment_spec import DeploymentSpec
 from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpoint
 from corral.metrics import REGISTRY
@@ -52,7 +53,7 @@ class Lane:
 
     def __init__(self, address: str | None, keep_alive: float = 5.0, **spec) -> None:
         self.backend = Backend()
-        self.router = router_from_config(self.backend, {})
+        self.router = router_from_config(self.backend, RouterConfig())
         self.router.publish(catalog(address, **spec))
         self.app = RouterApp(routes=proxy.routes())
         self.app.state.services = RouterServices(self.router, StandaloneTokens(admin=ADMIN))

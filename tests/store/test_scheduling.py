@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from corral.controller.admission import refusal
+from corral.core.config import CorralConfig, PoolPolicy, ProjectQuota
 from corral.core.spec import JobSpec
-from corral.scheduling.policy import PolicyFile, PoolPolicy, ProjectQuota
 from corral.store.policy import apply_policy_file, put_quota, read_policy
 from corral.store.scheduling_reads import read_cluster
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, report, run_task, settle, submit
@@ -119,7 +119,7 @@ async def test_a_retried_task_goes_to_another_worker(store):
 
 async def test_admission_refuses_over_a_pool_maximum_and_unknown_dependencies(store):
     async with store.write() as connection:
-        await apply_policy_file(connection, PolicyFile(pools={"a100": PoolPolicy(max_per_job={"gpu": 16})}), NOW)
+        await apply_policy_file(connection, CorralConfig(pools={"a100": PoolPolicy(max_per_job={"gpu": 16})}), NOW)
         assert await refusal(connection, JobSpec(command=["x"], pool="a100", replicas=2, resources={"gpu": 8})) is None
         assert await refusal(connection, JobSpec(command=["x"], pool="a100", replicas=3, resources={"gpu": 8})) == (
             "pool a100: the job asks 24 gpu in total; the pool allows at most 16 per job")
@@ -132,10 +132,10 @@ async def test_admission_refuses_over_a_pool_maximum_and_unknown_dependencies(st
 async def test_the_config_file_wins_for_what_it_names_and_keeps_the_rest(store):
     async with store.write() as connection:
         await put_quota(connection, "kept", ProjectQuota(limits={"cpu": 4}), NOW)
-        await apply_policy_file(connection, PolicyFile(
+        await apply_policy_file(connection, CorralConfig(
             pools={"a100": PoolPolicy(strategy="dispersed", reservation_time="10m")},
             quotas={"vision": ProjectQuota(limits={"gpu": 8, "memory": "64G"})}), NOW)
-        await apply_policy_file(connection, PolicyFile(quotas={"vision": ProjectQuota(limits={"gpu": 4})}), NOW)
+        await apply_policy_file(connection, CorralConfig(quotas={"vision": ProjectQuota(limits={"gpu": 4})}), NOW)
         policy = await read_policy(connection)
     assert policy.pool("a100").strategy == "dispersed" and policy.pool("a100").reservation_time == 600
     assert policy.pool("other") == PoolPolicy()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from corral.core.config import CostMatrix, RouterConfig
 from corral.serving.policies import CostMatrixPolicy, FitPolicy, GroupPolicy, policy_from_config
 
 
@@ -38,26 +39,26 @@ GROUPS = {
 
 
 def test_group_swap_evicts_its_own_running_member_and_exclusive_evicts_other_groups_but_not_persistent():
-    policy = policy_from_config({"groups": GROUPS})
+    policy = policy_from_config(RouterConfig(groups=GROUPS))
     assert policy.evict_for("qwen", ["llama", "embed", "guard"], lambda e: True) == ["llama", "embed"]
 
 
 def test_a_non_exclusive_non_swap_group_member_evicts_nothing():
-    policy = GroupPolicy.from_config(GROUPS)
+    policy = GroupPolicy.from_config(RouterConfig(groups=GROUPS).groups)
     assert policy.evict_for("rerank", ["llama", "embed", "guard"], lambda e: True) == []
 
 
 def test_matrix_picks_the_allowed_set_that_costs_least_to_reach():
-    policy = CostMatrixPolicy.from_config({"sets": [["a", "b"], ["a", "c", "d"]], "costs": {"b": 10}})
+    policy = CostMatrixPolicy.from_config(CostMatrix(sets=[["a", "b"], ["a", "c", "d"]], costs={"b": 10}))
     assert policy.evict_for("a", ["b", "c", "d"], lambda e: True) == ["c", "d"]  # 2 < 10
     assert policy.evict_for("a", ["b"], lambda e: True) == []
 
 
 def test_matrix_runs_a_target_in_no_set_alone():
-    policy = CostMatrixPolicy.from_config({"sets": [["a", "b"]]})
+    policy = CostMatrixPolicy.from_config(CostMatrix(sets=[["a", "b"]]))
     assert policy.evict_for("z", ["a", "b"], lambda e: True) == ["a", "b"]
 
 
 def test_two_policies_at_once_are_refused():
-    with pytest.raises(ValueError, match="groups"):
-        policy_from_config({"groups": {}, "matrix": {"sets": []}})
+    with pytest.raises(ValueError, match="one eviction policy"):
+        RouterConfig(groups={}, matrix={"sets": []})

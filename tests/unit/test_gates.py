@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.scheduling.policy import PoolPolicy, over_pool_maximum
+from corral.core.config import PoolPolicy
+from corral.scheduling.policy import over_pool_maximum
 from corral.scheduling.reasons import DependencyFailed, NotBefore, WaitingForJobs
 from corral.scheduling.snapshot import JobEnd, JobPlacement, eligible_since, gate
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from corral.core.config import PoolPolicy, Strategy
 from corral.core.deployment_spec import DeploymentSpec
 from corral.core.serving import DeploymentFacts, DeploymentState
 from corral.scheduling.analysis import judge_workers
 from corral.scheduling.placement import Request, Unit, WorkerRoom, place
-from corral.scheduling.policy import Policy, PoolPolicy, Strategy
+from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import NoRoom, TooLarge
 from corral.scheduling.snapshot import JobPlacement

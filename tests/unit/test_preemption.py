@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.core.config import PoolPolicy, Sequencer
 from corral.scheduling.placement import Unit, place
-from corral.scheduling.policy import Policy, PoolPolicy, Sequencer
+from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import AwaitingPreempted, NoRoom, Preempting
 from corral.scheduling.rooms import Request, WorkerRoom

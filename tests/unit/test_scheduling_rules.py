@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.core.config import PoolPolicy, Sequencer, Strategy
 from corral.core.constraints import parse_constraint
 from corral.scheduling.placement import Unit, place
-from corral.scheduling.policy import Policy, PoolPolicy, Sequencer, Strategy
+from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import (
     BehindReservation,

@@ -9,7 +9,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
 import click
@@ -18,6 +18,9 @@ from corral.cli.common import CliError, parse_amounts, parse_pairs
 from corral.client.discovery import DEFAULT_DATA_DIR
 from corral.core.spec import MAX_CPU, MAX_GPU, MAX_MEMORY, format_bytes, parse_bytes, parse_duration
 from corral.log_format import configure_logging
+
+if TYPE_CHECKING:
+    from corral.core.config import CorralConfig
 
 log_format_option = click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
                                  show_default=True, help="json: one object per line, with job/task/worker ids.")
@@ -45,6 +48,27 @@ duration_option = positive_option(parse_duration, float)
 size_option = positive_option(parse_bytes, int)
 
 
+def config_option(ctx: click.Context, param: click.Parameter, path: Path | None) -> CorralConfig | None:
+    """A click callback: the config file read and validated once, before anything starts (a CorralConfig; None
+    when not given); a file that cannot be read or does not validate is a usage error naming the field."""
+    from corral.core.config import ConfigError, parse_config
+
+    if path is None:
+        return None
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise click.BadParameter(f"cannot read {path}: {getattr(error, 'strerror', None) or error}",
+                                 ctx=ctx, param=param) from None
+    try:
+        return parse_config(text, str(path))
+    except ConfigError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+
+
+ROUTER_CONFIG_VARIABLE = "CORRAL_ROUTER_CONFIG"  # read by controllers before the router's keys joined --config
+
+
 @click.command()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="CORRAL_DATA_DIR",
               default=DEFAULT_DATA_DIR, show_default=True, help="Where the store, logs, bundles and tokens live.")
@@ -54,9 +78,9 @@ size_option = positive_option(parse_bytes, int)
 @click.option("--loss-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds without a heartbeat before a worker is declared lost.")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A YAML config file with `pools:`, `quotas:` (applied to the store on start) and "
-              "`retry_policy:` (the cluster's default retry policy).")
+@click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=config_option,
+              help="A YAML config file with `pools:`, `quotas:` (applied to the store on start), "
+              "`retry_policy:` (the cluster's default retry policy), `metrics:` and `router:`.")
 @click.option("--event-retention", default="7d", show_default=True, callback=duration_option,
               help="How long events of ended jobs and of workers are kept (e.g. 12h, 30d).")
 @click.option("--lost-worker-retention", default="24h", show_default=True, callback=duration_option,
@@ -70,31 +94,27 @@ size_option = positive_option(parse_bytes, int)
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
                heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_limit: int,
-               log_retention: float, metrics_token_required: bool, log_format: str, config_file: Path | None) -> None:
+               log_retention: float, metrics_token_required: bool, log_format: str,
+               config: CorralConfig | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground.
 
     It locks its data directory: a second controller on the same one refuses to start.
     """
     from corral.controller.lock import DataDirInUse, hold
     from corral.controller.server import serve
-    from corral.controller.settings import (
-        ConfigError,
-        ControllerSettings,
-        load_metrics_config,
-        load_policy_file,
-    )
+    from corral.controller.settings import ControllerSettings
+    from corral.core.config import CorralConfig
 
-    try:
-        policy = load_policy_file(config_file) if config_file else None
-        metrics = load_metrics_config(policy)
-    except ConfigError as error:
-        raise click.BadParameter(str(error), param_hint="--config") from None
+    if os.environ.get(ROUTER_CONFIG_VARIABLE):
+        raise click.UsageError(f"{ROUTER_CONFIG_VARIABLE} is no longer read: put its keys under `router:` in the "
+                               "--config file")
+    config = config or CorralConfig()
     settings = ControllerSettings(
         data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
         heartbeat_interval=heartbeat_interval, event_retention=event_retention,
         lost_worker_retention=lost_worker_retention, log_limit=log_limit, log_retention=log_retention,
-        log_format=log_format, config_file=config_file, policy=policy,
-        metrics_token_required=metrics_token_required or metrics.require_token)
+        log_format=log_format, config=config,
+        metrics_token_required=metrics_token_required or config.metrics.require_token)
     try:
         with hold(made_data_dir(data_dir), settings.url):
             open_store_or_fail(settings.database_url)

@@ -12,11 +12,12 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import CliError, client, console, json_option, parse_pairs, print_json
-from corral.cli.daemons import read_token, refuse_token_value
+from corral.cli.daemons import config_option, read_token, refuse_token_value
 from corral.cli.format import format_age, format_command, format_resources, format_time
 from corral.cli.submit import chosen_workdir, export_option, load_spec_file, ship_workdir, workdir_options
 from corral.client import serving
 from corral.client.exports import exported
+from corral.core.config import CorralConfig
 from corral.core.deployment_spec import DeploymentSpec
 from corral.core.serving import ReplicaState
 
@@ -226,14 +227,16 @@ def undeploy(name: str) -> None:
 @click.option("--token", hidden=True, expose_value=False, callback=refuse_token_value)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8266, show_default=True)
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Router config (YAML): max_wait, swap_timeout, and an eviction policy (groups or matrix).")
-def router(controller_url: str, token_file: TextIO | None, host: str, port: int, config_path: Path | None) -> None:
+@click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=config_option,
+              help="The controller's config file, whose `router:` key it reads: max_wait, swap_timeout, and an "
+              "eviction policy (groups or matrix).")
+def router(controller_url: str, token_file: TextIO | None, host: str, port: int, config: CorralConfig | None) -> None:
     """Run a standalone router (scale-out): proxies /v1 and /serve like the controller does."""
+    from corral.core.config import RouterConfig
     from corral.serving.standalone import run_router
 
     token = read_token(token_file, os.environ, ("CORRAL_TOKEN",))
-    run_router(controller_url.rstrip("/"), token, host, port, config_path)
+    run_router(controller_url.rstrip("/"), token, host, port, config.router if config else RouterConfig())
 
 
 def replica_summary(counts: dict[str, int]) -> str:

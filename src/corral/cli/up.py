@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import click
-import httpx
 
 from corral.cli.common import CliError, parse_pairs
 from corral.cli.daemons import (
@@ -32,6 +31,9 @@ from corral.cli.daemons import (
     open_store_or_fail,
 )
 from corral.client.discovery import DEFAULT_DATA_DIR
+from corral.client.errors import CorralError
+from corral.client.http import Client
+from corral.core.states import WorkerState
 from corral.lifetime import dies_with_parent
 from corral.worker.agent import installation_bin
 
@@ -110,10 +112,8 @@ def client_url(host: str, port: int) -> str:
 
 
 def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+    with Client(url) as client:
+        return client.healthy()
 
 
 class Cluster:
@@ -167,20 +167,18 @@ class Cluster:
     def wait_for_workers(self, url: str) -> None:
         """Announce the cluster only once every worker has registered, so a first job finds room."""
         names = {child.name for child in self.workers}
-        headers = {"Authorization": f"Bearer {self.token('admin_token')}"}
         deadline = time.monotonic() + HEALTH_TIMEOUT
-        while not self.stop.is_set():
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                alive = {w["name"] for w in httpx.get(f"{url}/api/v1/workers", headers=headers, timeout=2).json()
-                         if w["state"] == "ALIVE"}
-                if names <= alive:
-                    return
-            for child in self.workers:
-                if child.exited() is not None:
-                    raise CliError(f"{child.name} exited with code {child.exited()}:\n{child.tail()}")
-            if time.monotonic() > deadline:
-                raise CliError(f"workers did not register within {HEALTH_TIMEOUT:.0f}s; see {self.logs}")
-            self.stop.wait(0.1)
+        with Client(url, self.token("admin_token"), timeout=2) as client:
+            while not self.stop.is_set():
+                with contextlib.suppress(CorralError, ValueError):
+                    if names <= {w.name for w in client.workers() if w.state == WorkerState.ALIVE}:
+                        return
+                for child in self.workers:
+                    if child.exited() is not None:
+                        raise CliError(f"{child.name} exited with code {child.exited()}:\n{child.tail()}")
+                if time.monotonic() > deadline:
+                    raise CliError(f"workers did not register within {HEALTH_TIMEOUT:.0f}s; see {self.logs}")
+                self.stop.wait(0.1)
 
     def start_worker(self, index: int, args: list[str]) -> None:
         name = f"worker-{index}"

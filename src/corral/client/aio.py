@@ -21,6 +21,7 @@ from corral.client.http import endpoint, message, unreachable
 from corral.client.jobs import AsyncFunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
 from corral.client.sse import RECONNECTS, Event, follow_events
+from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
 from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkdirSharing, WorkerView
@@ -190,6 +191,17 @@ class AsyncClient:
 
     async def workers(self) -> list[WorkerView]:
         return await self._run(plans.workers())
+
+    # serving: what a standalone router asks of the controller ----------------------------
+
+    async def scale_deployment(self, name: str, replicas: int, reason: str) -> DeploymentView:
+        return await self._run(plans.scale_deployment(name, replicas, reason))
+
+    async def router_catalog(self) -> CatalogView:
+        return await self._run(plans.router_catalog())
+
+    async def report_router_load(self, router: str, loads: dict[str, int]) -> None:
+        await self._run(plans.report_router_load(router, loads))
 
     async def workdir_sharing(self, workdir: Workdir, pool: str = "default") -> WorkdirSharing:
         return await self._run(plans.workdir_sharing(workdir, pool))

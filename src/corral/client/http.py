@@ -236,6 +236,13 @@ class Client:
     def workers(self) -> list[WorkerView]:
         return self._run(plans.workers())
 
+    def healthy(self, timeout: float = 1.0) -> bool:
+        """Whether the controller is up and answers its health check within `timeout` seconds."""
+        try:
+            return self._run(plans.healthz(timeout))
+        except CorralError:
+            return False
+
     def workdir_sharing(self, workdir: Workdir, pool: str = "default") -> WorkdirSharing:
         """How many alive workers of `pool` share the directory, to tell whether its files must be uploaded."""
         return self._run(plans.workdir_sharing(workdir, pool))

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
+from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobSpec, Workdir
 from corral.core.states import JOB_TERMINAL, JobState
 from corral.core.views import (
@@ -134,6 +135,29 @@ def cancel(job_id: int) -> Plan[JobView]:
 def workers() -> Plan[list[WorkerView]]:
     response = yield Call("GET", f"{API}/workers")
     return _workers.validate_python(response.json())
+
+
+def healthz(timeout: float) -> Plan[bool]:
+    """Whether the controller answers its health check; an error status is an answer (False), not raised."""
+    response = yield Call("GET", "/healthz", ok=range(400, 600), timeout=timeout)
+    return response.status_code == 200
+
+
+def scale_deployment(name: str, replicas: int, reason: str) -> Plan[DeploymentView]:
+    """`reason` lands in the deployment's history."""
+    response = yield Call("POST", f"{API}/deployments/{name}/scale", json={"replicas": replicas, "reason": reason})
+    return DeploymentView.model_validate(response.json())
+
+
+def router_catalog() -> Plan[CatalogView]:
+    """What a standalone router routes on: live deployments, their keys and healthy endpoints, and the pool."""
+    response = yield Call("GET", f"{API}/router/catalog")
+    return CatalogView.model_validate(response.json())
+
+
+def report_router_load(router: str, loads: dict[str, int]) -> Plan[None]:
+    """A standalone router's load per deployment, for the controller's autoscaler."""
+    yield Call("POST", f"{API}/router/load", json={"router": router, "loads": loads})
 
 
 def list_page(states: Iterable[JobState | str] | None = None, limit: int = 100, cursor: int | None = None,

@@ -34,20 +34,27 @@ class EventParser:
 
     1. a line starting with `:` is a comment (a keep-alive);
     2. `data:` lines are joined with newlines; an event without data is not dispatched;
-    3. `event:` names the type (default "message"), for this event only;
+    3. `event:` names the type (default, and when empty, "message"), for this event only;
     4. `id:` sets the id of this event and of those after it (ignored if it holds NUL); `last_id` is the id of
        the last event dispatched, so a stream dropped mid-event resumes before that event;
     5. `retry:` with only digits sets the reconnection delay, in milliseconds;
-    6. one space after the colon is dropped; a line without a colon is a field with an empty value.
+    6. one space after the colon is dropped; a line without a colon is a field with an empty value;
+    7. a byte order mark before the first line is dropped.
+
+    Lines come split at CRLF, LF or CR (httpx's `iter_lines`); the dashboard's parser (static/app.js) splits
+    and reads them by the same rules.
     """
 
     def __init__(self, last_id: str | None = None) -> None:
         self.last_id = self._id = last_id
         self.retry: float | None = None  # seconds
-        self._type = "message"
+        self._type = ""
         self._data: list[str] = []
+        self._first = True
 
     def feed(self, line: str) -> Event | None:
+        if self._first:
+            line, self._first = line.removeprefix("\ufeff"), False
         if not line:
             return self._dispatch()
         if line.startswith(":"):
@@ -67,15 +74,15 @@ class EventParser:
     def _dispatch(self) -> Event | None:
         self.last_id = self._id
         if not self._data:
-            self._type = "message"
+            self._type = ""
             return None
         text = "\n".join(self._data)
         try:
             data = json.loads(text)
         except ValueError:
             data = text
-        event = Event(self.last_id, self._type, data)
-        self._type, self._data = "message", []
+        event = Event(self.last_id, self._type or "message", data)
+        self._type, self._data = "", []
         return event
 
 

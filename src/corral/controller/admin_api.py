@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 
 from corral.controller.auth import require_admin
 from corral.controller.services import services_of
+from corral.core.config import PoolPolicy, ProjectQuota
 from corral.core.spec import NAME
-from corral.scheduling.policy import PoolPolicy, ProjectQuota
 from corral.store.policy import delete_pool, delete_quota, put_pool, put_quota, read_policy
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])

@@ -37,7 +37,6 @@ from corral.controller.log_retention import prune_logs_loop
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
 from corral.controller.results import ResultFiles
-from corral.controller.retry_defaults import load_config_default
 from corral.controller.samples import Samples
 from corral.controller.services import Services, services_of
 from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
@@ -62,11 +61,10 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         private_dir(settings.data_dir)
         tokens = load_tokens(settings)
-        retry_config = load_config_default(settings.config_file)
+        retry_config = settings.config.retry_policy
         store = await Store.open(settings.database_url)
-        if settings.policy is not None:
-            async with store.write() as connection:
-                await apply_policy_file(connection, settings.policy, time.time())
+        async with store.write() as connection:
+            await apply_policy_file(connection, settings.config, time.time())
         signals = WorkerSignals()
         engine = Engine(store, signals, settings.loss_timeout, settings.heartbeat_interval,
                         settings.lost_worker_retention)
@@ -82,7 +80,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         if settings.log_retention is not None:
             loop_tasks.append(asyncio.create_task(prune_logs_loop(store, logs, settings.log_retention),
                                                   name="prune-logs"))
-        router, serving, serving_tasks = start_serving(store, engine.wake)
+        router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
             logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),

@@ -1,17 +1,13 @@
 """The layers under a job's own retry policy: the project default, then the cluster default.
 
 The cluster default comes from the admin API (stored) over the controller's config file
-(its `retry_policy:` key); both may leave fields out. A job's effective policy is fixed
+(its `retry_policy:` key, in `CorralConfig`); both may leave fields out. A job's effective policy is fixed
 when it is submitted, and its retries inherit it unchanged.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-import yaml
-from pydantic import ValidationError
 
 from corral.core.retries import RetryState
 from corral.core.retry_policy import RetryPolicy, effective_policy
@@ -20,26 +16,6 @@ from corral.store.retries import CLUSTER, stored_default
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
-
-
-class ConfigError(ValueError):
-    pass
-
-
-def load_config_default(path: Path | None) -> RetryPolicy | None:
-    """The `retry_policy:` mapping of the controller's YAML config file, validated; None if absent."""
-    if path is None:
-        return None
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"cannot read the config file {path}: {error}") from None
-    if not isinstance(data, dict) or data.get("retry_policy") is None:
-        return None
-    try:
-        return RetryPolicy.model_validate(data["retry_policy"])
-    except ValidationError as error:
-        raise ConfigError(f"{path}: retry_policy: {error}") from None
 
 
 async def cluster_layers(connection: AsyncConnection, config_default: RetryPolicy | None) -> list[RetryPolicy | None]:

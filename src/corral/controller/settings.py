@@ -5,15 +5,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from corral.controller.checkpoints import DEFAULT_LIMIT
+from corral.core.config import CorralConfig
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
-from corral.scheduling.policy import PolicyFile
 from corral.store.database import sqlite_url
 
 
@@ -27,12 +24,11 @@ class ControllerSettings:
     heartbeat_interval: float = 2.0
     admin_token: str | None = None
     join_token: str | None = None
-    policy: PolicyFile | None = None  # pools and quotas from the config file, applied on start
+    config: CorralConfig = field(default_factory=CorralConfig)  # the config file's, parsed once by the CLI
     checkpoint_limit: int = DEFAULT_LIMIT  # bytes one task's checkpoint may hold
     event_retention: float = 7 * 86400.0  # seconds events of ended jobs and of workers are kept
     lost_worker_retention: float = 86400.0  # seconds a LOST worker stays listed after its last heartbeat
     log_format: str = "text"  # or "json": one object per line (corral.log_format)
-    config_file: Path | None = None  # YAML; its `retry_policy:` key is the cluster's default retry policy
     log_limit: int = DEFAULT_LOG_LIMIT  # bytes kept per stream of each attempt
     log_retention: float | None = 30 * 86400.0  # seconds logs of ended jobs are kept (None: for ever)
     metrics_token_required: bool = False  # /metrics answers only with the admin token (open by default)
@@ -44,35 +40,6 @@ class ControllerSettings:
     @property
     def database_url(self) -> str:
         return self.db_url or sqlite_url(self.data_dir / "corral.db")
-
-
-class ConfigError(ValueError):
-    """The config file cannot be read or does not describe pools and quotas."""
-
-
-class MetricsConfig(BaseModel):
-    """The config file's `metrics:` key."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    require_token: bool = False  # /metrics names workers and deployments: a cluster may keep it to admins
-
-
-def load_metrics_config(policy: PolicyFile | None) -> MetricsConfig:
-    try:
-        return MetricsConfig.model_validate((policy.metrics if policy else None) or {})
-    except ValidationError as error:
-        raise ConfigError(f"metrics: {error}") from None
-
-
-def load_policy_file(path: Path) -> PolicyFile:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-        return PolicyFile.model_validate(data)
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"cannot read config {path}: {error}") from None
-    except ValidationError as error:
-        raise ConfigError(f"config {path} is not valid: {error}") from None
 
 
 @dataclass(frozen=True)

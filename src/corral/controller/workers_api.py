@@ -54,7 +54,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None
     except Refused as refused:
-        async with app.store.write() as connection:
+        async with services.store.write() as connection:
             await record_refusal(connection, worker_id, refused, time.time())
         raise HTTPException(status.HTTP_409_CONFLICT, {
             "message": f"heartbeat refused, nothing of it applied: {refused}",

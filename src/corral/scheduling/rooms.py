@@ -13,8 +13,9 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from corral.core.config import Strategy
 from corral.core.constraints import AnyConstraint
-from corral.scheduling.policy import DEFAULT_POOL, Strategy
+from corral.scheduling.policy import DEFAULT_POOL
 
 EPS = 1e-9  # fractional cores add up with rounding errors
 

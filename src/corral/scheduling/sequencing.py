@@ -12,7 +12,7 @@ from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from corral.scheduling.policy import Sequencer
+from corral.core.config import Sequencer
 
 
 class Queued(Protocol):

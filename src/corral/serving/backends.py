@@ -5,12 +5,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
-import httpx
-import yaml
-
-from corral.core.deployment_views import CatalogView
+from corral.client.aio import AsyncClient
 from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpoint
 from corral.serving.pool import Pool, read_pool
 from corral.store.deployments import scale_deployment
@@ -38,26 +34,21 @@ class LocalBackend:
 class RemoteBackend:
     """For a standalone router: polls the controller's catalog (deployments, endpoints, pool) and scales through it."""
 
-    def __init__(self, http: httpx.AsyncClient, publish: Callable[[Catalog], None]) -> None:
-        self.http = http
+    def __init__(self, client: AsyncClient, publish: Callable[[Catalog], None]) -> None:
+        self.client = client
         self.publish = publish
         self.id = uuid.uuid4().hex
 
     async def report_load(self, loads: dict[str, int]) -> None:
         """This router's load, for the controller's autoscaler (which sums the routers' fresh reports)."""
-        response = await self.http.post("/api/v1/router/load", json={"router": self.id, "loads": loads})
-        response.raise_for_status()
+        await self.client.report_router_load(self.id, loads)
 
     async def scale(self, name: str, replicas: int, reason: str) -> None:
-        response = await self.http.post(f"/api/v1/deployments/{name}/scale",
-                                        json={"replicas": replicas, "reason": reason})
-        response.raise_for_status()
+        await self.client.scale_deployment(name, replicas, reason)
 
     async def pool(self) -> Pool:
         """One poll: publishes the catalog it carries and returns the pool."""
-        response = await self.http.get("/api/v1/router/catalog")
-        response.raise_for_status()
-        view = CatalogView.model_validate(response.json())
+        view = await self.client.router_catalog()
         self.publish(Catalog(
             {d.name: DeploymentFacts(0, d.name, d.spec, DeploymentState.READY, 0.0, d.replicas, tuple(d.key_hashes),
                                      tuple(d.project_key_hashes))
@@ -67,12 +58,3 @@ class RemoteBackend:
             {d.name: d.start_failure for d in view.deployments if d.start_failure}))
         return Pool.from_json(view.rooms, view.holdings)
 
-
-def load_router_config(path: Path | None) -> dict:
-    """The router's file: `max_wait`, `swap_timeout`, and an eviction policy (`groups` or `matrix`)."""
-    if path is None:
-        return {}
-    config = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: the router config must be a mapping")
-    return config

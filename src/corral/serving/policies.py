@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from corral.core.config import CostMatrix, RouterConfig, SwapGroup
+
 Fits = Callable[[frozenset[str]], bool]
 
 
@@ -71,9 +73,8 @@ class GroupPolicy:
         return next((g for g in self.groups.values() if name in g.members), None)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Mapping]) -> GroupPolicy:
-        return cls({name: Group(frozenset(g["members"]), bool(g.get("swap", True)), bool(g.get("exclusive", True)),
-                                bool(g.get("persistent", False))) for name, g in config.items()})
+    def from_config(cls, groups: Mapping[str, SwapGroup]) -> GroupPolicy:
+        return cls({name: Group(frozenset(g.members), g.swap, g.exclusive, g.persistent) for name, g in groups.items()})
 
 
 @dataclass(frozen=True)
@@ -93,17 +94,14 @@ class CostMatrixPolicy:
         return sum(self.costs.get(n, 1.0) for n in names)
 
     @classmethod
-    def from_config(cls, config: Mapping) -> CostMatrixPolicy:
-        return cls(tuple(frozenset(s) for s in config["sets"]), dict(config.get("costs", {})))
+    def from_config(cls, matrix: CostMatrix) -> CostMatrixPolicy:
+        return cls(tuple(frozenset(s) for s in matrix.sets), dict(matrix.costs))
 
 
-def policy_from_config(config: Mapping | None):
-    """`{"groups": {...}}`, `{"matrix": {"sets": [...], "costs": {...}}}` or neither (fit by placement)."""
-    config = config or {}
-    if "groups" in config and "matrix" in config:
-        raise ValueError("give one eviction policy: 'groups' or 'matrix', not both")
-    if "groups" in config:
-        return GroupPolicy.from_config(config["groups"])
-    if "matrix" in config:
-        return CostMatrixPolicy.from_config(config["matrix"])
+def policy_from_config(config: RouterConfig):
+    """The router config's `groups`, its `matrix`, or neither (fit by placement); the config allows one at most."""
+    if config.groups is not None:
+        return GroupPolicy.from_config(config.groups)
+    if config.matrix is not None:
+        return CostMatrixPolicy.from_config(config.matrix)
     return FitPolicy()

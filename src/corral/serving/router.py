@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from corral.core.autoscale import Decision, Sample, decide, trim
+from corral.core.config import DEFAULT_SWAP_TIMEOUT
 from corral.core.serving import Catalog, DeploymentFacts, Endpoint
 from corral.metrics import (
     ROUTER_COLD_START,
@@ -36,7 +37,6 @@ log = logging.getLogger("corral.router")
 TICK = 0.2  # how often idle timeouts, ageing and residency are looked at
 POOL_REFRESH = 1.0  # the pool is read this often, and every tick while requests wait
 LOAD_REPORT_FRESH = 3.0  # a standalone router's load report counts this long
-DEFAULT_SWAP_TIMEOUT = 600.0
 
 
 class Backend(Protocol):

@@ -6,16 +6,16 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator
-from pathlib import Path
 
-import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from corral.client.aio import AsyncClient
+from corral.core.config import RouterConfig
 from corral.serving import proxy
-from corral.serving.backends import RemoteBackend, load_router_config
+from corral.serving.backends import RemoteBackend
 from corral.serving.fast_lane import protocol_for
 from corral.serving.host import RouterServices, StandaloneTokens
 from corral.serving.wiring import router_from_config
@@ -29,13 +29,13 @@ class RouterApp(Starlette):
             await super().__call__(scope, receive, send)
 
 
-def create_router_app(controller_url: str, token: str, config: dict) -> Starlette:
+def create_router_app(controller_url: str, token: str, config: RouterConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(base_url=controller_url, headers={"Authorization": f"Bearer {token}"},
-                                     timeout=30) as http:
+        async with AsyncClient(controller_url, token) as client:
             holder: dict = {}
-            router = router_from_config(RemoteBackend(http, lambda catalog: holder["router"].publish(catalog)), config)
+            router = router_from_config(RemoteBackend(client, lambda catalog: holder["router"].publish(catalog)),
+                                        config)
             holder["router"] = router
             app.state.services = RouterServices(router, StandaloneTokens(admin=token))
             task = asyncio.create_task(router.run(), name="router")
@@ -53,6 +53,6 @@ def create_router_app(controller_url: str, token: str, config: dict) -> Starlett
     return RouterApp(routes=[*proxy.routes(), Route("/healthz", healthz)], lifespan=lifespan)
 
 
-def run_router(controller_url: str, token: str, host: str, port: int, config_path: Path | None) -> None:
-    app = create_router_app(controller_url, token, load_router_config(config_path))
+def run_router(controller_url: str, token: str, host: str, port: int, config: RouterConfig) -> None:
+    app = create_router_app(controller_url, token, config)
     uvicorn.run(app, host=host, port=port, log_level="warning", http=protocol_for(app))

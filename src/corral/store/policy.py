@@ -5,7 +5,8 @@ from __future__ import annotations
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.scheduling.policy import Policy, PolicyFile, PoolPolicy, ProjectQuota
+from corral.core.config import CorralConfig, PoolPolicy, ProjectQuota
+from corral.scheduling.policy import Policy
 from corral.store.schema import pools, quotas
 
 
@@ -35,7 +36,7 @@ async def delete_pool(connection: AsyncConnection, name: str) -> bool:
     return (await connection.execute(delete(pools).where(pools.c.name == name))).rowcount > 0
 
 
-async def apply_policy_file(connection: AsyncConnection, config: PolicyFile, now: float) -> None:
+async def apply_policy_file(connection: AsyncConnection, config: CorralConfig, now: float) -> None:
     """The config file wins over the stored value for every pool and project it names; others are kept."""
     for name, policy in config.pools.items():
         await put_pool(connection, name, policy, now)

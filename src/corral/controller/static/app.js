@@ -103,9 +103,67 @@ const getJSON = async (path) => (await api(path)).json();
 
 // ---- the event stream ------------------------------------------------------------------------
 
-/** Follows /events; reconnects with Last-Event-ID so nothing in between is missed. */
+/**
+ * The text/event-stream format, as the WHATWG HTML standard ("Server-sent events") reads it, the same rules
+ * as corral.client.sse.EventParser: lines end with CRLF, LF or CR; a line starting with ":" is a comment;
+ * "data" lines are joined with newlines, and an event without data is not dispatched; "event" names the type
+ * of this event only; "id" sets the id of this event and those after it (ignored if it holds NUL), and
+ * `lastId` is the id of the last event dispatched, so a stream dropped mid-event resumes before that event;
+ * "retry" with only digits sets the reconnection delay (ms); one space after the colon is dropped.
+ */
+class EventStreamParser {
+  constructor(lastId = null) {
+    this.lastId = lastId; this.retry = null;
+    this.id = lastId; this.type = ""; this.data = []; this.buffer = ""; this.started = false; this.afterCR = false;
+  }
+
+  /** Feeds decoded text; returns the events it completes, each {id, type, data}. */
+  push(text) {
+    if (!text) return [];
+    if (this.afterCR && text.startsWith("\n")) text = text.slice(1); // the CR that ended the last chunk was a CRLF
+    this.buffer += text;
+    if (!this.started && this.buffer) { this.buffer = this.buffer.replace(/^\uFEFF/, ""); this.started = true; }
+    this.afterCR = this.buffer.endsWith("\r");
+    const events = [];
+    const lineEnd = /\r\n|\n|\r/g;
+    let start = 0, match;
+    while ((match = lineEnd.exec(this.buffer)) !== null) {
+      const event = this.line(this.buffer.slice(start, match.index));
+      start = lineEnd.lastIndex;
+      if (event) events.push(event);
+    }
+    this.buffer = this.buffer.slice(start);
+    return events;
+  }
+
+  line(line) {
+    if (line === "") return this.dispatch();
+    if (line.startsWith(":")) return null;
+    const colon = line.indexOf(":");
+    const name = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (name === "data") this.data.push(value);
+    else if (name === "event") this.type = value;
+    else if (name === "id" && !value.includes("\0")) this.id = value;
+    else if (name === "retry" && /^[0-9]+$/.test(value)) this.retry = Number(value);
+    return null;
+  }
+
+  dispatch() {
+    this.lastId = this.id;
+    const event = this.data.length ? {id: this.lastId, type: this.type || "message", data: this.data.join("\n")} : null;
+    this.type = ""; this.data = [];
+    return event;
+  }
+}
+
+/**
+ * Follows /events; a dropped stream is resumed after the last id seen (Last-Event-ID, and `after` for proxies
+ * that drop the header), after the server's `retry:` delay, so nothing in between is missed.
+ */
 const stream = {
-  lastId: null, controller: null, listeners: new Set(),
+  lastId: null, retryMs: 2000, controller: null, listeners: new Set(),
 
   start() {
     this.stop();
@@ -116,38 +174,37 @@ const stream = {
 
   async run(signal) {
     while (!signal.aborted) {
+      const parser = new EventStreamParser(this.lastId); // what a dropped stream left half-sent is discarded
       try {
         const headers = {Authorization: `Bearer ${token.get()}`, Accept: "text/event-stream"};
-        if (this.lastId !== null) headers["Last-Event-ID"] = String(this.lastId);
-        const query = this.lastId === null ? "?last=1" : "";
+        let query = "?last=1";
+        if (this.lastId !== null) {
+          headers["Last-Event-ID"] = this.lastId;
+          query = /^[0-9]+$/.test(this.lastId) ? `?after=${this.lastId}` : "";
+        }
         const response = await fetch(`${API}/events${query}`, {headers, signal});
         if (response.status === 401) { signOut(); return; }
         if (!response.ok) throw new Error(`events: HTTP ${response.status}`);
         setLive(true);
-        await this.read(response.body.getReader(), signal);
+        await this.read(response.body.getReader(), parser, signal);
       } catch (error) {
         if (signal.aborted) return;
       }
+      this.lastId = parser.lastId;
+      if (parser.retry !== null) this.retryMs = parser.retry;
       setLive(false);
-      await new Promise((resolve) => setTimeout(resolve, 2000));
+      await new Promise((resolve) => setTimeout(resolve, this.retryMs));
     }
   },
 
-  async read(reader, signal) {
+  async read(reader, parser, signal) {
     const decoder = new TextDecoder();
-    let buffer = "";
     while (!signal.aborted) {
       const {value, done} = await reader.read();
       if (done) return;
-      buffer += decoder.decode(value, {stream: true});
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
-        if (!data) continue;
-        const event = JSON.parse(data);
-        this.lastId = event.id;
+      for (const {data} of parser.push(decoder.decode(value, {stream: true}))) {
+        let event;
+        try { event = JSON.parse(data); } catch { continue; } // not one of the controller's events
         for (const listener of this.listeners) listener(event);
       }
     }

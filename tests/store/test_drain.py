@@ -72,6 +72,22 @@ async def test_a_failed_member_starts_one_drain_and_its_siblings_are_told_with_t
     assert (await task_attempts(store, t1.id))[0].refunded
 
 
+async def test_a_heartbeat_that_starts_a_drain_and_settles_its_job_writes_once(store, monkeypatch):
+    """The member's end, the drain it starts and the job it settles are one flush of one ChangeSet."""
+    job_id, _, (_, _, t2) = await running_gang(store, max_retries_failure=1)
+    flushes = []
+    real = ChangeSet.flush
+
+    async def counted(self, connection):
+        flushes.append(self)
+        await real(self, connection)
+
+    monkeypatch.setattr(ChangeSet, "flush", counted)
+    await report(store, t2.worker_id, (t2.id, 0, "FAILED", 1))
+    assert len(flushes) == 1
+    assert (await job(store, job_id)).state == "DRAINING"
+
+
 async def test_members_failing_in_one_report_make_one_drain(store):
     worker = await add_worker(store, cpu=4)
     job_id, _, (t0, t1, t2) = await running_gang(store, workers=[worker], max_retries_failure=1)

@@ -1,1 +1,1 @@
-"""Serving: deployments whose replicas run as tasks, their lifecycle handlers, and the router."""
+"""Serving's data plane: the router that sends each request to a healthy replica, and its autoscaler."""

@@ -1,0 +1,87 @@
+"""A worker's reports may make only the moves the task table gives to a worker: any other is refused whole (409),
+nothing of the heartbeat applied, and the refusal is on the job's record."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+WORKER = {"name": "w", "address": "10.0.0.1", "capacity": {"cpu": 8, "memory": 2**34, "gpu": 0}}
+
+
+async def _placed(worker, worker_id: str, job_id: int, deadline: float = 20.0) -> dict:
+    """The build order of the job's first task, once the engine has placed it on this worker."""
+    ends = time.monotonic() + deadline
+    while time.monotonic() < ends:
+        reply = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 2})
+        builds = [o for o in reply.json()["orders"] if o["action"] == "build" and o["job_id"] == job_id]
+        if builds:
+            return builds[0]
+    raise AssertionError(f"job {job_id} was not placed on {worker_id} within {deadline}s")
+
+
+async def _setup(api, worker, **spec):
+    async with api.admin() as admin:
+        job_id = (await admin.post("/api/v1/jobs", json={"command": ["true"], **spec})).json()["id"]
+    worker_id = (await worker.post("/api/v1/workers", json=WORKER)).json()["worker_id"]
+    return job_id, worker_id, await _placed(worker, worker_id, job_id)
+
+
+def _report(order: dict, state: str) -> dict:
+    return {"task_id": order["task_id"], "attempt": order["attempt"], "state": state, "at": time.time()}
+
+
+async def _task_state(api, job_id: int, index: int = 0) -> str:
+    async with api.admin() as admin:
+        return (await admin.get(f"/api/v1/jobs/{job_id}/tasks")).json()[index]["state"]
+
+
+@pytest.mark.parametrize("state", ["PREEMPTING", "PENDING", "TERMINATING", "WORKER_FAILED", "STARTING"])
+async def test_a_report_of_a_move_only_the_controller_makes_is_refused_whole_and_recorded(api, state):
+    async with api.as_("join-token") as worker:
+        job_id, worker_id, order = await _setup(api, worker)
+        refused = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                    json={"reports": [_report(order, "BUILDING"), _report(order, state)]})
+        assert refused.status_code == 409, refused.text
+        detail = refused.json()["detail"]
+        assert detail["refused"] == [{"task_id": order["task_id"], "attempt": order["attempt"], "state": state}]
+        assert "only the controller sets it" in detail["message"]
+        assert await _task_state(api, job_id) == "ASSIGNED"  # its BUILDING, in the same heartbeat, is not applied
+        async with api.admin() as admin:
+            history = (await admin.get(f"/api/v1/jobs/{job_id}/history")).json()
+        refusals = [h for h in history if h["result"] == "REFUSED"]
+        assert len(refusals) == 1 and refusals[0]["handler"] == "Worker" and state in refusals[0]["message"]
+        accepted = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                     json={"reports": [_report(order, "BUILDING")]})
+        assert accepted.status_code == 200, accepted.text
+        assert await _task_state(api, job_id) == "BUILDING"
+
+
+async def test_a_gang_member_cannot_start_itself_without_its_gangs_start_order(api):
+    async with api.as_("join-token") as worker:
+        job_id, worker_id, order = await _setup(api, worker, gang=True, replicas=1)
+        assert order["start"] is False  # a gang waits for StartJobs
+        prepared = [_report(order, "BUILDING"), _report(order, "PREPARED")]
+        assert (await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                  json={"reports": prepared})).status_code == 200
+        refused = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                    json={"reports": [_report(order, "RUNNING")]})
+        # Either StartJobs ordered the start in between (then RUNNING is the worker's to report), or it is refused.
+        if refused.status_code == 409:
+            assert "StartJobs" in refused.json()["detail"]["message"]
+        else:
+            assert refused.status_code == 200
+            async with api.admin() as admin:
+                history = (await admin.get(f"/api/v1/jobs/{job_id}/history")).json()
+            assert any(h["handler"] == "StartJobs" and h["to_state"] == "STARTING" for h in history)
+
+
+async def test_an_independent_task_is_started_by_its_worker_as_soon_as_it_is_prepared(api):
+    async with api.as_("join-token") as worker:
+        job_id, worker_id, order = await _setup(api, worker)
+        assert order["start"] is True
+        reports = [_report(order, "BUILDING"), _report(order, "PREPARED"), _report(order, "RUNNING")]
+        assert (await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                  json={"reports": reports})).status_code == 200
+    assert await _task_state(api, job_id) == "RUNNING"

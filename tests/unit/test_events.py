@@ -12,8 +12,9 @@ from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import VERDICTS, RetryDecision, RetryState, RetryTarget, Verdict
 from corral.core.retry_policy import RetryPolicy
 from corral.core.states import JobState
-from corral.engine.retries import record
+from corral.engine.retries import record_verdict
 from corral.engine.serving_handlers import SERVING_HANDLERS
+from corral.store.changes import ChangeSet
 
 NOW = 1_000_000.0
 
@@ -48,7 +49,9 @@ def test_each_retry_verdict_is_published_as_the_event_it_declares(verdict):
     """The record RetryJobs writes for a verdict, read back as an event, is the verdict's event: one row, one type."""
     target = RetryTarget(7, JobState.FAILED, RetryState.ARMED, 0, RetryPolicy(max_retries=1), 1.0, None)
     decision = RetryDecision(target, verdict)
-    row = record(2.0, decision, decision.effect, decision.message())
+    changes = ChangeSet(2.0)
+    record_verdict(changes, decision, decision.effect, decision.message())
+    (row,) = changes._history
     assert (row["handler"], row["result"]) == ("RetryJobs", VERDICTS[verdict].result)
     typed = event_type(row["job_id"], row["task_id"], row["handler"], str(row["result"]), row["to_state"],
                        written=row["event"])

@@ -20,7 +20,7 @@ from corral.core.spec import JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.core.wire import MAX_ID, STORED, Text
-from corral.engine.cancel import AlreadyEnded, NoSuchJob, cancel_job
+from corral.engine.cancel import AlreadyEnded, NoSuchJob, cancel_job, cancel_scheduled_retry
 from corral.store.database import Conflict
 from corral.store.job_views import (
     JobFilter,
@@ -36,7 +36,6 @@ from corral.store.job_views import (
 )
 from corral.store.jobs import insert_job
 from corral.store.launches import launched_within
-from corral.store.retries import cancel_scheduled_retry
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authorize)])
 

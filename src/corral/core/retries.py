@@ -25,7 +25,7 @@ from corral.core.backoff import retry_delay
 from corral.core.failure import JobEnd, classify_failure
 from corral.core.lifecycle import SchedulingResult
 from corral.core.retry_policy import NEVER_RETRIED, FailureCause, RetryPolicy
-from corral.core.states import JobState
+from corral.core.states import Fact, JobState, Move, Transitions, moves
 
 NAME = "RetryJobs"
 MAX_KEY_LENGTH = 200  # the idempotency_key column
@@ -68,6 +68,18 @@ VERDICTS: dict[Verdict, VerdictEffect] = {
     Verdict.SCHEDULED: VerdictEffect(RetryState.SCHEDULED, SchedulingResult.NEED_RETRY, "job.retry_scheduled"),
     Verdict.DISPATCH: VerdictEffect(RetryState.RETRIED, SchedulingResult.SUCCESS, "job.retry_dispatched"),
 }
+
+
+# A job's retry state moves only by these rows: RetryJobs' verdicts (a dispatch from SCHEDULED, the others from
+# ARMED), a user's cancel of a scheduled retry, and RetryJobs giving up on a job it keeps failing on.
+RETRY_TRANSITIONS = Transitions("retry chain", [
+    *[Move(RetryState.SCHEDULED if verdict is Verdict.DISPATCH else RetryState.ARMED, effect.retry_state, NAME,
+           f"verdict {verdict}") for verdict, effect in VERDICTS.items()],
+    *moves(RetryState.SCHEDULED, RetryState.NOT_RETRIED, NAME, "its retry key is taken by another job"),
+    *moves(RetryState.SCHEDULED, RetryState.NOT_RETRIED, Fact.CANCEL, "a user cancelled its scheduled retry"),
+    *moves(frozenset({RetryState.ARMED, RetryState.SCHEDULED}), RetryState.NOT_RETRIED, Fact.SET_ASIDE,
+           "RetryJobs kept failing on it"),
+])
 
 
 @dataclass(frozen=True)

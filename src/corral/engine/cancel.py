@@ -1,13 +1,16 @@
-"""Cancelling a job, a user's reported fact: it goes to TERMINATING at once; its tasks stop through TerminateJobs."""
+"""Cancelling a job, a user's reported fact: it goes to TERMINATING at once; its tasks stop through TerminateJobs.
+Cancelling an ended job's scheduled retry ends its chain."""
 
 from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.core.retries import RetryState
 from corral.core.states import JOB_TERMINAL, Fact, JobState
 from corral.engine.settle import settle_jobs
-from corral.store.changes import ChangeSet
+from corral.store.changes import ChangeSet, StaleWrite
 from corral.store.reads import job_for_cancel
+from corral.store.retries import retry_state_of
 
 
 class NoSuchJob(LookupError):
@@ -40,3 +43,18 @@ async def cancel_job(connection: AsyncConnection, job_id: int, now: float) -> Ch
     await cancel(connection, changes, job_id)
     await changes.flush(connection)
     return changes
+
+
+async def cancel_scheduled_retry(connection: AsyncConnection, job_id: int, now: float) -> bool:
+    """A user stops an ended job's pending retry (and so its chain); False when none is pending."""
+    row = await retry_state_of(connection, job_id)
+    if row is None or row.retry_state != RetryState.SCHEDULED:
+        return False
+    changes = ChangeSet(now)
+    changes.retry(job_id, RetryState.SCHEDULED, RetryState.NOT_RETRIED, by=Fact.CANCEL)
+    changes.record(job_id, Fact.CANCEL, "SKIPPED", row.state, None, "its scheduled retry was cancelled by a user")
+    try:
+        await changes.flush(connection)
+    except StaleWrite:
+        return False  # dispatched meanwhile
+    return True

@@ -20,20 +20,19 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import NAME, VERDICTS, RetryDecision, RetryState, Verdict, VerdictEffect, child_key, decide
 from corral.core.spec import JobSpec
+from corral.core.states import Fact
 from corral.core.wire import STORED
 from corral.engine.target_errors import FailedOn, TargetErrors
 from corral.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
-from corral.store.changes import StaleWrite
+from corral.store.changes import ChangeSet, StaleWrite
 from corral.store.jobs import insert_job
-from corral.store.retries import add_audit, next_due, retry_targets, set_retry_state, stop_retrying
-from corral.store.schema import history, jobs
+from corral.store.retries import job_with_key, next_due, retry_parent, retry_targets
 from corral.store.store import Store
 
 log = logging.getLogger("corral.retries")
@@ -75,10 +74,10 @@ async def _run(store: Store, now: float, rng: random.Random | None, errors: Targ
         # A retry already due when it is scheduled (decided late, or no delay) is created in the same run.
         decisions += _each(decisions, lambda d: d.target.job_id, lambda d: _dispatch_if_due(d, now), failed)
         report = RetryReport(changed=bool(decisions))
-        audits, records = [], []
+        changes = ChangeSet(now)
         for decision in decisions:
             try:
-                child = await _apply(connection, decision, now, audits, records)
+                child = await _apply(connection, decision, changes)
             except (IntegrityError, StaleWrite):
                 raise  # about the run (another controller), not about this job
             except Exception as error:
@@ -88,14 +87,12 @@ async def _run(store: Store, now: float, rng: random.Random | None, errors: Targ
         for job_id, error in errors.report(NAME, failed).items():
             report.changed = True
             if error.give_up:
-                await stop_retrying(connection, job_id)
-            if error.first or error.give_up:
-                records.append(dict(at=now, job_id=job_id, task_id=None, attempt=None, handler=NAME,
-                                    result=SchedulingResult.GIVE_UP if error.give_up else SchedulingResult.SKIPPED,
-                                    from_state=None, to_state=None, message=error.note(NAME), event=None))
-        if records:
-            await connection.execute(history.insert(), records)
-        await add_audit(connection, audits)
+                changes.retry(job_id, frozenset({RetryState.ARMED, RetryState.SCHEDULED}), RetryState.NOT_RETRIED,
+                              by=Fact.SET_ASIDE)
+                changes.record(job_id, NAME, SchedulingResult.GIVE_UP, None, None, error.note(NAME))
+            else:
+                changes.wait(job_id, NAME, None, error.note(NAME), repeated=not error.first)
+        await changes.flush(connection)
         report.next_due = await next_due(connection)
     for decision in decisions:
         _count(decision)
@@ -123,62 +120,54 @@ def _dispatch_if_due(decision: RetryDecision, now: float) -> RetryDecision | Non
     return decide(scheduled, now)
 
 
-async def _apply(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,
-                 records: list) -> int | None:
-    """Write one decision; returns the child created by a dispatch."""
+async def _apply(connection: AsyncConnection, decision: RetryDecision, changes: ChangeSet) -> int | None:
+    """Add one decision to `changes`; returns the child created by a dispatch."""
     target = decision.target
     log.info("job=%s retry %s: %s", target.job_id, decision.verdict, decision.message())
     if decision.verdict is Verdict.DISPATCH:
-        return await _dispatch(connection, decision, now, audits, records)
-    columns: dict = {"retry_state": decision.effect.retry_state}
+        return await _dispatch(connection, decision, changes)
+    columns: dict = {}
     if decision.cause is not None:
         columns["retry_cause"] = decision.cause
     if decision.verdict is Verdict.SCHEDULED:
         columns["retry_due_at"] = decision.due_at
-    await set_retry_state(connection, target.job_id, target.retry_state, **columns)
+    changes.retry(target.job_id, target.retry_state, decision.effect.retry_state, by=NAME, **columns)
     if decision.recorded:
-        records.append(record(now, decision, decision.effect, decision.message()))
+        record_verdict(changes, decision, decision.effect, decision.message())
     return None
 
 
-async def _dispatch(connection: AsyncConnection, decision: RetryDecision, now: float, audits: list,
-                    records: list) -> int | None:
+async def _dispatch(connection: AsyncConnection, decision: RetryDecision, changes: ChangeSet) -> int | None:
     """The child: the parent's spec and policy, one further down the chain, keyed to be created once."""
-    parent = (await connection.execute(
-        select(jobs.c.id, jobs.c.name, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
-               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause, jobs.c.launched_by)
-        .where(jobs.c.id == decision.target.job_id)
-    )).one()
+    parent, root_key = await retry_parent(connection, decision.target.job_id)
     root_id = parent.retry_root_id or parent.id
-    root_key = parent.idempotency_key if parent.retry_root_id is None else (await connection.execute(
-        select(jobs.c.idempotency_key).where(jobs.c.id == root_id))).scalar()
     count = parent.retry_count + 1
     key = child_key(root_key, root_id, count)
-    taken = (await connection.execute(select(jobs.c.id).where(jobs.c.idempotency_key == key))).scalar()
+    taken = await job_with_key(connection, key)
     if taken is not None:  # a job submitted by hand with this very key: never take it over
-        await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.NOT_RETRIED)
-        records.append(record(now, decision, VERDICTS[Verdict.NOT_RETRIED],
-                               f"its retry key {key!r} is taken by job {taken}; not retried"))
+        changes.retry(parent.id, RetryState.SCHEDULED, RetryState.NOT_RETRIED, by=NAME)
+        record_verdict(changes, decision, VERDICTS[Verdict.NOT_RETRIED],
+                f"its retry key {key!r} is taken by job {taken}; not retried")
         return None
     note = (f"retry {count} of {parent.max_retries} of job {parent.id} ({parent.retry_cause}); "
             f"attempt {count + 1} of {parent.max_retries + 1}")
     child_id = await insert_job(
-        connection, JobSpec.model_validate(parent.spec, context=STORED), key, now, created_by=NAME, note=note,
+        connection, JobSpec.model_validate(parent.spec, context=STORED), key, changes.now, created_by=NAME, note=note,
         name=parent.name, launched_by=parent.launched_by,  # a launched job's retry stays in its launch tree
         parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
         retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)
-    await set_retry_state(connection, parent.id, RetryState.SCHEDULED, retry_state=RetryState.RETRIED)
-    records.append(record(now, decision, decision.effect, f"{decision.message()} as job {child_id}"))
-    audits.append(dict(at=now, actor="controller", action="job.retry_dispatched", job_id=child_id, detail=dict(
+    changes.retry(parent.id, RetryState.SCHEDULED, RetryState.RETRIED, by=NAME)
+    record_verdict(changes, decision, decision.effect, f"{decision.message()} as job {child_id}")
+    changes.audit(at=changes.now, actor="controller", action="job.retry_dispatched", job_id=child_id, detail=dict(
         auto=True, parent_job_id=parent.id, cause=parent.retry_cause, attempt=count + 1,
-        attempts=parent.max_retries + 1, due_at=decision.target.due_at, idempotency_key=key)))
+        attempts=parent.max_retries + 1, due_at=decision.target.due_at, idempotency_key=key))
     return child_id
 
 
-def record(now: float, decision: RetryDecision, effect: VerdictEffect, message: str) -> dict:
+def record_verdict(changes: ChangeSet, decision: RetryDecision, effect: VerdictEffect, message: str) -> None:
     """The history record of a verdict, written with the event type the verdict declares."""
-    return dict(at=now, job_id=decision.target.job_id, task_id=None, attempt=None, handler=NAME, result=effect.result,
-                from_state=decision.target.state, to_state=None, message=message, event=effect.event)
+    changes.record(decision.target.job_id, NAME, effect.result, decision.target.state, None, message,
+                   event=effect.event)
 
 
 def _count(decision: RetryDecision) -> None:

@@ -18,9 +18,10 @@ from typing import Any
 from sqlalchemy import and_, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.core.retries import RETRY_TRANSITIONS, RetryState
 from corral.core.serving import DEPLOYMENT_TRANSITIONS, REPLICA_TRANSITIONS, DeploymentState, ReplicaState
 from corral.core.states import JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState, Transitions
-from corral.store.schema import attempts, deployments, history, jobs, replicas, tasks
+from corral.store.schema import attempts, audit, deployments, history, jobs, replicas, tasks
 
 
 class StaleWrite(RuntimeError):
@@ -49,6 +50,8 @@ class ChangeSet:
     _deployments: dict[int, tuple[DeploymentState, dict[str, Any]]] = field(default_factory=dict)
     _replicas: dict[int, tuple[ReplicaState, dict[str, Any]]] = field(default_factory=dict)
     _waits: dict[tuple[int, str], str] = field(default_factory=dict)  # (job, handler) -> reason seen again
+    _retries: dict[int, tuple[frozenset[str], dict[str, Any]]] = field(default_factory=dict)
+    _audits: list[dict[str, Any]] = field(default_factory=list)
     _attempts_new: list[dict[str, Any]] = field(default_factory=list)
     _attempts_upd: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     _history: list[dict[str, Any]] = field(default_factory=list)
@@ -160,6 +163,21 @@ class ChangeSet:
         """A job's column as this set leaves it (`read`: its value in the store)."""
         return self._jobs.get(job_id, (None, {}))[1].get(column, read)
 
+    def retry(self, job_id: int, read: RetryState | frozenset[RetryState], new: RetryState, *, by: str,
+              **columns: Any) -> None:
+        """Move a job's retry chain (checked against RETRY_TRANSITIONS), fenced on the retry state it was read in
+        (or any of several); its history record is the caller's, which knows the verdict's words and event."""
+        sources = read if isinstance(read, frozenset) else frozenset({read})
+        for source in sources:
+            RETRY_TRANSITIONS.check(source, new, by)
+        expected, values = self._retries.get(job_id, (frozenset(map(str, sources)), {}))
+        values.update(columns, retry_state=new)
+        self._retries[job_id] = (expected, values)
+
+    def audit(self, **entry: Any) -> None:
+        """An audit log entry (who did what to which job), written with the changes it accounts for."""
+        self._audits.append(entry)
+
     def new_attempt(self, row: TaskRow, worker_id: str) -> None:
         self._attempts_new.append(dict(
             task_id=row.id, attempt=row.attempt, worker_id=worker_id, state=TaskState.ASSIGNED,
@@ -228,6 +246,8 @@ class ChangeSet:
         self._history += other._history
         self._waits.update(other._waits)
         self._rows.update(other._rows)
+        self._retries.update(other._retries)
+        self._audits += other._audits
         self.touched_workers |= other.touched_workers
         self.touched_jobs |= other.touched_jobs
 
@@ -235,12 +255,11 @@ class ChangeSet:
     def moved(self) -> bool:
         """Whether it changes anything but the count of a wait seen again (which wakes no one)."""
         return bool(self._tasks or self._jobs or self._deployments or self._replicas or self._attempts_new
-                    or self._attempts_upd or self._history)
+                    or self._attempts_upd or self._history or self._retries or self._audits)
 
     @property
     def empty(self) -> bool:
-        return not (self._tasks or self._jobs or self._deployments or self._replicas or self._attempts_new
-                    or self._attempts_upd or self._history or self._waits)
+        return not (self.moved or self._waits)
 
     async def flush(self, connection: AsyncConnection) -> None:
         """Write everything in bulk, one statement per shape of update."""
@@ -269,6 +288,13 @@ class ChangeSet:
         if self._history:
             columns = set().union(*self._history)  # one statement needs every row to name every column
             await connection.execute(insert(history), [dict.fromkeys(columns) | row for row in self._history])
+        for job_id, (expected, values) in self._retries.items():
+            moved = await connection.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state.in_(expected))
+                                             .values(**values))
+            if moved.rowcount != 1:
+                raise StaleWrite(f"job {job_id}: its retry state changed under us")
+        if self._audits:
+            await connection.execute(insert(audit), self._audits)
         if self._waits:
             await _count_waits(connection, self._waits, self.now)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.failure import JobEnd, TaskEnd
@@ -13,7 +13,6 @@ from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import RetryState, RetryTarget
 from corral.core.retry_policy import RetryPolicy
 from corral.core.states import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState
-from corral.store.changes import StaleWrite
 from corral.store.schema import attempts, audit, history, jobs, retry_defaults, tasks
 
 BATCH_JOBS = 1000  # a RetryJobs run takes at most this many jobs; the rest wait a pass
@@ -55,13 +54,6 @@ async def retry_targets(connection: AsyncConnection, now: float,
             if r.retry_state == RetryState.ARMED else None)
         for r in rows
     ]
-
-
-async def stop_retrying(connection: AsyncConnection, job_id: int) -> None:
-    """An armed or scheduled job's chain ends here, not retried (RetryJobs gave up on it)."""
-    await connection.execute(
-        update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state.in_([RetryState.ARMED, RetryState.SCHEDULED]))
-        .values(retry_state=RetryState.NOT_RETRIED))
 
 
 async def _task_ends(connection: AsyncConnection, job_ids: list[int]) -> dict[int, list[TaskEnd]]:
@@ -115,26 +107,26 @@ async def next_due(connection: AsyncConnection) -> float | None:
     )).scalar()
 
 
-async def set_retry_state(connection: AsyncConnection, job_id: int, expected: RetryState, **columns) -> None:
-    """Fenced: the row moves only from the retry state it was read in, or the transaction fails."""
-    result = await connection.execute(
-        update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state == expected).values(**columns))
-    if result.rowcount != 1:
-        raise StaleWrite(f"job {job_id}: its retry state changed under us")
+async def retry_parent(connection: AsyncConnection, job_id: int):
+    """What a retry's child is made from: its parent's row, and the idempotency key of its chain's first job."""
+    parent = (await connection.execute(
+        select(jobs.c.id, jobs.c.name, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
+               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause, jobs.c.launched_by)
+        .where(jobs.c.id == job_id))).one()
+    if parent.retry_root_id is None:
+        return parent, parent.idempotency_key
+    root_key = (await connection.execute(
+        select(jobs.c.idempotency_key).where(jobs.c.id == parent.retry_root_id))).scalar()
+    return parent, root_key
 
 
-async def cancel_scheduled_retry(connection: AsyncConnection, job_id: int, now: float) -> bool:
-    """Stop an ended job's pending retry (and so its chain); False when none is pending."""
-    result = await connection.execute(
-        update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state == RetryState.SCHEDULED)
-        .values(retry_state=RetryState.NOT_RETRIED))
-    if result.rowcount != 1:
-        return False
-    state = (await connection.execute(select(jobs.c.state).where(jobs.c.id == job_id))).scalar()
-    await connection.execute(insert(history).values(
-        at=now, job_id=job_id, handler="Cancel", result="SKIPPED", from_state=state,
-        message="its scheduled retry was cancelled by a user"))
-    return True
+async def job_with_key(connection: AsyncConnection, key: str) -> int | None:
+    return (await connection.execute(select(jobs.c.id).where(jobs.c.idempotency_key == key))).scalar()
+
+
+async def retry_state_of(connection: AsyncConnection, job_id: int):
+    """A job's state and retry state; None when there is no such job."""
+    return (await connection.execute(select(jobs.c.state, jobs.c.retry_state).where(jobs.c.id == job_id))).first()
 
 
 async def chain_ids(connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, list[int]]:

@@ -12,6 +12,8 @@ from collections import deque
 import pytest
 
 from corral.core.lifecycle import DERIVED
+from corral.core.retries import NAME as RETRY_JOBS
+from corral.core.retries import RETRY_TRANSITIONS, RetryState
 from corral.core.serving import DEPLOYMENT_TRANSITIONS, REPLICA_TRANSITIONS, DeploymentState, ReplicaState
 from corral.core.states import (
     FACTS,
@@ -36,6 +38,9 @@ TABLES = {
     "job": (JOB_TRANSITIONS, J.PENDING, JOB_TERMINAL, set(JobState)),
     "deployment": (DEPLOYMENT_TRANSITIONS, D.PENDING, {D.DESTROYED}, set(DeploymentState)),
     "replica": (REPLICA_TRANSITIONS, R.PROVISIONING, {R.TERMINATED}, set(ReplicaState)),
+    "retry chain": (RETRY_TRANSITIONS, RetryState.ARMED,
+                    {RetryState.DONE, RetryState.NOT_RETRIED, RetryState.EXHAUSTED, RetryState.RETRIED},
+                    set(RetryState)),
 }
 HANDLERS = {handler.name: handler for handler in (*JOB_HANDLERS, *SERVING_HANDLERS)}
 # A task's end is not final while it has retry budget: these rows take it back to the queue as a new attempt.
@@ -66,7 +71,7 @@ def test_every_reachable_state_can_reach_an_end(entity):
         assert _reachable(table, state) & {str(e) for e in ends}, f"a {entity} in {state} can never end"
 
 
-@pytest.mark.parametrize("entity", ["job", "deployment", "replica"])
+@pytest.mark.parametrize("entity", ["job", "deployment", "replica", "retry chain"])
 def test_ends_are_absorbing(entity):
     table, _, ends, _ = TABLES[entity]
     leaving = [move for move in table.moves if move.source in ends]
@@ -89,7 +94,7 @@ def test_no_row_stays_in_place(entity):
 @pytest.mark.parametrize("entity", TABLES)
 def test_every_setter_is_a_handler_or_a_declared_fact(entity):
     for by in TABLES[entity][0].setters():
-        assert by in HANDLERS or by in FACTS, f"{entity} rows name {by!r}, which is neither"
+        assert by in HANDLERS or by in FACTS or by == RETRY_JOBS, f"{entity} rows name {by!r}, which is neither"
 
 
 def _declared_targets(handler, entity: str) -> set[str]:

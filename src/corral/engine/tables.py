@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from corral.core.events import EVENT_TYPES, TYPED_BY_STATE
 from corral.core.lifecycle import TransitionStatus
-from corral.core.retries import VERDICTS
+from corral.core.retries import RETRY_TRANSITIONS, VERDICTS
 from corral.core.serving import DEPLOYMENT_TRANSITIONS, REPLICA_TRANSITIONS
 from corral.core.states import FACTS, JOB_TRANSITIONS, TASK_TRANSITIONS, Transitions
 from corral.engine.handlers import JOB_HANDLERS, PromotionHandler
@@ -52,7 +52,8 @@ def render() -> str:
         "",
     ]
     for title, table in (("Task", TASK_TRANSITIONS), ("Job", JOB_TRANSITIONS),
-                         ("Deployment", DEPLOYMENT_TRANSITIONS), ("Replica", REPLICA_TRANSITIONS)):
+                         ("Deployment", DEPLOYMENT_TRANSITIONS), ("Replica", REPLICA_TRANSITIONS),
+                         ("Retry chain (a job's retry_state)", RETRY_TRANSITIONS)):
         lines += _table(title, table)
     lines += [
         "## Job handlers, in the order a pass runs them",

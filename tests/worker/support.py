@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral.core.protocol import BuildOrder, TaskReport
+from corral.core.protocol import BuildOrder, Order, TaskReport
 from corral.worker.containment import cgroup_parent
 from corral.worker.runner import Runner
 
@@ -111,6 +111,13 @@ class Harness:
 
     async def _flush(self, task_id: int, attempt: int) -> None:
         self.flushed.append((task_id, attempt, len(self.reports)))
+
+    async def act(self, order: Order, timeout: float = 10.0) -> None:
+        """Hand `order` to the runner as the worker does (`Runner.submit`) and wait until it is acted on."""
+        acting = self.runner.submit(order)
+        assert acting is not None, f"the runner took the {order.action} order for a repeat"
+        async with asyncio.timeout(timeout):
+            await acting
 
     def states(self, task_id: int = 1, attempt: int = 0) -> list[str]:
         return [r.state for r in self.reports if (r.task_id, r.attempt) == (task_id, attempt)]

@@ -1,12 +1,10 @@
-"""Helpers for the worker tests: wait on a condition with a deadline, never a fixed sleep."""
+"""Helpers for the worker tests: a runner on real processes, and the tasks that test its containment."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -15,6 +13,7 @@ import pytest
 from corral.core.protocol import BuildOrder, Order, TaskReport
 from corral.worker.containment import cgroup_parent
 from corral.worker.runner import Runner
+from tests.waiting import wait_until
 
 # The two ways an attempt's processes are contained; a test taking these as params runs under each.
 CONTAINMENTS = [
@@ -22,15 +21,6 @@ CONTAINMENTS = [
                                                     reason="no writable cgroup v2 hierarchy on this machine")),
     "processes",
 ]
-
-
-async def wait_until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
-    return value
 
 # A program that leaves a grandchild and a daemon (fork, setsid, fork again) and writes their pids to
 # ARGV[1].main and ARGV[1].daemon: what a task's own process group and PR_SET_PDEATHSIG miss.

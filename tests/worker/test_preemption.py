@@ -7,7 +7,8 @@ import time
 import pytest
 
 from corral.core.protocol import PreemptOrder, StartOrder
-from tests.worker.support import CONTAINMENTS, Harness, build_order, gone, wait_until
+from tests.waiting import wait_until
+from tests.worker.support import CONTAINMENTS, Harness, build_order, gone
 
 
 @pytest.fixture(params=CONTAINMENTS)

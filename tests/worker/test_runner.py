@@ -19,7 +19,8 @@ import corral.worker.runner as runner_module
 from corral.core.log_limits import truncation_marker
 from corral.core.protocol import AttemptWorld, StartOrder, StopOrder
 from corral.core.spec import Workdir
-from tests.worker.support import CONTAINMENTS, Harness, build_order, daemonizing_task, gone, wait_until, written_pids
+from tests.waiting import wait_until
+from tests.worker.support import CONTAINMENTS, Harness, build_order, daemonizing_task, gone, written_pids
 
 PY = sys.executable
 

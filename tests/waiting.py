@@ -15,3 +15,13 @@ async def wait_until(condition: Callable[[], object], timeout: float = 5.0, what
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.01)
     return value
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
+    """Poll `condition` from a blocking test until it is truthy and return its value; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+    return value

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from corral.controller.app import create_app
 from corral.controller.retry_defaults import ConfigError
 from corral.controller.settings import ControllerSettings
-from tests.e2e.cluster import wait_for
+from tests.waiting import wait_for
 
 
 @pytest.fixture

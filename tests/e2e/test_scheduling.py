@@ -11,7 +11,8 @@ import sys
 import httpx
 import pytest
 
-from tests.e2e.cluster import Cluster, free_port, wait_for
+from tests.e2e.cluster import Cluster, free_port
+from tests.waiting import wait_for
 
 
 def test_a_job_asking_for_1000_gpus_ends_unschedulable_with_its_reason(cluster):

@@ -17,7 +17,8 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.cluster import Cluster, free_port, wait_for
+from tests.e2e.cluster import Cluster, free_port
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "serving_app" / "server.py")]

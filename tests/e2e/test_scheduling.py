@@ -158,6 +158,7 @@ def test_corral_up_passes_gpus_and_labels_to_its_workers(tmp_path):
     finally:
         os.killpg(up.pid, signal.SIGINT)
         up.wait(timeout=60)
+@pytest.mark.timeout(240)  # the sleepers that are not preempted run their full 60 s before the job can end
 def test_a_high_priority_job_preempts_low_sleepers_which_come_back_and_finish(cluster, tmp_path):
     marks = tmp_path / "sigterm"
     marks.mkdir()

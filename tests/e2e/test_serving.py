@@ -216,6 +216,7 @@ def embedding_python() -> str | None:
     return None
 
 
+@pytest.mark.timeout(360)  # loading torch and the model on a CPU may take most of the 300 s startup timeout
 def test_a_real_sentence_embedding_model_through_the_router(cluster):
     python = embedding_python()
     if python is None:

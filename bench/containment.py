@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from corral.worker.containment import cgroup_parent  # noqa: E402
-from tests.e2e.cluster import Cluster, wait_for  # noqa: E402  (the same harness the e2e tests use)
+from tests.e2e.cluster import Cluster  # noqa: E402  (the same harness the e2e tests use)
 from tests.e2e.test_containment import marked  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 from tests.worker.support import daemonizing_task, written_pids  # noqa: E402
 
 SAMPLES = 10

@@ -27,7 +27,8 @@ from corral.store.database import sqlite_url  # noqa: E402
 from corral.store.schema import history, jobs, tasks  # noqa: E402
 from corral.store.store import Store  # noqa: E402
 from tests.e2e.browser import ARTIFACTS, chromium_path  # noqa: E402
-from tests.e2e.cluster import Cluster, wait_for  # noqa: E402
+from tests.e2e.cluster import Cluster  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 JOBS = 100_000
 CHUNK = 5_000

@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from tests.e2e.cluster import Cluster, free_port, wait_for  # noqa: E402  (the same harness the e2e tests use)
+from tests.e2e.cluster import Cluster, free_port  # noqa: E402  (the same harness the e2e tests use)
+from tests.waiting import wait_for  # noqa: E402
 
 SERVER = [sys.executable, str(ROOT / "tests" / "serving_app" / "server.py")]
 LATENCY_REQUESTS = 2400

@@ -10,7 +10,7 @@ from corral.cli.main import main
 from corral.controller.app import create_app
 from corral.controller.settings import ControllerSettings
 from corral.core.config import parse_config
-from tests.e2e.cluster import wait_for
+from tests.waiting import wait_for
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import psutil
 import pytest
 
 from corral.worker.processes import RECORD, Record
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster
+from tests.waiting import wait_for
 from tests.worker.support import CONTAINMENTS, daemonizing_task, written_pids
 
 pytestmark = pytest.mark.e2e

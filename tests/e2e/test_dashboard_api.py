@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.cluster import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,8 @@ import cloudpickle
 import pytest
 
 from corral.client.http import Client
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster
+from tests.waiting import wait_for
 from tests.wheels import make_wheel
 
 pytestmark = pytest.mark.e2e

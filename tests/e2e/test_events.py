@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from corral.client.sse import Event, EventParser
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable

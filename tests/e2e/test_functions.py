@@ -13,7 +13,7 @@ import pytest
 
 import corral
 from corral import AsyncClient, Client, CorralError
-from tests.e2e.cluster import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 # The workers cannot import this test module: ship its functions by value, as a script's would be.
@@ -70,7 +70,9 @@ def sleeping_driver():
 def failing_driver():
     here = corral.current()
     child = here.client.submit(sleeper)
+    deadline = time.monotonic() + 60  # shipped by value to a worker: tests.waiting is not importable there
     while here.client.get(child.id).state != "RUNNING":
+        assert time.monotonic() < deadline, f"timed out after 60s waiting for job {child.id} to run"
         time.sleep(0.05)
     raise RuntimeError("the driver gives up")
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.e2e.cluster import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable

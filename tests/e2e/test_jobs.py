@@ -7,7 +7,7 @@ import sys
 import psutil
 import pytest
 
-from tests.e2e.cluster import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable

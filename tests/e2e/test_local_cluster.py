@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from corral.cli.up import wait_gone
-from tests.e2e.cluster import Cluster, free_port, wait_for
+from tests.e2e.cluster import Cluster, free_port
+from tests.waiting import wait_for
 
 # Everything a task could try to find a token with: cluster.json and the other files of the data
 # directory at every ancestor of its working directory (relative and absolute paths), its

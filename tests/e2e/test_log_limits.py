@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from corral.core.log_limits import truncation_marker
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster
+from tests.waiting import wait_for
 
 PY = sys.executable
 CHATTY = [PY, "-c", "import sys\nfor _ in range(3000): sys.stdout.write('z' * 999 + '\\n')\n"

@@ -11,7 +11,8 @@ import sys
 import httpx
 import pytest
 
-from tests.e2e.cluster import Cluster, free_port, wait_for
+from tests.e2e.cluster import Cluster, free_port
+from tests.waiting import wait_for
 
 
 def test_a_job_asking_for_1000_gpus_ends_unschedulable_with_its_reason(cluster):
@@ -157,6 +158,7 @@ def test_corral_up_passes_gpus_and_labels_to_its_workers(tmp_path):
     finally:
         os.killpg(up.pid, signal.SIGINT)
         up.wait(timeout=60)
+@pytest.mark.timeout(240)  # the sleepers that are not preempted run their full 60 s before the job can end
 def test_a_high_priority_job_preempts_low_sleepers_which_come_back_and_finish(cluster, tmp_path):
     marks = tmp_path / "sigterm"
     marks.mkdir()

@@ -17,7 +17,8 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.cluster import Cluster, free_port, wait_for
+from tests.e2e.cluster import Cluster, free_port
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "serving_app" / "server.py")]
@@ -215,6 +216,7 @@ def embedding_python() -> str | None:
     return None
 
 
+@pytest.mark.timeout(360)  # loading torch and the model on a CPU may take most of the 300 s startup timeout
 def test_a_real_sentence_embedding_model_through_the_router(cluster):
     python = embedding_python()
     if python is None:

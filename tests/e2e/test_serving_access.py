@@ -10,8 +10,9 @@ import sys
 import httpx
 import pytest
 
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster
 from tests.e2e.test_serving import deploy, info, standalone_router
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.cluster import wait_for
 from tests.e2e.test_serving import deploy, healthy, info, standalone_router
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

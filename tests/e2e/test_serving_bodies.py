@@ -8,8 +8,8 @@ import socket
 import httpx
 import pytest
 
-from tests.e2e.cluster import wait_for
 from tests.e2e.test_serving import SERVER, deploy, healthy
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from corral.filesystem import OVERRIDE
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 ELSEWHERE = "e" * 32  # the file system id of a worker on "another machine"

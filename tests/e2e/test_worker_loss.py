@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import socket
+import struct
+import termios
 from types import SimpleNamespace
 
 import uvicorn
@@ -21,6 +24,7 @@ from corral.serving.standalone import RouterApp
 from corral.serving.upstream import Connection
 from corral.serving.wiring import router_from_config
 from tests.serving.loopback import Replica, ok
+from tests.waiting import wait_until
 
 ADMIN = "admin-token"
 AUTH = b"authorization: Bearer admin-token\r\n"
@@ -67,8 +71,7 @@ class Lane:
                                 timeout_keep_alive=self.keep_alive)
         self.server = uvicorn.Server(config)
         self.task = asyncio.create_task(self.server.serve(sockets=[sock]))
-        while not self.server.started:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: self.server.started, what="the router to listen")
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -82,6 +85,11 @@ class Lane:
 
     async def connect(self) -> Client:
         return Client(*await asyncio.open_connection("127.0.0.1", self.port))
+
+    def fast_lane(self) -> FastLane:
+        """The one connection the fast lane serves."""
+        (protocol,) = (c for c in self.server.server_state.connections if isinstance(c, FastLane))
+        return protocol
 
     def lanes(self) -> int:
         """Connections the fast lane serves (a connection handed to uvicorn leaves this count)."""
@@ -122,11 +130,10 @@ def post(path: str, body: bytes, extra: bytes = AUTH) -> bytes:
                                                                                    body)
 
 
-async def until(condition, timeout: float = 5.0) -> None:
-    """Wait for `condition`, failing (not hanging) when it does not come."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
+def unread(transport: asyncio.Transport) -> int:
+    """Bytes that arrived on the transport's socket and that nobody has read yet."""
+    pending = fcntl.ioctl(transport.get_extra_info("socket").fileno(), termios.FIONREAD, b"\0" * 4)
+    return struct.unpack("i", pending)[0]
 
 
 def counted(metric: str, **labels: str) -> float:
@@ -231,18 +238,17 @@ async def test_a_body_that_does_not_come_whole_with_its_head_is_streamed_by_the_
     async with Replica(ok) as replica, Lane(replica.address) as lane:
         client = await lane.connect()
         client.writer.write(b"POST /serve/svc/echo HTTP/1.1\r\nhost: r\r\ncontent-length: 10\r\n" + AUTH + b"\r\nhello")
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: lane.lanes() == 0, what="the lane to hand the half-sent request to uvicorn")
         client.writer.write(b"world")
         status, _, body = await client.answer()
-        assert (status, body) == (200, b"helloworld") and lane.lanes() == 0
+        assert (status, body) == (200, b"helloworld")
 
 
 async def test_a_request_waits_for_a_cold_start_and_is_then_relayed():
     async with Replica(ok) as replica, Lane(None) as lane:
         client = await lane.connect()
         client.writer.write(get("/serve/svc/x"))
-        while not lane.backend.scaled:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: lane.backend.scaled, what="the cold start's scale-up")
         assert lane.backend.scaled == [("svc", 1)]
         assert REGISTRY.get_sample_value("corral_router_queue_depth") == 1  # waiting on the start
         lane.router.publish(catalog(replica.address))
@@ -255,11 +261,9 @@ async def test_a_client_that_leaves_while_queued_leaves_the_queue():
     async with Lane(None) as lane:
         client = await lane.connect()
         client.writer.write(get("/serve/svc/x"))
-        while not lane.router.queue_view():
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: lane.router.queue_view(), what="the request to queue")
         client.close()
-        while lane.router.queue_view():
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: not lane.router.queue_view(), what="the queue to empty once the client left")
         assert lane.router.waiters == {}
 
 
@@ -278,8 +282,7 @@ async def test_a_client_that_leaves_mid_response_cuts_the_replica_off():
         await client.reader.readuntil(b"first\r\n")
         client.close()
         await asyncio.wait_for(replica.closed.wait(), 5)
-        while lane.router.endpoint_load:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: not lane.router.endpoint_load, what="the replica's load to be released")
         assert lane.router.scheduler.in_flight.get("svc", 0) == 0
 
 
@@ -318,8 +321,7 @@ async def test_past_its_concurrency_limit_a_deployment_answers_429():
     async with Replica(held) as replica, Lane(replica.address, concurrency=1) as lane:
         first, second = await lane.connect(), await lane.connect()
         first.writer.write(get("/serve/svc/x"))
-        while not lane.router.endpoint_load:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: lane.router.endpoint_load, what="the first request to reach the replica")
         assert REGISTRY.get_sample_value("corral_router_in_flight", {"deployment": "svc"}) == 1
         refused_before = counted("corral_router_requests_total", status="429")
         status, _, body = await second.ask(get("/serve/svc/x"))
@@ -348,10 +350,10 @@ async def test_shutdown_lets_the_request_in_hand_finish():
         await lane.__aenter__()
         client = await lane.connect()
         client.writer.write(get("/serve/svc/x"))
-        while not lane.router.endpoint_load:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: lane.router.endpoint_load, what="the request to reach the replica")
+        protocol = lane.fast_lane()
         stopping = asyncio.create_task(lane.__aexit__(None, None, None))
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: protocol.closing, what="the router to begin its shutdown with the request in hand")
         release.set()
         assert (await client.answer())[0] == 200
         await asyncio.wait_for(stopping, 10)
@@ -395,9 +397,9 @@ async def test_a_slow_client_holds_the_replica_back_and_a_connection_left_held_r
     async with Replica(held) as replica, Lane(replica.address) as lane:
         client = await lane.connect()
         client.writer.write(get("/serve/svc/x"))
-        protocol = next(c for c in lane.server.server_state.connections if isinstance(c, FastLane))
-        while protocol.exchange is None or protocol.exchange.upstream is None:
-            await asyncio.sleep(0.01)
+        protocol = lane.fast_lane()
+        await wait_until(lambda: protocol.exchange is not None and protocol.exchange.upstream is not None,
+                         what="the request to be sent to the replica")
         upstream = protocol.exchange.upstream
         protocol.pause_writing()  # as the transport does when the client's buffer passes its high-water mark
         assert not upstream.transport.is_reading()
@@ -405,8 +407,8 @@ async def test_a_slow_client_holds_the_replica_back_and_a_connection_left_held_r
         assert upstream.transport.is_reading()
         protocol.pause_writing()
         release.set()
-        await asyncio.sleep(0.1)
-        assert not protocol.exchange.answering  # held: the answer waits in the socket
+        await wait_until(lambda: unread(upstream.transport), what="the replica's answer to reach the router")
+        assert not protocol.exchange.answering and not upstream.transport.is_reading()  # held: it waits in the socket
         protocol.resume_writing()
         assert (await client.answer())[0] == 200
         upstream.hold()  # as if the client's last write had paused it just before the exchange ended
@@ -480,7 +482,7 @@ async def test_a_head_still_unfinished_past_the_limit_is_left_to_uvicorn():
         client = await lane.connect()
         head = get("/serve/svc/x", AUTH + b"x-long: " + b"a" * (70 * 2**10) + b"\r\n")
         client.writer.write(head[:-2])  # no end of head yet: the lane stops holding it
-        await until(lambda: lane.lanes() == 0)
+        await wait_until(lambda: lane.lanes() == 0, what="the lane to hand the long head to uvicorn")
         status, _, body = await asyncio.wait_for(client.ask(head[-2:]), 5)
         assert (status, body) == (200, b"hi") and b"a" * 1000 in replica.received[0]  # relayed by the general path
 
@@ -497,8 +499,8 @@ async def test_pipelined_requests_past_the_bound_pause_reading_until_their_turn_
         client = await lane.connect()
         bodies = [bytes([65 + i]) * (60 * 2**10) for i in range(20)]  # 1.2 MB queued behind a held request
         client.writer.write(get("/serve/svc/held") + b"".join(post("/serve/svc/echo", body) for body in bodies))
-        protocol = next(c for c in lane.server.server_state.connections if isinstance(c, FastLane))
-        await until(lambda: protocol.paused)
+        protocol = lane.fast_lane()
+        await wait_until(lambda: protocol.paused, what="the lane to pause reading")
         assert len(protocol.buffer) <= 2 * 2**20  # held there, the rest waits in the socket
         release.set()
         assert (await client.answer())[2] == b"hi"

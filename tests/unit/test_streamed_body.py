@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from corral.serving.streamed_body import AHEAD_BOUND, ClientGone, StreamedBody
+from tests.waiting import wait_until
 
 
 def client(*messages: dict):
@@ -26,7 +27,7 @@ async def test_the_body_comes_through_in_order_with_or_without_a_wait():
         body = StreamedBody(client(piece(b"b"), piece(b"c"), piece(b"", more=False)), b"a")
         if waited:
             watching = asyncio.ensure_future(body.watch())
-            await asyncio.sleep(0.01)
+            await wait_until(lambda watched=body: watched.done, what="the body to be read ahead")
             watching.cancel()
             assert body.whole() == b"abc"
         assert [c async for c in body.chunks()] == [b"a", b"b", b"c"]

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from corral.waiting import woken
+from tests.waiting import wait_until
 
 
 @pytest.mark.parametrize("turns_between_wake_and_cancel", [0, 1, 2, 3])
@@ -22,8 +23,7 @@ async def test_a_loop_cancelled_just_after_its_wake_up_ends(turns_between_wake_a
             await woken(wake, 3600)
 
     task = asyncio.create_task(loop())
-    while passes == 0:
-        await asyncio.sleep(0)
+    await wait_until(lambda: passes, what="the loop's first pass")
     wake.set()
     for _ in range(turns_between_wake_and_cancel):
         await asyncio.sleep(0)

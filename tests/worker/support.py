@@ -1,20 +1,19 @@
-"""Helpers for the worker tests: wait on a condition with a deadline, never a fixed sleep."""
+"""Helpers for the worker tests: a runner on real processes, and the tasks that test its containment."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
-from corral.core.protocol import BuildOrder, TaskReport
+from corral.core.protocol import BuildOrder, Order, TaskReport
 from corral.worker.containment import cgroup_parent
 from corral.worker.runner import Runner
+from tests.waiting import wait_until
 
 # The two ways an attempt's processes are contained; a test taking these as params runs under each.
 CONTAINMENTS = [
@@ -22,15 +21,6 @@ CONTAINMENTS = [
                                                     reason="no writable cgroup v2 hierarchy on this machine")),
     "processes",
 ]
-
-
-async def wait_until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
-    return value
 
 # A program that leaves a grandchild and a daemon (fork, setsid, fork again) and writes their pids to
 # ARGV[1].main and ARGV[1].daemon: what a task's own process group and PR_SET_PDEATHSIG miss.
@@ -111,6 +101,13 @@ class Harness:
 
     async def _flush(self, task_id: int, attempt: int) -> None:
         self.flushed.append((task_id, attempt, len(self.reports)))
+
+    async def act(self, order: Order, timeout: float = 10.0) -> None:
+        """Hand `order` to the runner as the worker does (`Runner.submit`) and wait until it is acted on."""
+        acting = self.runner.submit(order)
+        assert acting is not None, f"the runner took the {order.action} order for a repeat"
+        async with asyncio.timeout(timeout):
+            await acting
 
     def states(self, task_id: int = 1, attempt: int = 0) -> list[str]:
         return [r.state for r in self.reports if (r.task_id, r.attempt) == (task_id, attempt)]

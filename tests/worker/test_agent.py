@@ -27,7 +27,8 @@ from corral.core.protocol import (
 from corral.core.states import TASK_TERMINAL, TaskState
 from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address
 from corral.worker.environments import Interpreter
-from tests.worker.support import gone, wait_until
+from tests.waiting import wait_until
+from tests.worker.support import gone
 
 URL = "http://127.0.0.1:9"
 

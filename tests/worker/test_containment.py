@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from corral.worker.containment import cgroup2_mount, leftovers, reap_leftovers, reap_record
 from corral.worker.processes import ProcStat, Record, parse_stat, read_stat
+from tests.waiting import wait_for
 from tests.worker.support import daemonizing_task, gone, written_pids
 
 SHIM = (100, 5000)
@@ -73,11 +73,7 @@ def test_a_successor_kills_what_a_dead_shim_recorded_and_nothing_else(tmp_path):
     task = subprocess.Popen(command, start_new_session=True)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(100)"], start_new_session=True)
     try:
-        deadline = time.monotonic() + 10
-        while not written_pids(prefix):
-            assert time.monotonic() < deadline, "the task did not start"
-            time.sleep(0.01)
-        main, daemon = written_pids(prefix)
+        main, daemon = wait_for(lambda: written_pids(prefix), 10, "the task and its daemon to start")
         attempt = tmp_path / "work" / "tasks" / "1-0"
         attempt.mkdir(parents=True)
         own = read_stat(os.getpid())

@@ -57,13 +57,13 @@ async def test_a_task_killed_while_its_cgroup_counts_an_oom_kill_is_reported_as_
                             flush_logs=harness._flush, watch_logs=lambda *_: None,
                             memory=CgroupMemory(v1_dir=cgroup))
     script = f"printf 'oom_kill_disable 0\\nunder_oom 0\\noom_kill 5\\n' > {control}; kill -9 $$"
-    await harness.runner.build(build_order(["sh", "-c", script]))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(["sh", "-c", script]))
+    await harness.act(StartOrder(task_id=1, attempt=0))
     report = await harness.ended()
     assert (report.state, report.exit_code, report.oom_killed) == ("FAILED", 137, True)
     assert report.reason.startswith("out of memory: killed by signal SIGKILL")
 
-    await harness.runner.build(build_order(["sh", "-c", "kill -9 $$"], attempt=1))
-    await harness.runner.start(StartOrder(task_id=1, attempt=1))
+    await harness.act(build_order(["sh", "-c", "kill -9 $$"], attempt=1))
+    await harness.act(StartOrder(task_id=1, attempt=1))
     other = await harness.ended(attempt=1)
     assert (other.exit_code, other.oom_killed) == (137, False)  # no new kill counted: a plain SIGKILL

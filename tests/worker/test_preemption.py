@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 
 from corral.core.protocol import PreemptOrder, StartOrder
-from tests.worker.support import CONTAINMENTS, Harness, build_order, gone, wait_until
+from tests.waiting import wait_until
+from tests.worker.support import CONTAINMENTS, Harness, build_order, gone
 
 
 @pytest.fixture(params=CONTAINMENTS)
@@ -22,8 +22,8 @@ def preempt(epoch: int = 4, grace: float = 10.0, task_id: int = 1, attempt: int 
 
 async def started(harness: Harness, script: str, **fields) -> None:
     ready = harness.work_dir / "ready"
-    await harness.runner.build(build_order(["sh", "-c", f"{script}"], **fields))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(["sh", "-c", f"{script}"], **fields))
+    await harness.act(StartOrder(task_id=1, attempt=0))
     await wait_until(ready.exists, what="the task to be ready")
 
 
@@ -31,7 +31,7 @@ async def test_a_preempted_task_gets_sigterm_and_the_end_is_acknowledged_with_th
     term = harness.work_dir / "term"
     await started(harness, f"trap 'touch {term}; exit 0' TERM; touch {harness.work_dir}/ready; sleep 100 & wait")
     began = time.monotonic()
-    await asyncio.wait_for(harness.runner.preempt(preempt(epoch=4, grace=60)), 90)
+    await harness.act(preempt(epoch=4, grace=60), timeout=90)
     elapsed = time.monotonic() - began
     assert elapsed < 30 and term.exists(), (elapsed, term.exists())  # it obeyed SIGTERM: no wait for the grace
     report = harness.last()
@@ -43,7 +43,7 @@ async def test_a_task_that_ignores_sigterm_is_killed_after_the_grace_period(harn
     pid = harness.work_dir / "pid"
     await started(harness, f"trap '' TERM; echo $$ > {pid}; touch {harness.work_dir}/ready; sleep 100")
     began = time.monotonic()
-    await asyncio.wait_for(harness.runner.preempt(preempt(grace=0.5)), 10)
+    await harness.act(preempt(grace=0.5))
     assert time.monotonic() - began >= 0.5
     report = harness.last()
     assert (report.state, report.exit_code) == ("PREEMPTED", 137)
@@ -62,24 +62,24 @@ async def test_repeated_preempt_orders_are_acted_on_once(harness):
 
 
 async def test_preempting_an_attempt_never_built_here_acknowledges_at_once(harness):
-    await harness.runner.preempt(preempt(epoch=2, task_id=5, attempt=1))
+    await harness.act(preempt(epoch=2, task_id=5, attempt=1))
     report = harness.last(5, 1)
     assert (report.state, report.epoch) == ("PREEMPTED", 2)
-    await harness.runner.build(build_order(["true"], task_id=5, attempt=1))
+    await harness.act(build_order(["true"], task_id=5, attempt=1))
     assert harness.states(5, 1) == ["PREEMPTED"]
 
 
 async def test_a_prepared_attempt_is_preempted_without_a_process(harness):
-    await harness.runner.build(build_order(["true"]))
-    await harness.runner.preempt(preempt())
+    await harness.act(build_order(["true"]))
+    await harness.act(preempt())
     assert harness.states() == ["BUILDING", "PREPARED", "PREEMPTED"]
 
 
 async def test_a_task_that_exited_on_its_own_keeps_its_outcome_when_the_preemption_comes_late(harness):
-    await harness.runner.build(build_order(["sh", "-c", "exit 3"]))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(["sh", "-c", "exit 3"]))
+    await harness.act(StartOrder(task_id=1, attempt=0))
     await harness.ended()
-    await harness.runner.preempt(preempt())
+    await harness.act(preempt())
     assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "FAILED"]
 
 
@@ -88,26 +88,26 @@ async def test_the_checkpoint_goes_up_on_preemption_and_comes_back_to_the_next_a
               f'trap \'echo "step 7" > "$CORRAL_CHECKPOINT_PATH"; exit 0\' TERM; '
               f'touch {harness.work_dir}/ready; sleep 100 & wait')
     await started(harness, script)
-    await harness.runner.preempt(preempt(epoch=1))
+    await harness.act(preempt(epoch=1))
     assert harness.saved == [(1, 0, 1, b"step 7\n")]
     (harness.work_dir / "ready").unlink()
-    await harness.runner.build(build_order(["sh", "-c", script], attempt=1, checkpoint=True))
-    await harness.runner.start(StartOrder(task_id=1, attempt=1))
+    await harness.act(build_order(["sh", "-c", script], attempt=1, checkpoint=True))
+    await harness.act(StartOrder(task_id=1, attempt=1))
     await wait_until((harness.work_dir / "ready").exists, what="the next attempt")
     assert (harness.attempt_dir(1, 1) / "stdout").read_text() == "step 7\n"
     # Preempted again without writing a new checkpoint: nothing to upload.
     harness.checkpoints[1] = (harness.attempt_dir(1, 1) / "checkpoint").read_bytes()
     script_unchanged = f"touch {harness.work_dir}/ready2; sleep 100"
-    await harness.runner.build(build_order(["sh", "-c", script_unchanged], attempt=2, checkpoint=True))
-    await harness.runner.start(StartOrder(task_id=1, attempt=2))
+    await harness.act(build_order(["sh", "-c", script_unchanged], attempt=2, checkpoint=True))
+    await harness.act(StartOrder(task_id=1, attempt=2))
     await wait_until((harness.work_dir / "ready2").exists, what="the third attempt")
-    await harness.runner.preempt(preempt(epoch=3, attempt=2))
+    await harness.act(preempt(epoch=3, attempt=2))
     assert len(harness.saved) == 1
 
 
 async def test_a_refused_checkpoint_is_said_in_the_acknowledgement(harness):
     harness.refuse_checkpoints = "checkpoint refused: HTTP 413 too large"
     await started(harness, f'echo big > "$CORRAL_CHECKPOINT_PATH"; touch {harness.work_dir}/ready; sleep 100')
-    await harness.runner.preempt(preempt(epoch=2))
+    await harness.act(preempt(epoch=2))
     report = harness.last()
     assert report.state == "PREEMPTED" and report.reason.endswith("; checkpoint refused: HTTP 413 too large")

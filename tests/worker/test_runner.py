@@ -19,7 +19,8 @@ import corral.worker.runner as runner_module
 from corral.core.log_limits import truncation_marker
 from corral.core.protocol import AttemptWorld, StartOrder, StopOrder
 from corral.core.spec import Workdir
-from tests.worker.support import CONTAINMENTS, Harness, build_order, daemonizing_task, gone, wait_until, written_pids
+from tests.waiting import wait_until
+from tests.worker.support import CONTAINMENTS, Harness, build_order, daemonizing_task, gone, written_pids
 
 PY = sys.executable
 
@@ -30,8 +31,8 @@ def harness(tmp_path, request):
 
 
 async def run_to_end(harness: Harness, command: list[str], **fields):
-    await harness.runner.build(build_order(command, **fields))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(command, **fields))
+    await harness.act(StartOrder(task_id=1, attempt=0))
     return await harness.ended()
 
 
@@ -87,8 +88,8 @@ async def test_a_command_not_found_fails_with_127_and_never_runs(harness):
 async def test_the_time_limit_kills_the_whole_process_group(harness):
     pids = harness.work_dir / "pids"
     script = f"sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"
-    await harness.runner.build(build_order(["sh", "-c", script], time_limit=0.5, grace_period=5))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(["sh", "-c", script], time_limit=0.5, grace_period=5))
+    await harness.act(StartOrder(task_id=1, attempt=0))
     grandchild, child = await wait_until(lambda: pids_in(pids), what="the task to write its pids")
     report = await harness.ended()
     assert (report.state, report.reason) == ("KILLED", "time limit")
@@ -98,12 +99,12 @@ async def test_the_time_limit_kills_the_whole_process_group(harness):
 async def test_a_stop_kills_a_group_that_ignores_sigterm_after_the_grace_period(harness):
     pids = harness.work_dir / "pids"
     script = f"trap '' TERM; sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"
-    await harness.runner.build(build_order(["sh", "-c", script]))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(["sh", "-c", script]))
+    await harness.act(StartOrder(task_id=1, attempt=0))
     grandchild, child = await wait_until(lambda: pids_in(pids), what="the task to write its pids")
     began = time.monotonic()
     stop = StopOrder(task_id=1, attempt=0, grace_period=0.5, reason="cancelled")
-    await asyncio.wait_for(harness.runner.stop(stop), 10)
+    await harness.act(stop)
     report = harness.last()
     assert (report.state, report.reason) == ("KILLED", "cancelled")
     assert time.monotonic() - began >= 0.5  # SIGTERM was ignored: only SIGKILL after the grace ended it
@@ -111,11 +112,11 @@ async def test_a_stop_kills_a_group_that_ignores_sigterm_after_the_grace_period(
 
 
 async def test_a_stop_does_not_wait_out_the_grace_period_of_a_task_that_obeys_sigterm(harness):
-    await harness.runner.build(build_order(["sleep", "100"]))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(["sleep", "100"]))
+    await harness.act(StartOrder(task_id=1, attempt=0))
     began = time.monotonic()
     stop = StopOrder(task_id=1, attempt=0, grace_period=30, reason="job is ending")
-    await asyncio.wait_for(harness.runner.stop(stop), 10)
+    await harness.act(stop)
     assert time.monotonic() - began < 5
     report = harness.last()
     assert (report.state, report.exit_code, report.reason) == ("KILLED", 143, "job is ending")
@@ -123,7 +124,7 @@ async def test_a_stop_does_not_wait_out_the_grace_period_of_a_task_that_obeys_si
 
 async def test_a_task_that_exited_on_its_own_keeps_its_outcome_when_the_stop_comes_late(harness):
     await run_to_end(harness, ["sh", "-c", "exit 4"])
-    await harness.runner.stop(StopOrder(task_id=1, attempt=0, grace_period=1))
+    await harness.act(StopOrder(task_id=1, attempt=0, grace_period=1))
     assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "FAILED"]
 
 
@@ -137,10 +138,8 @@ async def test_repeated_orders_are_acted_on_once(harness):
     await harness.ended()
     for repeat in (order, start, start):
         assert not harness.runner.submit(repeat)
-    await harness.runner.build(order)
-    await harness.runner.start(start)
-    await harness.runner.stop(StopOrder(task_id=1, attempt=0))
-    await harness.runner.stop(StopOrder(task_id=1, attempt=0))
+    await harness.act(StopOrder(task_id=1, attempt=0))
+    assert not harness.runner.submit(StopOrder(task_id=1, attempt=0))
     assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
     assert count.read_text() == "run\n"
 
@@ -148,24 +147,24 @@ async def test_repeated_orders_are_acted_on_once(harness):
 async def test_a_start_before_its_build_is_ignored_and_counts_once_built(harness):
     start = StartOrder(task_id=1, attempt=0)
     assert not harness.runner.submit(start)
-    await harness.runner.build(build_order(["true"]))
+    await harness.act(build_order(["true"]))
     assert harness.runner.submit(start)
     assert (await harness.ended()).state == "SUCCEEDED"
 
 
 async def test_a_stop_of_an_attempt_never_built_here_is_killed_at_once_and_never_built(harness):
-    await harness.runner.stop(StopOrder(task_id=7, attempt=2, reason="cancelled"))
+    await harness.act(StopOrder(task_id=7, attempt=2, reason="cancelled"))
     report = harness.last(7, 2)
     assert (report.state, report.reason) == ("KILLED", "cancelled")
-    await harness.runner.build(build_order(["true"], task_id=7, attempt=2))
+    await harness.act(build_order(["true"], task_id=7, attempt=2))
     assert harness.states(7, 2) == ["KILLED"]
     assert not harness.attempt_dir(7, 2).exists()
 
 
 async def test_a_stop_of_a_prepared_attempt_kills_it_without_a_process(harness):
-    await harness.runner.build(build_order(["true"]))
-    await harness.runner.stop(StopOrder(task_id=1, attempt=0, reason="cancelled"))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(["true"]))
+    await harness.act(StopOrder(task_id=1, attempt=0, reason="cancelled"))
+    assert not harness.runner.submit(StartOrder(task_id=1, attempt=0))  # the attempt is gone: nothing to start
     assert harness.states() == ["BUILDING", "PREPARED", "KILLED"]
     assert not (harness.attempt_dir() / "stdout").exists()
 
@@ -232,7 +231,7 @@ async def test_without_workdir_or_bundle_the_task_starts_in_its_empty_directory(
 
 async def test_a_worker_that_can_neither_share_nor_copy_fails_the_build_saying_why(tmp_path):
     harness = Harness(tmp_path / "worker", filesystem=ELSEWHERE)
-    await harness.runner.build(build_order(["true"], workdir=Workdir(path="/home/a/proj", filesystem=HERE)))
+    await harness.act(build_order(["true"], workdir=Workdir(path="/home/a/proj", filesystem=HERE)))
     assert harness.states() == ["BUILDING", "FAILED"]
     assert harness.last().reason == ("build failed: this worker does not share the file system of /home/a/proj, "
                                       "and the job's files were not uploaded")
@@ -241,7 +240,7 @@ async def test_a_worker_that_can_neither_share_nor_copy_fails_the_build_saying_w
 async def test_a_bundle_with_a_path_outside_fails_the_build(tmp_path):
     bundle = make_bundle(tmp_path / "b.tar.gz", {"ok.txt": b"fine", "../x": b"escaped"})
     harness = Harness(tmp_path / "worker", bundles={"b" * 64: bundle})
-    await harness.runner.build(build_order(["true"], bundle="b" * 64))
+    await harness.act(build_order(["true"], bundle="b" * 64))
     report = harness.last()
     assert harness.states() == ["BUILDING", "FAILED"]
     assert report.reason.startswith("build failed: ") and "../x" in report.reason
@@ -250,7 +249,7 @@ async def test_a_bundle_with_a_path_outside_fails_the_build(tmp_path):
 
 async def test_a_bundle_that_cannot_be_fetched_fails_the_build(tmp_path):
     harness = Harness(tmp_path)
-    await harness.runner.build(build_order(["true"], bundle="c" * 64))
+    await harness.act(build_order(["true"], bundle="c" * 64))
     assert harness.states() == ["BUILDING", "FAILED"]
     assert harness.last().reason.startswith("build failed: ")
 
@@ -279,9 +278,9 @@ async def test_a_task_gets_its_job_s_token_and_never_the_worker_s(tmp_path, monk
 
 async def test_shutdown_stops_every_attempt_without_reporting_them(harness):
     pids = harness.work_dir / "pids"
-    await harness.runner.build(build_order(["sh", "-c", f"sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"]))
-    await harness.runner.start(StartOrder(task_id=1, attempt=0))
-    await harness.runner.build(build_order(["true"], task_id=2))
+    await harness.act(build_order(["sh", "-c", f"sleep 100 & echo $! > {pids}; echo $$ >> {pids}; wait"]))
+    await harness.act(StartOrder(task_id=1, attempt=0))
+    await harness.act(build_order(["true"], task_id=2))
     grandchild, child = await wait_until(lambda: pids_in(pids), what="the task to write its pids")
     assert {(r.task_id, r.attempt) for r in harness.runner.running()} == {(1, 0), (2, 0)}
     await asyncio.wait_for(harness.runner.shutdown(), 10)
@@ -308,9 +307,9 @@ async def main():
         pass
     runner = Runner(Path(sys.argv[1]), report=print, fetch_bundle=nothing, flush_logs=nothing,
                     watch_logs=lambda *_: None, containment=sys.argv[3])
-    await runner.build(BuildOrder(task_id=1, attempt=0, job_id=1, task_index=0, env={},
+    await runner.submit(BuildOrder(task_id=1, attempt=0, job_id=1, task_index=0, env={},
                                   command=json.loads(sys.argv[2])))
-    await runner.start(StartOrder(task_id=1, attempt=0))
+    await runner.submit(StartOrder(task_id=1, attempt=0))
     await asyncio.Event().wait()
 
 asyncio.run(main())

@@ -133,10 +133,6 @@ class WorkdirSharing(BaseModel):
         return self.alive == 0 or self.sharing < self.alive
 
 
-class ErrorBody(BaseModel):
-    detail: str | list
-
-
 class EventView(BaseModel):
     """One entry of the event stream: a history row, typed (see corral.core.events)."""
 

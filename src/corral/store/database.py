@@ -81,19 +81,14 @@ async def open_engine(url: str) -> AsyncEngine:
     return engine
 
 
-def run_migrations_sync(url: str) -> None:
-    async def main() -> None:
-        engine = await open_engine(url)
-        await engine.dispose()
-
-    asyncio.run(main())
-
-
 def check_store(url: str) -> None:
     """Open the store, migrate it and close it, or raise StoreUnavailable: run before serving, so a wrong
     `--db` is one line, not a traceback from inside the server's startup."""
+    async def open_and_close() -> None:
+        await (await open_engine(url)).dispose()
+
     try:
-        run_migrations_sync(url)
+        asyncio.run(open_and_close())
     except (ArgumentError, NoSuchModuleError, ImportError, DBAPIError, OSError) as error:
         raise StoreUnavailable(explain(url, error)) from None
 

@@ -231,29 +231,13 @@ class Runner:
 
     # orders ------------------------------------------------------------------------------
 
-    def submit(self, order: Order) -> bool:
-        """Act on `order` in the background; False when it is a repeat (or a start before its build)."""
+    def submit(self, order: Order) -> asyncio.Task | None:
+        """Act on `order` in the background and return the task doing it (to await its end), or None when
+        it is a repeat (or a start before its build)."""
         if not self._claim(order):
-            return False
+            return None
         handlers = {"build": self._build, "start": self._start, "stop": self._stop, "preempt": self._preempt}
-        self._spawn(handlers[order.action](order))
-        return True
-
-    async def build(self, order: BuildOrder) -> None:
-        if self._claim(order):
-            await self._build(order)
-
-    async def start(self, order: StartOrder) -> None:
-        if self._claim(order):
-            await self._start(order)
-
-    async def stop(self, order: StopOrder) -> None:
-        if self._claim(order):
-            await self._stop(order)
-
-    async def preempt(self, order: PreemptOrder) -> None:
-        if self._claim(order):
-            await self._preempt(order)
+        return self._spawn(handlers[order.action](order))
 
     def running(self) -> list[TaskRef]:
         """Attempts that hold something on this machine: building, prepared or with a live process."""

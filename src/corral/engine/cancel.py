@@ -3,7 +3,7 @@ Cancelling an ended job's scheduled retry ends its chain."""
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.retries import RetryState
 from corral.core.states import JOB_TERMINAL, Fact, JobState
@@ -11,6 +11,9 @@ from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, StaleWrite
 from corral.store.reads import job_for_cancel
 from corral.store.retries import retry_state_of
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 class NoSuchJob(LookupError):

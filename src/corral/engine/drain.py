@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.drain import DRAINABLE_JOB_STATES, Budgets, Member, plan_drain, preemption_move
 from corral.core.states import Fact, JobState, TaskState
@@ -20,6 +19,9 @@ from corral.engine.preemption import JobRef, preempt_tasks
 from corral.metrics import GANGS_PREEMPTED
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import jobs_and_members, task_row
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 log = logging.getLogger("corral.drain")
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.drain import preemption_move
 from corral.core.states import Fact, JobState, TaskState
@@ -21,6 +20,9 @@ from corral.engine.attempts import end_attempt, requeue
 from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row, tasks_with_budgets
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 log = logging.getLogger("corral.preemption")
 

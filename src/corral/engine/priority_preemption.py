@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.drain import DRAINABLE_JOB_STATES, preemption_move
 from corral.core.states import Fact, JobState
@@ -20,6 +19,9 @@ from corral.metrics import TASKS_PREEMPTED
 from corral.scheduling.preemption import RunningTask
 from corral.store.changes import ChangeSet
 from corral.store.reads import jobs_and_members, task_row
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 log = logging.getLogger("corral.preemption")
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.drain import end_while_preempting, starts_drain
 from corral.core.protocol import CachedEnvironment, RegisterRequest, TaskReport
@@ -24,6 +23,9 @@ from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row, tasks_with_budgets
 from corral.store.worker_state import forget_lost, insert_worker, mark_lost, mark_seen, silent_workers
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 log = logging.getLogger("corral.reports")
 

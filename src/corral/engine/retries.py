@@ -19,9 +19,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import NAME, VERDICTS, RetryDecision, RetryState, Verdict, VerdictEffect, child_key, decide
@@ -31,9 +29,13 @@ from corral.core.wire import STORED
 from corral.engine.target_errors import FailedOn, TargetErrors
 from corral.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
 from corral.store.changes import ChangeSet, StaleWrite
+from corral.store.database import Conflict
 from corral.store.jobs import insert_job
 from corral.store.retries import job_with_key, next_due, retry_parent, retry_targets
 from corral.store.store import Store
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 log = logging.getLogger("corral.retries")
 
@@ -61,7 +63,7 @@ async def run_retries(store: Store, now: float, rng: random.Random | None = None
             if failure.target in failed:  # left out, and still written about: not the job's doing
                 raise failure.error from None
             failed[failure.target] = failure.error
-        except IntegrityError:
+        except Conflict:
             log.info("a retry child was created by another controller; re-reading")
             return RetryReport(changed=True)
 
@@ -78,7 +80,7 @@ async def _run(store: Store, now: float, rng: random.Random | None, errors: Targ
         for decision in decisions:
             try:
                 child = await _apply(connection, decision, changes)
-            except (IntegrityError, StaleWrite):
+            except (Conflict, StaleWrite):
                 raise  # about the run (another controller), not about this job
             except Exception as error:
                 raise FailedOn(decision.target.job_id, error) from error

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection
-
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from corral.core.outcomes import derived_job_state
 from corral.core.states import JOB_TERMINAL, Fact, JobState, TaskState
 from corral.store.changes import ChangeSet
 from corral.store.reads import pending_tasks, settle_rows
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 T = TaskState
 

@@ -7,6 +7,8 @@ from sqlalchemy import select
 
 from corral.core.states import TaskState
 from corral.engine.cancel import AlreadyEnded, cancel_job
+from corral.engine.coordinator import run_handler
+from corral.engine.handlers import ScheduleJobs
 from corral.store.changes import ChangeSet, StaleWrite, TaskRow
 from corral.store.database import migrate
 from corral.store.schema import tasks
@@ -226,3 +228,15 @@ async def test_max_task_failures_fails_the_job_and_kills_the_rest(store):
             await report(store, worker, (task.id, task.attempt, "KILLED"))
     await settle(store)
     assert (await job(store, job_id)).state == "FAILED"
+
+
+async def test_every_wait_is_on_record_and_one_that_repeats_is_counted_not_copied(store):
+    job_id = await submit(store, resources={"cpu": 2})  # no worker yet
+    for second in range(3):
+        await run_handler(store, ScheduleJobs(), NOW + second)
+    waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
+    assert [(w.repeats, w.last_at) for w in waits] == [(3, NOW + 2)]
+    await add_worker(store, cpu=1)  # a new reason: the only worker is too small
+    await run_handler(store, ScheduleJobs(), NOW + 3)
+    waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
+    assert [w.repeats for w in waits] == [3, 1] and waits[0].message != waits[1].message

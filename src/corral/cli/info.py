@@ -214,7 +214,10 @@ def history_table(history: list[HistoryEntry]) -> Table:
         change = " -> ".join(s for s in (entry.from_state, entry.to_state) if s)
         if entry.from_state is None and entry.to_state:
             change = f"-> {change}"
-        table.add_row(format_time(entry.at), entry.handler, entry.result, task, change, Text(entry.message or ""))
+        message = entry.message or ""
+        if entry.repeats > 1 and entry.last_at is not None:
+            message += f" (seen {entry.repeats} times, last at {format_time(entry.last_at)})"
+        table.add_row(format_time(entry.at), entry.handler, entry.result, task, change, Text(message))
     return table
 
 

@@ -99,6 +99,8 @@ class HistoryEntry(BaseModel):
     from_state: str | None
     to_state: str | None
     message: str | None
+    repeats: int = Field(1, description="a wait (SKIPPED) seen again with the same reason counts here")
+    last_at: float | None = Field(None, description="when a repeated wait was last seen")
 
 
 class WorkerView(BaseModel):

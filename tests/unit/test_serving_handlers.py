@@ -15,6 +15,7 @@ from corral.core.serving import DeploymentState as D
 from corral.core.serving import ReplicaState as R
 from corral.core.states import JobState, TaskState
 from corral.engine import serving_handlers as h
+from corral.engine.serving_coordinator import SERVING_APPLIERS
 from corral.engine.serving_effects import CancelJob, CreateReplicas, PublishCatalog, SetAddress, StopReplica
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,3 +179,8 @@ def test_scaling_counts_the_failed_starts_it_stops_itself():
     served = dataclasses.replace(loading, served=True)
     decision, _ = run(h.ScalingDeployment(), backing_off(0, None, served))
     assert decision.of(CreateReplicas) == [CreateReplicas(1, 1)]  # it had served: replaced at once
+
+
+@pytest.mark.parametrize("handler", h.SERVING_HANDLERS, ids=lambda handler: handler.name)
+def test_every_effect_a_handler_declares_has_an_applier(handler):
+    assert all(kind in SERVING_APPLIERS for kind in handler.effects), handler.effects

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import select, update
 
 from corral.controller.retry_defaults import retry_columns
 from corral.core.deployment_spec import DeploymentSpec
+from corral.core.lifecycle import StatusTransitions, TransitionStatus
 from corral.core.retry_policy import RetryPolicy
+from corral.core.serving import DeploymentState
 from corral.core.spec import JobSpec
+from corral.core.states import IllegalTransition
+from corral.engine import coordinator
 from corral.engine.coordinator import run_handler
 from corral.engine.effects import Place
 from corral.engine.handlers import ScheduleJobs
 from corral.engine.retries import run_retries
 from corral.engine.serving_coordinator import run_serving_handler
+from corral.engine.serving_effects import CancelJob, SetAddress
 from corral.engine.serving_handlers import CheckPendingDeployment, ProvisioningReplica
 from corral.engine.target_errors import GIVE_UP_AFTER, TargetErrors
 from corral.metrics import HANDLER_TARGET_ERRORS
@@ -148,7 +154,9 @@ async def test_a_serving_handler_sets_aside_the_deployment_it_raises_about_and_m
                 raise RuntimeError("cannot handle this one")
             return super().execute(targets, snapshot)
 
-    await run_serving_handler(store, RaisesAboutOne(), NOW, {}, errors=TargetErrors())
+    errors = TargetErrors()
+    for run in range(3):
+        await run_serving_handler(store, RaisesAboutOne(), NOW + run, {}, errors=errors)
     async with store.read() as connection:
         states = dict((await connection.execute(select(deployments.c.id, deployments.c.state))).all())
         (record,) = (await connection.execute(
@@ -156,9 +164,10 @@ async def test_a_serving_handler_sets_aside_the_deployment_it_raises_about_and_m
     assert states == {bad: "PENDING", good: "SCALING"}
     assert record.message == ("CheckPendingDeployment failed on it (RuntimeError: cannot handle this one); set aside, "
                               "the others proceed")
+    assert (record.result, record.repeats, record.last_at) == ("SKIPPED", 3, NOW + 2)  # every run, on one record
 
 
-async def test_a_serving_write_that_fails_for_one_replica_keeps_nothing_of_it(store):
+async def test_a_serving_change_that_fails_for_one_replica_keeps_nothing_of_it(store):
     await add_worker(store)
     async with store.write() as connection:
         await insert_deployment(connection, SERVICE, [], NOW)
@@ -166,16 +175,49 @@ async def test_a_serving_write_that_fails_for_one_replica_keeps_nothing_of_it(st
     async with store.read() as connection:
         (replica_id,) = (await connection.execute(select(replicas.c.id))).scalars()
 
-    class AddressTooLong(ProvisioningReplica):  # a value the store refuses, for one replica only
+    class CancelsAJobThatIsGone(ProvisioningReplica):  # an effect whose applier fails, after the replica's move
+        effects = (SetAddress, CancelJob)
+
         def execute(self, targets, snapshot):
             decision = super().execute(targets, snapshot)
             if any(t.id == replica_id for t in targets):
-                decision.addresses[replica_id] = object()
+                decision.effects += [SetAddress(replica_id, "10.0.0.1:9000"), CancelJob(replica_id, 10**9)]
                 decision.result.successes.append(replica_id)
             return decision
 
-    report_ = await run_serving_handler(store, AddressTooLong(), NOW, {}, errors=TargetErrors())
+    report_ = await run_serving_handler(store, CancelsAJobThatIsGone(), NOW, {}, errors=TargetErrors())
     async with store.read() as connection:
         row = (await connection.execute(select(replicas).where(replicas.c.id == replica_id))).one()
+        records = (await connection.execute(select(history).where(history.c.replica_id == replica_id))).all()
     assert (row.state, row.address) == ("PROVISIONING", None)
     assert report_.changed  # the set-aside record
+    assert records[-1].message == ("ProvisioningReplica failed on it (NoSuchJob: no job 1000000000); set aside, "
+                                   "the others proceed")
+
+
+class SkipsScaling(CheckPendingDeployment):
+    """Declares a move no row of the deployment table allows."""
+
+    transitions = StatusTransitions(success=TransitionStatus(deployment=DeploymentState.READY))
+
+
+async def test_a_serving_move_the_tables_refuse_raises_under_strict_moves(store, monkeypatch):
+    monkeypatch.setattr(coordinator, "STRICT", True)
+    async with store.write() as connection:
+        await insert_deployment(connection, SERVICE, [], NOW)
+    with pytest.raises(IllegalTransition, match="a deployment cannot go from PENDING to READY"):
+        await run_serving_handler(store, SkipsScaling(), NOW, {}, errors=TargetErrors())
+
+
+async def test_a_serving_move_the_tables_refuse_sets_its_target_aside_in_production(store, monkeypatch):
+    monkeypatch.setattr(coordinator, "STRICT", False)
+    async with store.write() as connection:
+        deployment_id = await insert_deployment(connection, SERVICE, [], NOW)
+    await run_serving_handler(store, SkipsScaling(), NOW, {}, errors=TargetErrors())
+    async with store.read() as connection:
+        state = (await connection.execute(select(deployments.c.state))).scalar_one()
+        (record,) = (await connection.execute(select(history).where(
+            history.c.deployment_id == deployment_id, history.c.handler == "CheckPendingDeployment"))).all()
+    assert (state, record.result, record.from_state) == ("PENDING", "SKIPPED", "PENDING")
+    assert record.message.startswith("CheckPendingDeployment failed on it (IllegalTransition: a deployment cannot go "
+                                     "from PENDING to READY)")

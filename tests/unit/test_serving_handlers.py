@@ -15,6 +15,8 @@ from corral.core.serving import DeploymentState as D
 from corral.core.serving import ReplicaState as R
 from corral.core.states import JobState, TaskState
 from corral.engine import serving_handlers as h
+from corral.engine.serving_coordinator import SERVING_APPLIERS
+from corral.engine.serving_effects import CancelJob, CreateReplicas, PublishCatalog, SetAddress, StopReplica
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = DeploymentSpec(name="svc", command=["serve"], min_replicas=2,
@@ -37,6 +39,7 @@ def run(handler, snap: ServingSnapshot):
     decision = handler.execute(targets, snap)
     outcomes = judge(targets, decision.result, handler.transitions, now=snap.now, max_tries=None,
                      is_expired=lambda t, _: handler.is_stale(t, snap))
+    assert all(isinstance(effect, handler.effects) for effect in decision.effects)  # each one it declares
     return decision, {o.target.id: (o.result, o.transition and (o.transition.deployment or o.transition.replica))
                       for o in outcomes}
 
@@ -44,7 +47,7 @@ def run(handler, snap: ServingSnapshot):
 def test_scaling_creates_the_missing_replicas_and_replaces_one_whose_process_ended():
     snap = snapshot(replica(1, R.HEALTHY), replica(2, R.HEALTHY, job=JobState.FAILED), state=D.SCALING)
     decision, outcomes = run(h.ScalingDeployment(), snap)
-    assert decision.create == {1: 1} and decision.stop == {2: "its process ended"}
+    assert decision.effects == [StopReplica(2, "its process ended"), CreateReplicas(1, 1)]
     assert outcomes == {1: (SchedulingResult.SUCCESS, D.READY)}
 
 
@@ -52,7 +55,7 @@ def test_scaling_down_stops_the_broken_and_unfinished_before_the_healthy():
     snap = snapshot(replica(1, R.HEALTHY), replica(2, R.PROVISIONING), replica(3, R.UNHEALTHY), wanted=1,
                     state=D.SCALING)
     decision, _ = run(h.ScalingDeployment(), snap)
-    assert set(decision.stop) == {3, 2} and not decision.create
+    assert decision.effects == [StopReplica(3, "scaled down to 1"), StopReplica(2, "scaled down to 1")]
 
 
 def test_check_replica_rescales_only_on_a_count_mismatch():
@@ -71,7 +74,7 @@ def test_reconcile_fails_a_deployment_whose_replica_lost_its_process():
 def test_destroying_stops_every_replica_and_ends_once_none_is_left():
     decision, outcomes = run(h.DestroyingDeployment(), snapshot(replica(1, R.HEALTHY), replica(2, R.TERMINATING),
                                                                  state=D.DESTROYING))
-    assert decision.stop == {1: "deployment destroyed"} and outcomes == {}
+    assert decision.effects == [StopReplica(1, "deployment destroyed")] and outcomes == {}
     _, outcomes = run(h.DestroyingDeployment(), snapshot(state=D.DESTROYING))
     assert outcomes == {1: (SchedulingResult.SUCCESS, D.DESTROYED)}
 
@@ -81,7 +84,7 @@ def test_provisioning_waits_for_a_running_task_with_an_address_and_fails_if_its_
                     replica(3, R.PROVISIONING, job=JobState.FAILED, task=TaskState.FAILED, address=None))
     decision, outcomes = run(h.ProvisioningReplica(), snap)
     assert outcomes == {1: (SchedulingResult.SUCCESS, R.DEGRADED), 3: (SchedulingResult.NEED_RETRY, R.FAILED_TO_START)}
-    assert decision.addresses == {1: "10.0.0.1:9000"}
+    assert decision.effects == [SetAddress(1, "10.0.0.1:9000")]
 
 
 def test_health_check_passes_fails_past_the_threshold_and_is_stale_without_a_recent_probe():
@@ -123,7 +126,7 @@ def test_terminating_cancels_the_job_once_and_ends_when_the_worker_confirmed():
     snap = snapshot(replica(1, R.TERMINATING), replica(2, R.TERMINATING, job=JobState.TERMINATING),
                     replica(3, R.TERMINATING, job=JobState.CANCELLED))
     decision, outcomes = run(h.TerminatingReplica(), snap)
-    assert decision.cancel_jobs == [101]
+    assert decision.effects == [CancelJob(1, 101)]
     assert outcomes == {3: (SchedulingResult.SUCCESS, R.TERMINATED)}
 
 
@@ -131,8 +134,9 @@ def test_service_discovery_publishes_healthy_endpoints_of_every_live_deployment(
     snap = snapshot(replica(1, R.HEALTHY), replica(2, R.DEGRADED, address="10.0.0.2:9000"))
     decision, outcomes = run(h.ServiceDiscoverySync(), snap)
     assert outcomes == {}
-    assert decision.catalog.endpoints == {"svc": (h.Endpoint(1, "10.0.0.1:9000"),)}
-    assert set(decision.catalog.deployments) == {"svc"}
+    (published,) = decision.of(PublishCatalog)
+    assert published.catalog.endpoints == {"svc": (h.Endpoint(1, "10.0.0.1:9000"),)}
+    assert set(published.catalog.deployments) == {"svc"}
 
 
 # the replacement backoff -----------------------------------------------------------------
@@ -163,15 +167,20 @@ def backing_off(failed_starts: int, last: float | None, *replicas, now: float = 
 
 def test_scaling_waits_out_the_backoff_before_creating_the_next_replica():
     decision, outcomes = run(h.ScalingDeployment(), backing_off(3, 97.0))  # 4 s after 97
-    assert not decision.create and outcomes == {}  # stays SCALING, writes nothing
+    assert decision.effects == [] and outcomes == {}  # stays SCALING, writes nothing
     decision, outcomes = run(h.ScalingDeployment(), backing_off(3, 96.0))
-    assert decision.create == {1: 1} and outcomes[1][1] is D.READY
+    assert decision.effects == [CreateReplicas(1, 1)] and outcomes[1][1] is D.READY
 
 
 def test_scaling_counts_the_failed_starts_it_stops_itself():
     loading = replica(2, R.DEGRADED, job=JobState.FAILED)  # its process exited before it served
     decision, _ = run(h.ScalingDeployment(), backing_off(0, None, loading))
-    assert decision.stop == {2: "its process ended"} and not decision.create  # 1 s from now
+    assert decision.effects == [StopReplica(2, "its process ended")]  # the next starts 1 s from now
     served = dataclasses.replace(loading, served=True)
     decision, _ = run(h.ScalingDeployment(), backing_off(0, None, served))
-    assert decision.create == {1: 1}  # it had served: replaced at once
+    assert decision.of(CreateReplicas) == [CreateReplicas(1, 1)]  # it had served: replaced at once
+
+
+@pytest.mark.parametrize("handler", h.SERVING_HANDLERS, ids=lambda handler: handler.name)
+def test_every_effect_a_handler_declares_has_an_applier(handler):
+    assert all(kind in SERVING_APPLIERS for kind in handler.effects), handler.effects

@@ -108,7 +108,7 @@ async def new_key(name: Text, body: KeyRequest, request: Request) -> KeyReply:
     key = body.key or f"crl-{secrets.token_urlsafe(24)}"
     try:
         async with services_of(request).store.write() as connection:
-            await add_key(connection, name, key)
+            await add_key(connection, name, key, time.time())
     except NoSuchDeployment as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
     await services_of(request).serving.changed()

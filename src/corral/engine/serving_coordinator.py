@@ -1,18 +1,21 @@
-"""Runs the serving handlers and applies what they decided, one transaction per handler run.
+"""Runs the serving handlers and applies what they decided: one transaction and one ChangeSet per handler run.
 
-The same judgement as the job coordinator (`judge`, declared transitions), applied to
-deployments and replicas; the effects a handler returns as data (create, stop, cancel,
-addresses, the router's catalog) are applied in the same transaction as its state changes.
+The same judgement as the job coordinator (`judge`, declared transitions), applied to deployments
+and replicas. Every state change, column update and history record of a run goes through one
+ChangeSet, checked against the deployment and replica tables and flushed once; what a handler asks
+beyond its moves is typed effects (corral.engine.serving_effects), each carried out by the applier
+registered for its type. A deployment or replica whose changes fail, a move the tables refuse
+included, is set aside with the cause on record and the others proceed; under CORRAL_STRICT_MOVES=1
+(the test suite) a refused move raises instead.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-
-from sqlalchemy.exc import IntegrityError
+from typing import TYPE_CHECKING
 
 from corral.core.crash_loop import replacement_delay
 from corral.core.lifecycle import Outcome, judge
@@ -27,14 +30,27 @@ from corral.core.serving import (
     ServingSnapshot,
     ServingTarget,
 )
-from corral.engine.cancel import AlreadyEnded, cancel_job
+from corral.core.states import IllegalTransition
+from corral.engine import coordinator
+from corral.engine.cancel import AlreadyEnded, cancel
+from corral.engine.serving_effects import (
+    CancelJob,
+    CreateReplicas,
+    PublishCatalog,
+    ServingEffect,
+    SetAddress,
+    StopReplica,
+)
 from corral.engine.serving_handlers import ServingDecision, ServingHandler
 from corral.engine.target_errors import FailedOn, TargetError, TargetErrors, decide_apart
 from corral.metrics import TRANSITIONS
-from corral.store.changes import StaleWrite
-from corral.store.deployments import count_failed_start, insert_replica, move, read_snapshot, record, set_columns
-from corral.store.schema import deployments, replicas
+from corral.store.changes import ChangeSet, StaleWrite
+from corral.store.database import Conflict
+from corral.store.deployments import count_failed_start, count_repeats, insert_replica, read_snapshot
 from corral.store.store import Store
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 log = logging.getLogger("corral.serving")
 
@@ -47,12 +63,24 @@ class ServingReport:
     snapshot: ServingSnapshot | None = None
 
 
+@dataclass
+class _Run:
+    """What an applier reads of the run, and the set it adds its changes to."""
+
+    connection: AsyncConnection
+    changes: ChangeSet
+    handler: ServingHandler
+    snapshot: ServingSnapshot
+    publish: Callable[[Catalog], None] | None
+    report: ServingReport
+
+
 async def run_serving_handler(store: Store, handler: ServingHandler, now: float, probes: dict[int, Probe],
                               publish: Callable[[Catalog], None] | None = None,
                               errors: TargetErrors | None = None) -> ServingReport:
     """One run. A deployment or replica it fails on is set aside (see target_errors), the others proceed: it is
-    left out of `execute` when that raises about it, and a write about it that fails rolls the run back, which is
-    made again without it, so nothing about it is kept half-way."""
+    left out of `execute` when that raises about it, and a change about it that fails rolls the run back, which
+    is made again without it, so nothing about it is kept half-way."""
     errors = errors or TargetErrors()
     failed: dict[int, BaseException] = {}
     while True:
@@ -69,91 +97,78 @@ async def _run(store: Store, handler: ServingHandler, now: float, probes: dict[i
     async with store.write() as connection:
         snapshot = await read_snapshot(connection, now, probes)
         decision, targets = _decide(handler, snapshot, failed)
-        if decision.catalog is not None and publish is not None:
-            publish(decision.catalog)
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=None,
                          is_expired=lambda target, _now: handler.is_stale(target, snapshot))
         report = ServingReport(outcomes=outcomes, snapshot=snapshot)
-        owner = _owner(handler, snapshot)
+        run = _Run(connection, ChangeSet(now), handler, snapshot, publish, report)
         for outcome in outcomes:
             TRANSITIONS.labels(handler.name, outcome.result).inc()
             async with _about(outcome.target.id):
-                report.changed |= await _apply(connection, handler, outcome, snapshot, now)
-        for replica_id, address in decision.addresses.items():
-            async with _about(owner(replica_id)):
-                await set_columns(connection, replicas, replica_id, address=address)
-        for replica_id, reason in decision.stop.items():
-            async with _about(owner(replica_id)):
-                replica = snapshot.replicas[replica_id]
-                reason += await _leaving(connection, replica, now)
-                await move(connection, replicas, replica_id, replica.state, ReplicaState.TERMINATING, now,
-                           reason=reason)
-                await record(connection, now, replica.deployment_id, replica_id, handler.name, "SUCCESS",
-                             replica.state, ReplicaState.TERMINATING, reason)
-            report.changed = True
-        for deployment_id, count in decision.create.items():
-            async with _about(deployment_id if handler.entity == "deployment" else None):
-                gone = leaving(snapshot, deployment_id)
-                for index in range(count):
-                    await insert_replica(connection, deployment_id, snapshot.deployments[deployment_id].spec, now,
-                                         gone[index] if index < len(gone) else None)
-            report.changed = report.jobs_changed = True
-        for job_id in decision.cancel_jobs:
-            try:
-                await cancel_job(connection, job_id, now)
-            except AlreadyEnded:
-                continue
-            report.changed = report.jobs_changed = True
-        for target_id, error in errors.report(handler.name, failed, handler.entity, give_up_after=None).items():
-            if error.first:
-                report.changed |= await _record_set_aside(connection, handler, snapshot, target_id, error, now)
+                await _apply(run, outcome)
+        for kind, apply in SERVING_APPLIERS.items():
+            for effect in decision.of(kind):
+                async with _about(_target_of(effect, handler, snapshot)):
+                    await apply(run, effect)
+        await _set_aside(run, errors.report(handler.name, failed, handler.entity, give_up_after=None))
+        await run.changes.flush(connection)
+        report.changed |= run.changes.moved
         return report
 
 
 def _decide(handler: ServingHandler, snapshot: ServingSnapshot, failed: dict) -> tuple[ServingDecision, list]:
     targets = [t for t in _targets(handler, snapshot) if t.id not in failed]
-    return decide_apart(lambda some: handler.execute(some, snapshot), targets, lambda t: t.id, failed)
+    decision, targets = decide_apart(lambda some: handler.execute(some, snapshot), targets, lambda t: t.id, failed)
+    undeclared = [e for e in decision.effects if not isinstance(e, handler.effects)]
+    if undeclared:
+        raise TypeError(f"{handler.name} does not declare the effects {undeclared}")
+    return decision, targets
 
 
-def _owner(handler: ServingHandler, snapshot: ServingSnapshot) -> Callable[[int], int | None]:
-    """The target a replica's effect is about: the replica, or for a deployment handler its deployment."""
-    if handler.entity == "replica":
-        return lambda replica_id: replica_id
-    return lambda replica_id: replica.deployment_id if (replica := snapshot.replicas.get(replica_id)) else None
+def _target_of(effect: ServingEffect, handler: ServingHandler, snapshot: ServingSnapshot) -> int | None:
+    """The target an effect is about: its replica, or for a deployment handler its deployment."""
+    deployment_id, replica_id = effect.about(snapshot)
+    return replica_id if handler.entity == "replica" else deployment_id
 
 
 @asynccontextmanager
 async def _about(target_id: int | None):
-    """A write about one target: if it fails, that target is set aside (None: the run fails as a whole)."""
+    """Changes about one target: if they fail, that target is set aside (None: the run fails as a whole). A move the
+    tables refuse is set aside too, but raises under CORRAL_STRICT_MOVES=1."""
     try:
         yield
-    except (StaleWrite, IntegrityError):
+    except (StaleWrite, Conflict):
         raise  # the store moved under the run: read again, as for any run
     except Exception as error:
-        if target_id is None:
+        if target_id is None or coordinator.STRICT and isinstance(error, IllegalTransition):
             raise
         raise FailedOn(target_id, error) from error
 
 
-async def _record_set_aside(connection, handler: ServingHandler, snapshot: ServingSnapshot, target_id: int,
-                            error: TargetError, now: float) -> bool:
-    if handler.entity == "deployment":
-        facts, deployment_id, replica_id = snapshot.deployments.get(target_id), target_id, None
-    else:
-        facts = snapshot.replicas.get(target_id)
-        deployment_id, replica_id = (facts.deployment_id if facts else None), target_id
-    if facts is None:
-        return False
-    await record(connection, now, deployment_id, replica_id, handler.name, "SKIPPED", facts.state, None,
-                 error.note(handler.name))
-    return True
+async def _set_aside(run: _Run, errors: dict[int, TargetError]) -> None:
+    """Every run that sets a target aside is on record: the first of a streak, or a new cause, is a new record; the
+    same cause again is counted on that record (a row per cause, not per pass)."""
+    handler, snapshot = run.handler, run.snapshot
+    found: list[tuple[tuple[int, int | None], str, str, bool]] = []  # (deployment, replica), state, note, first
+    for target_id, error in errors.items():
+        if handler.entity == "deployment":
+            facts, about = snapshot.deployments.get(target_id), (target_id, None)
+        else:
+            facts = snapshot.replicas.get(target_id)
+            about = (facts.deployment_id if facts else None, target_id)
+        if facts is not None:
+            found.append((about, facts.state, error.note(handler.name), error.first))
+    repeated = {about: note for about, _, note, first in found if not first}
+    counted = await count_repeats(run.connection, handler.name, repeated, run.changes.now)
+    for (deployment_id, replica_id), state, note, _ in found:
+        if (deployment_id, replica_id) not in counted:
+            run.changes.record_serving(deployment_id, replica_id, handler.name, "SKIPPED", state, None, note)
 
 
-async def _leaving(connection, replica: ReplicaFacts, now: float) -> str:
+async def _leaving(run: _Run, replica: ReplicaFacts) -> str:
     """Count a replica that leaves before it served against its deployment; what its event adds to say so."""
     if not replica.failed_start:
         return ""
-    failed = await count_failed_start(connection, replica.deployment_id, now)
+    failed = await count_failed_start(run.connection, replica.deployment_id, run.changes.now)
     return f"; {failed} replica(s) in a row ended before serving: the next starts after {replacement_delay(failed):g}s"
 
 
@@ -172,9 +187,10 @@ def would_act(handler: ServingHandler, snapshot: ServingSnapshot,
     """
     failed: dict = {}
     decision, targets = _decide(handler, snapshot, failed)
-    if decision.catalog is not None and publish is not None:
-        publish(decision.catalog)
-    if failed or decision.create or decision.stop or decision.cancel_jobs or decision.addresses:
+    if publish is not None:
+        for effect in decision.of(PublishCatalog):
+            publish(effect.catalog)
+    if failed or any(effect.writes for effect in decision.effects):
         return True  # a target it fails on: the run sets it aside and says so
     outcomes = judge(targets, decision.result, handler.transitions, now=snapshot.now, max_tries=None,
                      is_expired=lambda target, _now: handler.is_stale(target, snapshot))
@@ -193,28 +209,71 @@ def _targets(handler: ServingHandler, snapshot: ServingSnapshot) -> list[Serving
     return [ServingTarget(f.id, f.state, f.since) for f in facts.values() if f.state in handler.states]
 
 
-async def _apply(connection, handler: ServingHandler, outcome: Outcome, snapshot: ServingSnapshot,
-                 now: float) -> bool:
-    """Write the outcome's state change with its history record; outcomes that change nothing leave no record."""
-    target, new = outcome.target, _new_state(handler, outcome)
-    if handler.entity == "deployment":
-        table, deployment_id, replica_id = deployments, target.id, None
-    else:
-        table, deployment_id, replica_id = replicas, snapshot.replicas[target.id].deployment_id, target.id
+async def _apply(run: _Run, outcome: Outcome) -> None:
+    """Add the outcome's state change, with its history record; outcomes that change nothing leave no record."""
+    handler, changes = run.handler, run.changes
+    target, new, note = outcome.target, _new_state(handler, outcome), outcome.note
     if new is None or new == target.state:
-        return False
-    columns, note = {"finished_at": now} if new is DeploymentState.DESTROYED else {}, outcome.note
-    if replica_id is not None:
-        replica = snapshot.replicas[replica_id]
+        return
+    if handler.entity == "deployment":
+        columns = {"finished_at": changes.now} if new is DeploymentState.DESTROYED else {}
+        changes.deployment(target.id, target.state, new, handler=handler.name, result=outcome.result, message=note,
+                           **columns)
+    else:
+        replica, columns = run.snapshot.replicas[target.id], {}
         if new is ReplicaState.HEALTHY and not replica.served:
-            columns["healthy_at"] = now
-            if snapshot.deployments[deployment_id].failed_starts:
-                await set_columns(connection, deployments, deployment_id, failed_starts=0, failed_start_at=None)
+            columns = {"healthy_at": changes.now}
+            deployment = run.snapshot.deployments[replica.deployment_id]
+            if deployment.failed_starts:
+                changes.deployment_columns(deployment.id, deployment.state, failed_starts=0, failed_start_at=None)
         elif new is ReplicaState.TERMINATING:
-            note = (note or "") + await _leaving(connection, replica, now)
-    await move(connection, table, target.id, target.state, new, now, **columns)
-    await record(connection, now, deployment_id, replica_id, handler.name, outcome.result, target.state, new, note)
+            note = (note or "") + await _leaving(run, replica)
+        changes.replica(target.id, replica.deployment_id, target.state, new, handler=handler.name,
+                        result=outcome.result, message=note, **columns)
     log.info("%s %s: %s -> %s (%s%s)", handler.entity, target.id, target.state, new, handler.name,
              f": {note}" if note else "")
-    return True
 
+
+# --- the appliers of effects, by type -------------------------------------------------------------------
+
+
+async def _publish(run: _Run, effect: PublishCatalog) -> None:
+    if run.publish is not None:
+        run.publish(effect.catalog)
+
+
+async def _set_address(run: _Run, effect: SetAddress) -> None:
+    run.changes.replica_columns(effect.replica_id, run.snapshot.replicas[effect.replica_id].state,
+                                address=effect.address)
+
+
+async def _stop(run: _Run, effect: StopReplica) -> None:
+    replica = run.snapshot.replicas[effect.replica_id]
+    reason = effect.reason + await _leaving(run, replica)
+    run.changes.replica(replica.id, replica.deployment_id, replica.state, ReplicaState.TERMINATING,
+                        handler=run.handler.name, message=reason, reason=reason)
+
+
+async def _create(run: _Run, effect: CreateReplicas) -> None:
+    """New replicas, each taking the place of one on its way out (oldest first) while there are such."""
+    gone = leaving(run.snapshot, effect.deployment_id)
+    spec = run.snapshot.deployments[effect.deployment_id].spec
+    for index in range(effect.count):
+        await insert_replica(run.connection, run.changes, effect.deployment_id, spec, run.handler.name,
+                             gone[index] if index < len(gone) else None)
+    run.report.jobs_changed = True
+
+
+async def _cancel(run: _Run, effect: CancelJob) -> None:
+    try:
+        await cancel(run.connection, run.changes, effect.job_id)
+    except AlreadyEnded:
+        return
+    run.report.jobs_changed = True
+
+
+# In the order they are applied: the catalog first (the router learns at once), new replicas after the stops
+# whose places they take.
+SERVING_APPLIERS: dict[type[ServingEffect], Callable[[_Run, ServingEffect], Awaitable[None]]] = {
+    PublishCatalog: _publish, SetAddress: _set_address, StopReplica: _stop, CreateReplicas: _create,
+    CancelJob: _cancel}

@@ -6,13 +6,15 @@ the result into outcomes. Deployments have SUCCESS / FAILURE outcomes and replic
 FAILURE / STALE: here FAILURE is the engine's NEED_RETRY (no try limit, so never GIVE_UP) and
 STALE is EXPIRED, judged by each handler's own `is_stale`. What a handler asks of the world
 beyond a state change (create replicas, stop them, cancel a replica's job, publish the healthy
-endpoints) it returns as data in its `ServingDecision`; the serving coordinator applies it.
+endpoints) it returns as typed effects (corral.engine.serving_effects) in its `ServingDecision`,
+declared in its `effects`; the serving coordinator applies each by its type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from corral.core.lifecycle import HandlerResult, StatusTransitions, TransitionStatus
 from corral.core.serving import (
@@ -27,18 +29,27 @@ from corral.core.serving import (
     ServingTarget,
 )
 from corral.core.states import JobState, TaskState
+from corral.engine.effects import effect_moves
+from corral.engine.serving_effects import (
+    CancelJob,
+    CreateReplicas,
+    PublishCatalog,
+    ServingEffect,
+    SetAddress,
+    StopReplica,
+)
 
 D, R = DeploymentState, ReplicaState
+E = TypeVar("E", bound=ServingEffect)
 
 
 @dataclass
 class ServingDecision:
     result: HandlerResult
-    create: dict[int, int] = field(default_factory=dict)  # deployment id -> replicas to create
-    stop: dict[int, str] = field(default_factory=dict)  # replica id -> why it goes TERMINATING
-    cancel_jobs: list[int] = field(default_factory=list)  # jobs of TERMINATING replicas still running
-    addresses: dict[int, str] = field(default_factory=dict)  # replica id -> its address, found at provisioning
-    catalog: Catalog | None = None
+    effects: list[ServingEffect] = field(default_factory=list)
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [effect for effect in self.effects if isinstance(effect, kind)]
 
 
 class ServingHandler:
@@ -46,6 +57,11 @@ class ServingHandler:
     entity: str = "replica"  # or "deployment": whose ids the targets are
     states: frozenset[str] = frozenset()
     transitions: StatusTransitions = StatusTransitions()
+    effects: tuple[type[ServingEffect], ...] = ()  # the kinds of effect its decisions may carry
+
+    @property
+    def effect_moves(self) -> dict[str, frozenset[str]]:
+        return effect_moves(self.effects)
 
     def execute(self, targets: Sequence[ServingTarget], snapshot: ServingSnapshot) -> ServingDecision:
         raise NotImplementedError
@@ -92,6 +108,7 @@ class ScalingDeployment(ServingHandler):
     entity = "deployment"
     states = frozenset({D.SCALING})
     transitions = StatusTransitions(success=_deployment(D.READY))
+    effects = (CreateReplicas, StopReplica)
 
     def execute(self, targets, snapshot):
         decision = ServingDecision(HandlerResult())
@@ -99,17 +116,16 @@ class ScalingDeployment(ServingHandler):
             facts = snapshot.deployments[target.id]
             replicas = snapshot.replicas_of(target.id)
             ended = [r for r in replicas if r.state in REPLICA_COUNTED and r.process_ended]
-            for replica in ended:
-                decision.stop[replica.id] = "its process ended"
+            decision.effects += [StopReplica(replica.id, "its process ended") for replica in ended]
             live = _live(replicas)
             missing = facts.replicas - len(live)
             if missing > 0:
                 failed = sum(r.failed_start for r in ended)
                 if snapshot.now < facts.next_start_at(failed, snapshot.now):
                     continue  # replicas keep failing to start: stays SCALING until the backoff has passed
-                decision.create[target.id] = missing
+                decision.effects.append(CreateReplicas(target.id, missing))
             for replica in sorted(live, key=lambda r: (_STOP_ORDER[r.state], -r.created_at))[:max(-missing, 0)]:
-                decision.stop[replica.id] = f"scaled down to {facts.replicas}"
+                decision.effects.append(StopReplica(replica.id, f"scaled down to {facts.replicas}"))
             decision.result.successes.append(target.key)
             decision.result.notes[target.key] = f"{len(live)} -> {facts.replicas} replicas"
         return decision
@@ -159,6 +175,7 @@ class DestroyingDeployment(ServingHandler):
     entity = "deployment"
     states = frozenset({D.DESTROYING})
     transitions = StatusTransitions(success=_deployment(D.DESTROYED), need_retry=_deployment(D.DESTROYED))
+    effects = (StopReplica,)
 
     def execute(self, targets, snapshot):
         decision = ServingDecision(HandlerResult())
@@ -166,7 +183,7 @@ class DestroyingDeployment(ServingHandler):
             replicas = snapshot.replicas_of(target.id)
             for replica in replicas:
                 if replica.state is not R.TERMINATING:
-                    decision.stop[replica.id] = "deployment destroyed"
+                    decision.effects.append(StopReplica(replica.id, "deployment destroyed"))
             if not replicas:
                 decision.result.successes.append(target.key)
         return decision
@@ -181,6 +198,7 @@ class ProvisioningReplica(ServingHandler):
     name = "ProvisioningReplica"
     states = frozenset({R.PROVISIONING})
     transitions = StatusTransitions(success=_replica(R.DEGRADED), need_retry=_replica(R.FAILED_TO_START))
+    effects = (SetAddress,)
 
     def execute(self, targets, snapshot):
         decision = ServingDecision(HandlerResult())
@@ -191,7 +209,7 @@ class ProvisioningReplica(ServingHandler):
                 decision.result.notes[target.key] = f"its job ended {replica.job_state} before it served"
             elif replica.task_state is TaskState.RUNNING and replica.address:
                 decision.result.successes.append(target.key)
-                decision.addresses[target.id] = replica.address
+                decision.effects.append(SetAddress(target.id, replica.address))
                 decision.result.notes[target.key] = f"running at {replica.address}"
         return decision
 
@@ -281,6 +299,7 @@ class TerminatingReplica(ServingHandler):
     name = "TerminatingReplica"
     states = frozenset({R.TERMINATING})
     transitions = StatusTransitions(success=_replica(R.TERMINATED))
+    effects = (CancelJob,)
 
     def execute(self, targets, snapshot):
         decision = ServingDecision(HandlerResult())
@@ -289,7 +308,7 @@ class TerminatingReplica(ServingHandler):
             if replica.process_ended:
                 decision.result.successes.append(target.key)
             elif replica.job_state not in (JobState.TERMINATING,):
-                decision.cancel_jobs.append(replica.job_id)
+                decision.effects.append(CancelJob(target.id, replica.job_id))
         return decision
 
 
@@ -298,6 +317,7 @@ class ServiceDiscoverySync(ServingHandler):
 
     name = "ServiceDiscoverySync"
     states = frozenset({R.HEALTHY})
+    effects = (PublishCatalog,)
 
     def execute(self, targets, snapshot):
         live = {facts.name: facts for facts in snapshot.deployments.values()
@@ -308,8 +328,8 @@ class ServiceDiscoverySync(ServingHandler):
             facts = snapshot.deployments[replica.deployment_id]
             if facts.name in endpoints and replica.address and not replica.process_ended:
                 endpoints[facts.name].append(Endpoint(replica.id, replica.address))
-        return ServingDecision(HandlerResult(), catalog=Catalog(
-            live, {name: tuple(found) for name, found in endpoints.items()}))
+        catalog = Catalog(live, {name: tuple(found) for name, found in endpoints.items()})
+        return ServingDecision(HandlerResult(), [PublishCatalog(catalog)])
 
 
 # The order a pass runs them in: replicas settle first, so the deployments count them as they are.

@@ -18,7 +18,7 @@ import httpx
 from corral.core.lifecycle import SchedulingResult
 from corral.core.serving import REPLICA_PROBED, REPLICA_STARTING, Catalog, Probe, ReplicaState, ServingSnapshot
 from corral.engine.serving_coordinator import ServingReport, run_serving_handler, would_act
-from corral.engine.serving_handlers import SERVING_HANDLERS, ProvisioningReplica, ServiceDiscoverySync, ServingHandler
+from corral.engine.serving_handlers import SERVING_HANDLERS, ServiceDiscoverySync, ServingHandler
 from corral.engine.target_errors import TargetErrors
 from corral.store.deployments import read_snapshot
 from corral.store.store import Store
@@ -58,12 +58,13 @@ class ServingEngine:
         self.publish(dataclasses.replace(catalog, start_failures=dict(self.start_failures)))
 
     def _note_start_failures(self, handler: ServingHandler, report: ServingReport) -> None:
-        """Replicas that ended before they ever served: a swap waiting on their deployment fails at once."""
+        """Replicas that ended before they ever served (a replica handler's failure of one still starting): a swap
+        waiting on their deployment fails at once."""
         snapshot = report.snapshot
+        if handler.entity != "replica" or snapshot is None:
+            return
         for outcome in report.outcomes:
-            if outcome.result is not SchedulingResult.NEED_RETRY or snapshot is None:
-                continue
-            if handler.name == ProvisioningReplica.name or outcome.target.state == ReplicaState.DEGRADED:
+            if outcome.result is SchedulingResult.NEED_RETRY and outcome.target.state in REPLICA_STARTING:
                 replica = snapshot.replicas.get(outcome.target.id)
                 if replica is not None and replica.deployment_id in snapshot.deployments:
                     name = snapshot.deployments[replica.deployment_id].name

@@ -134,6 +134,22 @@ class ChangeSet:
         move = self._move(self._replicas, REPLICA_TRANSITIONS, replica_id, current, new, by or handler, columns)
         self.record_serving(deployment_id, replica_id, handler, result, current, new, message, event=move.event)
 
+    def deployment_columns(self, deployment_id: int, current: DeploymentState, **columns: Any) -> None:
+        """Set columns of a deployment without a state change (replicas wanted, keys, failed starts), fenced on
+        the state it was read in."""
+        self._columns(self._deployments, deployment_id, current, columns)
+
+    def replica_columns(self, replica_id: int, current: ReplicaState, **columns: Any) -> None:
+        """Set columns of a replica without a state change (its address), fenced on the state it was read in."""
+        self._columns(self._replicas, replica_id, current, columns)
+
+    @staticmethod
+    def _columns(pending: dict, row_id: int, current: str, columns: dict[str, Any]) -> None:
+        expected, values = pending.get(row_id, (current, {}))
+        values.update(columns)
+        values.setdefault("state", current)
+        pending[row_id] = (expected, values)
+
     def _move(self, pending: dict, table: Transitions, row_id: int, current: str, new: str, by: str,
               columns: dict[str, Any]):
         move = table.check(current, new, by)

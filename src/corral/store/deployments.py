@@ -1,9 +1,8 @@
-"""Reads and fenced writes of deployments and replicas; every state change leaves a history record."""
+"""Reads of deployments and replicas, their creation, and a user's changes to them, written through a ChangeSet."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -20,9 +19,9 @@ from corral.core.serving import (
     ReplicaState,
     ServingSnapshot,
 )
-from corral.core.states import TASK_HOLDS_RESOURCES, JobState, TaskState
+from corral.core.states import TASK_HOLDS_RESOURCES, Fact, JobState, TaskState
 from corral.core.wire import STORED
-from corral.store.changes import StaleWrite
+from corral.store.changes import ChangeSet
 from corral.store.jobs import insert_job
 from corral.store.project_tokens import token_hashes
 from corral.store.schema import deployments, history, jobs, replicas, tasks, workers
@@ -76,8 +75,10 @@ async def insert_deployment(connection: AsyncConnection, spec: DeploymentSpec, k
         name=spec.name, spec=spec.model_dump(mode="json"), state=D.PENDING, state_since=now, tries=0,
         replicas=spec.initial_replicas, key_hashes=[key_hash(k) for k in keys], created_at=now,
     ).returning(deployments.c.id))).scalar_one()
-    await record(connection, now, deployment_id, None, "Deploy", "SUCCESS", None, D.PENDING,
-                 f"{spec.initial_replicas} replica(s) wanted")
+    changes = ChangeSet(now)
+    changes.record_serving(deployment_id, None, "Deploy", "SUCCESS", None, D.PENDING,
+                           f"{spec.initial_replicas} replica(s) wanted")
+    await changes.flush(connection)
     return deployment_id
 
 
@@ -86,30 +87,19 @@ async def live_deployment(connection: AsyncConnection, name: str):
         deployments.c.name == name, deployments.c.state.in_([str(s) for s in SHOWN])))).first()
 
 
-async def insert_replica(connection: AsyncConnection, deployment_id: int, spec: DeploymentSpec, now: float,
-                         replaces: int | None = None) -> int:
-    """A new replica and its job; `replaces`: the replica on its way out whose place it takes."""
-    job_id = await insert_job(connection, spec.replica_job(), None, now)
+async def insert_replica(connection: AsyncConnection, changes: ChangeSet, deployment_id: int, spec: DeploymentSpec,
+                         handler: str, replaces: int | None = None) -> int:
+    """A new replica and its job (its creation is no move: its record goes to `changes`); `replaces`: the replica
+    on its way out whose place it takes."""
+    job_id = await insert_job(connection, spec.replica_job(), None, changes.now)
     replica_id = (await connection.execute(insert(replicas).values(
-        deployment_id=deployment_id, job_id=job_id, state=R.PROVISIONING, state_since=now, created_at=now,
+        deployment_id=deployment_id, job_id=job_id, state=R.PROVISIONING, state_since=changes.now,
+        created_at=changes.now,
     ).returning(replicas.c.id))).scalar_one()
     result, note = ("SUCCESS", "") if replaces is None else (REPLACEMENT, f" in place of replica {replaces}")
-    await record(connection, now, deployment_id, replica_id, "ScalingDeployment", result, None, R.PROVISIONING,
-                 f"created as job {job_id}{note}")
+    changes.record_serving(deployment_id, replica_id, handler, result, None, R.PROVISIONING,
+                           f"created as job {job_id}{note}")
     return replica_id
-
-
-async def move(connection: AsyncConnection, table, row_id: int, current: str, new: str, now: float,
-               **columns: Any) -> None:
-    """A fenced state change: fails the transaction if the row left `current` since it was read."""
-    result = await connection.execute(update(table).where(table.c.id == row_id, table.c.state == str(current))
-                                      .values(state=str(new), state_since=now, **columns))
-    if result.rowcount != 1:
-        raise StaleWrite(f"{table.name} {row_id} is no longer {current}")
-
-
-async def set_columns(connection: AsyncConnection, table, row_id: int, **columns: Any) -> None:
-    await connection.execute(update(table).where(table.c.id == row_id).values(**columns))
 
 
 async def count_failed_start(connection: AsyncConnection, deployment_id: int, now: float) -> int:
@@ -120,11 +110,28 @@ async def count_failed_start(connection: AsyncConnection, deployment_id: int, no
         .returning(deployments.c.failed_starts))).scalar_one()
 
 
-async def record(connection: AsyncConnection, now: float, deployment_id: int, replica_id: int | None, handler: str,
-                 result: str, from_state: str | None, to_state: str | None, message: str | None) -> None:
-    await connection.execute(insert(history).values(
-        at=now, deployment_id=deployment_id, replica_id=replica_id, handler=handler, result=str(result),
-        from_state=from_state and str(from_state), to_state=to_state and str(to_state), message=message))
+async def count_repeats(connection: AsyncConnection, handler: str, notes: dict[tuple[int, int | None], str],
+                        now: float) -> set[tuple[int, int | None]]:
+    """One more sighting on the latest SKIPPED record of `handler` about each (deployment, replica) whose message is
+    still the note; returns those counted (the others need a record of their own)."""
+    if not notes:
+        return set()
+    latest = (await connection.execute(
+        select(func.max(history.c.id))
+        .where(history.c.deployment_id.in_({deployment for deployment, _ in notes}), history.c.handler == handler,
+               history.c.result == "SKIPPED")
+        .group_by(history.c.deployment_id, history.c.replica_id)
+    )).scalars().all()
+    rows = (await connection.execute(
+        select(history.c.id, history.c.deployment_id, history.c.replica_id, history.c.message)
+        .where(history.c.id.in_(latest))
+    )).all()
+    counted = {row.id: (row.deployment_id, row.replica_id) for row in rows
+               if notes.get((row.deployment_id, row.replica_id)) == row.message}
+    if counted:
+        await connection.execute(update(history).where(history.c.id.in_(list(counted)))
+                                 .values(repeats=history.c.repeats + 1, last_at=now))
+    return set(counted.values())
 
 
 class NoSuchDeployment(LookupError):
@@ -140,9 +147,11 @@ async def scale_deployment(connection: AsyncConnection, name: str, wanted: int, 
     if wanted > spec.max_replicas:
         raise ValueError(f"{name} allows at most {spec.max_replicas} replicas (asked for {wanted})")
     if wanted != row.replicas:
-        await set_columns(connection, deployments, row.id, replicas=wanted)
-        await record(connection, now, row.id, None, "Scale", "SUCCESS", row.state, row.state,
-                     f"{row.replicas} -> {wanted} replicas: {reason}")
+        changes = ChangeSet(now)
+        changes.deployment_columns(row.id, D(row.state), replicas=wanted)
+        changes.record_serving(row.id, None, "Scale", "SUCCESS", row.state, row.state,
+                               f"{row.replicas} -> {wanted} replicas: {reason}")
+        await changes.flush(connection)
     return row.replicas
 
 
@@ -152,15 +161,16 @@ async def destroy_deployment(connection: AsyncConnection, name: str, now: float)
         raise NoSuchDeployment(f"no live deployment named {name!r}")
     if row.state == D.DESTROYING:
         return
-    await move(connection, deployments, row.id, row.state, D.DESTROYING, now, replicas=0)
-    await record(connection, now, row.id, None, "Undeploy", "SUCCESS", row.state, D.DESTROYING, "undeployed by a user")
+    changes = ChangeSet(now)
+    changes.deployment(row.id, D(row.state), D.DESTROYING, handler=Fact.UNDEPLOY, message="undeployed by a user",
+                       replicas=0)
+    await changes.flush(connection)
 
 
-async def add_key(connection: AsyncConnection, name: str, key: str) -> None:
+async def add_key(connection: AsyncConnection, name: str, key: str, now: float) -> None:
     row = await live_deployment(connection, name)
     if row is None:
         raise NoSuchDeployment(f"no live deployment named {name!r}")
-    await set_columns(connection, deployments, row.id, key_hashes=[*(row.key_hashes or []), key_hash(key)])
 
 
 async def deployment_rows(connection: AsyncConnection, shown_only: bool = True, limit: int | None = None) -> list:

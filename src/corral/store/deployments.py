@@ -171,6 +171,9 @@ async def add_key(connection: AsyncConnection, name: str, key: str, now: float) 
     row = await live_deployment(connection, name)
     if row is None:
         raise NoSuchDeployment(f"no live deployment named {name!r}")
+    changes = ChangeSet(now)
+    changes.deployment_columns(row.id, D(row.state), key_hashes=[*(row.key_hashes or []), key_hash(key)])
+    await changes.flush(connection)
 
 
 async def deployment_rows(connection: AsyncConnection, shown_only: bool = True, limit: int | None = None) -> list:

@@ -70,6 +70,18 @@ def test_info_shows_spec_tasks_attempts_and_history(cli, fake):
     assert set(body) == {"job", "tasks", "history"} and body["tasks"][0]["attempts"][0]["exit_code"] == 3
 
 
+def test_info_counts_a_wait_seen_again(cli, fake):
+    now = time.time()
+    fake.jobs = [job_view(9, state="PENDING")]
+    fake.task_views = []
+    fake.history_entries = [HistoryEntry(at=now - 60, job_id=9, task_id=None, task_index=None, attempt=None,
+                                         handler="ScheduleJobs", result="SKIPPED", from_state="PENDING", to_state=None,
+                                         message="no worker is alive", repeats=41, last_at=now)]
+    result = cli("info", "9")
+    assert result.exit_code == 0, result.output
+    assert "no worker is alive (seen 41 times" in " ".join(result.output.split())
+
+
 def test_info_shows_the_epoch_the_drain_trigger_checkpoints_and_refunds(cli, fake):
     now = time.time()
     fake.jobs = [job_view(9, state="RUNNING", preemption_epoch=2, drain_trigger=1)]

@@ -9,6 +9,7 @@ from corral.controller.orders import orders_for
 from corral.core.states import Fact, JobState, TaskState
 from corral.engine.drain import drain_gang
 from corral.engine.preemption import JobRef, NotCurrent, preempt_tasks, record_checkpoint
+from corral.engine.reports import Refused
 from corral.store.changes import ChangeSet
 from corral.store.reads import task_row
 from corral.store.schema import tasks
@@ -86,6 +87,17 @@ async def test_a_heartbeat_that_starts_a_drain_and_settles_its_job_writes_once(s
     await report(store, t2.worker_id, (t2.id, 0, "FAILED", 1))
     assert len(flushes) == 1
     assert (await job(store, job_id)).state == "DRAINING"
+
+
+async def test_a_gang_member_that_starts_itself_before_start_jobs_is_refused_and_nothing_applied(store):
+    worker = await add_worker(store, cpu=2)
+    job_id = await submit(store, replicas=2, gang=True)
+    await settle(store)
+    first, second = await job_tasks(store, job_id)
+    await report(store, worker, (first.id, 0, "BUILDING"), (first.id, 0, "PREPARED"))  # no pass since: no StartJobs
+    with pytest.raises(Refused, match="StartJobs"):
+        await report(store, worker, (second.id, 0, "BUILDING"), (first.id, 0, "RUNNING"))
+    assert await states(store, job_id) == ["PREPARED", "ASSIGNED"]
 
 
 async def test_members_failing_in_one_report_make_one_drain(store):

@@ -22,16 +22,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from corral.core.states import JobState, TaskState
+from corral.core.states import GANG_PLACED, STARTED, JobState, TaskState
 
 J, T = JobState, TaskState
 
-# A gang in one of these states has been placed: a member's end there starts a drain.
-DRAINABLE_JOB_STATES = frozenset({J.SCHEDULED, J.PREPARING, J.PREPARED, J.STARTING, J.RUNNING})
 # The ends of a member that start a drain.
 DRAIN_TRIGGERS = frozenset({T.FAILED, T.WORKER_FAILED})
-# States of an attempt that has started on its worker: preempting it means stopping it.
-TASK_STARTED = frozenset({T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING})
 # Ends after which a gang cannot restart whole: finished work is never overwritten.
 GANG_FINAL_ENDS = frozenset({T.SUCCEEDED, T.FAILED, T.KILLED, T.UNSCHEDULABLE})
 # Seconds a preempted task is given beyond its grace period to acknowledge before it is forced.
@@ -66,12 +62,12 @@ class Budgets:
 
 def starts_drain(*, gang: bool, job_state: JobState, was: TaskState, ended: TaskState) -> bool:
     """1. Does this end of a task start a gang drain?"""
-    return gang and job_state in DRAINABLE_JOB_STATES and ended in DRAIN_TRIGGERS and was is not T.PREEMPTING
+    return gang and job_state in GANG_PLACED and ended in DRAIN_TRIGGERS and was is not T.PREEMPTING
 
 
 def preemption_move(state: TaskState) -> TaskState | None:
     """Where a preemption order sends a task: a started attempt must stop, an ASSIGNED one never ran."""
-    if state in TASK_STARTED:
+    if state in STARTED:
         return T.PREEMPTING
     if state is T.ASSIGNED:
         return T.PENDING

@@ -141,14 +141,9 @@ class Transitions:
                                     f"{', '.join(sorted(setters))}, not by {by}")
         return setters[by]
 
-    def row(self, source: str | None, target: str | None, by: str) -> Move | None:
-        return self._by.get((str(source), str(target)), {}).get(by)
-
     def setters(self) -> set[str]:
         return {move.by for move in self.moves}
 
-    def states(self) -> set[str]:
-        return {str(s) for move in self.moves for s in (move.source, move.target)}
 
 
 def moves(sources, targets, by: str, why: str, event: str | None = None) -> list[Move]:
@@ -162,9 +157,9 @@ def _many(states) -> list:
 
 
 F = Fact
-STARTED = frozenset({T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING})  # an attempt on its worker, not stopping
-STOPPABLE = frozenset({T.ASSIGNED, *STARTED})
-WORKER_LOSES = frozenset({T.ASSIGNED, *STARTED, T.PREEMPTING, T.TERMINATING})  # TASK_HOLDS_RESOURCES
+# An attempt that has started on its worker and is not stopping: preempting it means stopping it.
+STARTED = frozenset({T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING})
+STOPPABLE = frozenset({T.ASSIGNED, *STARTED})  # what TerminateJobs orders to stop
 RETRIED = frozenset({T.FAILED, T.WORKER_FAILED, T.PREEMPTED})
 
 # Every task state change in corral is one of these rows.
@@ -190,7 +185,7 @@ TASK_TRANSITIONS = Transitions("task", [
     *moves(STARTED, T.PREEMPTING, F.PREEMPT, "preemption ordered: room for a higher-priority job"),
     *moves(T.ASSIGNED, T.PENDING, F.DRAIN, "placement undone before it ran: back with its gang"),
     *moves(T.ASSIGNED, T.PENDING, F.PREEMPT, "placement undone before it ran, at no cost"),
-    *moves(WORKER_LOSES, T.WORKER_FAILED, F.REAPER, "worker lost"),
+    *moves(TASK_HOLDS_RESOURCES, T.WORKER_FAILED, F.REAPER, "worker lost"),
     *moves(T.PREEMPTING, T.PREEMPTED, F.WORKER, "stopped for preemption, acknowledged with the epoch"),
     *moves(T.PREEMPTING, T.PREEMPTED, "ForceDrain", "not acknowledged within the drain timeout: forced"),
     *moves(T.PREEMPTING, T.SUCCEEDED, F.WORKER, "exited 0 before the preemption reached it"),
@@ -205,6 +200,7 @@ TASK_TRANSITIONS = Transitions("task", [
            "its gang's drain complete: back to the queue as a unit"),
 ])
 
+# A gang in one of these states has been placed: a member's end there starts a drain.
 GANG_PLACED = frozenset({J.SCHEDULED, J.PREPARING, J.PREPARED, J.STARTING, J.RUNNING})
 JOB_ENDS = frozenset({J.SUCCEEDED, J.FAILED, J.CANCELLED, J.UNSCHEDULABLE, J.LOST})
 # The states an independent job reads from its tasks, before its end (corral.core.outcomes).

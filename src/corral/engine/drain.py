@@ -12,8 +12,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from corral.core.drain import DRAINABLE_JOB_STATES, Budgets, Member, plan_drain, preemption_move
-from corral.core.states import Fact, JobState, TaskState
+from corral.core.drain import Budgets, Member, plan_drain, preemption_move
+from corral.core.states import GANG_PLACED, Fact, JobState, TaskState
 from corral.engine.attempts import requeue
 from corral.engine.preemption import JobRef, preempt_tasks
 from corral.metrics import GANGS_PREEMPTED
@@ -39,7 +39,7 @@ async def start_drains(connection: AsyncConnection, changes: ChangeSet, triggers
     job_rows, members = await jobs_and_members(connection, triggers)
     for job in job_rows:
         state = JobState(changes.job_value(job.id, "state", job.state))
-        if state not in DRAINABLE_JOB_STATES or changes.job_value(job.id, "cancelled", job.cancelled):
+        if state not in GANG_PLACED or changes.job_value(job.id, "cancelled", job.cancelled):
             continue
         rows = {r.index: changes.row(r.id) or task_row(r) for r in members[job.id]}
         reasons = {r.index: r.reason for r in members[job.id]}

@@ -27,8 +27,10 @@ from corral.core.lifecycle import (
 )
 from corral.core.outcomes import job_outcome
 from corral.core.states import (
+    GANG_PLACED,
     JOB_ACTIVE,
     JOB_TERMINAL,
+    STOPPABLE,
     TASK_BEFORE_PREPARED,
     TASK_BEFORE_RUNNING,
     TASK_TERMINAL,
@@ -245,7 +247,7 @@ class TerminateJobs(Handler):
     job_states = frozenset({J.TERMINATING})
     gang_only = False
     transitions = StatusTransitions(success=TransitionStatus(task=T.TERMINATING))
-    stoppable = frozenset({T.ASSIGNED, T.BUILDING, T.PREPARED, T.STARTING, T.RUNNING})
+    stoppable = STOPPABLE
 
     def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
         return Decision(HandlerResult(
@@ -313,7 +315,7 @@ class DetectTermination(PromotionHandler):
     """
 
     name = "DetectTermination"
-    job_states = frozenset({J.SCHEDULED, J.PREPARING, J.PREPARED, J.STARTING, J.RUNNING})
+    job_states = GANG_PLACED
     check = TASK_TERMINAL
     match = MatchType.ANY
     transitions = StatusTransitions(success=TransitionStatus(job=J.TERMINATING))

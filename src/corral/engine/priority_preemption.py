@@ -11,8 +11,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from corral.core.drain import DRAINABLE_JOB_STATES, preemption_move
-from corral.core.states import Fact, JobState
+from corral.core.drain import preemption_move
+from corral.core.states import GANG_PLACED, Fact, JobState
 from corral.engine.drain import drain_gang
 from corral.engine.preemption import JobRef, preempt_tasks
 from corral.metrics import TASKS_PREEMPTED
@@ -39,7 +39,7 @@ async def preempt_victims(connection: AsyncConnection, changes: ChangeSet, victi
         ref = JobRef(job.id, state, changes.job_value(job.id, "preemption_epoch", job.preemption_epoch))
         rows = [changes.row(r.id) or task_row(r) for r in members[job.id]]
         if job.gang:
-            if state not in DRAINABLE_JOB_STATES:
+            if state not in GANG_PLACED:
                 continue
             stopped = [r for r in rows if preemption_move(r.state) is not None]
             epoch = drain_gang(changes, ref, stopped, cause="priority preemption")

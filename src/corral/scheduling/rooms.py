@@ -1,5 +1,9 @@
 """Worker room and task requests, and the book a placement pass keeps of them.
 
+A request takes whole GPUs (an integer count) or a share of one device (0.01-0.99, kept in
+hundredths so that shares add up exactly). A device holding shares is never handed out
+whole, and a share never spans two devices.
+
 The book holds scratch copies of the rooms and, per group of workers a job may use (one
 pool, one set of label constraints), an index sorted by free room, so that choosing a
 worker costs a binary search rather than a scan of the cluster. The three strategies
@@ -12,12 +16,19 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from corral.core.config import Strategy
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.policy import DEFAULT_POOL
 
 EPS = 1e-9  # fractional cores add up with rounding errors
+SHARES = 100  # a device is shared in hundredths
+
+
+def gpu_share(gpu: float) -> int:
+    """The hundredths of one device that a request for `gpu` GPUs takes when it is a share (0 < gpu < 1); else 0."""
+    return round(gpu * SHARES) if 0 < gpu < 1 else 0
 
 
 def custom_slots(custom: Mapping[str, float] | None) -> tuple[tuple[str, float], ...]:
@@ -31,9 +42,19 @@ class Request:
 
     cpu: float
     memory: int
-    gpu: int
+    gpu: float  # whole devices (a whole number), or a share of one device (0.01-0.99)
     custom: tuple[tuple[str, float], ...] = ()  # sorted (name, amount) pairs, hashable
-    gpu_memory: int = 0  # bytes each of its GPUs must have; 0: any GPU
+    gpu_memory: int = 0  # whole devices: bytes each must have; a share: bytes of its device it reserves; 0: any
+
+    @cached_property
+    def share(self) -> int:
+        """Hundredths of one device, for a share; 0 for whole devices."""
+        return gpu_share(self.gpu)
+
+    @cached_property
+    def whole(self) -> int:
+        """Whole devices, 0 for a share."""
+        return 0 if self.share else int(self.gpu)
 
     def amounts(self, tasks: int = 1) -> dict[str, float]:
         """Per resource, in the order a reason names them: the scarcest kinds first."""
@@ -49,6 +70,8 @@ class WorkerRoom:
 
     With device memory known, free GPUs are kept smallest first, so that `take` hands out the
     smallest devices that suffice and keeps the big ones for the requests that need them.
+    `free_gpu_ids` are the devices nothing uses; a device holding shares is in `gpu_shared`
+    (hundredths in use) and, where shares reserve device memory, `gpu_memory_shared` (bytes).
     """
 
     id: str
@@ -67,6 +90,8 @@ class WorkerRoom:
     filesystem: str | None = None  # the id of the file system its tasks see
     shared_fs: tuple[str, ...] = ()  # directories it shares with submitters elsewhere
     pythons: tuple[str, ...] = ()  # the Python versions it builds environments with
+    gpu_shared: dict[int, int] = field(default_factory=dict)  # device -> hundredths its shares use
+    gpu_memory_shared: dict[int, int] = field(default_factory=dict)  # device -> bytes its shares reserve
 
     def __post_init__(self) -> None:
         if self.gpu_memory:
@@ -75,9 +100,12 @@ class WorkerRoom:
     def fits(self, request: Request) -> bool:
         if request.cpu > self.free_cpu + EPS or request.memory > self.free_memory:
             return False
-        if request.gpu > len(self.free_gpu_ids):
+        if request.share:
+            if not self.share_devices(request):
+                return False
+        elif request.gpu > len(self.free_gpu_ids):
             return False
-        if request.gpu_memory and request.gpu > len(self.gpus_with(request.gpu_memory, self.free_gpu_ids)):
+        elif request.gpu_memory and request.gpu > len(self.gpus_with(request.gpu_memory, self.free_gpu_ids)):
             return False
         return not request.custom or all(amount <= self.free_custom.get(name, 0.0) + EPS
                                          for name, amount in request.custom)
@@ -90,16 +118,36 @@ class WorkerRoom:
             and all(amount <= self.custom.get(name, 0.0) + EPS for name, amount in request.custom)
         )
 
-    def take(self, request: Request) -> list[int]:
+    def share_devices(self, request: Request) -> list[int]:
+        """The devices a share fits on now: those already shared with room for it, fullest first, then the unused
+        ones (smallest first where memory is known). Best fit is the first; a strategy may choose another."""
+        shared = [d for d, used in self.gpu_shared.items() if used + request.share <= SHARES
+                  and (not request.gpu_memory
+                       or self.device_memory(d) - self.gpu_memory_shared.get(d, 0) >= request.gpu_memory)]
+        shared.sort(key=lambda d: (-self.gpu_shared[d], d))
+        unused = self.gpus_with(request.gpu_memory, self.free_gpu_ids) if request.gpu_memory else self.free_gpu_ids
+        return shared + unused
+
+    def take(self, request: Request, device: int | None = None) -> list[int]:
+        """Reserve a request's room; a share goes to `device` if given (one of `share_devices`), else best fit."""
         self.free_cpu -= request.cpu
         self.free_memory -= request.memory
         for name, amount in request.custom:
             self.free_custom[name] = self.free_custom.get(name, 0.0) - amount
+        if request.share:
+            if device is None:
+                device = self.share_devices(request)[0]
+            if device in self.free_gpu_ids:
+                self.free_gpu_ids.remove(device)
+            self.gpu_shared[device] = self.gpu_shared.get(device, 0) + request.share
+            if request.gpu_memory:
+                self.gpu_memory_shared[device] = self.gpu_memory_shared.get(device, 0) + request.gpu_memory
+            return [device]
         if request.gpu_memory:
-            gpu_ids = self.gpus_with(request.gpu_memory, self.free_gpu_ids)[: request.gpu]
+            gpu_ids = self.gpus_with(request.gpu_memory, self.free_gpu_ids)[: request.whole]
             self.free_gpu_ids = [i for i in self.free_gpu_ids if i not in gpu_ids]
         else:
-            gpu_ids, self.free_gpu_ids = self.free_gpu_ids[: request.gpu], self.free_gpu_ids[request.gpu :]
+            gpu_ids, self.free_gpu_ids = self.free_gpu_ids[: request.whole], self.free_gpu_ids[request.whole :]
         return sorted(gpu_ids)  # chosen smallest first, handed to the task in index order
 
     def give(self, request: Request, gpu_ids: Sequence[int]) -> None:
@@ -108,8 +156,32 @@ class WorkerRoom:
         self.free_memory += request.memory
         for name, amount in request.custom:
             self.free_custom[name] = self.free_custom.get(name, 0.0) + amount
+        if request.share:
+            gpu_ids = [d for d in gpu_ids if self._unshare(d, request)]
         order = self._device_order if self.gpu_memory else None
         self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids}, key=order)
+
+    def _unshare(self, device: int, request: Request) -> bool:
+        """Give a share back; True when the device is then unused."""
+        used = self.gpu_shared.get(device, 0) - request.share
+        if request.gpu_memory and device in self.gpu_memory_shared:
+            self.gpu_memory_shared[device] -= request.gpu_memory
+            if self.gpu_memory_shared[device] <= 0:
+                del self.gpu_memory_shared[device]
+        if used > 0:
+            self.gpu_shared[device] = used
+            return False
+        self.gpu_shared.pop(device, None)
+        return True
+
+    def free_share(self, gpu_memory: int = 0) -> float:
+        """The largest share one device has free now (1.0 for an unused one), among those with `gpu_memory` bytes
+        left: what a reason says a share request could have had."""
+        if self.gpus_with(gpu_memory, self.free_gpu_ids) if gpu_memory else self.free_gpu_ids:
+            return 1.0
+        room = [SHARES - used for d, used in self.gpu_shared.items()
+                if not gpu_memory or self.device_memory(d) - self.gpu_memory_shared.get(d, 0) >= gpu_memory]
+        return max(room, default=0) / SHARES
 
     def device_memory(self, gpu_id: int) -> int:
         return self.gpu_memory[gpu_id] if gpu_id < len(self.gpu_memory) else 0
@@ -134,7 +206,8 @@ class WorkerRoom:
         return {"cpu": self.cpu, "memory": self.memory}.get(resource, self.custom.get(resource, 0.0))
 
     def copy(self) -> WorkerRoom:
-        return replace(self, free_gpu_ids=list(self.free_gpu_ids), free_custom=dict(self.free_custom))
+        return replace(self, free_gpu_ids=list(self.free_gpu_ids), free_custom=dict(self.free_custom),
+                       gpu_shared=dict(self.gpu_shared), gpu_memory_shared=dict(self.gpu_memory_shared))
 
     def _device_order(self, gpu_id: int) -> tuple[int, int]:
         return (self.device_memory(gpu_id), gpu_id)
@@ -219,7 +292,7 @@ class RoomBook:
 
     def _fullest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Best fit: the fewest free GPUs that suffice, then the fewest free cores."""
-        index, gpus = group.index, request.gpu
+        index, gpus = group.index, request.whole
         while True:
             start = bisect_left(index, (gpus, request.cpu - EPS))
             if start == len(index):
@@ -240,7 +313,7 @@ class RoomBook:
         index, position = group.index, len(group.index) - 1
         while position >= 0:
             gpus = index[position][0]
-            if gpus < request.gpu:
+            if gpus < request.whole:
                 return None
             level_start = bisect_left(index, (gpus,))
             for p in range(position, level_start - 1, -1):

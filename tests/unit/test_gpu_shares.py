@@ -82,5 +82,5 @@ def test_shares_never_overfill_a_device_and_give_undoes_take(steps: list[tuple[R
                 in_use[d] += request_.share or SHARES
         assert all(used <= SHARES for used in in_use.values())
         assert sorted(r.free_gpu_ids) == [d for d, used in in_use.items() if used == 0]
-        assert r.gpu_shared == {d: used for d, used in in_use.items() if 0 < used and any(
+        assert r.gpu_shared == {d: used for d, used in in_use.items() if used > 0 and any(
             q.share and d in ids for q, ids in held)}

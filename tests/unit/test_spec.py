@@ -161,7 +161,28 @@ def test_rejects_gpu_memory_without_gpus(gpu):
     resources = {"gpu_memory": "40G"} | ({} if gpu is None else {"gpu": gpu})
     errors = errors_of(command=["true"], resources=resources)
     assert [e["loc"] for e in errors] == [("resources",)]
-    assert "gpu_memory" in errors[0]["msg"] and "gpu >= 1" in errors[0]["msg"]
+    assert "gpu_memory" in errors[0]["msg"] and "ask for a gpu" in errors[0]["msg"]
+
+
+@pytest.mark.parametrize(("value", "kept"), [(0.25, 0.25), ("0.5", 0.5), (0.01, 0.01), (0.99, 0.99), (2.0, 2), (3, 3)])
+def test_a_gpu_request_is_whole_devices_or_a_share_of_one(value, kept):
+    gpu = JobSpec(command=["true"], resources={"gpu": value}).resources.gpu
+    assert gpu == kept and type(gpu) is type(kept)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    (0.333, "in hundredths"), (1.5, "a share of one device"), (0.001, "from 0.01 to 0.99"), ("half", "not a number"),
+    (True, "a boolean"), (-0.5, "from 0.01"), (257, "less than or equal"),
+])
+def test_rejects_a_gpu_request_that_is_neither_whole_nor_a_share(value, says):
+    errors = errors_of(command=["true"], resources={"gpu": value})
+    assert [e["loc"][:2] for e in errors] and all(e["loc"][:2] == ("resources", "gpu") for e in errors)
+    assert any(says in e["msg"] for e in errors), errors
+
+
+def test_a_share_may_reserve_device_memory():
+    resources = JobSpec(command=["true"], resources={"gpu": 0.5, "gpu_memory": "20G"}).resources
+    assert (resources.gpu, resources.gpu_memory) == (0.5, 20 * 10**9)
 
 
 def test_several_errors_are_reported_together():

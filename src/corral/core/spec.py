@@ -108,7 +108,26 @@ def begin_problem(begin: float | None, now: float) -> str | None:
     return f"must lie between 2000-01-01 and five years from now ({latest}), not {begin:g}"
 
 
+def parse_gpus(value: object) -> object:
+    """Whole devices (kept as an integer), or a share of one device in hundredths: 0.25, not 0.333 or 1.5."""
+    if isinstance(value, bool):
+        raise ValueError("not a number of GPUs: a boolean (whole devices, or a share such as 0.25)")
+    if not isinstance(value, int | float | str):
+        return value
+    try:
+        amount = float(value)
+    except ValueError:
+        raise ValueError(f"not a number of GPUs: {value!r} (whole devices, or a share such as 0.25)") from None
+    if amount.is_integer():
+        return int(amount)
+    if not 0 < amount < 1 or abs(amount * 100 - round(amount * 100)) > 1e-6:
+        raise ValueError(f"{value!r} GPUs: ask for whole devices, or a share of one device from 0.01 to 0.99 "
+                         "in hundredths (a share never spans two devices)")
+    return round(amount, 2)
+
+
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+GpuCount = Annotated[int | float, BeforeValidator(parse_gpus)]
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 FILESYSTEM_ID = r"^[0-9a-f]{16,64}$"  # corral.filesystem's ids
 FilesystemId = Annotated[str, Field(pattern=FILESYSTEM_ID)]
@@ -125,9 +144,10 @@ class Resources(WireModel):
 
     cpu: float = Field(1.0, ge=MIN_CPU, le=MAX_CPU, description="cores, fractional, at least 0.01")
     memory: Bytes = Field(0, ge=0, le=MAX_MEMORY, description="bytes")
-    gpu: int = Field(0, ge=0, le=MAX_GPU, description="whole devices")
+    gpu: GpuCount = Field(0, ge=0, le=MAX_GPU, description="whole devices, or a share of one device from 0.01 to 0.99")
     gpu_memory: Bytes | None = Field(None, gt=0, le=MAX_MEMORY,
-                                     description="bytes each of its GPUs must have at least; any GPU when unset")
+                                     description="bytes each of its GPUs must have at least; any GPU when unset. "
+                                                 "With a share: the bytes of its device the share reserves")
     custom: dict[str, float] = Field(default_factory=dict, description="custom slots by name, e.g. {tpu: 4}")
 
     @field_validator("custom")
@@ -145,8 +165,8 @@ class Resources(WireModel):
 
     @model_validator(mode="after")
     def _gpu_memory_needs_gpus(self) -> Resources:
-        if self.gpu_memory is not None and self.gpu < 1:
-            raise ValueError("gpu_memory is the memory each requested GPU must have: ask for gpu >= 1 with it")
+        if self.gpu_memory is not None and not self.gpu:
+            raise ValueError("gpu_memory is the memory each requested GPU (or share) must have: ask for a gpu with it")
         return self
 
 

@@ -103,9 +103,8 @@ class WorkerRoom:
         if request.share:
             if not self.share_devices(request):
                 return False
-        elif request.gpu > len(self.free_gpu_ids):
-            return False
-        elif request.gpu_memory and request.gpu > len(self.gpus_with(request.gpu_memory, self.free_gpu_ids)):
+        elif request.gpu > len(self.free_gpu_ids) or (
+                request.gpu_memory and request.gpu > len(self.gpus_with(request.gpu_memory, self.free_gpu_ids))):
             return False
         return not request.custom or all(amount <= self.free_custom.get(name, 0.0) + EPS
                                          for name, amount in request.custom)

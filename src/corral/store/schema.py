@@ -86,7 +86,7 @@ tasks = Table(
     # The reservation, copied from the spec so capacity sums need no JSON parsing.
     Column("cpu", Float, nullable=False),
     Column("memory", BigInteger, nullable=False),
-    Column("gpu", Integer, nullable=False),
+    Column("gpu", Float, nullable=False),  # whole devices, or a share of one (0.01-0.99)
     Column("exit_code", Integer),
     Column("reason", Text),
     # The epoch of the task's last preemption order; an acknowledgement must carry it.

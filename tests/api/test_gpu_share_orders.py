@@ -31,3 +31,13 @@ async def test_the_build_order_carries_a_share_and_its_memory_and_whole_devices_
     assert (share_order["gpu_share"], share_order["gpu_memory"], len(share_order["gpu_ids"])) == (0.25, 10 * GB, 1)
     assert (whole_order["gpu_share"], whole_order["gpu_memory"], len(whole_order["gpu_ids"])) == (None, None, 1)
     assert share_order["gpu_ids"] != whole_order["gpu_ids"]
+
+
+async def test_the_placement_analysis_judges_a_share_as_a_gpu_request_not_as_none(api):
+    cpu_only = {**WORKER, "capacity": {**WORKER["capacity"], "gpu": 0}, "gpus": []}
+    async with api.as_("join-token") as worker:
+        await worker.post("/api/v1/workers", json=cpu_only)
+    async with api.admin() as admin:
+        job = (await admin.post("/api/v1/jobs", json={"command": ["true"], "resources": {"gpu": 0.5}})).json()["id"]
+        (verdict,) = (await admin.get(f"/api/v1/jobs/{job}/placement")).json()["workers"]
+    assert not verdict["fits"] and "gpu" in verdict["why"], verdict

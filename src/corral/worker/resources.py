@@ -92,8 +92,8 @@ def sharing_note(mps: Path | None) -> str:
     if mps is not None:
         return (f"GPU shares: MPS control daemon at {mps}; a task with a share gets its part of the device's threads "
                 "and memory as MPS limits")
-    return ("GPU shares are cooperative: no MPS control daemon (CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps), so a "
-            "task with a share sees its whole device and is trusted to use only CORRAL_GPU_SHARE of it")
+    return (f"GPU shares are cooperative: no MPS control daemon (CUDA_MPS_PIPE_DIRECTORY or {MPS_PIPE_DIRECTORY}), "
+            "so a task with a share sees its whole device and is trusted to use only CORRAL_GPU_SHARE of it")
 
 
 def gpu_env(order: BuildOrder, device_memory: Mapping[int, int], mps: bool) -> dict[str, str]:

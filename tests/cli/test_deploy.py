@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import main
@@ -176,3 +177,23 @@ def test_deploy_takes_pip_and_python_and_its_replicas_ask_for_them(tmp_path):
     assert (spec.pip, spec.python) == (["sentence-transformers"], "3.12")
     result, api = run("deploy", "bad", "--pip", "../outside.whl", "--", "serve")
     assert result.exit_code != 0 and "../outside.whl" in result.output and not api.calls
+
+
+def test_a_deployment_may_ask_for_a_share_of_one_gpu():
+    result, api = run("deploy", "small", "--gpus", "0.5", "--gpu-memory", "20G", "--", "python", "serve.py")
+    assert result.exit_code == 0, result.output
+    spec = DeploymentSpec.model_validate(api.calls[0][2])
+    assert (spec.resources.gpu, spec.resources.gpu_memory) == (0.5, 20 * 10**9)
+    assert spec.replica_job().resources.gpu == 0.5
+
+
+@pytest.mark.parametrize(("value", "says"), [("0.333", "in hundredths"), ("1.5", "from 0.01 to 0.99"),
+                                             ("half", "not a number of GPUs")])
+def test_deploy_refuses_gpus_neither_whole_nor_a_share(value, says):
+    result, api = run("deploy", "small", "--gpus", value, "--", "python", "serve.py")
+    assert result.exit_code == 2 and says in result.output and not api.calls
+
+
+def test_deploy_refuses_negative_gpus_naming_the_field():
+    result, api = run("deploy", "small", "--gpus", "-1", "--", "python", "serve.py")
+    assert result.exit_code == 1 and "resources.gpu" in result.output and not api.calls

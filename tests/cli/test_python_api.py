@@ -273,6 +273,28 @@ def test_remote_functions_run_locally_and_submit_with_their_options():
                       "options": {"time_limit": "1h"}, "epochs": 3}
 
 
+def test_the_client_and_remote_functions_ask_for_a_share_of_one_gpu_and_refuse_a_bad_one(tmp_path):
+    sent = []
+
+    def handler(request):
+        if request.method == "HEAD":
+            return httpx.Response(404)
+        if request.method == "PUT":
+            return httpx.Response(201, json={})
+        sent.append(json.loads(request.content)["resources"])
+        return httpx.Response(201, json=job_view(3).model_dump(mode="json"))
+
+    sync, aio = both(handler)
+    sync.submit({"command": ["serve"], "resources": {"gpu": 0.25, "gpu_memory": "10G"}})
+    run(aio.submit(divmod, 7, 2, resources={"gpu": "0.5"}, workdir=tmp_path))
+    corral.remote(gpus=0.75)(divmod).submit(7, 2, client=sync)
+    assert [(r["gpu"], r.get("gpu_memory")) for r in sent] == [(0.25, 10 * 10**9), (0.5, None), (0.75, None)]
+    for bad in (0.333, 1.5, -1, "half"):
+        with pytest.raises(ValueError, match="resources.gpu"):
+            sync.submit(divmod, 7, 2, resources={"gpu": bad}, workdir=tmp_path)
+    assert len(sent) == 3
+
+
 class Dropping(httpx.SyncByteStream, httpx.AsyncByteStream):
     """A body that sends `chunks`, then breaks off as a dropped connection does."""
 

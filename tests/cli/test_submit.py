@@ -65,7 +65,39 @@ def test_gpu_memory_from_the_option_or_the_file_and_refused_without_gpus(cli, fa
     assert cli("submit", "-f", str(path)).exit_code == 0
     assert [spec.resources.gpu_memory for spec, _ in fake.submitted] == [40 * 10**9, 24 * 2**30]
     result = cli("submit", "--gpu-memory", "40G", "--", "train")
-    assert result.exit_code == 1 and "gpu >= 1" in result.output
+    assert result.exit_code == 1 and "ask for a gpu" in result.output
+
+
+@pytest.mark.parametrize(("value", "kept"), [("0.25", 0.25), ("0.5", 0.5), ("0.01", 0.01), ("2", 2), ("1.0", 1)])
+def test_gpus_are_whole_devices_or_a_share_of_one(cli, fake, value, kept):
+    assert cli("submit", "--gpus", value, "--", "train").exit_code == 0
+    gpu = fake.submitted[0][0].resources.gpu
+    assert gpu == kept and type(gpu) is type(kept)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("0.333", "in hundredths"), ("1.5", "a share of one device from 0.01 to 0.99"), ("half", "not a number of GPUs"),
+    ("0.001", "from 0.01 to 0.99"),
+])
+def test_gpus_neither_whole_nor_a_share_are_a_usage_error_naming_the_rule(cli, fake, value, says):
+    result = cli("submit", "--gpus", value, "--", "train")
+    assert result.exit_code == 2 and "Invalid value for '--gpus'" in result.output and says in result.output
+    assert "Traceback" not in result.output and not fake.submitted
+
+
+def test_a_spec_file_may_ask_for_a_share_and_a_bad_one_is_an_error_line(cli, fake, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: [serve]\nresources: {gpu: 0.25, gpu_memory: 10G}\n")
+    assert cli("submit", "-f", str(path)).exit_code == 0
+    assert (fake.submitted[0][0].resources.gpu, fake.submitted[0][0].resources.gpu_memory) == (0.25, 10 * 10**9)
+    path.write_text("command: [serve]\nresources: {gpu: 0.333}\n")
+    result = cli("submit", "-f", str(path))
+    assert result.exit_code == 1 and result.output.startswith("error: invalid job spec: resources.gpu")
+    assert "in hundredths" in result.output and len(fake.submitted) == 1
+
+
+def test_submit_help_says_what_gpus_may_be(cli):
+    assert "whole GPUs, or a share of one (0.01-0.99)" in " ".join(cli("submit", "--help").output.split())
 
 
 def test_submit_json_prints_the_job_view(cli):

@@ -73,7 +73,8 @@ class Harness:
     """A Runner on real processes, with its reports, bundle fetches and log flushes recorded."""
 
     def __init__(self, work_dir: Path, gpus: int = 0, bundles: dict[str, Path] | None = None,
-                 containment: str = "auto", filesystem: str | None = None, shared_fs: tuple[str, ...] = ()) -> None:
+                 containment: str = "auto", filesystem: str | None = None, shared_fs: tuple[str, ...] = (),
+                 mps: bool = False) -> None:
         self.reports: list[TaskReport] = []
         self.flushed: list[tuple[int, int, int]] = []  # (task, attempt, reports made before the flush)
         self.bundles = bundles or {}
@@ -81,7 +82,7 @@ class Harness:
         self.saved: list[tuple[int, int, int, bytes]] = []  # (task, attempt, epoch, bytes) uploads
         self.refuse_checkpoints: str | None = None  # an upload's refusal, when set
         self.runner = Runner(work_dir, report=self.reports.append, fetch_bundle=self._fetch,
-                             flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus,
+                             flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus, mps=mps,
                              fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
                              containment=containment, filesystem=filesystem, shared_fs=shared_fs)
         self.work_dir = work_dir

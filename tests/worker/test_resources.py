@@ -1,15 +1,26 @@
-"""GPU detection through NVML, against a fake NVML module injected at the edge."""
+"""GPU detection through NVML, against a fake NVML module injected at the edge; what a task learns of its GPUs."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import main
-from corral.core.protocol import GpuDevice
-from corral.worker.resources import detect_capacity, detect_gpus
+from corral.core.protocol import BuildOrder, GpuDevice
+from corral.worker.resources import (
+    MPS_PIPE_DIRECTORY,
+    detect_capacity,
+    detect_gpus,
+    gpu_env,
+    mps_pipe_directory,
+    sharing_note,
+)
+
+GB = 10**9
 
 
 class FakeNvml:
@@ -92,3 +103,37 @@ def test_a_virtual_gpu_memory_needs_virtual_gpus(args):
     flag = "--gpu-memory" if args[0] == "worker" else "--worker-gpu-memory"
     result = CliRunner().invoke(main, [*args, flag, "24G"])
     assert result.exit_code == 2 and "virtual GPUs" in result.output and "gpus too" in result.output
+
+
+def test_an_mps_daemon_is_found_by_its_control_pipe_where_the_environment_or_the_default_says(tmp_path):
+    assert mps_pipe_directory({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) is None  # no control pipe: no daemon
+    os.mkfifo(tmp_path / "control")
+    assert mps_pipe_directory({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) == tmp_path
+    assert mps_pipe_directory({}) == (Path(MPS_PIPE_DIRECTORY) if (Path(MPS_PIPE_DIRECTORY) / "control").exists()
+                                      else None)
+
+
+def test_the_startup_note_says_whether_shares_are_held_by_mps_or_cooperative(tmp_path):
+    assert "cooperative" in sharing_note(None) and "CORRAL_GPU_SHARE" in sharing_note(None)
+    assert str(tmp_path) in sharing_note(tmp_path) and "MPS limits" in sharing_note(tmp_path)
+
+
+def _order(gpu_ids, share=None, memory=None) -> BuildOrder:
+    return BuildOrder(task_id=1, attempt=0, job_id=1, task_index=0, command=["x"], env={}, gpu_ids=gpu_ids,
+                      gpu_share=share, gpu_memory=memory)
+
+
+@pytest.mark.parametrize(("order", "memory", "mps", "env"), [
+    (_order([0, 1]), {}, True, {"CUDA_VISIBLE_DEVICES": "0,1"}),  # whole devices: as ever, even under MPS
+    (_order([1], 0.25), {1: 80 * GB}, False, {"CUDA_VISIBLE_DEVICES": "1", "CORRAL_GPU_SHARE": "0.25"}),
+    (_order([1], 0.25), {1: 80 * GB}, True, {
+        "CUDA_VISIBLE_DEVICES": "1", "CORRAL_GPU_SHARE": "0.25", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"1={20 * GB // 2**20}M"}),  # the share of the device's memory
+    (_order([0], 0.5, 10 * GB), {0: 80 * GB}, True, {
+        "CUDA_VISIBLE_DEVICES": "0", "CORRAL_GPU_SHARE": "0.5", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={10 * GB // 2**20}M"}),  # the memory the share reserved
+    (_order([0], 0.07), {}, True, {  # device memory unknown: no memory limit
+        "CUDA_VISIBLE_DEVICES": "0", "CORRAL_GPU_SHARE": "0.07", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "7"}),
+])
+def test_a_task_sees_its_devices_and_a_share_its_share_and_under_mps_its_limits(order, memory, mps, env):
+    assert gpu_env(order, memory, mps) == env

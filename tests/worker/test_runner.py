@@ -265,6 +265,17 @@ async def test_env_is_overlaid_and_cuda_visible_devices_comes_from_gpu_ids(tmp_p
         assert (harness.attempt_dir() / "stdout").read_text() == expected
 
 
+async def test_a_task_with_a_share_sees_its_one_device_and_its_share_and_a_whole_one_no_share(tmp_path, monkeypatch):
+    monkeypatch.delenv("CORRAL_GPU_SHARE", raising=False)
+    script = 'echo "$CUDA_VISIBLE_DEVICES [${CORRAL_GPU_SHARE-unset}] [${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE-unset}]"'
+    cases = [(False, [1], 0.25, "1 [0.25] [unset]\n"), (True, [1], 0.25, "1 [0.25] [25]\n"),
+             (True, [0, 1], None, "0,1 [unset] [unset]\n")]
+    for index, (mps, gpu_ids, share, expected) in enumerate(cases):
+        harness = Harness(tmp_path / str(index), gpus=2, mps=mps)
+        await run_to_end(harness, ["sh", "-c", script], gpu_ids=gpu_ids, gpu_share=share)
+        assert (harness.attempt_dir() / "stdout").read_text() == expected
+
+
 async def test_a_task_gets_its_job_s_token_and_never_the_worker_s(tmp_path, monkeypatch):
     monkeypatch.setenv("CORRAL_JOIN_TOKEN", "the-worker-s-join-token")
     monkeypatch.setenv("CORRAL_TOKEN", "the-worker-s-token")

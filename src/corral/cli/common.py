@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from corral.client.http import Client
-from corral.core.spec import MAX_CUSTOM_AMOUNT
+from corral.core.spec import MAX_CUSTOM_AMOUNT, parse_gpus
 
 
 class CliError(click.ClickException):
@@ -55,6 +55,19 @@ def parse_amounts(ctx: click.Context | None, param: click.Parameter | None, valu
             raise click.BadParameter(f"{name}={value}: must be a number from 0 to {MAX_CUSTOM_AMOUNT:g}",
                                      ctx=ctx, param=param)
     return amounts
+
+
+class GpuAmount(click.ParamType):
+    """--gpus: whole GPUs, or a share of one (0.01-0.99), by the spec's own rule (which refuses negatives too)."""
+
+    name = "N"
+    HELP = "whole GPUs, or a share of one (0.01-0.99)"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return parse_gpus(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from corral.cli.common import CliError, client, console, json_option, parse_pairs, print_json
+from corral.cli.common import CliError, GpuAmount, client, console, json_option, parse_pairs, print_json
 from corral.cli.daemons import config_option, read_token, refuse_token_value
 from corral.cli.format import format_age, format_command, format_resources, format_time
 from corral.cli.submit import chosen_workdir, export_option, load_spec_file, ship_workdir, workdir_options
@@ -70,8 +70,9 @@ def build_deployment(file_data: dict[str, Any], name: str | None, command: tuple
 @click.option("--idle-timeout", help="Scale to zero after this long without requests, e.g. 10m.")
 @click.option("--cpus", type=float)
 @click.option("--memory")
-@click.option("--gpus", type=int)
-@click.option("--gpu-memory", help="Memory each of its GPUs must have at least, e.g. 40G.")
+@click.option("--gpus", type=GpuAmount(), help=f"GPUs per replica: {GpuAmount.HELP}, e.g. 1 or 0.5.")
+@click.option("--gpu-memory", help="Memory each of its GPUs must have at least, e.g. 40G; with a share, the memory "
+                                   "of its device the share reserves.")
 @click.option("--project", help="Whose quota its replicas use and whose tokens may call it (default: default).")
 @click.option("--priority", type=int, help="Queued requests of higher-priority deployments go first.")
 @click.option("--concurrency", type=int, help="Requests in flight before the router answers 429.")

@@ -13,7 +13,7 @@ from typing import Any
 import click
 import yaml
 
-from corral.cli.common import CliError, client, json_option, parse_amounts, parse_pairs, print_json
+from corral.cli.common import CliError, GpuAmount, client, json_option, parse_amounts, parse_pairs, print_json
 from corral.cli.format import task_summary
 from corral.client.exports import exported
 from corral.client.http import Client
@@ -189,8 +189,9 @@ def _strings(mapping: object) -> dict:
 @click.option("--name")
 @click.option("--cpus", type=float, help="Cores per task (fractional).")
 @click.option("--memory", help="Memory per task, e.g. 512M, 4G, 2Gi.")
-@click.option("--gpus", type=int, help="Whole GPUs per task.")
-@click.option("--gpu-memory", help="Memory each of those GPUs must have at least, e.g. 40G.")
+@click.option("--gpus", type=GpuAmount(), help=f"GPUs per task: {GpuAmount.HELP}, e.g. 2 or 0.5.")
+@click.option("--gpu-memory", help="Memory each of those GPUs must have at least, e.g. 40G; with a share, the memory "
+                                   "of its device the share reserves.")
 @click.option("--replicas", type=int, help="Number of tasks.")
 @click.option("--gang/--no-gang", default=None, help="Place, start and restart all tasks together.")
 @click.option("--priority", help="An integer (-1000..1000) or low, normal, high, critical.")

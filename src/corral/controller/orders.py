@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder
 from corral.core.states import JobState, TaskState
+from corral.scheduling.rooms import SHARES, gpu_share
 from corral.store.orders import gang_masters, ordered_tasks
 
 if TYPE_CHECKING:
@@ -44,11 +45,14 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
                                        grace_period=row.spec.get("grace_period", 15.0)))
     for row in builds:
         spec = row.spec
+        share = gpu_share(row.gpu) / SHARES or None
         orders.append(BuildOrder(
             task_id=row.id, attempt=row.attempt, job_id=row.job_id, task_index=row.index,
             command=spec["command"], env=task_env(row, spec, masters.get(row.job_id), job_token),
             bundle=spec.get("bundle"), workdir=spec.get("workdir"), pip=spec.get("pip") or [],
-            python=spec.get("python"), gpu_ids=row.gpu_ids or [], time_limit=spec.get("time_limit"),
+            python=spec.get("python"), gpu_ids=row.gpu_ids or [], gpu_share=share,
+            gpu_memory=(spec.get("resources") or {}).get("gpu_memory") if share else None,
+            time_limit=spec.get("time_limit"),
             grace_period=spec.get("grace_period", 15.0), checkpoint=row.checkpoint_epoch is not None,
             allocate_port=spec.get("allocate_port", False), start=not row.gang,
         ))

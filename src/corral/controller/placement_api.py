@@ -30,7 +30,7 @@ async def placement(job_id: PathId, request: Request) -> PlacementAnalysis:
     facts = JobPlacement.from_spec(job.spec, priority=job.priority, gang=job.gang)
     resources = job.spec.get("resources") or {}
     task_request = TaskRequest(float(resources.get("cpu", 1.0)), int(resources.get("memory", 0)),
-                               int(resources.get("gpu", 0)), facts.custom, facts.gpu_memory)
+                               resources.get("gpu", 0), facts.custom, facts.gpu_memory)
     failed_on = frozenset().union(*(cluster.avoid.get(task_id, frozenset()) for task_id in task_ids))
     held_back = gate(facts, cluster.dependencies, time.time())
     return PlacementAnalysis(

@@ -170,7 +170,8 @@ class BuildOrder(BaseModel):
 
     `env` is complete as the controller composed it (the job's variables, CORRAL_* and, for
     gangs, the rendezvous variables); the worker adds only what is its own to know
-    (CUDA_VISIBLE_DEVICES from `gpu_ids`).
+    (CUDA_VISIBLE_DEVICES from `gpu_ids`; with a share of one device, CORRAL_GPU_SHARE and, where an
+    MPS control daemon runs, its limits).
     """
 
     action: Literal["build"] = "build"
@@ -185,6 +186,9 @@ class BuildOrder(BaseModel):
     pip: list[str] = Field(default_factory=list, description="the job's Python requirements (JobSpec.pip)")
     python: str | None = Field(None, description="the Python version its environment is built with")
     gpu_ids: list[int] = Field(default_factory=list)
+    gpu_share: float | None = Field(None, gt=0, lt=1, description="the share of its one device (gpu_ids), if shared")
+    gpu_memory: int | None = Field(None, gt=0, le=MAX_MEMORY,
+                                   description="with a share: the bytes of its device the share reserves")
     time_limit: float | None = None
     grace_period: float = 15.0
     checkpoint: bool = Field(False, description="the controller holds a checkpoint from an earlier attempt")

@@ -17,7 +17,7 @@ ORDERED = (T.ASSIGNED, T.STARTING, T.TERMINATING, T.PREEMPTING)  # the task stat
 async def ordered_tasks(connection: AsyncConnection, worker_id: str) -> list:
     """The worker's tasks in an ORDERED state, by id, with the columns of their jobs that orders carry."""
     return list((await connection.execute(
-        select(tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.gpu_ids,
+        select(tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.gpu, tasks.c.gpu_ids,
                tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
                jobs.c.spec, jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.replicas, jobs.c.cancelled)
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))

@@ -46,7 +46,7 @@ from corral.worker.bundles import BundleCache, BundleError
 from corral.worker.containment import reap_leftovers
 from corral.worker.environments import DEFAULT_BUILD_TIMEOUT, EnvironmentCache, discover_pythons
 from corral.worker.logs import LogShipper
-from corral.worker.resources import detect_capacity
+from corral.worker.resources import detect_capacity, mps_pipe_directory, sharing_note
 from corral.worker.retention import prune_attempts_loop
 from corral.worker.runner import Runner
 
@@ -168,6 +168,9 @@ class Agent:
         work_dir = options.work_dir.resolve()
         self.capacity, self.gpus = detect_capacity(options.cpus, options.memory, options.gpus, options.resources,
                                                    gpu_memory=options.gpu_memory)
+        mps = mps_pipe_directory(os.environ)
+        if self.gpus:
+            log.info(sharing_note(mps))
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
         self.environments = EnvironmentCache(work_dir / "environments", build_timeout=options.env_build_timeout,
@@ -181,7 +184,8 @@ class Agent:
         try:
             self.runner = Runner(work_dir, report=self._queue, fetch_bundle=bundles.fetch,
                                  flush_logs=self.shipper.flush, watch_logs=self.shipper.watch,
-                                 gpus=self.capacity.gpu, fetch_checkpoint=self._fetch_checkpoint,
+                                 gpus=self.capacity.gpu, gpu_memory={g.index: g.memory for g in self.gpus if g.memory},
+                                 mps=mps is not None, fetch_checkpoint=self._fetch_checkpoint,
                                  save_checkpoint=self._save_checkpoint,
                                  task_env=worker_env(options.controller_url, os.environ.get("PATH")),
                                  log_limit=options.log_limit, containment=options.containment,

@@ -4,18 +4,25 @@ Overrides win over detection, so a worker can offer less than the machine has (s
 with other work) or a virtual capacity (tests, simulations of a GPU cluster on a laptop).
 GPUs are read through NVML (model, memory and UUID per device); the NVML module is a
 parameter so the detection can be tested against a fake one.
+
+A task with a share of one GPU sees that device and its share (CORRAL_GPU_SHARE). Only an MPS
+control daemon can hold it to the share; without one, sharing is cooperative.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 
 import psutil
 
-from corral.core.protocol import Capacity, GpuDevice
+from corral.core.protocol import BuildOrder, Capacity, GpuDevice
 
 log = logging.getLogger("corral.worker.resources")
+MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says
+MiB = 2**20
 
 
 def _text(value: str | bytes) -> str:
@@ -71,3 +78,36 @@ def detect_capacity(
         custom=dict(custom or {}),
     )
     return capacity, devices
+
+
+def mps_pipe_directory(environ: Mapping[str, str]) -> Path | None:
+    """The directory of the MPS control daemon that this worker's tasks would connect to, if one runs: the one
+    CUDA_MPS_PIPE_DIRECTORY names (else the default) when it holds the daemon's `control` pipe."""
+    directory = Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_PIPE_DIRECTORY)
+    return directory if (directory / "control").exists() else None
+
+
+def sharing_note(mps: Path | None) -> str:
+    """What this worker does for tasks with a share of one GPU, said once at its start."""
+    if mps is not None:
+        return (f"GPU shares: MPS control daemon at {mps}; a task with a share gets its part of the device's threads "
+                "and memory as MPS limits")
+    return (f"GPU shares are cooperative: no MPS control daemon (CUDA_MPS_PIPE_DIRECTORY or {MPS_PIPE_DIRECTORY}), "
+            "so a task with a share sees its whole device and is trusted to use only CORRAL_GPU_SHARE of it")
+
+
+def gpu_env(order: BuildOrder, device_memory: Mapping[int, int], mps: bool) -> dict[str, str]:
+    """The variables that give a task its GPUs: the devices by index and, for a share of one device, the share;
+    under MPS also its limits: the share in percent of the threads, and the device memory the share reserved
+    (else its share of the device's memory, when known)."""
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, order.gpu_ids))}
+    if order.gpu_share is None or len(order.gpu_ids) != 1:
+        return env
+    device = order.gpu_ids[0]
+    env["CORRAL_GPU_SHARE"] = f"{order.gpu_share:g}"
+    if mps:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(round(order.gpu_share * 100))
+        memory = order.gpu_memory or int(order.gpu_share * device_memory.get(device, 0))
+        if memory >= MiB:
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"{device}={memory // MiB}M"
+    return env

@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ from corral.worker.processes import (
     remove_cgroup,
     signal_attempt,
 )
+from corral.worker.resources import gpu_env
 
 log = logging.getLogger("corral.worker.runner")
 
@@ -192,7 +193,8 @@ class Runner:
     """Acts on build, start and stop orders; reports every state change through `report`, in order."""
 
     def __init__(self, work_dir: Path, *, report: Report, fetch_bundle: FetchBundle, flush_logs: FlushLogs,
-                 watch_logs: WatchLogs, gpus: int = 0, fetch_checkpoint: FetchCheckpoint | None = None,
+                 watch_logs: WatchLogs, gpus: int = 0, gpu_memory: Mapping[int, int] | None = None,
+                 mps: bool = False, fetch_checkpoint: FetchCheckpoint | None = None,
                  save_checkpoint: SaveCheckpoint | None = None,
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
                  log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto", filesystem: str | None = None,
@@ -205,6 +207,8 @@ class Runner:
         self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
         self.gpus = gpus
+        self.gpu_memory = dict(gpu_memory or {})  # device -> bytes, where NVML told
+        self.mps = mps  # an MPS control daemon runs: a share's limits are set for it
         self._fetch_checkpoint = fetch_checkpoint
         self._save_checkpoint = save_checkpoint
         self.task_env = task_env or {}  # what every task learns from this worker (under the order's env)
@@ -339,7 +343,7 @@ class Runner:
             if att.environment is not None:
                 env.update(att.environment.environment.task_env(env.get("PATH", os.defpath)))
             if self.gpus:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, att.order.gpu_ids))
+                env.update(gpu_env(att.order, self.gpu_memory, self.mps))
             env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)
             att.memory_at_start = self.memory.read()
             port = free_port() if att.order.allocate_port else None

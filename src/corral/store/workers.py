@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import dataclass
+
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import TASK_HOLDS_RESOURCES
-from corral.store.schema import tasks, workers
+from corral.store.schema import jobs, tasks, workers
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    task_id: int
+    job_id: int
+    index: int
+    gpu: float  # whole devices, or a share of one
+    gpu_ids: list[int]
+    gpu_memory: int  # bytes each device has at least, or, for a share, the bytes of its device it reserves
 
 
 async def worker_rows(connection: AsyncConnection) -> list:
@@ -25,3 +38,21 @@ async def held_by_worker(connection: AsyncConnection) -> dict:
             .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
             .group_by(tasks.c.worker_id))).all()
     }
+
+
+async def gpu_holders(connection: AsyncConnection) -> dict[str, list]:
+    """Per worker id, the tasks holding GPUs on it: task_id, job_id, index, gpu (devices, or a share of one),
+    gpu_ids, and gpu_memory (what a share reserves of its device, from the job's spec)."""
+    rows = (await connection.execute(
+        select(tasks.c.worker_id, tasks.c.id.label("task_id"), tasks.c.job_id, tasks.c.index, tasks.c.gpu,
+               tasks.c.gpu_ids, jobs.c.spec)
+        .select_from(tasks.join(jobs, jobs.c.id == tasks.c.job_id))
+        .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None),
+               tasks.c.gpu > 0)
+        .order_by(tasks.c.id))).all()
+    holders: dict[str, list] = defaultdict(list)
+    for row in rows:
+        resources = (row.spec or {}).get("resources") or {}
+        holders[row.worker_id].append(GpuHolder(row.task_id, row.job_id, row.index, row.gpu, list(row.gpu_ids or ()),
+                                                int(resources.get("gpu_memory") or 0)))
+    return holders

@@ -2,8 +2,8 @@
 
 Overrides win over detection, so a worker can offer less than the machine has (sharing it
 with other work) or a virtual capacity (tests, simulations of a GPU cluster on a laptop).
-GPUs are read through NVML (model, memory and UUID per device); the NVML module is a
-parameter so the detection can be tested against a fake one.
+GPUs are read through NVML (model, memory and UUID per device, and at each heartbeat their use);
+the NVML module is a parameter so the detection can be tested against a fake one.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from types import ModuleType
 
 import psutil
 
-from corral.core.protocol import Capacity, GpuDevice
+from corral.core.protocol import Capacity, GpuDevice, GpuUse
 
 log = logging.getLogger("corral.worker.resources")
 
@@ -71,3 +71,46 @@ def detect_capacity(
         custom=dict(custom or {}),
     )
     return capacity, devices
+
+
+class GpuMeter:
+    """Reads the use of the NVIDIA devices at `indices` (memory used and total, utilisation) for the heartbeat.
+    NVML is opened once, at the first reading; where it is absent or fails there are no readings, and a device
+    whose reading fails is left out of that one. Virtual devices are never read: NVML knows nothing of them."""
+
+    def __init__(self, indices: list[int], nvml: ModuleType | None = None) -> None:
+        self.indices, self._nvml, self._opened = list(indices), nvml, False
+
+    def read(self) -> list[GpuUse]:
+        if not self.indices or not self._open():
+            return []
+        nvml, readings = self._nvml, []
+        for index in self.indices:
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                readings.append(GpuUse(index=index, memory_used=min(int(memory.used), int(memory.total)),
+                                       memory_total=int(memory.total), utilization=self._utilization(handle)))
+            except Exception as error:
+                log.debug("NVML could not read device %s: %s", index, error)
+        return readings
+
+    def _utilization(self, handle: object) -> int | None:
+        try:
+            return min(100, max(0, int(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu)))
+        except Exception:  # not every device or driver samples it
+            return None
+
+    def _open(self) -> bool:
+        if not self._opened:
+            try:
+                if self._nvml is None:
+                    import pynvml
+                    self._nvml = pynvml
+                self._nvml.nvmlInit()
+            except Exception as error:
+                log.info("NVML cannot read the GPUs' use; heartbeats carry none (%s)", error)
+                self.indices = []
+                return False
+            self._opened = True
+        return True

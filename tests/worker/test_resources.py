@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import main
-from corral.core.protocol import GpuDevice
-from corral.worker.resources import detect_capacity, detect_gpus
+from corral.core.protocol import GpuDevice, GpuUse
+from corral.worker.resources import GpuMeter, detect_capacity, detect_gpus
 
 
 class FakeNvml:
@@ -92,3 +92,42 @@ def test_a_virtual_gpu_memory_needs_virtual_gpus(args):
     flag = "--gpu-memory" if args[0] == "worker" else "--worker-gpu-memory"
     result = CliRunner().invoke(main, [*args, flag, "24G"])
     assert result.exit_code == 2 and "virtual GPUs" in result.output and "gpus too" in result.output
+
+
+class BusyNvml(FakeNvml):
+    """Two devices in use: device 0 holds 5 GiB and is 40% busy; device 1 samples no utilisation."""
+
+    inits = 0
+
+    def nvmlInit(self):
+        super().nvmlInit()
+        self.inits += 1
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        self._maybe_fail(f"memory {handle}")
+        return SimpleNamespace(total=self.devices[handle][1], used=5 * 2**30 * (handle == 0), free=0)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        if handle == 1:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return SimpleNamespace(gpu=40, memory=10)
+
+
+def test_the_meter_reads_each_devices_memory_and_utilisation_opening_nvml_once():
+    nvml = BusyNvml()
+    meter = GpuMeter([0, 1], nvml)
+    expected = [GpuUse(index=0, memory_used=5 * 2**30, memory_total=80 * 2**30, utilization=40),
+                GpuUse(index=1, memory_used=0, memory_total=80 * 2**30, utilization=None)]
+    assert meter.read() == expected and meter.read() == expected
+    assert nvml.inits == 1
+
+
+def test_a_device_the_meter_cannot_read_is_left_out_of_that_reading():
+    assert [use.index for use in GpuMeter([0, 1], BusyNvml(fail_on="memory 0")).read()] == [1]
+
+
+def test_without_nvml_or_devices_the_meter_reads_nothing_and_stops_trying():
+    meter = GpuMeter([0, 1], BusyNvml(fail_init=True))
+    assert meter.read() == [] and meter.indices == []
+    nvml = BusyNvml()
+    assert GpuMeter([], nvml).read() == [] and nvml.inits == 0  # virtual GPUs only: NVML is never opened

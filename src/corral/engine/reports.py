@@ -22,7 +22,14 @@ from corral.engine.drain import start_drains
 from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row, tasks_with_budgets
-from corral.store.worker_state import forget_lost, insert_worker, mark_lost, mark_seen, record_gpu_use, silent_workers
+from corral.store.worker_state import (
+    devices_with_readings,
+    forget_lost,
+    insert_worker,
+    mark_lost,
+    mark_seen,
+    silent_workers,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -84,10 +91,10 @@ async def ingest_heartbeat(
     cached = {} if environments is None else {"environments": [e.model_dump() for e in environments]}
     if pythons is not None:
         cached["pythons"] = pythons
+    if gpus:
+        cached["gpu_devices"] = await devices_with_readings(connection, worker_id, gpus)
     if not await mark_seen(connection, worker_id, now, **cached):
         raise UnknownWorker(worker_id)
-    if gpus:
-        await record_gpu_use(connection, worker_id, gpus)
     changes = ChangeSet(now)
     if not reports:
         return changes

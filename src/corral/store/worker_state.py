@@ -40,14 +40,13 @@ async def mark_seen(connection: AsyncConnection, worker_id: str, now: float, **f
     return seen.rowcount > 0
 
 
-async def record_gpu_use(connection: AsyncConnection, worker_id: str, readings: list[GpuUse]) -> None:
-    """Keep each device's latest NVML reading beside what registration said of it (`gpu_devices`); a reading of a
-    device the worker did not register is dropped."""
+async def devices_with_readings(connection: AsyncConnection, worker_id: str, readings: list[GpuUse]) -> list[dict]:
+    """The worker's `gpu_devices` with each device's latest NVML reading beside what registration said of it, for
+    `mark_seen` to keep; a reading of a device the worker did not register is dropped."""
     devices = (await connection.execute(select(workers.c.gpu_devices).where(workers.c.id == worker_id))).scalar()
     by_index = {reading.index: reading for reading in readings}
-    updated = [device | by_index[device["index"]].model_dump(exclude={"index"}) if device.get("index") in by_index
-               else device for device in devices or ()]
-    await connection.execute(update(workers).where(workers.c.id == worker_id).values(gpu_devices=updated))
+    return [device | by_index[device["index"]].model_dump(exclude={"index"}) if device.get("index") in by_index
+            else device for device in devices or ()]
 
 
 async def silent_workers(connection: AsyncConnection, before: float) -> list:

@@ -84,3 +84,19 @@ async def test_a_nonsense_reading_is_refused_and_nothing_of_the_heartbeat_applie
     assert refused.status_code == 422, refused.text
     assert says in refused.text
     assert all(device["memory_used"] is None for device in (await _worker_view(api))["devices"])
+
+
+async def test_shares_add_up_in_hundredths_on_the_worker_and_its_device(api):
+    async with api.admin() as admin:
+        for share in (0.1, 0.2):
+            submitted = await admin.post("/api/v1/jobs", json={"command": ["true"], "resources": {"gpu": share}})
+            assert submitted.status_code == 201, submitted.text
+    async with api.as_("join-token") as worker:
+        worker_id = (await worker.post("/api/v1/workers", json=WORKER)).json()["worker_id"]
+        await _placed(worker, worker_id, 2)
+    view = await _worker_view(api)
+    assert view["used"]["gpu"] == 0.3  # not 0.30000000000000004
+    assert [device["booked"] for device in view["devices"]] == [0.3, 0.0]
+    async with api.admin() as admin:
+        overview = (await admin.get("/api/v1/overview")).json()
+    assert [w["used"]["gpu"] for w in overview["summary"]["per_worker"]] == [0.3]

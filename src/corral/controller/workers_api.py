@@ -22,7 +22,7 @@ from corral.core.wire import MAX_COUNT, Text
 from corral.engine.reports import Refused, UnknownWorker, ingest_heartbeat, record_refusal, register_worker
 from corral.metrics import HEARTBEAT_SECONDS
 from corral.scheduling.rooms import SHARES, gpu_share
-from corral.store.workers import GpuHolder, gpu_holders, held_by_worker, worker_rows
+from corral.store.workers import GpuHolder, Held, gpu_holders, held_by_worker, worker_rows
 from corral.waiting import woken
 
 DESCRIBED = ("model", "memory", "memory_used", "utilization")  # what a device's stored entry gives its view
@@ -106,12 +106,11 @@ async def list_workers(request: Request) -> list[WorkerView]:
     ]
 
 
-def _used(held) -> dict:
-    """What the worker's tasks hold (a row of `held_by_worker`), as the worker list shows it: GPUs in hundredths,
-    so that shares summed read 1.75, never 1.7500000000000002."""
+def _used(held: Held | None) -> dict:
+    """What the worker's tasks hold, as the worker list shows it."""
     if held is None:
         return {"cpu": 0.0, "memory": 0, "gpu": 0}
-    return {"cpu": held.cpu or 0.0, "memory": held.memory or 0, "gpu": round(held.gpu or 0, 2)}
+    return {"cpu": held.cpu, "memory": held.memory, "gpu": held.gpu}
 
 
 def device_views(count: int, registered: list[dict] | None, holders: Iterable[GpuHolder]) -> list[DeviceView]:

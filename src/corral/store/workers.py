@@ -27,17 +27,25 @@ async def worker_rows(connection: AsyncConnection) -> list:
     return list((await connection.execute(select(workers).order_by(workers.c.registered_at))).all())
 
 
-async def held_by_worker(connection: AsyncConnection) -> dict:
-    """Per worker id, the (cpu, memory, gpu) its tasks hold and how many tasks hold them (`n`); a worker
-    whose tasks hold nothing is left out."""
-    return {
-        r.worker_id: r
-        for r in (await connection.execute(
-            select(tasks.c.worker_id, func.sum(tasks.c.cpu).label("cpu"), func.sum(tasks.c.memory).label("memory"),
-                   func.sum(tasks.c.gpu).label("gpu"), func.count().label("n"))
-            .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
-            .group_by(tasks.c.worker_id))).all()
-    }
+@dataclass(frozen=True)
+class Held:
+    """What one worker's tasks hold, and how many tasks hold it."""
+
+    cpu: float
+    memory: int
+    gpu: float  # summed in hundredths: shares read 1.75, never 1.7500000000000002
+    n: int
+
+
+async def held_by_worker(connection: AsyncConnection) -> dict[str, Held]:
+    """Per worker id, what its tasks hold; a worker whose tasks hold nothing is left out."""
+    rows = (await connection.execute(
+        select(tasks.c.worker_id, func.sum(tasks.c.cpu).label("cpu"), func.sum(tasks.c.memory).label("memory"),
+               func.sum(tasks.c.gpu).label("gpu"), func.count().label("n"))
+        .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
+        .group_by(tasks.c.worker_id))).all()
+    return {r.worker_id: Held(cpu=r.cpu or 0.0, memory=int(r.memory or 0), gpu=round(r.gpu or 0, 2), n=r.n)
+            for r in rows}
 
 
 async def gpu_holders(connection: AsyncConnection) -> dict[str, list]:

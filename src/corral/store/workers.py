@@ -14,6 +14,8 @@ from corral.store.schema import jobs, tasks, workers
 
 @dataclass(frozen=True)
 class GpuHolder:
+    """A task holding GPUs, as the worker list shows it per device."""
+
     task_id: int
     job_id: int
     index: int
@@ -48,7 +50,7 @@ async def held_by_worker(connection: AsyncConnection) -> dict[str, Held]:
             for r in rows}
 
 
-async def gpu_holders(connection: AsyncConnection) -> dict[str, list]:
+async def gpu_holders(connection: AsyncConnection) -> dict[str, list[GpuHolder]]:
     """Per worker id, the tasks holding GPUs on it: task_id, job_id, index, gpu (devices, or a share of one),
     gpu_ids, and gpu_memory (what a share reserves of its device, from the job's spec)."""
     rows = (await connection.execute(
@@ -58,9 +60,10 @@ async def gpu_holders(connection: AsyncConnection) -> dict[str, list]:
         .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None),
                tasks.c.gpu > 0)
         .order_by(tasks.c.id))).all()
-    holders: dict[str, list] = defaultdict(list)
+    holders: dict[str, list[GpuHolder]] = defaultdict(list)
     for row in rows:
-        resources = (row.spec or {}).get("resources") or {}
+        resources = row.spec.get("resources") if isinstance(row.spec, dict) else None  # unreadable: none reserved
+        resources = resources if isinstance(resources, dict) else {}
         holders[row.worker_id].append(GpuHolder(row.task_id, row.job_id, row.index, row.gpu, list(row.gpu_ids or ()),
                                                 int(resources.get("gpu_memory") or 0)))
     return holders

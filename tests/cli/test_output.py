@@ -5,7 +5,16 @@ import time
 
 from corral.core.protocol import AttemptWorld
 from corral.core.spec import JobSpec, Workdir
-from corral.core.views import AttemptView, HistoryEntry, PlacementAnalysis, TaskView, WorkerFit, WorkerView
+from corral.core.views import (
+    AttemptView,
+    DeviceTask,
+    DeviceView,
+    HistoryEntry,
+    PlacementAnalysis,
+    TaskView,
+    WorkerFit,
+    WorkerView,
+)
 from tests.cli.conftest import job_view
 
 
@@ -49,6 +58,60 @@ def test_workers_show_use_over_capacity(cli, fake):
     out = cli("workers").output
     for text in ("gpu-box", "10.0.0.2", "2.0/8", "1.0G/16G", "0/1", "1s ago"):
         assert text in out
+
+
+def shared_box(now: float) -> WorkerView:
+    """Two H100s: device 0 holds two shares (0.5, reserving 20G, and 0.25) read at 7.5G used and 40% busy; device
+    1 a whole-device task, never read."""
+    devices = [
+        DeviceView(index=0, model="NVIDIA H100", memory=80 * 10**9, booked=0.75, memory_reserved=20 * 10**9,
+                   tasks=[DeviceTask(task_id=3, job_id=7, index=0, share=0.5),
+                          DeviceTask(task_id=4, job_id=8, index=0, share=0.25)],
+                   memory_used=75 * 10**8, utilization=40),
+        DeviceView(index=1, model="NVIDIA H100", memory=80 * 10**9, booked=1.0,
+                   tasks=[DeviceTask(task_id=5, job_id=9, index=2, share=1.0)]),
+    ]
+    return WorkerView(id="w-2", name="shared-box", address="10.0.0.3", state="ALIVE", labels={},
+                      gpu_names=["NVIDIA H100"] * 2, capacity={"cpu": 8, "memory": 16 * 10**9, "gpu": 2},
+                      used={"cpu": 3, "memory": 0, "gpu": 1.75}, last_heartbeat=now, registered_at=now - 100,
+                      running_tasks=3, devices=devices)
+
+
+def test_workers_show_gpu_shares_in_use_and_each_device_on_demand(cli, fake):
+    fake.worker_views = [shared_box(time.time())]
+    plain = cli("workers")
+    assert plain.exit_code == 0, plain.output
+    assert "1.75/2" in plain.output and "devices" not in plain.output
+    for flag in ("--devices", "-v"):
+        lines = cli("workers", flag).output.splitlines()
+        header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["WORKER", "GPU"])
+        assert lines[header].split() == ["WORKER", "GPU", "MODEL", "MEMORY", "BOOKED", "RESERVED", "TASKS", "USED",
+                                         "BUSY"]
+        first, second = lines[header + 1], lines[header + 2]
+        assert first.split() == ["shared-box", "0", "NVIDIA", "H100", "80G", "0.75", "20G", "7:0", "(0.5)", "8:0",
+                                 "(0.25)", "7.5G", "40%"]
+        assert second.split() == ["shared-box", "1", "NVIDIA", "H100", "80G", "1", "-", "9:2", "-", "-"]
+
+
+def test_workers_devices_says_when_no_worker_has_a_gpu(cli, fake):
+    now = time.time()
+    fake.worker_views = [WorkerView(
+        id="w-1", name="cpu-box", address="10.0.0.2", state="ALIVE", labels={}, gpu_names=[],
+        capacity={"cpu": 8, "memory": 16 * 10**9, "gpu": 0}, used={"cpu": 0, "memory": 0, "gpu": 0},
+        last_heartbeat=now, registered_at=now, running_tasks=0)]
+    assert "no worker has a GPU" in cli("workers", "--devices").output
+
+
+def test_info_shows_each_tasks_device_and_share(cli, fake):
+    now = time.time()
+    fake.jobs = [job_view(7, spec=JobSpec(command=["true"], replicas=2, resources={"gpu": 0.5}), state="RUNNING")]
+    fake.task_views = [TaskView(id=3 + i, index=i, state="RUNNING", attempt=0, worker_id="w-2", gpu_ids=[i],
+                                failures=0, preemptions=0, exit_code=None, reason=None, state_since=now)
+                       for i in range(2)]
+    fake.history_entries = []
+    lines = cli("info", "7").output.splitlines()
+    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.startswith("TASK ")) + 1:]]
+    assert [row[4:6] for row in rows[:2]] == [["0", "(0.5)"], ["1", "(0.5)"]]
 
 
 def test_info_shows_spec_tasks_attempts_and_history(cli, fake):

@@ -183,3 +183,30 @@ def test_jobs_filter_and_show_their_project_and_pool_and_no_gpu_peak_without_gpu
     gpus = page.locator("figure.chart figcaption").filter(has_text="GPUs in use")
     gpus.wait_for()
     assert gpus.inner_text().endswith("now 0, peak 0")  # these workers have no GPU
+
+
+def test_the_workers_page_shows_a_bar_per_gpu_with_a_segment_per_task(page, live):
+    """The worker list as a GPU worker gives it (two H100s: two shares on one, a whole-device task on the other);
+    these workers have no GPU, so the page is given the list."""
+    devices = [
+        {"index": 0, "model": "NVIDIA H100", "memory": 80 * 2**30, "booked": 0.75, "memory_reserved": 20 * 2**30,
+         "tasks": [{"task_id": 3, "job_id": 7, "index": 0, "share": 0.5},
+                   {"task_id": 4, "job_id": 8, "index": 0, "share": 0.25}],
+         "memory_used": 15 * 2**29, "utilization": 40},
+        {"index": 1, "model": "NVIDIA H100", "memory": 80 * 2**30, "booked": 1.0, "memory_reserved": 0,
+         "tasks": [{"task_id": 5, "job_id": 9, "index": 2, "share": 1.0}], "memory_used": None, "utilization": None},
+    ]
+    worker = live.get("/api/v1/workers")[0]
+    worker |= {"capacity": worker["capacity"] | {"gpu": 2}, "used": worker["used"] | {"gpu": 1.75}, "devices": devices}
+    page.route("**/api/v1/workers", lambda route: route.fulfill(json=[worker]))
+    page.goto(live.url + "/#/workers")
+    bars = page.locator(f'tr[data-worker="{worker["id"]}"] .bar.device')
+    bars.nth(1).wait_for()
+    assert bars.count() == 2
+    page.get_by_role("meter", name="gpu: 1.75 of 2 in use").wait_for()
+    assert bars.nth(0).get_by_role("meter").get_attribute("aria-label") == (
+        "gpu 0 (NVIDIA H100): 0.75 of 1 booked; 7.5 GiB of 80 GiB used, 40% busy")
+    assert bars.nth(0).locator("a.fill.share").count() == 2
+    assert bars.nth(1).get_by_role("meter").get_attribute("aria-label").endswith("1 of 1 booked; not read")
+    assert bars.nth(1).locator("a.fill").get_attribute("href") == "#/jobs/9"
+    screenshot(page, "workers-gpus")

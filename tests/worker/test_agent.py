@@ -14,6 +14,9 @@ import pytest
 from corral.core.protocol import (
     MAX_REPORTS,
     BuildOrder,
+    Capacity,
+    GpuDevice,
+    GpuUse,
     HeartbeatReply,
     HeartbeatRequest,
     PreemptedAck,
@@ -48,6 +51,7 @@ class FakeController:
         self.missed = 0  # requests that found the controller down
         self.missed_reports = 0  # heartbeats with reports that found the controller down
         self.pythons: list[list[str]] = []  # the Python versions heartbeats brought
+        self.gpu_readings: list[list[GpuUse]] = []  # the devices' use heartbeats brought
         self.heartbeats = 0
         self.status: int | None = None  # answer everything with this status
         self.changed = asyncio.Event()
@@ -120,6 +124,8 @@ class FakeController:
         self.heartbeats += 1
         if body.pythons is not None:
             self.pythons.append(body.pythons)
+        if body.gpus is not None:
+            self.gpu_readings.append(body.gpus)
         for report in body.reports:
             self.reports.append((worker, report))
             task = self.tasks[report.task_id]
@@ -194,6 +200,29 @@ async def test_the_pythons_found_after_registering_come_in_one_heartbeat(control
         seen = controller.heartbeats
         await wait_until(lambda: controller.heartbeats > seen + 3, what="more heartbeats")
     assert controller.pythons == [["3.11.7", "3.12.1"]]  # sent once
+
+
+async def test_heartbeats_carry_the_use_of_the_devices_nvml_sees_and_not_of_virtual_ones(controller, tmp_path,
+                                                                                          monkeypatch):
+    devices = [GpuDevice(index=0, model="NVIDIA H100", memory=80 * 2**30, uuid="GPU-a"),
+               GpuDevice(index=1, model="virtual")]
+    reading = GpuUse(index=0, memory_used=2**30, memory_total=80 * 2**30, utilization=7)
+    metered: list[list[int]] = []
+
+    class Meter:
+        def __init__(self, indices):
+            self.indices = indices
+            metered.append(indices)
+
+        def read(self):
+            return [reading]
+
+    monkeypatch.setattr("corral.worker.agent.detect_capacity", lambda *args, **kwargs: (
+        Capacity(cpu=3, memory=2**30, gpu=2), devices))
+    monkeypatch.setattr("corral.worker.agent.GpuMeter", Meter)
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: len(controller.gpu_readings) >= 2, what="two heartbeats with readings")
+    assert metered == [[0]] and controller.gpu_readings[:2] == [[reading]] * 2
 
 
 async def test_registration_waits_for_a_controller_that_is_down(controller, tmp_path):

@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import main
-from corral.core.protocol import BuildOrder, GpuDevice
+from corral.core.protocol import BuildOrder, GpuDevice, GpuUse
 from corral.worker.resources import (
     MPS_PIPE_DIRECTORY,
+    GpuMeter,
     detect_capacity,
     detect_gpus,
     gpu_env,
@@ -128,7 +129,7 @@ def _order(gpu_ids, share=None, memory=None) -> BuildOrder:
     (_order([1], 0.25), {1: 80 * GB}, False, {"CUDA_VISIBLE_DEVICES": "1", "CORRAL_GPU_SHARE": "0.25"}),
     (_order([1], 0.25), {1: 80 * GB}, True, {
         "CUDA_VISIBLE_DEVICES": "1", "CORRAL_GPU_SHARE": "0.25", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"1={20 * GB // 2**20}M"}),  # the share of the device's memory
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={20 * GB // 2**20}M"}),  # its share of device 1, which it sees as 0
     (_order([0], 0.5, 10 * GB), {0: 80 * GB}, True, {
         "CUDA_VISIBLE_DEVICES": "0", "CORRAL_GPU_SHARE": "0.5", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={10 * GB // 2**20}M"}),  # the memory the share reserved
@@ -137,3 +138,42 @@ def _order(gpu_ids, share=None, memory=None) -> BuildOrder:
 ])
 def test_a_task_sees_its_devices_and_a_share_its_share_and_under_mps_its_limits(order, memory, mps, env):
     assert gpu_env(order, memory, mps) == env
+
+
+class BusyNvml(FakeNvml):
+    """Two devices in use: device 0 holds 5 GiB and is 40% busy; device 1 samples no utilisation."""
+
+    inits = 0
+
+    def nvmlInit(self):
+        super().nvmlInit()
+        self.inits += 1
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        self._maybe_fail(f"memory {handle}")
+        return SimpleNamespace(total=self.devices[handle][1], used=5 * 2**30 * (handle == 0), free=0)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        if handle == 1:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return SimpleNamespace(gpu=40, memory=10)
+
+
+def test_the_meter_reads_each_devices_memory_and_utilisation_opening_nvml_once():
+    nvml = BusyNvml()
+    meter = GpuMeter([0, 1], nvml)
+    expected = [GpuUse(index=0, memory_used=5 * 2**30, memory_total=80 * 2**30, utilization=40),
+                GpuUse(index=1, memory_used=0, memory_total=80 * 2**30, utilization=None)]
+    assert meter.read() == expected and meter.read() == expected
+    assert nvml.inits == 1
+
+
+def test_a_device_the_meter_cannot_read_is_left_out_of_that_reading():
+    assert [use.index for use in GpuMeter([0, 1], BusyNvml(fail_on="memory 0")).read()] == [1]
+
+
+def test_without_nvml_or_devices_the_meter_reads_nothing_and_stops_trying():
+    meter = GpuMeter([0, 1], BusyNvml(fail_init=True))
+    assert meter.read() == [] and meter.indices == []
+    nvml = BusyNvml()
+    assert GpuMeter([], nvml).read() == [] and nvml.inits == 0  # virtual GPUs only: NVML is never opened

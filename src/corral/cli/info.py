@@ -15,6 +15,7 @@ from corral.cli.format import (
     format_bytes,
     format_command,
     format_duration,
+    format_number,
     format_resources,
     format_time,
     task_summary,
@@ -49,7 +50,7 @@ def info(job_id: int, as_json: bool) -> None:
 
 def render_info(job: JobView, tasks: list[TaskView], history: list[HistoryEntry], worker_names: dict[str, str],
                 now: float) -> Group:
-    return Group(job_summary(job, now), Text(), tasks_table(tasks, worker_names), Text(),
+    return Group(job_summary(job, now), Text(), tasks_table(tasks, worker_names, job.spec.resources.gpu), Text(),
                  attempts_table(tasks, worker_names, job.spec.bundle), Text(), history_table(history))
 
 
@@ -164,7 +165,8 @@ def placement_table(analysis: PlacementAnalysis) -> Group:
     return Group(Text(title, style="italic"), table)
 
 
-def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
+def tasks_table(tasks: list[TaskView], names: dict[str, str], gpu: float) -> Table:
+    """Its tasks; with GPUs, each task's devices, and the share of its device a task with a share holds: 0 (0.5)."""
     table = Table(title="tasks", title_justify="left", box=None, pad_edge=False)
     checkpoints = any(task.checkpoint_size is not None for task in tasks)
     columns = ["TASK", "STATE", "ATTEMPT", "WORKER", "GPUS", "EXIT", "FAILURES", "PREEMPTIONS"]
@@ -173,9 +175,14 @@ def tasks_table(tasks: list[TaskView], names: dict[str, str]) -> Table:
     for task in tasks:
         saved = ["-" if task.checkpoint_size is None else format_bytes(task.checkpoint_size)] if checkpoints else []
         table.add_row(str(task.index), state_text(task.state), str(task.attempt), _worker(task.worker_id, names),
-                      ",".join(map(str, task.gpu_ids)) or "-", _opt(task.exit_code), str(task.failures),
+                      gpus_text(task.gpu_ids, gpu), _opt(task.exit_code), str(task.failures),
                       str(task.preemptions), *saved, Text(task.reason or ""))
     return table
+
+
+def gpus_text(gpu_ids: list[int], gpu: float) -> str:
+    devices = ",".join(map(str, gpu_ids)) or "-"
+    return f"{devices} ({format_number(gpu)})" if gpu_ids and 0 < gpu < 1 else devices
 
 
 def attempts_table(tasks: list[TaskView], names: dict[str, str], bundle: str | None = None) -> Table:

@@ -63,14 +63,18 @@ def retry_mark(job: JobView) -> Text:
 
 
 @click.command()
+@click.option("--devices", "-v", "per_device", is_flag=True,
+              help="Also each GPU: its model and memory, the share booked on it, its tasks, and its use as NVML reads.")
 @json_option
-def workers(as_json: bool) -> None:
-    """List the workers: capacity and use per resource."""
+def workers(per_device: bool, as_json: bool) -> None:
+    """List the workers: capacity and use per resource (GPUs as shares: 1.75/2)."""
     found = client().workers()
     if as_json:
         print_json(found)
         return
     console().print(workers_table(found, time.time()))
+    if per_device:
+        console().print(Text(), devices_table(found))
 
 
 def workers_table(found: list[WorkerView], now: float) -> Table:
@@ -95,8 +99,31 @@ def environments_text(worker: WorkerView) -> str:
 
 
 def usage(worker: WorkerView) -> tuple[str, str, str]:
-    """("2.0/8", "1.0G/16G", "0/1"): what is reserved over what the worker has."""
+    """("2.0/8", "1.0G/16G", "1.75/2"): what is reserved over what the worker has, GPUs with their shares."""
     used, capacity = worker.used, worker.capacity
     return (f"{used.get('cpu', 0):.1f}/{format_number(capacity.get('cpu', 0))}",
             f"{format_bytes(used.get('memory', 0))}/{format_bytes(capacity.get('memory', 0), compact=True)}",
-            f"{int(used.get('gpu', 0))}/{int(capacity.get('gpu', 0))}")
+            f"{format_number(round(used.get('gpu', 0), 2))}/{int(capacity.get('gpu', 0))}")
+
+
+def devices_table(found: list[WorkerView]) -> Table:
+    """One row per GPU: what it is, the share booked on it and by which tasks (job:task), and NVML's last reading."""
+    table = Table(title="devices", title_justify="left", box=None, pad_edge=False)
+    for column in ("WORKER", "GPU", "MODEL", "MEMORY", "BOOKED", "RESERVED", "TASKS", "USED", "BUSY"):
+        table.add_column(column, no_wrap=column != "TASKS")
+    for worker in found:
+        for device in worker.devices:
+            tasks = " ".join(f"{t.job_id}:{t.index}" + (f" ({format_number(t.share)})" if t.share < 1 else "")
+                             for t in device.tasks)
+            table.add_row(Text(worker.name), str(device.index), Text(device.model or "-"), _size(device.memory),
+                          format_number(device.booked), _size(device.memory_reserved), tasks or "-",
+                          "-" if device.memory_used is None else format_bytes(device.memory_used, compact=True),
+                          "-" if device.utilization is None else f"{device.utilization}%")
+    if not table.rows:
+        table.add_row("-", "-", "-", "-", "-", "-", "no worker has a GPU", "-", "-")
+    return table
+
+
+def _size(size: int | None) -> str:
+    """Bytes, "-" when unknown or none."""
+    return format_bytes(size, compact=True) if size else "-"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import time
+from collections.abc import Iterable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
@@ -15,13 +16,16 @@ from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
 from corral.controller.services import services_of
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
-from corral.core.views import WorkerView
+from corral.core.spec import MAX_GPU
+from corral.core.views import DeviceTask, DeviceView, WorkerView
 from corral.core.wire import MAX_COUNT, Text
 from corral.engine.reports import Refused, UnknownWorker, ingest_heartbeat, record_refusal, register_worker
 from corral.metrics import HEARTBEAT_SECONDS
-from corral.store.workers import held_by_worker, worker_rows
+from corral.scheduling.rooms import SHARES, gpu_share
+from corral.store.workers import GpuHolder, Held, gpu_holders, held_by_worker, worker_rows
 from corral.waiting import woken
 
+DESCRIBED = ("model", "memory", "memory_used", "utilization")  # what a device's stored entry gives its view
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 
 
@@ -47,7 +51,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
     try:
         with HEARTBEAT_SECONDS.time():
             async with services.store.write() as connection:
-                changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(),
+                changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(), gpus=body.gpus,
                                                  environments=body.environments, pythons=body.pythons)
                 orders = await orders_for(connection, worker_id, job_token)
     except UnknownWorker:
@@ -87,21 +91,46 @@ async def list_workers(request: Request) -> list[WorkerView]:
     async with services_of(request).store.read() as connection:
         rows = await worker_rows(connection)
         held = await held_by_worker(connection)
+        holders = await gpu_holders(connection)
     return [
         WorkerView(
             id=w.id, name=w.name, address=w.address, state=w.state, labels=w.labels or {},
             capacity={"cpu": w.cpu, "memory": w.memory, "gpu": w.gpu, **(w.custom or {})},
             used=_used(held.get(w.id)), running_tasks=held[w.id].n if w.id in held else 0,
             gpu_names=w.gpu_names or [], last_heartbeat=w.last_heartbeat, registered_at=w.registered_at,
-            pool=w.pool, gpus=w.gpu_devices or [], pythons=w.pythons or [],
-            environments=w.environments or [], filesystem=w.filesystem, shared_fs=w.shared_fs or [],
+            pool=w.pool, gpus=w.gpu_devices or [], devices=device_views(w.gpu, w.gpu_devices, holders.get(w.id, ())),
+            pythons=w.pythons or [], environments=w.environments or [], filesystem=w.filesystem,
+            shared_fs=w.shared_fs or [],
         )
         for w in rows
     ]
 
 
-def _used(held) -> dict:
-    """What the worker's tasks hold (a row of `held_by_worker`), as the worker list shows it."""
+def _used(held: Held | None) -> dict:
+    """What the worker's tasks hold, as the worker list shows it."""
     if held is None:
         return {"cpu": 0.0, "memory": 0, "gpu": 0}
-    return {"cpu": held.cpu or 0.0, "memory": held.memory or 0, "gpu": held.gpu or 0}
+    return {"cpu": held.cpu, "memory": held.memory, "gpu": held.gpu}
+
+
+def device_views(count: int, registered: list[dict] | None, holders: Iterable[GpuHolder]) -> list[DeviceView]:
+    """Each of a worker's `count` GPUs: its registration and latest NVML reading (`registered`, by index), and the
+    tasks holding it, a whole-device task booking all of it and a share its hundredths."""
+    described = {device.get("index"): device for device in registered or ()}
+    devices = [DeviceView(index=index, **_known(described.get(index, {}))) for index in range(min(count, MAX_GPU))]
+    hundredths = [0] * len(devices)
+    for task in holders:
+        share = gpu_share(task.gpu)
+        for index in task.gpu_ids:
+            if 0 <= index < len(devices):
+                hundredths[index] += share or SHARES
+                devices[index].memory_reserved += task.gpu_memory if share else 0
+                devices[index].tasks.append(DeviceTask(task_id=task.task_id, job_id=task.job_id, index=task.index,
+                                                       share=(share or SHARES) / SHARES))
+    for device, booked in zip(devices, hundredths, strict=True):
+        device.booked = booked / SHARES
+    return devices
+
+
+def _known(entry: dict) -> dict:
+    return {key: entry[key] for key in DESCRIBED if entry.get(key) is not None}

@@ -66,6 +66,24 @@ class GpuDevice(WireModel):
     uuid: str = Field("", max_length=200)
 
 
+class GpuUse(WireModel):
+    """One device's use as NVML reads it at a heartbeat: the memory its processes hold (corral's or not) and how
+    busy it is. Nothing enforces a share's part of a device: this is how a user sees what the shares really use."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(..., ge=0, lt=MAX_GPU)
+    memory_used: int = Field(..., ge=0, le=MAX_MEMORY, description="bytes")
+    memory_total: int = Field(..., ge=0, le=MAX_MEMORY, description="bytes")
+    utilization: int | None = Field(None, ge=0, le=100, description="percent of the last sample period busy")
+
+    @model_validator(mode="after")
+    def _used_within_total(self) -> GpuUse:
+        if self.memory_used > self.memory_total:
+            raise ValueError(f"device {self.index}: {self.memory_used} bytes used of {self.memory_total}")
+        return self
+
+
 EnvironmentKey = Annotated[str, Field(pattern=r"^[0-9a-f]{16,64}$")]
 MAX_SHARED_FS = 64
 MAX_PYTHONS = 32
@@ -161,7 +179,17 @@ class HeartbeatRequest(WireModel):
         None, max_length=MAX_ENVIRONMENTS, description="the worker's cached environments, when they changed")
     pythons: list[PythonVersion] | None = Field(
         None, max_length=MAX_PYTHONS, description="the Python versions it builds environments with, once found")
+    gpus: list[GpuUse] | None = Field(None, max_length=MAX_GPU,
+                                      description="each NVIDIA device's use, where NVML reads it")
     wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
+
+    @field_validator("gpus")
+    @classmethod
+    def _one_reading_per_device(cls, gpus: list[GpuUse] | None) -> list[GpuUse] | None:
+        indices = [gpu.index for gpu in gpus or ()]
+        if len(set(indices)) < len(indices):
+            raise ValueError("one reading per device: an index appears twice")
+        return gpus
 
 
 class BuildOrder(BaseModel):

@@ -103,6 +103,28 @@ class HistoryEntry(BaseModel):
     last_at: float | None = Field(None, description="when a repeated wait was last seen")
 
 
+class DeviceTask(BaseModel):
+    """A task holding (part of) one GPU."""
+
+    task_id: int
+    job_id: int
+    index: int
+    share: float = Field(..., description="of this device: 1.0 for a task holding whole devices")
+
+
+class DeviceView(BaseModel):
+    """One GPU of a worker: what it is, what corral has booked on it, and what NVML last read of its use."""
+
+    index: int
+    model: str = ""
+    memory: int = Field(0, description="bytes; 0 when unknown")
+    booked: float = Field(0.0, description="the share booked: running shares summed, 1.0 under a whole-device task")
+    memory_reserved: int = Field(0, description="bytes its shares reserve (their gpu_memory)")
+    tasks: list[DeviceTask] = []
+    memory_used: int | None = Field(None, description="bytes in use, by any process, at the worker's last reading")
+    utilization: int | None = Field(None, description="percent busy at the worker's last reading")
+
+
 class WorkerView(BaseModel):
     id: str
     name: str
@@ -116,7 +138,8 @@ class WorkerView(BaseModel):
     registered_at: float
     running_tasks: int
     pool: str = "default"
-    gpus: list[dict] = []  # per device: index, model, memory, uuid
+    gpus: list[dict] = []  # per device: index, model, memory, uuid; memory_used, memory_total, utilization (NVML)
+    devices: list[DeviceView] = []  # per device: what is booked on it and its use
     pythons: list[str] = []  # the Python versions it builds environments with
     environments: list[CachedEnvironment] = []  # the Python environments it keeps built
     filesystem: str | None = None  # the id of the file system its tasks see (corral.filesystem)

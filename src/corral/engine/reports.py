@@ -15,14 +15,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from corral.core.drain import end_while_preempting, starts_drain
-from corral.core.protocol import CachedEnvironment, RegisterRequest, TaskReport
+from corral.core.protocol import CachedEnvironment, GpuUse, RegisterRequest, TaskReport
 from corral.core.states import TASK_HOLDS_RESOURCES, TASK_TERMINAL, TASK_TRANSITIONS, Fact, TaskState, WorkerState
 from corral.engine.attempts import end_attempt
 from corral.engine.drain import start_drains
 from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row, tasks_with_budgets
-from corral.store.worker_state import forget_lost, insert_worker, mark_lost, mark_seen, silent_workers
+from corral.store.worker_state import (
+    devices_with_readings,
+    forget_lost,
+    insert_worker,
+    mark_lost,
+    mark_seen,
+    silent_workers,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -76,12 +83,16 @@ async def prune_lost_workers(connection: AsyncConnection, before: float) -> int:
 async def ingest_heartbeat(
     connection: AsyncConnection, worker_id: str, reports: list[TaskReport], now: float,
     environments: list[CachedEnvironment] | None = None, pythons: list[str] | None = None,
+    gpus: list[GpuUse] | None = None,
 ) -> ChangeSet:
-    """Mark the worker seen (with its cached environments and its Pythons, when they changed) and apply its reports
-    in order, with what follows from them, in one ChangeSet; stale or repeated ones change nothing."""
+    """Mark the worker seen (with its cached environments, its Pythons and its devices' use, when it sent them) and
+    apply its reports in order, with what follows from them, in one ChangeSet; stale or repeated ones change
+    nothing."""
     cached = {} if environments is None else {"environments": [e.model_dump() for e in environments]}
     if pythons is not None:
         cached["pythons"] = pythons
+    if gpus:
+        cached["gpu_devices"] = await devices_with_readings(connection, worker_id, gpus)
     if not await mark_seen(connection, worker_id, now, **cached):
         raise UnknownWorker(worker_id)
     changes = ChangeSet(now)

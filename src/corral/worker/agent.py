@@ -46,7 +46,7 @@ from corral.worker.bundles import BundleCache, BundleError
 from corral.worker.containment import reap_leftovers
 from corral.worker.environments import DEFAULT_BUILD_TIMEOUT, EnvironmentCache, discover_pythons
 from corral.worker.logs import LogShipper
-from corral.worker.resources import detect_capacity, mps_pipe_directory, sharing_note
+from corral.worker.resources import GpuMeter, detect_capacity, mps_pipe_directory, sharing_note
 from corral.worker.retention import prune_attempts_loop
 from corral.worker.runner import Runner
 
@@ -171,6 +171,7 @@ class Agent:
         mps = mps_pipe_directory(os.environ)
         if self.gpus:
             log.info(sharing_note(mps))
+        self.gpu_meter = GpuMeter([gpu.index for gpu in self.gpus if gpu.uuid])  # NVML's devices, not virtual ones
         self.shipper = LogShipper(self._send_log)
         bundles = BundleCache(work_dir / "bundles", self._download)
         self.environments = EnvironmentCache(work_dir / "environments", build_timeout=options.env_build_timeout,
@@ -351,7 +352,9 @@ class Agent:
     async def _heartbeat(self, worker_id: str, reports: list[TaskReport], wait: float) -> HeartbeatReply:
         generation, pythons = self.environments.generation, self._pythons_unsent
         changed = self._environments() if generation != self._environments_sent else {}
-        body = HeartbeatRequest(reports=reports, wait=wait, pythons=pythons, **changed).model_dump(mode="json")
+        gpus = await asyncio.to_thread(self.gpu_meter.read) if self.gpu_meter.indices else None
+        body = HeartbeatRequest(reports=reports, wait=wait, pythons=pythons, gpus=gpus or None,
+                                **changed).model_dump(mode="json")
         response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
                                     timeout=wait + REQUEST_TIMEOUT)
         if changed:

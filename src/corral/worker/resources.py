@@ -2,8 +2,8 @@
 
 Overrides win over detection, so a worker can offer less than the machine has (sharing it
 with other work) or a virtual capacity (tests, simulations of a GPU cluster on a laptop).
-GPUs are read through NVML (model, memory and UUID per device); the NVML module is a
-parameter so the detection can be tested against a fake one.
+GPUs are read through NVML (model, memory and UUID per device, and at each heartbeat their use);
+the NVML module is a parameter so the detection can be tested against a fake one.
 
 A task with a share of one GPU sees that device and its share (CORRAL_GPU_SHARE). Only an MPS
 control daemon can hold it to the share; without one, sharing is cooperative.
@@ -18,7 +18,7 @@ from types import ModuleType
 
 import psutil
 
-from corral.core.protocol import BuildOrder, Capacity, GpuDevice
+from corral.core.protocol import BuildOrder, Capacity, GpuDevice, GpuUse
 
 log = logging.getLogger("corral.worker.resources")
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says
@@ -109,5 +109,49 @@ def gpu_env(order: BuildOrder, device_memory: Mapping[int, int], mps: bool) -> d
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(round(order.gpu_share * 100))
         memory = order.gpu_memory or int(order.gpu_share * device_memory.get(device, 0))
         if memory >= MiB:
-            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"{device}={memory // MiB}M"
+            # CUDA numbers the devices a process sees after CUDA_VISIBLE_DEVICES: its one device is 0.
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={memory // MiB}M"
     return env
+
+
+class GpuMeter:
+    """Reads the use of the NVIDIA devices at `indices` (memory used and total, utilisation) for the heartbeat.
+    NVML is opened once, at the first reading; where it is absent or fails there are no readings, and a device
+    whose reading fails is left out of that one. Virtual devices are never read: NVML knows nothing of them."""
+
+    def __init__(self, indices: list[int], nvml: ModuleType | None = None) -> None:
+        self.indices, self._nvml, self._opened = list(indices), nvml, False
+
+    def read(self) -> list[GpuUse]:
+        if not self.indices or not self._open():
+            return []
+        nvml, readings = self._nvml, []
+        for index in self.indices:
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                readings.append(GpuUse(index=index, memory_used=min(int(memory.used), int(memory.total)),
+                                       memory_total=int(memory.total), utilization=self._utilization(handle)))
+            except Exception as error:
+                log.debug("NVML could not read device %s: %s", index, error)
+        return readings
+
+    def _utilization(self, handle: object) -> int | None:
+        try:
+            return min(100, max(0, int(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu)))
+        except Exception:  # not every device or driver samples it
+            return None
+
+    def _open(self) -> bool:
+        if not self._opened:
+            try:
+                if self._nvml is None:
+                    import pynvml
+                    self._nvml = pynvml
+                self._nvml.nvmlInit()
+            except Exception as error:
+                log.info("NVML cannot read the GPUs' use; heartbeats carry none (%s)", error)
+                self.indices = []
+                return False
+            self._opened = True
+        return True

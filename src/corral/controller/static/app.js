@@ -57,7 +57,8 @@ function bytes(n) {
   while (value >= 1024 && i < units.length - 1) { value /= 1024; i++; }
   return `${value >= 10 || i === 0 ? value.toFixed(0) : value.toFixed(1)} ${units[i]}`;
 }
-const amount = (resource, n) => (resource === "memory" ? bytes(n) : String(Math.round(n * 10) / 10));
+const amount = (resource, n) => (resource === "memory" ? bytes(n)
+  : String(resource === "gpu" ? Math.round(n * 100) / 100 : Math.round(n * 10) / 10));  // GPU shares in hundredths
 
 function taskSummary(counts) {
   const entries = Object.entries(counts || {}).sort((a, b) => b[1] - a[1]);
@@ -316,6 +317,21 @@ function useBar(resource, used, capacity) {
       "aria-valuenow": used},
     h("div", {class: `fill${share > 0.9 ? " high" : ""}`, style: `width:${Math.min(100, share * 100).toFixed(1)}%`})),
     h("span", {class: "num"}, `${amount(resource, used)} / ${amount(resource, capacity)}`));
+}
+
+/** One GPU: a segment per task holding it (its share, or all of it), and NVML's last reading of its memory. */
+function deviceBar(device) {
+  const booked = Math.round(device.booked * 100) / 100;
+  const read = device.memory_used == null ? "not read"
+    : `${bytes(device.memory_used)} of ${bytes(device.memory)} used${device.utilization == null ? "" : `, ${device.utilization}% busy`}`;
+  const label = `gpu ${device.index}${device.model ? ` (${device.model})` : ""}: ${booked} of 1 booked; ${read}`;
+  return h("div", {class: "bar device", "data-device": device.index},
+    h("span", {title: device.model || ""}, `gpu ${device.index}`),
+    h("div", {class: "track", role: "meter", "aria-label": label, "aria-valuemin": 0, "aria-valuemax": 1, "aria-valuenow": booked},
+      device.tasks.map((t) => h("a", {class: `fill${t.share < 1 ? " share" : ""}`, href: `#/jobs/${t.job_id}`,
+        title: `job ${t.job_id} task ${t.index}: ${t.share < 1 ? `a share of ${t.share}` : "the whole device"}`,
+        style: `width:${(t.share * 100).toFixed(1)}%`}))),
+    h("span", {class: "num"}, device.memory_used == null ? `${booked} / 1` : `${booked} / 1 · ${bytes(device.memory_used)}`));
 }
 
 function countList(counts, link) {
@@ -623,13 +639,14 @@ function workersView(view) {
   return liveView(body, async () => {
     const workers = await getJSON("/workers");
     fill(body, workers.length ? h("table", {"aria-label": "workers"},
-      h("thead", {}, h("tr", {}, ["worker", "state", "pool", "labels", "use", "last heartbeat", "tasks"]
+      h("thead", {}, h("tr", {}, ["worker", "state", "pool", "labels", "use", "GPUs", "last heartbeat", "tasks"]
         .map((c) => h("th", {scope: "col"}, c)))),
       h("tbody", {}, workers.map((w) => h("tr", {"data-worker": w.id},
         h("td", {}, h("strong", {}, w.name), h("span", {class: "reason mono"}, `${w.id} · ${w.address}`)),
         h("td", {}, badge(w.state)), h("td", {}, w.pool ?? w.labels.pool ?? "default"),
         h("td", {}, Object.entries(w.labels).map(([k, v]) => h("span", {class: "tag"}, `${k}=${v}`))),
         h("td", {style: "min-width:320px"}, ["cpu", "gpu", "memory"].map((r) => useBar(r, w.used[r] || 0, w.capacity[r] || 0))),
+        h("td", {style: "min-width:320px"}, (w.devices || []).length ? w.devices.map(deviceBar) : h("span", {class: "muted"}, "none")),
         h("td", {title: stamp(w.last_heartbeat)}, `${since(w.last_heartbeat)} ago`),
         h("td", {class: "num"}, w.running_tasks)))))
       : h("p", {class: "muted"}, "No worker has registered. Start one with `corral worker --controller URL --token-file FILE` (FILE holds the join token)."));

@@ -42,8 +42,10 @@ from corral.scheduling.reasons import (
     Reason,
     Reserved,
     TooLarge,
+    free_for,
+    share_room,
 )
-from corral.scheduling.rooms import EPS, Group, Request, RoomBook, WorkerRoom
+from corral.scheduling.rooms import EPS, SHARES, Group, Request, RoomBook, WorkerRoom
 from corral.scheduling.sequencing import Queue
 
 __all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place"]
@@ -202,9 +204,10 @@ class _Pass:
             self.ever_fits[key] = any(rooms[i].could_ever_fit(unit.request) for i in group.members)
         if self.ever_fits[key]:
             return None
-        need, gpu_memory = unit.request.amounts(), unit.request.gpu_memory
+        request = unit.request
+        need, gpu_memory = request.amounts(), request.gpu_memory
         for resource, amount in need.items():
-            largest = rooms[_most(rooms, group.members, resource, gpu_memory, free=False)]
+            largest = rooms[_most(rooms, group.members, resource, request, free=False)]
             if amount > largest.capacity(resource, gpu_memory) + EPS:
                 devices = largest.memories(range(largest.gpu)) if resource == "gpu" and gpu_memory else ()
                 return TooLarge(unit.pool, need, resource, largest.capacity(resource, gpu_memory), largest.name,
@@ -236,18 +239,22 @@ class _Pass:
     # 5 -------------------------------------------------------------------------------------
 
     def _no_room(self, unit: Unit, group: Group, placeable: int) -> NoRoom:
-        rooms, need, tasks = self.book.rooms, unit.request.amounts(), len(unit.task_ids)
-        gpu_memory = unit.request.gpu_memory
+        rooms, request, tasks = self.book.rooms, unit.request, len(unit.task_ids)
+        need, gpu_memory = request.amounts(), request.gpu_memory
         wanted = [resource for resource, amount in need.items() if amount > 0]
-        most_free = {r: rooms[_most(rooms, group.members, r, gpu_memory, free=True)] for r in wanted}
+        most_free = {r: rooms[_most(rooms, group.members, r, request, free=True)] for r in wanted}
         # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
-        binding = next((r for r in wanted if need[r] > most_free[r].free(r, gpu_memory) + EPS), None)
+        binding = next((r for r in wanted if need[r] > free_for(most_free[r], r, request) + EPS), None)
         if binding is None and tasks > 1 and wanted:
             binding = wanted[0]
         if binding is None:
             return NoRoom(unit.pool, need, tasks, placeable, None, gpu_memory=gpu_memory)
         room = most_free[binding]
-        free = room.free(binding, gpu_memory)
+        free = free_for(room, binding, request)
+        if binding == "gpu" and request.share:  # the most one device has free; with memory, what each has left
+            shares = share_room(room) if gpu_memory else ()
+            return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free or shares else "",
+                          gpu_memory, shares=shares)
         if binding == "gpu" and gpu_memory:  # name the free devices too small, if that is all there is
             devices = room.memories(room.free_gpu_ids)
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if devices else "",
@@ -288,7 +295,7 @@ class _Pass:
         rooms, request = self.book.rooms, unit.request
         binding = getattr(reason, "resource", None) or "cpu"
         closest = sorted((i for i in group.members if i not in self.book.held and rooms[i].could_ever_fit(request)),
-                         key=lambda i: -rooms[i].free(binding, request.gpu_memory))
+                         key=lambda i: -free_for(rooms[i], binding, request))
         held: list[int] = []
         remaining = len(unit.task_ids)
         for i in closest:
@@ -347,18 +354,33 @@ class _Pass:
 
 def _tasks_held_when_empty(room: WorkerRoom, request: Request) -> int:
     """How many tasks of this size the worker holds when nothing else runs there (at least 1)."""
-    counts = [room.capacity(r, request.gpu_memory) // amount for r, amount in request.amounts().items() if amount > 0]
+    counts = [_held_when_empty(room, r, amount, request) for r, amount in request.amounts().items() if amount > 0]
     return max(1, int(min(counts, default=1)))
 
 
-def _most(rooms: Sequence[WorkerRoom], members: Sequence[int], resource: str, gpu_memory: int, *, free: bool) -> int:
-    """The member with the most of a resource, free now or in all; for GPUs with a memory rule, the
-    most devices that satisfy it, then the biggest device (the one a reason names)."""
-    def amount(i: int) -> tuple[float, int]:
+def _held_when_empty(room: WorkerRoom, resource: str, amount: float, request: Request) -> float:
+    """How many tasks one resource of an empty worker holds: shares count per device, by hundredths and by the
+    device memory each reserves."""
+    if resource != "gpu" or not request.share:
+        return room.capacity(resource, request.gpu_memory) // amount
+    return sum(min(SHARES // request.share, room.device_memory(d) // request.gpu_memory if request.gpu_memory
+                   else SHARES) for d in range(room.gpu))
+
+
+def _most(rooms: Sequence[WorkerRoom], members: Sequence[int], resource: str, request: Request, *,
+          free: bool) -> int:
+    """The member with the most of a resource, free now or in all (for a share free now: the most of one device);
+    for GPUs with a memory rule, the most devices that satisfy it, then the biggest device (the one a reason names);
+    for a share that no device has the memory left for, the most share room (the reason lists what is left)."""
+    gpu_memory = request.gpu_memory
+
+    def amount(i: int) -> tuple[float, float]:
         room = rooms[i]
-        most = room.free(resource, gpu_memory) if free else room.capacity(resource, gpu_memory)
+        most = free_for(room, resource, request) if free else room.capacity(resource, gpu_memory)
         if resource != "gpu" or not gpu_memory:
             return most, 0
+        if free and request.share:
+            return most, room.free_share()
         return most, max(room.memories(room.free_gpu_ids if free else range(room.gpu)), default=-1)
     return max(members, key=amount)
 

@@ -93,6 +93,15 @@ def test_a_share_on_workers_whose_devices_are_all_taken_says_none_is_free():
     assert reason.sentence() == "needs 0.5 gpu (a share of one device) on one worker; no device has any share free"
 
 
+def test_whole_devices_that_wait_say_how_many_devices_shares_keep_from_them():
+    rooms = [room("w1", (0, 0), shared={0: 25}), room("w2", (0, 0), shared={0: 50, 1: 10})]
+    reason = place([one(1, Request(1, 0, 2))], rooms).waiting[(1, 100)]
+    assert reason.sentence() == ("needs 2 gpu on one worker; most free on one worker: 1 gpu (w1); "
+                                 "3 gpu hold shares (a shared device is not handed out whole)")
+    verdicts = {v.name: v.why for v in judge_workers(JobPlacement(), Request(1, 0, 2), rooms)}
+    assert verdicts["w2"] == "busy: 0 gpu free of 2 gpu (2 holding shares), a task needs 2 gpu"
+
+
 def test_a_share_reserving_more_memory_than_any_device_has_is_too_large():
     reason = place([one(1, share(0.5, 100 * GB))], [room("w1", (24 * GB, 80 * GB))]).waiting[(1, 100)]
     assert isinstance(reason, TooLarge)
@@ -168,6 +177,12 @@ def test_one_of_two_shares_is_evicted_for_a_share():
     held = [running(1, "w1", share(0.5), 0, since=1), running(2, "w1", share(0.5), 0, since=2)]
     plan = choose_victims(share(0.5), 1, 10, [room("w1", shared={0: 100})], held)
     assert plan is not None and [t.task_id for t in plan.victims] == [2]  # the younger: less work lost
+
+
+def test_many_shares_are_evicted_from_one_device_only_for_a_whole_device():
+    held = [running(d * 10 + k, "w1", share(0.25), d, since=float(k)) for d in range(2) for k in range(4)]
+    plan = choose_victims(Request(1, 0, 1), 1, 10, [room("w1", (0, 0), shared={0: 100, 1: 100})], held)
+    assert plan is not None and len(plan.victims) == 4 and len({t.gpu_ids for t in plan.victims}) == 1
 
 
 def test_the_pass_preempts_shares_for_a_higher_priority_whole_device():

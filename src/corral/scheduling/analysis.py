@@ -49,8 +49,9 @@ def _judge(job: JobPlacement, request: Request, room: WorkerRoom, failed_here: b
             if resource == "gpu" and request.share:  # what each device has left, not how many are unused
                 return verdict(False, f"busy: {format_share_room(share_room(room), gpu_memory)}, a task needs "
                                       f"{format_amount(resource, amount, gpu_memory)}")
+            shared = f" ({len(room.gpu_shared)} holding shares)" if resource == "gpu" and room.gpu_shared else ""
             return verdict(False, f"busy: {_has(room, resource, gpu_memory, free=True)} free "
-                                  f"of {_has(room, resource, gpu_memory, free=False)}, a task needs "
+                                  f"of {_has(room, resource, gpu_memory, free=False)}{shared}, a task needs "
                                   f"{format_amount(resource, amount, gpu_memory)}")
     note = " (a task of this job failed here before: others are tried first)" if failed_here else ""
     return verdict(True, "fits now" + note)

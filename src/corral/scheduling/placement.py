@@ -255,11 +255,13 @@ class _Pass:
             shares = share_room(room) if gpu_memory else ()
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free or shares else "",
                           gpu_memory, shares=shares)
+        shared = sum(len(rooms[i].gpu_shared) for i in group.members) if binding == "gpu" else 0
         if binding == "gpu" and gpu_memory:  # name the free devices too small, if that is all there is
             devices = room.memories(room.free_gpu_ids)
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if devices else "",
-                          gpu_memory, devices)
-        return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free > EPS else "", gpu_memory)
+                          gpu_memory, devices, shared_devices=shared)
+        return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free > EPS else "", gpu_memory,
+                      shared_devices=shared)
 
     def _preempt(self, unit: Unit, group: Group) -> Reason | None:
         if unit.priority <= self.lowest_running.get(unit.pool, unit.priority):

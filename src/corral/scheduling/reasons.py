@@ -179,6 +179,7 @@ class NoRoom(Reason):
     gpu_memory: int = 0  # bytes each GPU must have; for a share, the bytes of its device it reserves
     devices: tuple[int, ...] = ()  # the memory of the worker's free GPUs, when too little memory is what binds
     shares: tuple[tuple[float, int], ...] = ()  # for a share with memory: (share free, bytes left) per device
+    shared_devices: int = 0  # for whole devices: those of its workers that hold shares, so are not handed out whole
 
     def sentence(self) -> str:
         where = _in_pool(self.pool)
@@ -196,6 +197,9 @@ class NoRoom(Reason):
         else:
             need = format_amounts(self.need, self.gpu_memory)
             free = "no worker has all of it free at once"
+        if self.shared_devices:
+            holds = "holds" if self.shared_devices == 1 else "hold"
+            free += f"; {self.shared_devices} gpu {holds} shares (a shared device is not handed out whole)"
         if self.tasks > 1:
             return f"gang of {self.tasks} needs {need} per task{where}; only {self.placeable} fit now; {free}"
         return f"needs {need}{where} on one worker; {free}"

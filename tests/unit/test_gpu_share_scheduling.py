@@ -19,6 +19,7 @@ from corral.scheduling.policy import Policy, over_pool_maximum
 from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import (
     BehindReservation,
+    Moving,
     NoRoom,
     OverQuota,
     Preempting,
@@ -191,6 +192,39 @@ def test_the_pass_preempts_shares_for_a_higher_priority_whole_device():
     assert result.waiting[(5, 500)] == Preempting(2, (1, 2))
 
 
+def fragmented() -> tuple[list[WorkerRoom], list[RunningTask]]:
+    """Two 2-device workers with a quarter share on one device each, and a third with one device unused."""
+    held = [running(1, "w1", share(0.25), 0, since=1), running(2, "w2", share(0.25), 0, since=2)]
+    rooms = [room("w1", (0, 0), shared={0: 25}), room("w2", (0, 0), shared={0: 25}), room("w3", (0,))]
+    return rooms, held
+
+
+def test_a_gang_only_fragmentation_blocks_moves_small_tasks_that_fit_elsewhere():
+    rooms, held = fragmented()
+    gang = Unit((9, None), (90, 91), Request(1, 0, 2), priority=100)
+    result = place([gang], rooms, running=held)
+    assert result.waiting[(9, None)] == Moving(2, (1, 2))
+    assert result.waiting[(9, None)].sentence() == (
+        "moving 2 lower-priority tasks (jobs 1, 2) elsewhere: the free room would hold it, but is cut into pieces")
+    assert sorted(t.task_id for t in result.victims[(9, None)]) == [1, 2]
+
+
+def test_without_room_elsewhere_for_the_moved_tasks_it_is_plain_preemption():
+    rooms, held = fragmented()
+    rooms[2] = room("w3", (0, 0, 0), shared={0: 80, 1: 80, 2: 80})  # 4.1 free in all; no room for a quarter
+    gang = Unit((9, None), (90, 91), Request(1, 0, 2), priority=100)
+    assert place([gang], rooms, running=held).waiting[(9, None)] == Preempting(2, (1, 2))
+    single = one(8, Request(1, 0, 2), priority=100)  # not a gang: preempted, never moved
+    assert place([single], fragmented()[0], running=held).waiting[(8, 800)] == Preempting(1, (2,))  # the younger
+
+
+def test_a_plan_that_moves_tasks_books_every_one_of_them_again():
+    rooms, held = fragmented()
+    rooms[2] = room("w3", (0,), shared={0: 80})  # room for one quarter only
+    assert choose_victims(Request(1, 0, 2), 2, 10, rooms[:2], held, move_to=rooms[2:]) is None
+    assert choose_victims(Request(1, 0, 2), 2, 10, rooms[:2], held) is not None
+
+
 @st.composite
 def shared_clusters(draw):
     """One worker of 3 devices filled by lower and higher priority tasks (shares and whole devices), and a
@@ -217,10 +251,10 @@ def _use(tasks: list[tuple[Request, tuple[int, ...]]]) -> dict[int, int]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(shared_clusters())
-def test_a_preemption_plan_with_shares_never_overfills_a_device(cluster):
+@given(shared_clusters(), st.booleans())
+def test_a_preemption_plan_with_shares_never_overfills_a_device(cluster, move):
     w, held, pending, tasks = cluster
-    plan = choose_victims(pending, tasks, 10, [w], held)
+    plan = choose_victims(pending, tasks, 10, [w], held, move_to=[] if move else None)
     if plan is None:
         return
     assert all(t.priority < 10 for t in plan.victims)
@@ -235,6 +269,10 @@ def test_a_preemption_plan_with_shares_never_overfills_a_device(cluster):
     assert all(hundredths <= SHARES for hundredths in used.values())
     assert after.gpu_shared == _use([(r, devices) for r, devices in kept if r.share])
     assert sorted(after.free_gpu_ids) == [d for d in range(3) if d not in used]
+    if move:  # a move: every victim fits again in what is left
+        for victim in sorted(plan.victims, key=lambda t: -t.request.gpu):
+            assert after.fits(victim.request)
+            after.take(victim.request)
 
 
 # --- reservations ------------------------------------------------------------------------------------

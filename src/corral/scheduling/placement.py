@@ -12,7 +12,8 @@ No I/O happens here. The pass reads top to bottom as a person would explain it. 
      it go on (no head-of-line blocking), except that:
      a. a unit that only room held for another would fit waits behind that reservation;
      b. in a pool that preempts, a unit that outranks running tasks waits for tasks already
-        being evicted, or evicts the cheapest set that makes it fit; that room is held;
+        being evicted, or evicts the cheapest set that makes it fit; that room is held; a gang
+        that only fragmentation blocks first moves single tasks that fit elsewhere;
      c. a unit that has waited past its pool's reservation time has the workers closest to
         holding it held for it, so only units that fit elsewhere start (backfill); the
         first of a kind reserves, its equals wait behind it.
@@ -27,10 +28,11 @@ from dataclasses import dataclass, field
 from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.core.lifecycle import TargetKey
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
-from corral.scheduling.preemption import RunningTask, choose_victims
+from corral.scheduling.preemption import RunningTask, VictimPlan, choose_victims
 from corral.scheduling.reasons import (
     AwaitingPreempted,
     BehindReservation,
+    Moving,
     NoRoom,
     NoWorkerAlive,
     NoWorkerHasPython,
@@ -282,8 +284,14 @@ class _Pass:
             return AwaitingPreempted(len(stopping))
         candidates = [t for t in self.running if not t.stopping and t.priority < unit.priority
                       and t.job_id not in self.evicted_jobs and (t.gang or t.worker_id in ids)]
-        plan = choose_victims(unit.request, len(unit.task_ids), unit.priority, rooms, candidates,
-                              spread=unit.spread) if candidates else None
+        if not candidates:
+            self.no_plan.add(kind)
+            return None
+        plan = self._move(unit, group, rooms, candidates)
+        moved = plan is not None
+        if plan is None:
+            plan = choose_victims(unit.request, len(unit.task_ids), unit.priority, rooms, candidates,
+                                  spread=unit.spread)
         if plan is None:
             self.no_plan.add(kind)
             return None
@@ -291,7 +299,31 @@ class _Pass:
         self.evicted_jobs.update(t.job_id for t in plan.victims)
         self.claimed.update(t.task_id for t in stopping)
         self._hold_workers({worker for _, worker in plan.placements}, unit.job_id)
-        return Preempting(len(plan.victims), tuple(sorted({t.job_id for t in plan.victims})))
+        jobs = tuple(sorted({t.job_id for t in plan.victims}))
+        return Moving(len(plan.victims), jobs) if moved else Preempting(len(plan.victims), jobs)
+
+    def _move(self, unit: Unit, group: Group, rooms: list[WorkerRoom],
+              candidates: list[RunningTask]) -> VictimPlan | None:
+        """Defragmentation: a gang that the pool's free room would hold in total, but no arrangement of it on the
+        devices as they are, moves lower-priority single tasks that then fit elsewhere in the pool."""
+        if len(unit.task_ids) < 2 or not self._free_in_total(unit, rooms):
+            return None
+        elsewhere = [room for i, room in enumerate(self.book.rooms)
+                     if room.pool == unit.pool and i not in group.member_set and i not in self.book.held]
+        return choose_victims(unit.request, len(unit.task_ids), unit.priority, rooms, candidates,
+                              spread=unit.spread, move_to=elsewhere)
+
+    @staticmethod
+    def _free_in_total(unit: Unit, rooms: Sequence[WorkerRoom]) -> bool:
+        """Whether the free room of these workers, summed, holds the whole unit: a device's free hundredths count
+        as GPU (only devices with the memory asked count)."""
+        request = unit.request
+        for resource, amount in request.amounts(len(unit.task_ids)).items():
+            free = sum(_free_gpus(room, request.gpu_memory) if resource == "gpu" else room.free(resource)
+                       for room in rooms)
+            if amount > free + EPS:
+                return False
+        return True
 
     def _reserve(self, unit: Unit, group: Group, reason: Reason) -> Reason:
         rooms, request = self.book.rooms, unit.request
@@ -352,6 +384,12 @@ class _Pass:
                 for name, amount in room.custom.items():
                     capacity[name] += amount
         return capacity
+
+
+def _free_gpus(room: WorkerRoom, gpu_memory: int) -> float:
+    """Unused devices, and the free hundredths of shared ones, with at least `gpu_memory` bytes."""
+    shared = sum(SHARES - used for d, used in room.gpu_shared.items() if room.device_memory(d) >= gpu_memory)
+    return len(room.gpus_with(gpu_memory, room.free_gpu_ids)) + shared / SHARES
 
 
 def _tasks_held_when_empty(room: WorkerRoom, request: Request) -> int:

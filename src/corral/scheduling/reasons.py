@@ -261,6 +261,20 @@ class Preempting(Reason):
 
 
 @dataclass(frozen=True)
+class Moving(Reason):
+    """A gang the free room would hold in total, but not as it lies on the devices: smaller tasks restart elsewhere."""
+
+    tasks: int
+    jobs: tuple[int, ...]
+
+    def sentence(self) -> str:
+        plural = "task" if self.tasks == 1 else "tasks"
+        which = "job" if len(self.jobs) == 1 else "jobs"
+        return (f"moving {self.tasks} lower-priority {plural} ({which} {', '.join(map(str, self.jobs))}) "
+                f"elsewhere: the free room would hold it, but is cut into pieces")
+
+
+@dataclass(frozen=True)
 class AwaitingPreempted(Reason):
     """Tasks already being preempted (or stopped) free enough room: no one else is evicted."""
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from corral.controller.admission import job_total
 from corral.core.config import PoolPolicy, Sequencer
 from corral.core.deployment_spec import DeploymentSpec
-from corral.core.serving import DeploymentFacts, DeploymentState
+from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpoint
 from corral.core.spec import JobSpec
 from corral.scheduling.analysis import judge_workers
 from corral.scheduling.placement import Request, Unit, WorkerRoom, place
@@ -29,8 +29,9 @@ from corral.scheduling.reasons import (
 )
 from corral.scheduling.rooms import SHARES
 from corral.scheduling.snapshot import JobPlacement
+from corral.serving.policies import FitPolicy
 from corral.serving.pool import Holding, Pool
-from corral.serving.router import request_of
+from corral.serving.router import Router, request_of
 
 GB = 10**9
 
@@ -329,3 +330,20 @@ def test_the_pool_counts_placed_shares_and_keeps_them_through_json():
         assert view.fits(half, 1) and not view.fits(half, 3)  # device 1 holds two more, device 0 none
         assert not view.fits(Request(1, 0, 2), 1)
         assert view.fits(Request(1, 0, 2), 1, freed=["chat"])
+
+
+def test_the_router_fits_a_whole_device_beside_two_half_replicas_and_evicts_for_a_third():
+    router = Router(backend=None, policy=FitPolicy())
+    specs = {"half": {"gpu": 0.5}, "whole": {"gpu": 1}}
+    facts = {name: DeploymentFacts(i, name, DeploymentSpec(name=name, command=["serve"], min_replicas=0,
+                                                           resources=specs[name]), DeploymentState.READY, 0.0, n)
+             for i, (name, n) in enumerate((("half", 2), ("whole", 0)), start=1)}
+    router.publish(Catalog(facts, {"half": (Endpoint(1, "127.0.0.1:1"),)}))
+    w = room("w1", (0, 0))
+    half = request_of(facts["half"])
+    router.pool_view = Pool([w], {"half": [Holding("w1", half, tuple(w.take(half))) for _ in range(2)]})
+    assert w.gpu_shared == {0: 100} and router.fits("whole", frozenset(), frozenset())
+    facts["half"] = DeploymentFacts(1, "half", facts["half"].spec, DeploymentState.READY, 0.0, 3)
+    router.publish(Catalog(facts, {"half": (Endpoint(1, "127.0.0.1:1"),)}))  # a third half is wanted
+    assert not router.fits("whole", frozenset(), frozenset())
+    assert router.fits("whole", frozenset({"half"}), frozenset())

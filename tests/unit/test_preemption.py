@@ -9,7 +9,7 @@ from corral.core.config import PoolPolicy, Sequencer
 from corral.scheduling.placement import Unit, place
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask, choose_victims
-from corral.scheduling.reasons import AwaitingPreempted, NoRoom, Preempting
+from corral.scheduling.reasons import AwaitingPreempted, Moving, NoRoom, Preempting
 from corral.scheduling.rooms import Request, WorkerRoom
 
 GPU = Request(1, 0, 1)
@@ -217,7 +217,7 @@ def test_a_pass_preempts_only_lower_priority_each_victim_once_and_never_for_a_pl
     by_key = {u.key: u for u in units}
     for key, victims in result.victims.items():
         assert key in result.waiting and key not in result.assignments
-        assert isinstance(result.waiting[key], Preempting)
+        assert isinstance(result.waiting[key], Preempting | Moving)  # a move is a preemption that re-fits
         assert all(t.priority < by_key[key].priority for t in victims)
         ids = {t.task_id for t in victims}
         assert not ids & seen, "a task evicted twice"

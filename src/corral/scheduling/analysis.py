@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.reasons import format_amount, format_devices
+from corral.scheduling.reasons import format_amount, format_devices, format_share_room, free_for, share_room
 from corral.scheduling.rooms import EPS, Request, WorkerRoom
 from corral.scheduling.snapshot import JobPlacement
 
@@ -45,9 +45,13 @@ def _judge(job: JobPlacement, request: Request, room: WorkerRoom, failed_here: b
             return verdict(False, f"too small: has {_has(room, resource, gpu_memory, free=False)}, "
                                   f"a task needs {format_amount(resource, amount, gpu_memory)}")
     for resource, amount in need.items():
-        if amount > room.free(resource, gpu_memory) + EPS:
+        if amount > free_for(room, resource, request) + EPS:
+            if resource == "gpu" and request.share:  # what each device has left, not how many are unused
+                return verdict(False, f"busy: {format_share_room(share_room(room), gpu_memory)}, a task needs "
+                                      f"{format_amount(resource, amount, gpu_memory)}")
+            shared = f" ({len(room.gpu_shared)} holding shares)" if resource == "gpu" and room.gpu_shared else ""
             return verdict(False, f"busy: {_has(room, resource, gpu_memory, free=True)} free "
-                                  f"of {_has(room, resource, gpu_memory, free=False)}, a task needs "
+                                  f"of {_has(room, resource, gpu_memory, free=False)}{shared}, a task needs "
                                   f"{format_amount(resource, amount, gpu_memory)}")
     note = " (a task of this job failed here before: others are tried first)" if failed_here else ""
     return verdict(True, "fits now" + note)

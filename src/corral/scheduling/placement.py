@@ -12,7 +12,8 @@ No I/O happens here. The pass reads top to bottom as a person would explain it. 
      it go on (no head-of-line blocking), except that:
      a. a unit that only room held for another would fit waits behind that reservation;
      b. in a pool that preempts, a unit that outranks running tasks waits for tasks already
-        being evicted, or evicts the cheapest set that makes it fit; that room is held;
+        being evicted, or evicts the cheapest set that makes it fit; that room is held; a gang
+        that only fragmentation blocks first moves single tasks that fit elsewhere;
      c. a unit that has waited past its pool's reservation time has the workers closest to
         holding it held for it, so only units that fit elsewhere start (backfill); the
         first of a kind reserves, its equals wait behind it.
@@ -27,10 +28,11 @@ from dataclasses import dataclass, field
 from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.core.lifecycle import TargetKey
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
-from corral.scheduling.preemption import RunningTask, choose_victims
+from corral.scheduling.preemption import RunningTask, VictimPlan, choose_victims
 from corral.scheduling.reasons import (
     AwaitingPreempted,
     BehindReservation,
+    Moving,
     NoRoom,
     NoWorkerAlive,
     NoWorkerHasPython,
@@ -42,8 +44,10 @@ from corral.scheduling.reasons import (
     Reason,
     Reserved,
     TooLarge,
+    free_for,
+    share_room,
 )
-from corral.scheduling.rooms import EPS, Group, Request, RoomBook, WorkerRoom
+from corral.scheduling.rooms import EPS, SHARES, Group, Request, RoomBook, WorkerRoom
 from corral.scheduling.sequencing import Queue
 
 __all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place"]
@@ -202,9 +206,10 @@ class _Pass:
             self.ever_fits[key] = any(rooms[i].could_ever_fit(unit.request) for i in group.members)
         if self.ever_fits[key]:
             return None
-        need, gpu_memory = unit.request.amounts(), unit.request.gpu_memory
+        request = unit.request
+        need, gpu_memory = request.amounts(), request.gpu_memory
         for resource, amount in need.items():
-            largest = rooms[_most(rooms, group.members, resource, gpu_memory, free=False)]
+            largest = rooms[_most(rooms, group.members, resource, request, free=False)]
             if amount > largest.capacity(resource, gpu_memory) + EPS:
                 devices = largest.memories(range(largest.gpu)) if resource == "gpu" and gpu_memory else ()
                 return TooLarge(unit.pool, need, resource, largest.capacity(resource, gpu_memory), largest.name,
@@ -236,23 +241,29 @@ class _Pass:
     # 5 -------------------------------------------------------------------------------------
 
     def _no_room(self, unit: Unit, group: Group, placeable: int) -> NoRoom:
-        rooms, need, tasks = self.book.rooms, unit.request.amounts(), len(unit.task_ids)
-        gpu_memory = unit.request.gpu_memory
+        rooms, request, tasks = self.book.rooms, unit.request, len(unit.task_ids)
+        need, gpu_memory = request.amounts(), request.gpu_memory
         wanted = [resource for resource, amount in need.items() if amount > 0]
-        most_free = {r: rooms[_most(rooms, group.members, r, gpu_memory, free=True)] for r in wanted}
+        most_free = {r: rooms[_most(rooms, group.members, r, request, free=True)] for r in wanted}
         # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
-        binding = next((r for r in wanted if need[r] > most_free[r].free(r, gpu_memory) + EPS), None)
+        binding = next((r for r in wanted if need[r] > free_for(most_free[r], r, request) + EPS), None)
         if binding is None and tasks > 1 and wanted:
             binding = wanted[0]
         if binding is None:
             return NoRoom(unit.pool, need, tasks, placeable, None, gpu_memory=gpu_memory)
         room = most_free[binding]
-        free = room.free(binding, gpu_memory)
+        free = free_for(room, binding, request)
+        if binding == "gpu" and request.share:  # the most one device has free; with memory, what each has left
+            shares = share_room(room) if gpu_memory else ()
+            return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free or shares else "",
+                          gpu_memory, shares=shares)
+        shared = sum(len(rooms[i].gpu_shared) for i in group.members) if binding == "gpu" else 0
         if binding == "gpu" and gpu_memory:  # name the free devices too small, if that is all there is
             devices = room.memories(room.free_gpu_ids)
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if devices else "",
-                          gpu_memory, devices)
-        return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free > EPS else "", gpu_memory)
+                          gpu_memory, devices, shared_devices=shared)
+        return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free > EPS else "", gpu_memory,
+                      shared_devices=shared)
 
     def _preempt(self, unit: Unit, group: Group) -> Reason | None:
         if unit.priority <= self.lowest_running.get(unit.pool, unit.priority):
@@ -273,8 +284,14 @@ class _Pass:
             return AwaitingPreempted(len(stopping))
         candidates = [t for t in self.running if not t.stopping and t.priority < unit.priority
                       and t.job_id not in self.evicted_jobs and (t.gang or t.worker_id in ids)]
-        plan = choose_victims(unit.request, len(unit.task_ids), unit.priority, rooms, candidates,
-                              spread=unit.spread) if candidates else None
+        if not candidates:
+            self.no_plan.add(kind)
+            return None
+        plan = self._move(unit, group, rooms, candidates)
+        moved = plan is not None
+        if plan is None:
+            plan = choose_victims(unit.request, len(unit.task_ids), unit.priority, rooms, candidates,
+                                  spread=unit.spread)
         if plan is None:
             self.no_plan.add(kind)
             return None
@@ -282,13 +299,37 @@ class _Pass:
         self.evicted_jobs.update(t.job_id for t in plan.victims)
         self.claimed.update(t.task_id for t in stopping)
         self._hold_workers({worker for _, worker in plan.placements}, unit.job_id)
-        return Preempting(len(plan.victims), tuple(sorted({t.job_id for t in plan.victims})))
+        jobs = tuple(sorted({t.job_id for t in plan.victims}))
+        return Moving(len(plan.victims), jobs) if moved else Preempting(len(plan.victims), jobs)
+
+    def _move(self, unit: Unit, group: Group, rooms: list[WorkerRoom],
+              candidates: list[RunningTask]) -> VictimPlan | None:
+        """Defragmentation: a gang that the pool's free room would hold in total, but no arrangement of it on the
+        devices as they are, moves lower-priority single tasks that then fit elsewhere in the pool."""
+        if len(unit.task_ids) < 2 or not self._free_in_total(unit, rooms):
+            return None
+        elsewhere = [room for i, room in enumerate(self.book.rooms)
+                     if room.pool == unit.pool and i not in group.member_set and i not in self.book.held]
+        return choose_victims(unit.request, len(unit.task_ids), unit.priority, rooms, candidates,
+                              spread=unit.spread, move_to=elsewhere)
+
+    @staticmethod
+    def _free_in_total(unit: Unit, rooms: Sequence[WorkerRoom]) -> bool:
+        """Whether the free room of these workers, summed, holds the whole unit: a device's free hundredths count
+        as GPU (only devices with the memory asked count)."""
+        request = unit.request
+        for resource, amount in request.amounts(len(unit.task_ids)).items():
+            free = sum(_free_gpus(room, request.gpu_memory) if resource == "gpu" else room.free(resource)
+                       for room in rooms)
+            if amount > free + EPS:
+                return False
+        return True
 
     def _reserve(self, unit: Unit, group: Group, reason: Reason) -> Reason:
         rooms, request = self.book.rooms, unit.request
         binding = getattr(reason, "resource", None) or "cpu"
         closest = sorted((i for i in group.members if i not in self.book.held and rooms[i].could_ever_fit(request)),
-                         key=lambda i: -rooms[i].free(binding, request.gpu_memory))
+                         key=lambda i: -free_for(rooms[i], binding, request))
         held: list[int] = []
         remaining = len(unit.task_ids)
         for i in closest:
@@ -345,20 +386,41 @@ class _Pass:
         return capacity
 
 
+def _free_gpus(room: WorkerRoom, gpu_memory: int) -> float:
+    """Unused devices, and the free hundredths of shared ones, with at least `gpu_memory` bytes."""
+    shared = sum(SHARES - used for d, used in room.gpu_shared.items() if room.device_memory(d) >= gpu_memory)
+    return len(room.gpus_with(gpu_memory, room.free_gpu_ids)) + shared / SHARES
+
+
 def _tasks_held_when_empty(room: WorkerRoom, request: Request) -> int:
     """How many tasks of this size the worker holds when nothing else runs there (at least 1)."""
-    counts = [room.capacity(r, request.gpu_memory) // amount for r, amount in request.amounts().items() if amount > 0]
+    counts = [_held_when_empty(room, r, amount, request) for r, amount in request.amounts().items() if amount > 0]
     return max(1, int(min(counts, default=1)))
 
 
-def _most(rooms: Sequence[WorkerRoom], members: Sequence[int], resource: str, gpu_memory: int, *, free: bool) -> int:
-    """The member with the most of a resource, free now or in all; for GPUs with a memory rule, the
-    most devices that satisfy it, then the biggest device (the one a reason names)."""
-    def amount(i: int) -> tuple[float, int]:
+def _held_when_empty(room: WorkerRoom, resource: str, amount: float, request: Request) -> float:
+    """How many tasks one resource of an empty worker holds: shares count per device, by hundredths and by the
+    device memory each reserves."""
+    if resource != "gpu" or not request.share:
+        return room.capacity(resource, request.gpu_memory) // amount
+    return sum(min(SHARES // request.share, room.device_memory(d) // request.gpu_memory if request.gpu_memory
+                   else SHARES) for d in range(room.gpu))
+
+
+def _most(rooms: Sequence[WorkerRoom], members: Sequence[int], resource: str, request: Request, *,
+          free: bool) -> int:
+    """The member with the most of a resource, free now or in all (for a share free now: the most of one device);
+    for GPUs with a memory rule, the most devices that satisfy it, then the biggest device (the one a reason names);
+    for a share that no device has the memory left for, the most share room (the reason lists what is left)."""
+    gpu_memory = request.gpu_memory
+
+    def amount(i: int) -> tuple[float, float]:
         room = rooms[i]
-        most = room.free(resource, gpu_memory) if free else room.capacity(resource, gpu_memory)
+        most = free_for(room, resource, request) if free else room.capacity(resource, gpu_memory)
         if resource != "gpu" or not gpu_memory:
             return most, 0
+        if free and request.share:
+            return most, room.free_share()
         return most, max(room.memories(room.free_gpu_ids if free else range(room.gpu)), default=-1)
     return max(members, key=amount)
 

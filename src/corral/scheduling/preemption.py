@@ -6,7 +6,8 @@ the cheapest set on one worker that makes it fit: the fewest tasks evicted, then
 lowest priority, then the youngest attempts (the least work lost). A gang victim frees
 its room on every worker it holds, which later tasks of the pending job may use. If some
 task cannot be made to fit, nothing is evicted: no job is preempted for one that then
-would not fit.
+would not fit. A move (defragmentation) is a plan of single tasks that all fit again in the
+room left once the pending job took its place: they restart elsewhere rather than wait.
 """
 
 from __future__ import annotations
@@ -48,10 +49,14 @@ Candidate = tuple[RunningTask, ...]  # one task, or every task of a gang
 
 
 def choose_victims(request: Request, tasks: int, priority: int, rooms: Sequence[WorkerRoom],
-                   running: Sequence[RunningTask], *, spread: bool = False) -> VictimPlan | None:
-    """The cheapest set of lower-priority tasks whose eviction lets all `tasks` fit, or None."""
+                   running: Sequence[RunningTask], *, spread: bool = False,
+                   move_to: Sequence[WorkerRoom] | None = None) -> VictimPlan | None:
+    """The cheapest set of lower-priority tasks whose eviction lets all `tasks` fit, or None. With `move_to`, a
+    move: single tasks only, and only a plan whose victims all fit again in what is left of `rooms` and `move_to`."""
     scratch = {room.id: room.copy() for room in rooms}
     candidates = _candidates(running, priority, scratch)
+    if move_to is not None:
+        candidates = [c for c in candidates if not c[0].gang]
     on_room: dict[str, list[int]] = defaultdict(list)
     for c, members in enumerate(candidates):
         for worker_id in {t.worker_id for t in members}:
@@ -83,7 +88,19 @@ def choose_victims(request: Request, tasks: int, priority: int, rooms: Sequence[
         used.add(room.id)
         placements.append((index, room.id))
     victims = tuple(task for c in chosen for task in candidates[c])
+    if move_to is not None and not _fit_again(victims, [*scratch.values(), *(room.copy() for room in move_to)]):
+        return None
     return VictimPlan(victims, tuple(placements))
+
+
+def _fit_again(victims: Sequence[RunningTask], rooms: Sequence[WorkerRoom]) -> bool:
+    """Whether every victim fits in the room left, the largest first (books them there)."""
+    for task in sorted(victims, key=lambda t: -t.request.gpu):
+        room = next((r for r in rooms if r.fits(task.request)), None)
+        if room is None:
+            return False
+        room.take(task.request)
+    return True
 
 
 def _candidates(running: Sequence[RunningTask], priority: int, rooms: dict[str, WorkerRoom]) -> list[Candidate]:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from corral.core.spec import format_bytes
+from corral.scheduling.rooms import SHARES
 
 if TYPE_CHECKING:  # constraints name the reasons they give
     from corral.core.constraints import AnyConstraint
+    from corral.scheduling.rooms import Request, WorkerRoom
 
 DEFAULT_POOL = "default"
 
@@ -26,10 +28,16 @@ def _size(size: float) -> str:
 
 
 def format_amount(resource: str, amount: float, gpu_memory: int = 0) -> str:
-    """"8 gpu", "0.5 cpu", "4G memory", "1 gpu with at least 40G memory"."""
-    value = _size(amount) if resource == "memory" else f"{amount:g}"
-    text = f"{value} {resource}"
-    return f"{text} with at least {_size(gpu_memory)} memory" if resource == "gpu" and gpu_memory else text
+    """"8 gpu", "0.5 cpu", "4G memory", "1 gpu with at least 40G memory", "0.5 gpu (a share of one device)"."""
+    if resource == "memory":
+        return f"{_size(amount)} memory"
+    if resource != "gpu":
+        return f"{amount:g} {resource}"
+    text = f"{round(amount, 2):g} gpu"  # shares are hundredths: their sums print as such
+    if 0 < amount < 1:
+        reserving = f", reserving {_size(gpu_memory)} of its memory" if gpu_memory else ""
+        return f"{text} (a share of one device{reserving})"
+    return f"{text} with at least {_size(gpu_memory)} memory" if gpu_memory else text
 
 
 def format_amounts(amounts: dict[str, float], gpu_memory: int = 0) -> str:
@@ -42,6 +50,37 @@ def format_devices(memories: Sequence[int]) -> str:
         return "no gpu"
     counts = Counter(sorted(memories))
     return ", ".join(f"{n} gpu of {_size(m) if m else 'unknown memory'}" for m, n in counts.items())
+
+
+def format_share_room(room: Sequence[tuple[float, int]], gpu_memory: int = 0) -> str:
+    """What a worker's devices have free for a share: "1 device with 0.25 gpu free, 2 devices with 1 gpu free";
+    with a memory reservation, the bytes each has left too. `room`: (share free, bytes left) per device."""
+    if not room:
+        return "no device with room for a share"
+    counts = Counter(sorted(room, reverse=True))
+    return ", ".join(
+        f"{n} device{'s' if n > 1 else ''} with {share:g} gpu{f' and {_size(left)}' if gpu_memory else ''} free"
+        for (share, left), n in counts.items())
+
+
+def free_for(room: WorkerRoom, resource: str, request: Request) -> float:
+    """The free room of a resource as this request sees it: for a share, the most one device has free."""
+    if resource == "gpu" and request.share:
+        return room.free_share(request.gpu_memory)
+    return room.free(resource, request.gpu_memory)
+
+
+def share_room(room: WorkerRoom) -> tuple[tuple[float, int], ...]:
+    """(share free, bytes left) per device with any room for a share: unused devices whole, then shared ones."""
+    unused = [(1.0, room.device_memory(d)) for d in room.free_gpu_ids]
+    shared = [((SHARES - used) / SHARES, room.device_memory(d) - room.gpu_memory_shared.get(d, 0))
+              for d, used in sorted(room.gpu_shared.items()) if used < SHARES]
+    return tuple(unused + shared)
+
+
+def _is_share(need: dict[str, float]) -> bool:
+    """A task that asks for part of one device (per task, any fraction of a GPU is a share)."""
+    return 0 < need.get("gpu", 0.0) < 1
 
 
 def _in_pool(pool: str) -> str:
@@ -121,8 +160,9 @@ class TooLarge(Reason):
             largest = f"{self.worker} has {format_devices(self.devices)}"
         else:
             largest = f"{format_amount(self.resource, self.largest)} on {self.worker}"
+        that_much = "a device that could hold it" if _is_share(self.need) and self.resource == "gpu" else "that much"
         return (f"needs {format_amount(self.resource, self.need[self.resource], self.gpu_memory)} per task; "
-                f"no worker{_in_pool(self.pool)} has that much (largest: {largest}); waiting for one to join")
+                f"no worker{_in_pool(self.pool)} has {that_much} (largest: {largest}); waiting for one to join")
 
 
 @dataclass(frozen=True)
@@ -136,14 +176,18 @@ class NoRoom(Reason):
     resource: str | None  # the resource that binds on every worker, if a single one
     most_free: float = 0.0
     worker: str = ""
-    gpu_memory: int = 0  # bytes each GPU must have
+    gpu_memory: int = 0  # bytes each GPU must have; for a share, the bytes of its device it reserves
     devices: tuple[int, ...] = ()  # the memory of the worker's free GPUs, when too little memory is what binds
+    shares: tuple[tuple[float, int], ...] = ()  # for a share with memory: (share free, bytes left) per device
+    shared_devices: int = 0  # for whole devices: those of its workers that hold shares, so are not handed out whole
 
     def sentence(self) -> str:
         where = _in_pool(self.pool)
         if self.resource is not None:
             need = format_amount(self.resource, self.need[self.resource], self.gpu_memory)
-            if self.resource == "gpu" and self.gpu_memory and self.worker:
+            if self.resource == "gpu" and _is_share(self.need):
+                free = self._share_free()
+            elif self.resource == "gpu" and self.gpu_memory and self.worker:
                 free = (f"most free on one worker: {self.most_free:g} "
                         f"({self.worker} has {format_devices(self.devices)} free)")
             elif self.worker:
@@ -153,9 +197,21 @@ class NoRoom(Reason):
         else:
             need = format_amounts(self.need, self.gpu_memory)
             free = "no worker has all of it free at once"
+        if self.shared_devices:
+            holds = "holds" if self.shared_devices == 1 else "hold"
+            free += f"; {self.shared_devices} gpu {holds} shares (a shared device is not handed out whole)"
         if self.tasks > 1:
             return f"gang of {self.tasks} needs {need} per task{where}; only {self.placeable} fit now; {free}"
         return f"needs {need}{where} on one worker; {free}"
+
+    def _share_free(self) -> str:
+        """The most one device has free for the share; with a memory reservation, what the worker's devices have
+        left, since either the share or the memory may be what binds."""
+        left = f" with {_size(self.gpu_memory)} left" if self.gpu_memory else ""
+        devices = f" ({self.worker} has {format_share_room(self.shares, self.gpu_memory)})" if self.shares else ""
+        if self.most_free > 0:
+            return f"the most any device{left} has free is {self.most_free:g}, on {self.worker}{devices}"
+        return f"no device{left} has any share free{devices}"
 
 
 @dataclass(frozen=True)
@@ -202,6 +258,20 @@ class Preempting(Reason):
         which = "job" if len(self.jobs) == 1 else "jobs"
         return (f"preempting {self.tasks} lower-priority {plural} ({which} {', '.join(map(str, self.jobs))}) "
                 f"to make room")
+
+
+@dataclass(frozen=True)
+class Moving(Reason):
+    """A gang the free room would hold in total, but not as it lies on the devices: smaller tasks restart elsewhere."""
+
+    tasks: int
+    jobs: tuple[int, ...]
+
+    def sentence(self) -> str:
+        plural = "task" if self.tasks == 1 else "tasks"
+        which = "job" if len(self.jobs) == 1 else "jobs"
+        return (f"moving {self.tasks} lower-priority {plural} ({which} {', '.join(map(str, self.jobs))}) "
+                f"elsewhere: the free room would hold it, but is cut into pieces")
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,10 @@ class Pool:
     def from_json(cls, rooms: list[dict], holdings: dict[str, list[dict]]) -> Pool:
         return cls([WorkerRoom(**{**room, "gpu_memory": tuple(room["gpu_memory"]),
                                  "shared_fs": tuple(room.get("shared_fs") or ()),
-                                 "pythons": tuple(room.get("pythons") or ())}) for room in rooms],
+                                 "pythons": tuple(room.get("pythons") or ()),
+                                 "gpu_shared": _by_device(room.get("gpu_shared")),
+                                 "gpu_memory_shared": _by_device(room.get("gpu_memory_shared"))})
+                    for room in rooms],
                    {name: [Holding(h["worker_id"], _request(h["request"]), tuple(h["gpu_ids"]), h["leaving"])
                            for h in held] for name, held in holdings.items()})
 
@@ -80,6 +83,11 @@ class Pool:
 def _request(fields: dict) -> Request:
     """A holding's request from JSON, where its custom pairs arrive as lists."""
     return Request(**{**fields, "custom": tuple((name, amount) for name, amount in fields["custom"])})
+
+
+def _by_device(amounts: dict[str, int] | None) -> dict[int, int]:
+    """A per-device map from JSON, where the device numbers arrive as strings."""
+    return {int(device): amount for device, amount in (amounts or {}).items()}
 
 
 def _take_first(rooms: list[WorkerRoom], request: Request) -> bool:

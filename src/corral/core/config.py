@@ -32,6 +32,7 @@ class Strategy(StrEnum):
     CONCENTRATED = "concentrated"  # the fullest that fits: fewest workers used, big holes kept for gangs
     DISPERSED = "dispersed"  # the emptiest: load spread evenly
     ROUND_ROBIN = "round-robin"  # the next in turn
+    FRAGMENTATION_AWARE = "fragmentation-aware"  # the one it fragments least against the requests the pool sees
 
 
 class Sequencer(StrEnum):

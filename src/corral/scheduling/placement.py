@@ -21,11 +21,13 @@ No I/O happens here. The pass reads top to bottom as a person would explain it. 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from corral.core.config import Strategy
 from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.core.lifecycle import TargetKey
+from corral.scheduling.fragmentation import Fragmentation, RequestMix
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
 from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import (
@@ -82,16 +84,21 @@ class Placement:
 
 
 def place(units: Sequence[Unit], rooms: Sequence[WorkerRoom], *, policy: Policy | None = None,
-          running: Sequence[RunningTask] = (), now: float = 0.0) -> Placement:
-    """Place units on the rooms given (mutating neither); `running` are the tasks holding room now."""
-    return _Pass(rooms, policy or Policy(), running, now).run(units)
+          running: Sequence[RunningTask] = (), now: float = 0.0,
+          mixes: Mapping[str, RequestMix] | None = None) -> Placement:
+    """Place units on the rooms given (mutating neither); `running` are the tasks holding room now.
+
+    `mixes`: per pool, the requests it has seen lately, which the fragmentation-aware strategy
+    places against; a pool without one is measured against its running and pending tasks.
+    """
+    return _Pass(rooms, policy or Policy(), running, now, mixes or {}).run(units)
 
 
 class _Pass:
     def __init__(self, rooms: Sequence[WorkerRoom], policy: Policy, running: Sequence[RunningTask],
-                 now: float) -> None:
+                 now: float, mixes: Mapping[str, RequestMix]) -> None:
         self.book = RoomBook(rooms)
-        self.policy, self.running, self.now = policy, running, now
+        self.policy, self.running, self.now, self.mixes = policy, running, now, mixes
         self.result = Placement()
         self.quota_use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for task in running:
@@ -112,6 +119,9 @@ class _Pass:
             by_pool[unit.pool].append(unit)
         for pool, pool_units in by_pool.items():
             pool_policy = self.policy.pool(pool)
+            if pool_policy.strategy is Strategy.FRAGMENTATION_AWARE:
+                mix = self.mixes.get(pool) or self._mix_seen(pool, pool_units)
+                self.book.measures[pool] = Fragmentation(mix.weights())
             # 1. The pool's sequencer decides who is offered room first.
             queue = Queue(pool_units, pool_policy.sequencer, self._pool_use(pool), self._pool_capacity(pool))
             while (unit := queue.next()) is not None:
@@ -323,6 +333,17 @@ class _Pass:
             if pool is not None and (pool not in latest or task.since > latest[pool].since):
                 latest[pool] = task
         return {pool: task.worker_id for pool, task in latest.items()}
+
+    def _mix_seen(self, pool: str, units: Sequence[Unit]) -> RequestMix:
+        """The requests of the pool's running tasks and pending units: the mix when none was kept."""
+        pools = {room.id: room.pool for room in self.book.rooms}
+        mix = RequestMix()
+        for task in self.running:
+            if pools.get(task.worker_id) == pool:
+                mix.add(task.request)
+        for unit in units:
+            mix.add(unit.request, unit.constraints, len(unit.task_ids))
+        return mix
 
     def _pool_use(self, pool: str) -> dict[str, dict[str, float]]:
         pools = {room.id: room.pool for room in self.book.rooms}

@@ -66,60 +66,91 @@ class RequestMix:
 
 
 class Fragmentation:
-    """The weighted fragmentation of worker states, and the placement that adds least of it."""
+    """The weighted fragmentation of worker states, and the placement that adds least of it.
+
+    States are interned as small integers; a state's score and each request's choice on it are
+    computed once. A score is split in two remembered halves: which kinds fit the state's free
+    cores and memory, and what each group of kinds could not use of its devices.
+    """
 
     def __init__(self, weights: Mapping[Kind, float]) -> None:
         self.constraint_sets = list(dict.fromkeys(constraints for _, constraints in weights))
         position = {constraints: n for n, constraints in enumerate(self.constraint_sets)}
         # Kinds grouped by what they ask of the GPUs: (constraint set, share, whole, gpu memory) -> their
-        # (cores, memory, custom, weight), so each group's unusable capacity is counted once per state.
+        # (cores, memory, custom, weight).
         parts: dict[tuple[int, int, int, int], list[tuple[float, int, tuple, float]]] = {}
         for (request, constraints), weight in weights.items():
             key = (position[constraints], request.share, request.whole, request.gpu_memory)
             parts.setdefault(key, []).append((request.cpu, request.memory, request.custom, weight))
-        self.parts = [(key, kinds, sum(w for *_, w in kinds)) for key, kinds in parts.items()]
-        self._scores: dict[State, float] = {}
-        self._choices: dict[tuple[State, Request], tuple | None] = {}
+        self.parts = list(parts)
+        self.kinds = list(parts.values())
+        self.weight = sum(weights.values())
+        self.states: list[State] = []
+        self.ids: dict[State, int] = {}
+        self._scores: dict[int, float] = {}
+        self._fitting: dict[tuple, tuple[float, ...]] = {}
+        self._unusable: dict[tuple[tuple[int, int], ...], tuple[int, ...]] = {}
+        self._choices: dict[Request, dict[int, tuple | None]] = {}
 
-    def state(self, room: WorkerRoom) -> State:
+    def state(self, room: WorkerRoom) -> int:
+        """The id of the room's state: equal for workers that fragment alike."""
         admitted = tuple(all(c.admits(room) for c in constraints) for constraints in self.constraint_sets)
         devices = tuple(sorted(
             (SHARES - room.gpu_shared.get(d, 0) if d not in room.free_gpu_ids else SHARES,
              room.device_memory(d) - room.gpu_memory_shared.get(d, 0))
             for d in range(room.gpu) if d in room.free_gpu_ids or d in room.gpu_shared))
-        return (admitted, room.free_cpu, room.free_memory, tuple(sorted(room.free_custom.items())),
-                tuple(device for device in devices if device[0] > 0))
+        return self._intern((admitted, room.free_cpu, room.free_memory, tuple(sorted(room.free_custom.items())),
+                             tuple(device for device in devices if device[0] > 0)))
 
-    def score(self, state: State) -> float:
+    def _intern(self, state: State) -> int:
+        if state not in self.ids:
+            self.ids[state] = len(self.states)
+            self.states.append(state)
+        return self.ids[state]
+
+    def score(self, state_id: int) -> float:
         """The free GPU capacity (in hundredths) the mix could not use here, weighted by popularity."""
-        if state in self._scores:
-            return self._scores[state]
-        admitted, cpu, memory, custom, devices = state
+        if state_id in self._scores:
+            return self._scores[state_id]
+        admitted, cpu, memory, custom, devices = self.states[state_id]
         free = sum(share for share, _ in devices)
         total = 0.0
         if free:
-            slots = dict(custom)
-            for (constraints, share, whole, gpu_memory), kinds, weight in self.parts:
-                fitting = sum(w for kind_cpu, kind_memory, kind_custom, w in kinds
-                              if kind_cpu <= cpu + EPS and kind_memory <= memory
-                              and all(amount <= slots.get(name, 0.0) + EPS for name, amount in kind_custom)
-                              ) if admitted[constraints] else 0.0
-                total += (weight - fitting) * free
-                if fitting:
-                    total += fitting * _unusable(devices, free, share, whole, gpu_memory)
-        self._scores[state] = total
+            fitting = self._fitting_weights(admitted, cpu, memory, custom)
+            unusable = self._unusable_parts(devices, free)
+            total = free * self.weight + sum(w * (lost - free) for w, lost in zip(fitting, unusable) if w)
+        self._scores[state_id] = total
         return total
 
-    def choice(self, state: State, request: Request) -> tuple | None:
-        """How placing `request` on a worker in `state` ranks, or None when it does not fit there:
-        (growth of fragmentation, free GPU capacity after, free cores after, the device a share takes)."""
-        key = (state, request)
-        if key not in self._choices:
-            self._choices[key] = self._choose(state, request)
-        return self._choices[key]
+    def _fitting_weights(self, admitted: tuple[bool, ...], cpu: float, memory: int, custom: tuple) -> tuple:
+        """Per group of kinds, the weight of those that fit these free cores, memory and slots."""
+        key = (admitted, cpu, memory, custom)
+        if key not in self._fitting:
+            slots = dict(custom)
+            self._fitting[key] = tuple(
+                sum(w for kind_cpu, kind_memory, kind_custom, w in kinds
+                    if kind_cpu <= cpu + EPS and kind_memory <= memory
+                    and all(amount <= slots.get(name, 0.0) + EPS for name, amount in kind_custom))
+                if admitted[part[0]] else 0.0
+                for part, kinds in zip(self.parts, self.kinds))
+        return self._fitting[key]
 
-    def _choose(self, state: State, request: Request) -> tuple | None:
-        admitted, cpu, memory, custom, devices = state
+    def _unusable_parts(self, devices: tuple[tuple[int, int], ...], free: int) -> tuple[int, ...]:
+        if devices not in self._unusable:
+            self._unusable[devices] = tuple(_unusable(devices, free, share, whole, gpu_memory)
+                                            for _, share, whole, gpu_memory in self.parts)
+        return self._unusable[devices]
+
+    def choice(self, state_id: int, request: Request) -> tuple | None:
+        """How placing `request` on a worker in this state ranks, or None when it does not fit there:
+        (growth of fragmentation, free GPU capacity after, free cores after, the device a share takes)."""
+        choices = self._choices.setdefault(request, {})
+        if state_id not in choices:
+            choices[state_id] = self._choose(state_id, request)
+        return choices[state_id]
+
+    def _choose(self, state_id: int, request: Request) -> tuple | None:
+        admitted, cpu, memory, custom, devices = self.states[state_id]
         slots = dict(custom)
         if request.cpu > cpu + EPS or request.memory > memory or any(
                 amount > slots.get(name, 0.0) + EPS for name, amount in request.custom):
@@ -127,15 +158,16 @@ class Fragmentation:
         for name, amount in request.custom:
             slots[name] -= amount
         rest = (admitted, cpu - request.cpu, memory - request.memory, tuple(sorted(slots.items())))
-        before = self.score(state)
+        before = self.score(state_id)
         if request.share:  # one option per distinct device it fits on; ties go to the fullest device
             options = []
             for n, device in enumerate(devices):
                 if (device[0] >= request.share and device[1] >= request.gpu_memory
                         and (n == 0 or device != devices[n - 1])):
                     taken = (device[0] - request.share, device[1] - request.gpu_memory)
-                    after = (*rest, _replace(devices, n, taken))
-                    options.append((self.score(after) - before, _free(after), after[1], device[0], device))
+                    after = self._intern((*rest, _replace(devices, n, taken)))
+                    options.append((round(self.score(after) - before, 6), _free(self.states[after]), rest[1],
+                                    device[0], device))
             if not options:
                 return None
             growth, free, cores, _, device = min(options)
@@ -144,8 +176,8 @@ class Fragmentation:
         if len(whole) < request.whole:
             return None
         taken = set(whole[: request.whole])  # the smallest devices that suffice, as WorkerRoom.take hands out
-        after = (*rest, tuple(device for n, device in enumerate(devices) if n not in taken))
-        return self.score(after) - before, _free(after), after[1], None
+        after = self._intern((*rest, tuple(device for n, device in enumerate(devices) if n not in taken)))
+        return round(self.score(after) - before, 6), _free(self.states[after]), rest[1], None
 
 
 def _unusable(devices: Sequence[tuple[int, int]], free: int, share: int, whole: int, gpu_memory: int) -> int:

@@ -16,6 +16,7 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from heapq import heappop, heappush
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -26,7 +27,7 @@ from corral.core.constraints import AnyConstraint
 from corral.scheduling.policy import DEFAULT_POOL
 
 if TYPE_CHECKING:
-    from corral.scheduling.fragmentation import Fragmentation, State
+    from corral.scheduling.fragmentation import Fragmentation
 
 EPS = 1e-9  # fractional cores add up with rounding errors
 SHARES = 100  # a device is shared in hundredths
@@ -231,14 +232,25 @@ class Group:
         self.member_set = set(members)
         self.index = sorted(_key(rooms[i], i) for i in members)
         self.cursor = 0
-        self.by_state: dict[State, set[int]] | None = None  # the fragmentation-aware strategy's buckets
+        # The fragmentation-aware strategy's view: members by state id; the order in which states gained
+        # members; per request, a heap of (choice, state) and how much of that order it has taken in.
+        self.by_state: dict[int, set[int]] | None = None
+        self.revived: list[int] = []
+        self.ranked: dict[Request, tuple[list[tuple[tuple, int]], list[int]]] = {}
 
 
 def _key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
     return (len(room.free_gpu_ids), room.free_cpu, room.free_memory, i)
 
 
-def _unbucket(by_state: dict[State, set[int]], state: State, i: int) -> None:
+def _bucket(group: Group, state: int, i: int) -> None:
+    members = group.by_state.setdefault(state, set())
+    if not members:
+        group.revived.append(state)
+    members.add(i)
+
+
+def _unbucket(by_state: dict[int, set[int]], state: int, i: int) -> None:
     members = by_state[state]
     members.discard(i)
     if not members:
@@ -259,7 +271,7 @@ class RoomBook:
         self.measures = dict(measures or {})
         self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
         self._member_of: list[list[Group]] = [[] for _ in self.rooms]
-        self._states: dict[int, State] = {}  # room -> its state, for rooms in a bucketed group
+        self._states: dict[int, int] = {}  # room -> its state id, for rooms in a bucketed group
         self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
 
     def group(self, pool: str, constraints: tuple[AnyConstraint, ...], start_after: str | None = None) -> Group:
@@ -324,30 +336,49 @@ class RoomBook:
             insort(group.index, new)
             if group.by_state is not None:
                 _unbucket(group.by_state, old_state, i)
-                group.by_state.setdefault(self._states[i], set()).add(i)
+                _bucket(group, self._states[i], i)
 
     def _least_fragmenting(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
-        """The worker (and, for a share, the device) whose fragmentation grows least; ties toward best fit."""
+        """The worker (and, for a share, the device) whose fragmentation grows least; ties toward best fit.
+
+        Each request keeps a heap of the group's states by its choice there, taking in the states that
+        gained members since it last looked; states that lost all their members drop off its top."""
         measure = self.measures[group.pool]
         if group.by_state is None:
             group.by_state = {}
             for *_, i in group.index:
                 if i not in self._states:
                     self._states[i] = measure.state(self.rooms[i])
-                group.by_state.setdefault(self._states[i], set()).add(i)
-        ranked = sorted((choice, min(members), state) for state, members in group.by_state.items()
-                        if (choice := measure.choice(state, request)) is not None)
-        for choice, first, state in ranked:
-            members = group.by_state[state]
-            for i in ([first] if first not in exclude else sorted(members.difference(exclude))):
-                room = self.rooms[i]
-                if not room.fits(request):
-                    continue
-                if request.share:
-                    self._device_for = (i, request, next(
-                        d for d in room.share_devices(request) if _device_state(room, d) == choice[3]))
-                return i
+                _bucket(group, self._states[i], i)
+        if exclude:
+            ranked = sorted((choice, state) for state in group.by_state
+                            if (choice := measure.choice(state, request)) is not None)
+            return next((i for _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
+                         if self._fits(i, request, measure.choice(state, request))), None)
+        heap, seen = group.ranked.setdefault(request, ([], [0]))
+        for state in group.revived[seen[0]:]:
+            if state in group.by_state and (choice := measure.choice(state, request)) is not None:
+                heappush(heap, (choice, state))
+        seen[0] = len(group.revived)
+        while heap:
+            choice, state = heap[0]
+            members = group.by_state.get(state)
+            if members:
+                i = min(members)
+                if self._fits(i, request, choice):
+                    return i
+            heappop(heap)
         return None
+
+    def _fits(self, i: int, request: Request, choice: tuple) -> bool:
+        """Whether room `i` holds the request; for a share, remember the device the choice named."""
+        room = self.rooms[i]
+        if not room.fits(request):
+            return False
+        if request.share:
+            self._device_for = (i, request, next(
+                d for d in room.share_devices(request) if _device_state(room, d) == choice[3]))
+        return True
 
     def _fullest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Best fit: the fewest free GPUs that suffice, then the fewest free cores."""

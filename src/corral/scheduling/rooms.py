@@ -16,10 +16,10 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from heapq import heappop, heappush
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
 from corral.core.config import Strategy

@@ -29,6 +29,7 @@ from operator import mul
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.rooms import EPS, SHARES, Request, WorkerRoom
 
+GIB = 2**30
 Kind = tuple[Request, tuple[AnyConstraint, ...]]  # a request and the constraints of its job
 # (which constraint sets admit it, free cores, free memory, free custom slots, sorted (free hundredths, device memory))
 State = tuple[tuple[bool, ...], float, int, tuple[tuple[str, float], ...], tuple[tuple[int, int], ...]]
@@ -92,7 +93,7 @@ class Fragmentation:
             parts.setdefault(key, []).append((request.cpu, request.memory, request.custom, weight))
         self.parts = list(parts)
         self.cpus = [tuple(kind[0] for kind in kinds) for kinds in parts.values()]
-        self.memories = [tuple(kind[1] for kind in kinds) for kinds in parts.values()]
+        self.memories = [tuple(kind[1] / GIB for kind in kinds) for kinds in parts.values()]
         self.customs = [tuple(kind[2] for kind in kinds) for kinds in parts.values()]
         self.weights = [tuple(kind[3] for kind in kinds) for kinds in parts.values()]
         self.none = [(0,) * len(kinds) for kinds in parts.values()]
@@ -139,6 +140,7 @@ class Fragmentation:
 
     def _host_copies(self, admitted: tuple[bool, ...], cpu: float, memory: int, custom: tuple) -> list[tuple]:
         """Per group of kinds, the copies of each kind these free cores, memory and slots hold."""
+        memory //= GIB  # whole GiB: close enough to count copies, and far fewer states to count them for
         key = (admitted, cpu, memory, custom)
         if key not in self._hosts:
             self._hosts[key] = [

@@ -6,7 +6,8 @@ one and never leave; a pod asks for its cores, memory, and either whole GPUs or,
 one GPU and less than all of it, a share of one device (rounded up to hundredths); `gpu_spec`
 limits it to the listed GPU models (a `gpu-model` label on each node). After the trace's own
 pods, in file order, pods are drawn from it with replacement (seeded) until the GPUs asked for
-reach 130% of the cluster's. The share of GPUs left unallocated (1 - allocated/total) is read
+reach 130% of the cluster's (`--shuffled` then shuffles the whole list with the seed, so that the
+seed decides the order from the start). The share of GPUs left unallocated (1 - allocated/total) is read
 as the arrived load passes each mark; a pod that fits nowhere is dropped. The figures are the
 median over the seeds. The fragmentation-aware strategy measures against the mix of the file's
 GPU pods, as a pool that has long seen this workload would.
@@ -78,8 +79,9 @@ def load_pods(path: Path) -> list[Pod]:
     return pods
 
 
-def arrivals(pods: list[Pod], total_gpus: int, seed: int, most: float = 1.3) -> list[Pod]:
-    """The trace's pods in order, then draws with replacement until the GPUs asked for reach `most` of the total."""
+def arrivals(pods: list[Pod], total_gpus: int, seed: int, most: float = 1.3, shuffled: bool = False) -> list[Pod]:
+    """The trace's pods in order, then draws with replacement until the GPUs asked for reach `most` of the total;
+    shuffled, the same pods in an order the seed draws."""
     chosen, asked, draw = [], 0.0, random.Random(seed)
     for pod in pods:
         if asked >= most * total_gpus:
@@ -90,6 +92,8 @@ def arrivals(pods: list[Pod], total_gpus: int, seed: int, most: float = 1.3) -> 
         pod = draw.choice(pods)
         chosen.append(pod)
         asked += pod.request.gpu
+    if shuffled:
+        draw.shuffle(chosen)
     return chosen
 
 
@@ -115,14 +119,14 @@ def replay(nodes: list[WorkerRoom], pods: list[Pod], strategy: Strategy, mix: Re
     return unallocated, len(pods) / max(time.process_time() - start, 1e-9)
 
 
-def run_file(path: Path, nodes: list[WorkerRoom], strategies: list[Strategy], seeds: int,
+def run_file(path: Path, nodes: list[WorkerRoom], strategies: list[Strategy], seeds: int, shuffled: bool = False,
              ) -> dict[Strategy, tuple[dict[int, float], float]]:
     pods = load_pods(path)
     mix = RequestMix.of(((pod.request, pod.constraints) for pod in pods), half_life=len(pods) * 100)
     total = sum(node.gpu for node in nodes)
     results = {}
     for strategy in strategies:
-        runs = [replay(nodes, arrivals(pods, total, seed), strategy, mix) for seed in range(seeds)]
+        runs = [replay(nodes, arrivals(pods, total, seed, shuffled=shuffled), strategy, mix) for seed in range(seeds)]
         medians = {mark: statistics.median(run[0][mark] for run in runs) for mark in MARKS}
         results[strategy] = (medians, statistics.median(run[1] for run in runs))
     return results
@@ -133,6 +137,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA, help="the trace folder")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per strategy and file (the median is shown)")
     parser.add_argument("--quick", action="store_true", help="one seed, the default trace only")
+    parser.add_argument("--shuffled", action="store_true", help="arrivals in an order each seed draws")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
@@ -144,10 +149,11 @@ def main() -> None:
     if args.quick:
         files, args.seeds = [args.data / "openb_pod_list_default.csv"], 1
     strategies = list(Strategy)
-    print(f"{len(nodes)} nodes, {sum(n.gpu for n in nodes)} GPUs; {args.seeds} seed(s); "
+    order = "shuffled" if args.shuffled else "the trace's order, then draws"
+    print(f"{len(nodes)} nodes, {sum(n.gpu for n in nodes)} GPUs; {args.seeds} seed(s); arrivals in {order}; "
           "unallocated GPUs (%) by arrived load (%)")
     for path in files:
-        results = run_file(path, nodes, strategies, args.seeds)
+        results = run_file(path, nodes, strategies, args.seeds, args.shuffled)
         fgd, best_fit = PUBLISHED.get(path.name, (None, None))
         print(f"\n{path.name}: published at 100%: FGD {fgd}%, best fit {best_fit}%")
         print(f"{'strategy':22}" + "".join(f"{mark:>7}" for mark in MARKS) + f"{'placed/s':>10}")

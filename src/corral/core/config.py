@@ -59,7 +59,9 @@ Amount = Annotated[float, BeforeValidator(_amount), Field(ge=0)]
 class PoolPolicy(WireModel):
     model_config = ConfigDict(extra="forbid")
 
-    strategy: Strategy = Strategy.CONCENTRATED
+    strategy: Strategy | None = Field(
+        None, description="which worker that fits gets a task; none: fragmentation-aware where the pool has GPUs, "
+                          "concentrated elsewhere")
     sequencer: Sequencer = Sequencer.PRIORITY
     reservation_time: Seconds | None = Field(
         None, ge=0, description="a job waiting longer than this gets room held for it (backfill); none: never")

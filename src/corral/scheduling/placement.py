@@ -112,6 +112,7 @@ class _Pass:
         self.claimed: set[int] = set()  # stopping tasks a unit already counts on
         self.evicted_jobs: set[int] = set()
         self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
+        self.strategies: dict[str, Strategy] = {}
 
     def run(self, units: Sequence[Unit]) -> Placement:
         by_pool: dict[str, list[Unit]] = defaultdict(list)
@@ -119,7 +120,8 @@ class _Pass:
             by_pool[unit.pool].append(unit)
         for pool, pool_units in by_pool.items():
             pool_policy = self.policy.pool(pool)
-            if pool_policy.strategy is Strategy.FRAGMENTATION_AWARE:
+            self.strategies[pool] = pool_policy.strategy or self._default_strategy(pool)
+            if self.strategies[pool] is Strategy.FRAGMENTATION_AWARE:
                 mix = self.mixes.get(pool) or self._mix_seen(pool, pool_units)
                 self.book.measures[pool] = Fragmentation(mix.weights())
             # 1. The pool's sequencer decides who is offered room first.
@@ -147,7 +149,7 @@ class _Pass:
         single = len(unit.task_ids) == 1 and not unit.avoid
         if single and kind in self.blocked:
             return self._instead_of_waiting(unit, group, pool_policy, self.blocked[kind])
-        assignments, placeable = self._fit(unit, group, pool_policy)
+        assignments, placeable = self._fit(unit, group)
         if assignments is not None:
             self.result.assignments[unit.key] = assignments
             if unit.project in self.policy.quotas:
@@ -223,16 +225,17 @@ class _Pass:
 
     # 4 -------------------------------------------------------------------------------------
 
-    def _fit(self, unit: Unit, group: Group, pool_policy: PoolPolicy) -> tuple[list[Assignment] | None, int]:
+    def _fit(self, unit: Unit, group: Group) -> tuple[list[Assignment] | None, int]:
         book, request = self.book, unit.request
         avoid = {book.position[w] for w in unit.avoid if w in book.position}
         taken: list[tuple[int, int, list[int]]] = []
         used: set[int] = set()
         for task_id in unit.task_ids:
             exclude = used if unit.spread else ()
-            i = book.choose(group, request, pool_policy.strategy, avoid.union(exclude)) if avoid else None
+            strategy = self.strategies[unit.pool]
+            i = book.choose(group, request, strategy, avoid.union(exclude)) if avoid else None
             if i is None:
-                i = book.choose(group, request, pool_policy.strategy, exclude)
+                i = book.choose(group, request, strategy, exclude)
             if i is None:
                 break
             taken.append((task_id, i, book.take(i, request)))
@@ -333,6 +336,11 @@ class _Pass:
             if pool is not None and (pool not in latest or task.since > latest[pool].since):
                 latest[pool] = task
         return {pool: task.worker_id for pool, task in latest.items()}
+
+    def _default_strategy(self, pool: str) -> Strategy:
+        """Fragmentation-aware where the pool has GPUs (it leaves fewer of them unused), concentrated elsewhere."""
+        has_gpus = any(room.gpu for room in self.book.rooms if room.pool == pool)
+        return Strategy.FRAGMENTATION_AWARE if has_gpus else Strategy.CONCENTRATED
 
     def _mix_seen(self, pool: str, units: Sequence[Unit]) -> RequestMix:
         """The requests of the pool's running tasks and pending units: the mix when none was kept."""

@@ -4,10 +4,11 @@ No processes, no store: the real RoomBook and strategies over the trace's 1,213 
 method is the one the published figures use (see the data folder's README): pods arrive one by
 one and never leave; a pod asks for its cores, memory, and either whole GPUs or, when it takes
 one GPU and less than all of it, a share of one device (rounded up to hundredths); `gpu_spec`
-limits it to the listed GPU models (a `gpu-model` label on each node). After the trace's own
-pods, in file order, pods are drawn from it with replacement (seeded) until the GPUs asked for
-reach 130% of the cluster's (`--shuffled` then shuffles the whole list with the seed, so that the
-seed decides the order from the start). The share of GPUs left unallocated (1 - allocated/total) is read
+limits it to the listed GPU models (a `gpu-model` label on each node). The trace's own pods,
+then pods drawn from it with replacement, until the GPUs asked for reach 130% of the cluster's;
+the seed draws them and then shuffles the whole list, as the published medians over seeds imply
+(in file order, multigpu20's multi-GPU pods would all come last: `--trace-order` keeps the
+file's order, then the draws). The share of GPUs left unallocated (1 - allocated/total) is read
 as the arrived load passes each mark; a pod that fits nowhere is dropped. The figures are the
 median over the seeds. The fragmentation-aware strategy measures against the mix of the file's
 GPU pods, as a pool that has long seen this workload would.
@@ -79,7 +80,7 @@ def load_pods(path: Path) -> list[Pod]:
     return pods
 
 
-def arrivals(pods: list[Pod], total_gpus: int, seed: int, most: float = 1.3, shuffled: bool = False) -> list[Pod]:
+def arrivals(pods: list[Pod], total_gpus: int, seed: int, most: float = 1.3, shuffled: bool = True) -> list[Pod]:
     """The trace's pods in order, then draws with replacement until the GPUs asked for reach `most` of the total;
     shuffled, the same pods in an order the seed draws."""
     chosen, asked, draw = [], 0.0, random.Random(seed)
@@ -101,7 +102,7 @@ def replay(nodes: list[WorkerRoom], pods: list[Pod], strategy: Strategy, mix: Re
            marks: tuple[int, ...] = MARKS) -> tuple[dict[int, float], float]:
     """Unallocated GPU share (%) as the arrived load passes each mark, and placements per second."""
     total = sum(node.gpu for node in nodes)
-    measures = {POOL: Fragmentation(mix.weights())} if strategy is Strategy.FRAGMENTATION_AWARE and mix else {}
+    measures = {POOL: Fragmentation(mix.weights(), nodes)} if strategy is Strategy.FRAGMENTATION_AWARE and mix else {}
     book = RoomBook(nodes, measures)
     asked = allocated = 0.0
     unallocated: dict[int, float] = {}
@@ -119,7 +120,7 @@ def replay(nodes: list[WorkerRoom], pods: list[Pod], strategy: Strategy, mix: Re
     return unallocated, len(pods) / max(time.process_time() - start, 1e-9)
 
 
-def run_file(path: Path, nodes: list[WorkerRoom], strategies: list[Strategy], seeds: int, shuffled: bool = False,
+def run_file(path: Path, nodes: list[WorkerRoom], strategies: list[Strategy], seeds: int, shuffled: bool = True,
              ) -> dict[Strategy, tuple[dict[int, float], float]]:
     pods = load_pods(path)
     mix = RequestMix.of(((pod.request, pod.constraints) for pod in pods), half_life=len(pods) * 100)
@@ -137,7 +138,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA, help="the trace folder")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per strategy and file (the median is shown)")
     parser.add_argument("--quick", action="store_true", help="one seed, the default trace only")
-    parser.add_argument("--shuffled", action="store_true", help="arrivals in an order each seed draws")
+    parser.add_argument("--trace-order", action="store_true", help="the file's pods in its order, then the draws")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
@@ -149,11 +150,11 @@ def main() -> None:
     if args.quick:
         files, args.seeds = [args.data / "openb_pod_list_default.csv"], 1
     strategies = list(Strategy)
-    order = "shuffled" if args.shuffled else "the trace's order, then draws"
+    order = "the trace's order, then draws" if args.trace_order else "an order each seed draws"
     print(f"{len(nodes)} nodes, {sum(n.gpu for n in nodes)} GPUs; {args.seeds} seed(s); arrivals in {order}; "
           "unallocated GPUs (%) by arrived load (%)")
     for path in files:
-        results = run_file(path, nodes, strategies, args.seeds, args.shuffled)
+        results = run_file(path, nodes, strategies, args.seeds, shuffled=not args.trace_order)
         fgd, best_fit = PUBLISHED.get(path.name, (None, None))
         print(f"\n{path.name}: published at 100%: FGD {fgd}%, best fit {best_fit}%")
         print(f"{'strategy':22}" + "".join(f"{mark:>7}" for mark in MARKS) + f"{'placed/s':>10}")

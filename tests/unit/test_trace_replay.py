@@ -39,10 +39,10 @@ def test_the_replay_reads_the_trace_and_reports_every_mark_for_every_strategy(tm
     assert [n.gpu for n in nodes] == [8, 2, 1] and nodes[0].labels == {"gpu-model": "G2"}
     assert [p.request.gpu for p in pods] == [0.46, 2, 1, 0, 0.26]  # a share rounds up to hundredths
     assert pods[2].constraints[0].values == ("T4", "P100") and not pods[0].constraints
-    arrived = replay.arrivals(pods, 11, seed=1)
-    shuffled = replay.arrivals(pods, 11, seed=1, shuffled=True)
+    arrived = replay.arrivals(pods, 11, seed=1, shuffled=False)
+    shuffled = replay.arrivals(pods, 11, seed=1)
     assert sorted(map(id, shuffled)) == sorted(map(id, arrived))  # the same pods, in another order
     assert arrived[:5] == pods and sum(p.request.gpu for p in arrived) >= 1.3 * 11
-    results = replay.run_file(tmp_path / "openb_pod_list_tiny.csv", nodes, list(Strategy), seeds=2, shuffled=True)
+    results = replay.run_file(tmp_path / "openb_pod_list_tiny.csv", nodes, list(Strategy), seeds=2)
     for medians, rate in results.values():
         assert set(medians) == set(replay.MARKS) and all(0 <= v <= 100 for v in medians.values()) and rate > 0

@@ -22,7 +22,7 @@ remembered for the pass.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import mul
 
@@ -82,7 +82,11 @@ class Fragmentation:
     state's free cores and memory hold, and how many each group of kinds' devices hold.
     """
 
-    def __init__(self, weights: Mapping[Kind, float]) -> None:
+    def __init__(self, weights: Mapping[Kind, float], rooms: Sequence[WorkerRoom] = ()) -> None:
+        """`rooms`: the pool's workers; a kind only few of them could ever hold weighs more, in proportion, so
+        that the few workers that could hold it are kept for it (an 8-GPU task with 120 cores has 39 of 1,213)."""
+        if rooms:
+            weights = {kind: weight * _scarcity(kind, rooms) for kind, weight in weights.items()}
         self.constraint_sets = list(dict.fromkeys(constraints for _, constraints in weights))
         position = {constraints: n for n, constraints in enumerate(self.constraint_sets)}
         # Kinds grouped by what they ask of the GPUs: (constraint set, share, whole, gpu memory) -> their
@@ -96,7 +100,6 @@ class Fragmentation:
         self.memories = [tuple(kind[1] / GIB for kind in kinds) for kinds in parts.values()]
         self.customs = [tuple(kind[2] for kind in kinds) for kinds in parts.values()]
         self.weights = [tuple(kind[3] for kind in kinds) for kinds in parts.values()]
-        self.none = [(0,) * len(kinds) for kinds in parts.values()]
         self.units = [share or whole * SHARES for _, share, whole, _ in self.parts]
         self.weight = sum(weights.values())
         self.states: list[State] = []
@@ -133,7 +136,7 @@ class Fragmentation:
         if free:
             for copies, weights, unit, held in zip(self._host_copies(admitted, cpu, memory, custom), self.weights,
                                                    self.units, self._device_copies(devices), strict=True):
-                if held:  # each kind packs as many copies as both its host room and the devices hold
+                if held and copies:  # each kind packs as many copies as both its host room and the devices hold
                     usable += unit * sum(map(mul, weights, map(min, copies, repeat(held))))
         self._scores[state_id] = total = free * self.weight - usable
         return total
@@ -144,10 +147,10 @@ class Fragmentation:
         key = (admitted, cpu, memory, custom)
         if key not in self._hosts:
             self._hosts[key] = [
-                tuple(map(min, by_cpu, by_memory, by_slots)) if admitted[part[0]] else self.none[n]
-                for n, (part, by_cpu, by_memory, by_slots) in enumerate(zip(
+                tuple(map(min, by_cpu, by_memory, by_slots)) if admitted[part[0]] else ()
+                for part, by_cpu, by_memory, by_slots in zip(
                     self.parts, self._bounds("cpu", cpu), self._bounds("memory", memory),
-                    self._bounds("custom", custom), strict=True))]
+                    self._bounds("custom", custom), strict=True)]
         return self._hosts[key]
 
     def _bounds(self, resource: str, free: float | tuple) -> list[tuple[float, ...]]:
@@ -211,6 +214,13 @@ class Fragmentation:
         taken = set(whole[: request.whole])  # the smallest devices that suffice, as WorkerRoom.take hands out
         after = self._intern((*rest, tuple(device for n, device in enumerate(devices) if n not in taken)))
         return round(self.score(after) - before, 6), _free(self.states[after]), rest[1], None
+
+
+def _scarcity(kind: Kind, rooms: Sequence[WorkerRoom]) -> float:
+    """How much rarer than any worker are those that could ever hold this kind."""
+    request, constraints = kind
+    able = sum(1 for room in rooms if room.could_ever_fit(request) and all(c.admits(room) for c in constraints))
+    return len(rooms) / max(able, 1)
 
 
 def _replace(devices: tuple[tuple[int, int], ...], n: int, device: tuple[int, int]) -> tuple[tuple[int, int], ...]:

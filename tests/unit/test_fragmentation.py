@@ -156,3 +156,25 @@ def test_it_never_overfills_a_worker_or_a_device_and_places_gangs_whole(rooms: l
     for (worker_id, device), used in shares.items():
         assert used <= SHARES and 0 <= device < by_id[worker_id].gpu
         assert memory[worker_id, device] <= by_id[worker_id].device_memory(device)
+
+
+def test_an_empty_kept_mix_gives_way_to_the_tasks_in_view() -> None:
+    a, b = worker("a", 1, cpu=16), worker("b", 1, cpu=8)
+    a.take(Request(1, 0, 0.7))
+    b.take(Request(1, 0, 0.4))
+    units = [Unit((1, 1), (1,), Request(1, 0, 0.3)), Unit((2, 2), (2,), Request(1, 0, 0.6))]
+    result = place(units, [a, b], policy=policy(Strategy.FRAGMENTATION_AWARE), mixes={"default": RequestMix()})
+    assert len(result.assignments) == 2
+
+
+def test_a_pool_with_gpus_is_fragmentation_aware_unless_set_and_one_without_is_concentrated() -> None:
+    assert PoolPolicy().strategy is None
+    a, b = worker("a", 1, cpu=16), worker("b", 1, cpu=8)
+    a.take(Request(1, 0, 0.7))
+    b.take(Request(1, 0, 0.4))
+    units = [Unit((1, 1), (1,), Request(1, 0, 0.3)), Unit((2, 2), (2,), Request(1, 0, 0.6))]
+    fifo = Policy(pools={"default": PoolPolicy(**FIFO)})
+    assert len(place(units, [a, b], policy=fifo).assignments) == 2
+    cpu_only = [worker("x", 0, cpu=4), worker("y", 0, cpu=8)]
+    result = place([Unit((1, 1), (1,), Request(4, 0, 0))], cpu_only, policy=fifo)
+    assert result.assignments[(1, 1)][0].worker_id == "x"  # the fullest that fits

@@ -122,7 +122,9 @@ class _Pass:
             pool_policy = self.policy.pool(pool)
             self.strategies[pool] = pool_policy.strategy or self._default_strategy(pool)
             if self.strategies[pool] is Strategy.FRAGMENTATION_AWARE:
-                mix = self.mixes.get(pool) or self._mix_seen(pool, pool_units)
+                mix = self.mixes.get(pool)
+                if mix is None or not mix.counts:  # none kept yet: the tasks in view stand in
+                    mix = self._mix_seen(pool, pool_units)
                 self.book.measures[pool] = Fragmentation(mix.weights(), [r for r in self.book.rooms if r.pool == pool])
             # 1. The pool's sequencer decides who is offered room first.
             queue = Queue(pool_units, pool_policy.sequencer, self._pool_use(pool), self._pool_capacity(pool))

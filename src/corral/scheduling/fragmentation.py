@@ -24,12 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
-from operator import mul
+from operator import floordiv, mul
 
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.rooms import EPS, SHARES, Request, WorkerRoom
 
 GIB = 2**30
+TINY = 1e-12
 Kind = tuple[Request, tuple[AnyConstraint, ...]]  # a request and the constraints of its job
 # (which constraint sets admit it, free cores, free memory, free custom slots, sorted (free hundredths, device memory))
 State = tuple[tuple[bool, ...], float, int, tuple[tuple[str, float], ...], tuple[tuple[int, int], ...]]
@@ -96,8 +97,8 @@ class Fragmentation:
             key = (position[constraints], request.share, request.whole, request.gpu_memory)
             parts.setdefault(key, []).append((request.cpu, request.memory, request.custom, weight))
         self.parts = list(parts)
-        self.cpus = [tuple(kind[0] for kind in kinds) for kinds in parts.values()]
-        self.memories = [tuple(kind[1] / GIB for kind in kinds) for kinds in parts.values()]
+        self.cpus = [tuple(kind[0] or TINY for kind in kinds) for kinds in parts.values()]
+        self.memories = [tuple(kind[1] / GIB or TINY for kind in kinds) for kinds in parts.values()]
         self.customs = [tuple(kind[2] for kind in kinds) for kinds in parts.values()]
         self.weights = [tuple(kind[3] for kind in kinds) for kinds in parts.values()]
         self.units = [share or whole * SHARES for _, share, whole, _ in self.parts]
@@ -162,10 +163,10 @@ class Fragmentation:
                 self._copies[key] = [tuple(min(((slots.get(name, 0.0) + EPS) // amount for name, amount in custom),
                                                default=math.inf) for custom in group)
                                      for group in self.customs]
-            else:
+            else:  # an ask of none is a tiny one here: its copies are past any device's count
                 asks = self.cpus if resource == "cpu" else self.memories
                 room = free + EPS if resource == "cpu" else free
-                self._copies[key] = [tuple(room // ask if ask > 0 else math.inf for ask in group) for group in asks]
+                self._copies[key] = [tuple(map(floordiv, repeat(room), group)) for group in asks]
         return self._copies[key]
 
     def _device_copies(self, devices: tuple[tuple[int, int], ...]) -> tuple[int, ...]:

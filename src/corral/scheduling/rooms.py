@@ -375,9 +375,9 @@ class RoomBook:
         room = self.rooms[i]
         if not room.fits(request):
             return False
-        if request.share:
-            self._device_for = (i, request, next(
-                d for d in room.share_devices(request) if _device_state(room, d) == choice[3]))
+        if request.share:  # the first device in the state the choice named (else, best fit)
+            device = next((d for d in room.share_devices(request) if _device_state(room, d) == choice[3]), None)
+            self._device_for = (i, request, device) if device is not None else None
         return True
 
     def _fullest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:

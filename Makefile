@@ -41,6 +41,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/oversized.py
 	$(BIN)/python bench/containment.py
 	$(BIN)/python bench/workdir_upload.py
+	$(BIN)/python bench/trace_replay.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -32,6 +32,7 @@ class Strategy(StrEnum):
     CONCENTRATED = "concentrated"  # the fullest that fits: fewest workers used, big holes kept for gangs
     DISPERSED = "dispersed"  # the emptiest: load spread evenly
     ROUND_ROBIN = "round-robin"  # the next in turn
+    FRAGMENTATION_AWARE = "fragmentation-aware"  # the one it fragments least against the requests the pool sees
 
 
 class Sequencer(StrEnum):
@@ -58,7 +59,9 @@ Amount = Annotated[float, BeforeValidator(_amount), Field(ge=0)]
 class PoolPolicy(WireModel):
     model_config = ConfigDict(extra="forbid")
 
-    strategy: Strategy = Strategy.CONCENTRATED
+    strategy: Strategy | None = Field(
+        None, description="which worker that fits gets a task; none: fragmentation-aware where the pool has GPUs, "
+                          "concentrated elsewhere")
     sequencer: Sequencer = Sequencer.PRIORITY
     reservation_time: Seconds | None = Field(
         None, ge=0, description="a job waiting longer than this gets room held for it (backfill); none: never")

@@ -9,6 +9,7 @@ coordinator fetches targets, calls `execute`, judges the result and writes it.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -22,6 +23,7 @@ from corral.core.lifecycle import (
     SchedulingResult,
     StatusTransitions,
     Target,
+    TargetKey,
     TransitionStatus,
     matches,
 )
@@ -39,6 +41,7 @@ from corral.core.states import (
 )
 from corral.engine.effects import Doom, Effect, Place, Preempt, effect_moves
 from corral.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED
+from corral.scheduling.fragmentation import RequestMix
 from corral.scheduling.placement import Request, Unit, place
 from corral.scheduling.reasons import DependencyFailed, TimedOut
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
@@ -152,6 +155,12 @@ class ScheduleJobs(Handler):
     effects = (Place, Preempt, Doom)
     needs_rooms = True
     batch_rows = 200_000  # every pending task: order by priority or share needs them all in view
+    remembered_units = 100_000  # units already counted in the request mixes; the oldest are forgotten past this
+
+    def __init__(self) -> None:
+        # Per pool, the requests seen lately, kept across passes: what fragmentation-aware placement measures by.
+        self.mixes: dict[str, RequestMix] = defaultdict(RequestMix)
+        self.counted: dict[TargetKey, None] = {}  # insertion-ordered: the oldest first
 
     def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
         cluster, now = snapshot.cluster, snapshot.now
@@ -170,7 +179,10 @@ class ScheduleJobs(Handler):
                 continue
             since[target.key] = eligible_since(job, cluster.dependencies, target.since)
             units.append(self._unit(target, job, snapshot, since[target.key]))
-        placement = place(units, cluster.rooms, policy=cluster.policy, running=cluster.running, now=now)
+        for unit in units:
+            self._count(unit)
+        placement = place(units, cluster.rooms, policy=cluster.policy, running=cluster.running, now=now,
+                          mixes=self.mixes)
         waits.update(placement.waiting)
         decision.result.successes = list(placement.assignments)
         decision.effects += [Place(key[0], a.task_id, a.worker_id, a.gpu_ids)
@@ -197,6 +209,15 @@ class ScheduleJobs(Handler):
             if outcome.result is SchedulingResult.SUCCESS and target.whole_job:
                 log.info("gang placed job=%s epoch=%s gang_size=%d", target.job_id,
                          snapshot.jobs[target.job_id].preemption_epoch, len(target.tasks))
+
+    def _count(self, unit: Unit) -> None:
+        """Add a unit to its pool's request mix the first time a pass sees it."""
+        if unit.key in self.counted:
+            return
+        self.counted[unit.key] = None
+        if len(self.counted) > self.remembered_units:
+            del self.counted[next(iter(self.counted))]
+        self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
 
     @staticmethod
     def _unit(target: Target, job: JobPlacement, snapshot: Snapshot, since: float) -> Unit:

@@ -22,11 +22,13 @@ No I/O happens here. The pass reads top to bottom as a person would explain it. 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from corral.core.config import Strategy
 from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.core.lifecycle import TargetKey
+from corral.scheduling.fragmentation import Fragmentation, RequestMix
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
 from corral.scheduling.preemption import RunningTask, VictimPlan, choose_victims
 from corral.scheduling.reasons import (
@@ -86,16 +88,21 @@ class Placement:
 
 
 def place(units: Sequence[Unit], rooms: Sequence[WorkerRoom], *, policy: Policy | None = None,
-          running: Sequence[RunningTask] = (), now: float = 0.0) -> Placement:
-    """Place units on the rooms given (mutating neither); `running` are the tasks holding room now."""
-    return _Pass(rooms, policy or Policy(), running, now).run(units)
+          running: Sequence[RunningTask] = (), now: float = 0.0,
+          mixes: Mapping[str, RequestMix] | None = None) -> Placement:
+    """Place units on the rooms given (mutating neither); `running` are the tasks holding room now.
+
+    `mixes`: per pool, the requests it has seen lately, which the fragmentation-aware strategy
+    places against; a pool without one is measured against its running and pending tasks.
+    """
+    return _Pass(rooms, policy or Policy(), running, now, mixes or {}).run(units)
 
 
 class _Pass:
     def __init__(self, rooms: Sequence[WorkerRoom], policy: Policy, running: Sequence[RunningTask],
-                 now: float) -> None:
+                 now: float, mixes: Mapping[str, RequestMix]) -> None:
         self.book = RoomBook(rooms)
-        self.policy, self.running, self.now = policy, running, now
+        self.policy, self.running, self.now, self.mixes = policy, running, now, mixes
         self.result = Placement()
         self.quota_use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for task in running:
@@ -109,6 +116,7 @@ class _Pass:
         self.claimed: set[int] = set()  # stopping tasks a unit already counts on
         self.evicted_jobs: set[int] = set()
         self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
+        self.strategies: dict[str, Strategy] = {}
 
     def run(self, units: Sequence[Unit]) -> Placement:
         by_pool: dict[str, list[Unit]] = defaultdict(list)
@@ -116,6 +124,12 @@ class _Pass:
             by_pool[unit.pool].append(unit)
         for pool, pool_units in by_pool.items():
             pool_policy = self.policy.pool(pool)
+            self.strategies[pool] = pool_policy.strategy or self._default_strategy(pool)
+            if self.strategies[pool] is Strategy.FRAGMENTATION_AWARE:
+                mix = self.mixes.get(pool)
+                if mix is None or not mix.counts:  # none kept yet: the tasks in view stand in
+                    mix = self._mix_seen(pool, pool_units)
+                self.book.measures[pool] = Fragmentation(mix.weights(), [r for r in self.book.rooms if r.pool == pool])
             # 1. The pool's sequencer decides who is offered room first.
             queue = Queue(pool_units, pool_policy.sequencer, self._pool_use(pool), self._pool_capacity(pool))
             while (unit := queue.next()) is not None:
@@ -141,7 +155,7 @@ class _Pass:
         single = len(unit.task_ids) == 1 and not unit.avoid
         if single and kind in self.blocked:
             return self._instead_of_waiting(unit, group, pool_policy, self.blocked[kind])
-        assignments, placeable = self._fit(unit, group, pool_policy)
+        assignments, placeable = self._fit(unit, group)
         if assignments is not None:
             self.result.assignments[unit.key] = assignments
             if unit.project in self.policy.quotas:
@@ -218,16 +232,17 @@ class _Pass:
 
     # 4 -------------------------------------------------------------------------------------
 
-    def _fit(self, unit: Unit, group: Group, pool_policy: PoolPolicy) -> tuple[list[Assignment] | None, int]:
+    def _fit(self, unit: Unit, group: Group) -> tuple[list[Assignment] | None, int]:
         book, request = self.book, unit.request
         avoid = {book.position[w] for w in unit.avoid if w in book.position}
         taken: list[tuple[int, int, list[int]]] = []
         used: set[int] = set()
         for task_id in unit.task_ids:
             exclude = used if unit.spread else ()
-            i = book.choose(group, request, pool_policy.strategy, avoid.union(exclude)) if avoid else None
+            strategy = self.strategies[unit.pool]
+            i = book.choose(group, request, strategy, avoid.union(exclude)) if avoid else None
             if i is None:
-                i = book.choose(group, request, pool_policy.strategy, exclude)
+                i = book.choose(group, request, strategy, exclude)
             if i is None:
                 break
             taken.append((task_id, i, book.take(i, request)))
@@ -364,6 +379,22 @@ class _Pass:
             if pool is not None and (pool not in latest or task.since > latest[pool].since):
                 latest[pool] = task
         return {pool: task.worker_id for pool, task in latest.items()}
+
+    def _default_strategy(self, pool: str) -> Strategy:
+        """Fragmentation-aware where the pool has GPUs (it leaves fewer of them unused), concentrated elsewhere."""
+        has_gpus = any(room.gpu for room in self.book.rooms if room.pool == pool)
+        return Strategy.FRAGMENTATION_AWARE if has_gpus else Strategy.CONCENTRATED
+
+    def _mix_seen(self, pool: str, units: Sequence[Unit]) -> RequestMix:
+        """The requests of the pool's running tasks and pending units: the mix when none was kept."""
+        pools = {room.id: room.pool for room in self.book.rooms}
+        mix = RequestMix()
+        for task in self.running:
+            if pools.get(task.worker_id) == pool:
+                mix.add(task.request)
+        for unit in units:
+            mix.add(unit.request, unit.constraints, len(unit.task_ids))
+        return mix
 
     def _pool_use(self, pool: str) -> dict[str, dict[str, float]]:
         pools = {room.id: room.pool for room in self.book.rooms}

@@ -2,8 +2,8 @@
 
 Set in the controller's config file (`--config`, see corral.core.config) or through the admin API,
 kept in the store, and read into a `Policy` for each scheduling pass. A pool or project nobody
-configured gets the defaults: priority order, concentrated placement, preemption on, no reservation,
-no quota.
+configured gets the defaults: priority order, fragmentation-aware placement where the pool has GPUs
+(concentrated elsewhere), preemption on, no reservation, no quota.
 """
 
 from __future__ import annotations

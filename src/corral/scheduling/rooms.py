@@ -6,9 +6,11 @@ whole, and a share never spans two devices.
 
 The book holds scratch copies of the rooms and, per group of workers a job may use (one
 pool, one set of label constraints), an index sorted by free room, so that choosing a
-worker costs a binary search rather than a scan of the cluster. The three strategies
+worker costs a binary search rather than a scan of the cluster. Three strategies
 read the same index: concentrated takes the fullest worker that fits (best fit),
-dispersed the emptiest (worst fit), round-robin the next in turn.
+dispersed the emptiest (worst fit), round-robin the next in turn. The fourth,
+fragmentation-aware, scores the group's workers by state (see scheduling.fragmentation):
+the group keeps its workers bucketed by state, so identical workers are scored once.
 """
 
 from __future__ import annotations
@@ -17,10 +19,15 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING
 
 from corral.core.config import Strategy
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.policy import DEFAULT_POOL
+
+if TYPE_CHECKING:
+    from corral.scheduling.fragmentation import Fragmentation
 
 EPS = 1e-9  # fractional cores add up with rounding errors
 SHARES = 100  # a device is shared in hundredths
@@ -219,24 +226,53 @@ class Group:
     `fits` has the last word.
     """
 
-    def __init__(self, members: list[int], rooms: list[WorkerRoom]) -> None:
+    def __init__(self, pool: str, members: list[int], rooms: list[WorkerRoom]) -> None:
+        self.pool = pool
         self.members = members  # in registration order, for round-robin and reasons
         self.member_set = set(members)
         self.index = sorted(_key(rooms[i], i) for i in members)
         self.cursor = 0
+        # The fragmentation-aware strategy's view: members by state id; the order in which states gained
+        # members; per request, a heap of (choice, state) and how much of that order it has taken in.
+        self.by_state: dict[int, set[int]] | None = None
+        self.revived: list[int] = []
+        self.ranked: dict[Request, tuple[list[tuple[tuple, int]], list[int]]] = {}
 
 
 def _key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
     return (len(room.free_gpu_ids), room.free_cpu, room.free_memory, i)
 
 
+def _bucket(group: Group, state: int, i: int) -> None:
+    members = group.by_state.setdefault(state, set())
+    if not members:
+        group.revived.append(state)
+    members.add(i)
+
+
+def _unbucket(by_state: dict[int, set[int]], state: int, i: int) -> None:
+    members = by_state[state]
+    members.discard(i)
+    if not members:
+        del by_state[state]
+
+
+def _device_state(room: WorkerRoom, device: int) -> tuple[int, int]:
+    """A device as a fragmentation state names it: (free hundredths, device memory not reserved)."""
+    return (SHARES - room.gpu_shared.get(device, 0), room.device_memory(device) - room.gpu_memory_shared.get(device, 0))
+
+
 class RoomBook:
-    def __init__(self, rooms: Sequence[WorkerRoom]) -> None:
+    def __init__(self, rooms: Sequence[WorkerRoom], measures: Mapping[str, Fragmentation] | None = None) -> None:
+        """`measures`: per pool, the fragmentation the fragmentation-aware strategy minimises there."""
         self.rooms = [room.copy() for room in rooms]
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
+        self.measures = dict(measures or {})
         self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
         self._member_of: list[list[Group]] = [[] for _ in self.rooms]
+        self._states: dict[int, int] = {}  # room -> its state id, for rooms in a bucketed group
+        self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
 
     def group(self, pool: str, constraints: tuple[AnyConstraint, ...], start_after: str | None = None) -> Group:
         """The workers of a pool that match the constraints; round-robin turns start after `start_after`."""
@@ -244,7 +280,7 @@ class RoomBook:
         if key not in self._groups:
             members = [i for i, room in enumerate(self.rooms)
                        if room.pool == pool and all(c.admits(room) for c in constraints)]
-            group = self._groups[key] = Group(members, self.rooms)
+            group = self._groups[key] = Group(pool, members, self.rooms)
             group.index = [entry for entry in group.index if entry[3] not in self.held]
             last = self.position.get(start_after) if start_after else None
             if last in group.member_set:
@@ -259,11 +295,16 @@ class RoomBook:
             return self._next_in_turn(group, request, exclude)
         if strategy is Strategy.DISPERSED:
             return self._emptiest(group, request, exclude)
+        if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
+            return self._least_fragmenting(group, request, exclude)
         return self._fullest(group, request, exclude)
 
     def take(self, i: int, request: Request) -> list[int]:
+        """Reserve room on `i`; a share goes to the device the strategy chose for it, if it chose one."""
         old = _key(self.rooms[i], i)
-        gpu_ids = self.rooms[i].take(request)
+        device = self._device_for[2] if self._device_for and self._device_for[:2] == (i, request) else None
+        self._device_for = None
+        gpu_ids = self.rooms[i].take(request, device)
         self._moved(i, old)
         return gpu_ids
 
@@ -279,15 +320,65 @@ class RoomBook:
         key = _key(self.rooms[i], i)
         for group in self._member_of[i]:
             group.index.pop(bisect_left(group.index, key))
+            if group.by_state is not None:
+                _unbucket(group.by_state, self._states[i], i)
         self.held[i] = job_id
 
     def _moved(self, i: int, old: tuple) -> None:
         if i in self.held:
             return
         new = _key(self.rooms[i], i)
+        old_state = self._states.get(i)
+        if old_state is not None:
+            self._states[i] = self.measures[self.rooms[i].pool].state(self.rooms[i])
         for group in self._member_of[i]:
             group.index.pop(bisect_left(group.index, old))
             insort(group.index, new)
+            if group.by_state is not None:
+                _unbucket(group.by_state, old_state, i)
+                _bucket(group, self._states[i], i)
+
+    def _least_fragmenting(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
+        """The worker (and, for a share, the device) whose fragmentation grows least; ties toward best fit.
+
+        Each request keeps a heap of the group's states by its choice there, taking in the states that
+        gained members since it last looked; states that lost all their members drop off its top."""
+        measure = self.measures[group.pool]
+        if group.by_state is None:
+            group.by_state = {}
+            for *_, i in group.index:
+                if i not in self._states:
+                    self._states[i] = measure.state(self.rooms[i])
+                _bucket(group, self._states[i], i)
+        if exclude:
+            ranked = sorted((choice, state) for state in group.by_state
+                            if (choice := measure.choice(state, request)) is not None)
+            return next((i for _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
+                         if self._fits(i, request, measure.choice(state, request))), None)
+        heap, seen = group.ranked.setdefault(request, ([], [0]))
+        for state in group.revived[seen[0]:]:
+            if state in group.by_state and (choice := measure.choice(state, request)) is not None:
+                heappush(heap, (choice, state))
+        seen[0] = len(group.revived)
+        while heap:
+            choice, state = heap[0]
+            members = group.by_state.get(state)
+            if members:
+                i = min(members)
+                if self._fits(i, request, choice):
+                    return i
+            heappop(heap)
+        return None
+
+    def _fits(self, i: int, request: Request, choice: tuple) -> bool:
+        """Whether room `i` holds the request; for a share, remember the device the choice named."""
+        room = self.rooms[i]
+        if not room.fits(request):
+            return False
+        if request.share:  # the first device in the state the choice named (else, best fit)
+            device = next((d for d in room.share_devices(request) if _device_state(room, d) == choice[3]), None)
+            self._device_for = (i, request, device) if device is not None else None
+        return True
 
     def _fullest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Best fit: the fewest free GPUs that suffice, then the fewest free cores."""

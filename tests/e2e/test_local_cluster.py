@@ -156,9 +156,10 @@ def test_corral_down_after_kill_9_of_corral_up_leaves_nothing_running(local_clus
 def test_corral_down_stops_a_running_corral_up_and_returns_once_all_are_gone(local_cluster):
     up = psutil.Process(local_cluster.controller.pid)
     cluster = [up, *up.children(recursive=True)]
-    # corral's own processes (up, its controller and workers) are what `corral down` stops; a worker's cgroup
-    # warden, and a search for Pythons it may still run, end by themselves once their worker is gone.
-    daemons = [p for p in cluster if p.cmdline()[1:3] == ["-m", "corral"]]
+    # corral's own processes (up, and its children the controller and workers) are what `corral down` stops; a
+    # worker's cgroup warden, and a search for Pythons it may still run (caught between fork and exec, it still
+    # shows the worker's command line), end by themselves once their worker is gone.
+    daemons = [p for p in [up, *up.children()] if p.cmdline()[1:3] == ["-m", "corral"]]
     result = local_cluster.corral("down", "--data-dir", str(local_cluster.data_dir))
     assert result.returncode == 0, result.stderr
     data_dir = local_cluster.data_dir.resolve()

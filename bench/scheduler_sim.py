@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from corral.core.spec import JobSpec  # noqa: E402
 from corral.core.states import JobState, TaskState, WorkerState  # noqa: E402
 from corral.engine.coordinator import _targets, run_handler  # noqa: E402
+from corral.engine.effects import Place  # noqa: E402
 from corral.engine.handlers import ScheduleJobs, Snapshot  # noqa: E402
 from corral.store.database import sqlite_url  # noqa: E402
 from corral.store.reads import BATCH_ROWS, target_rows  # noqa: E402
@@ -83,7 +84,8 @@ async def decide(store: Store) -> tuple[float, float, int]:
     read = time.perf_counter() - started
     started = time.perf_counter()
     decision = handler.execute(targets, snapshot)
-    return read, time.perf_counter() - started, time.process_time() - cpu, len(decision.assignments)
+    placed = sum(isinstance(effect, Place) for effect in decision.effects)
+    return read, time.perf_counter() - started, time.process_time() - cpu, placed
 
 
 async def one(n_workers: int, n_pending: int, tmp: Path) -> dict:

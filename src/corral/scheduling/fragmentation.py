@@ -9,10 +9,12 @@ requests could not use. The fragmentation-aware strategy places each task where 
 least (the rule of Weng et al., "Beware of Fragmentation", USENIX ATC 2023), and breaks ties
 toward best fit.
 
-One refinement measured better on Alibaba's trace (see docs/scheduling.md): a kind's usable
+Refinements measured better on Alibaba's trace (see docs/scheduling.md): a kind's usable
 capacity is what as many copies of it as the worker holds would take, so the cores and memory
 left bound it too (two free GPUs beside cores for one task are half lost), and a share's copies
-leave the remainder of each device (0.3 fits three times in a device, leaving 0.1).
+leave the remainder of each device (0.3 fits three times in a device, leaving 0.1); a share
+weighs four times and a multi-GPU request twice what a single whole GPU does, per request seen;
+a kind few workers could ever hold weighs more.
 
 The measure works on worker states (free cores, memory, custom slots, and each device's free
 hundredths and device memory), so identical workers are scored once, and each state's score is
@@ -32,6 +34,11 @@ from corral.scheduling.rooms import EPS, SHARES, Request, WorkerRoom
 
 GIB = 2**30
 TINY = 1e-12
+# How much more than a whole single GPU a share and a multi-GPU request weigh, per request seen (measured on the
+# trace replay): at saturation nearly all free capacity is left in the remainders of shared devices, so the devices
+# shares can still use count most; multi-GPU requests weigh more too, so whole workers stay kept for them.
+SHARE_WEIGHT = 4.0
+MULTI_GPU_WEIGHT = 2.0
 Kind = tuple[Request, tuple[AnyConstraint, ...]]  # a request and the constraints of its job
 # (the constraint sets that admit it, free cores, free memory, free custom slots, sorted (free hundredths, device
 # memory))
@@ -92,6 +99,8 @@ class Fragmentation:
         self.constraint_sets = list(dict.fromkeys(constraints for _, constraints in weights))
         position = {constraints: n for n, constraints in enumerate(self.constraint_sets)}
         self._admitted: dict[str, tuple[int, ...]] = {}  # worker id -> the constraint sets it meets
+        weights = {kind: weight * (SHARE_WEIGHT if kind[0].share else MULTI_GPU_WEIGHT if kind[0].whole > 1 else 1)
+                   for kind, weight in weights.items()}
         if rooms:
             weights = self._scarce_weighed(weights, rooms, position)
         # Kinds grouped by what they ask of the GPUs: (constraint set, share, whole, gpu memory) -> their

@@ -113,6 +113,8 @@ class Fragmentation:
         self.cpus = [tuple(kind[0] or TINY for kind in kinds) for kinds in parts.values()]
         self.memories = [tuple(kind[1] / GIB or TINY for kind in kinds) for kinds in parts.values()]
         self.customs = [tuple(kind[2] for kind in kinds) for kinds in parts.values()]
+        self.largest_cpus = [max(asks) for asks in self.cpus]
+        self.largest_memories = [max(asks) for asks in self.memories]
         self.asks_custom = any(custom for group in self.customs for custom in group)
         self.weights = [tuple(kind[3] for kind in kinds) for kinds in parts.values()]
         self.part_weights = [sum(weights) for weights in self.weights]
@@ -122,7 +124,7 @@ class Fragmentation:
         self.ids: dict[State, int] = {}
         self._scores: dict[int, float] = {}
         self._parts_of: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self._copies: dict[tuple, list[tuple[float, tuple[float, ...]]]] = {}
+        self._copies: dict[tuple, tuple[float, ...]] = {}
         self._devices: dict[tuple[tuple[int, int], ...], tuple[int, ...]] = {}
         self._choices: dict[Request, dict[int, tuple | None]] = {}
 
@@ -176,20 +178,19 @@ class Fragmentation:
         usable = 0.0
         if free:
             held_by_part = self._device_copies(devices)
-            by_cpu, by_memory = self._bounds("cpu", cpu), self._bounds("memory", memory // GIB)
-            by_custom = self._bounds("custom", custom) if self.asks_custom else None
+            memory //= GIB  # whole GiB: close enough to count copies, and far fewer values to count them for
+            by_cpu, by_memory = self._fewest("cpu", cpu), self._fewest("memory", memory)
+            by_custom = self._fewest("custom", custom) if self.asks_custom else None
             for n in self._admitted_parts(admitted):  # each kind packs as many copies as its host room and devices hold
                 if not (held := held_by_part[n]):
                     continue
-                (cpu_fewest, cpu_copies), (memory_fewest, memory_copies) = by_cpu[n], by_memory[n]
-                bounds = [cpu_copies, memory_copies]
-                fewest = min(cpu_fewest, memory_fewest)
-                if by_custom:
-                    fewest = min(fewest, by_custom[n][0])
-                    bounds.append(by_custom[n][1])
+                fewest = min(by_cpu[n], by_memory[n], by_custom[n]) if by_custom else min(by_cpu[n], by_memory[n])
                 if held <= fewest:  # the devices bound every kind of the group
                     usable += self.units[n] * held * self.part_weights[n]
                 else:
+                    bounds = [self._copies_of("cpu", cpu, n), self._copies_of("memory", memory, n)]
+                    if by_custom:
+                        bounds.append(self._copies_of("custom", custom, n))
                     usable += self.units[n] * sum(map(mul, self.weights[n], map(min, *bounds, repeat(held))))
         self._scores[state_id] = total = free * self.weight - usable
         return total
@@ -201,22 +202,27 @@ class Fragmentation:
             self._parts_of[admitted] = tuple(n for n, part in enumerate(self.parts) if part[0] in sets)
         return self._parts_of[admitted]
 
-    def _bounds(self, resource: str, free: float | tuple) -> list[tuple[float, tuple[float, ...]]]:
-        """Per group of kinds, the copies of each kind one free resource alone holds (unbounded if none asked),
-        and the fewest of them. Memory is counted in whole GiB: close enough, and far fewer values to count for."""
+    def _fewest(self, resource: str, free: float | tuple) -> tuple[float, ...]:
+        """Per group of kinds, the fewest copies of any of its kinds that one free resource alone holds."""
         key = (resource, free)
         if key not in self._copies:
             if resource == "custom":
-                slots = dict(free)
-                copies = [tuple(min(((slots.get(name, 0.0) + EPS) // amount for name, amount in custom),
-                                    default=math.inf) for custom in group)
-                          for group in self.customs]
-            else:  # an ask of none is a tiny one here: its copies are past any device's count
-                asks = self.cpus if resource == "cpu" else self.memories
+                self._copies[key] = tuple(min(self._copies_of(resource, free, n)) for n in range(len(self.parts)))
+            else:  # the largest ask fits fewest times
+                largest = self.largest_cpus if resource == "cpu" else self.largest_memories
                 room = free + EPS if resource == "cpu" else free
-                copies = [tuple(map(floordiv, repeat(room), group)) for group in asks]
-            self._copies[key] = [(min(each), each) for each in copies]
+                self._copies[key] = tuple(map(floordiv, repeat(room), largest))
         return self._copies[key]
+
+    def _copies_of(self, resource: str, free: float | tuple, n: int) -> tuple[float, ...]:
+        """The copies of each kind of group `n` that one free resource alone holds (unbounded if none asked)."""
+        if resource == "custom":
+            slots = dict(free)
+            return tuple(min(((slots.get(name, 0.0) + EPS) // amount for name, amount in custom), default=math.inf)
+                         for custom in self.customs[n])
+        # an ask of none is a tiny one here: its copies are past any device's count
+        asks = self.cpus if resource == "cpu" else self.memories
+        return tuple(map(floordiv, repeat(free + EPS if resource == "cpu" else free), asks[n]))
 
     def _device_copies(self, devices: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
         """Per group of kinds, how many copies these devices hold."""

@@ -9,10 +9,12 @@ requests could not use. The fragmentation-aware strategy places each task where 
 least (the rule of Weng et al., "Beware of Fragmentation", USENIX ATC 2023), and breaks ties
 toward best fit.
 
-One refinement measured better on Alibaba's trace (see docs/scheduling.md): a kind's usable
+Refinements measured better on Alibaba's trace (see docs/scheduling.md): a kind's usable
 capacity is what as many copies of it as the worker holds would take, so the cores and memory
 left bound it too (two free GPUs beside cores for one task are half lost), and a share's copies
-leave the remainder of each device (0.3 fits three times in a device, leaving 0.1).
+leave the remainder of each device (0.3 fits three times in a device, leaving 0.1); a share
+weighs four times and a multi-GPU request twice what a single whole GPU does, per request seen;
+a kind few workers could ever hold weighs more.
 
 The measure works on worker states (free cores, memory, custom slots, and each device's free
 hundredths and device memory), so identical workers are scored once, and each state's score is
@@ -22,6 +24,7 @@ remembered for the pass.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import floordiv, mul
@@ -31,9 +34,15 @@ from corral.scheduling.rooms import EPS, SHARES, Request, WorkerRoom
 
 GIB = 2**30
 TINY = 1e-12
+# How much more than a whole single GPU a share and a multi-GPU request weigh, per request seen (measured on the
+# trace replay): at saturation nearly all free capacity is left in the remainders of shared devices, so the devices
+# shares can still use count most; multi-GPU requests weigh more too, so whole workers stay kept for them.
+SHARE_WEIGHT = 4.0
+MULTI_GPU_WEIGHT = 2.0
 Kind = tuple[Request, tuple[AnyConstraint, ...]]  # a request and the constraints of its job
-# (which constraint sets admit it, free cores, free memory, free custom slots, sorted (free hundredths, device memory))
-State = tuple[tuple[bool, ...], float, int, tuple[tuple[str, float], ...], tuple[tuple[int, int], ...]]
+# (the constraint sets that admit it, free cores, free memory, free custom slots, sorted (free hundredths, device
+# memory))
+State = tuple[tuple[int, ...], float, int, tuple[tuple[str, float], ...], tuple[tuple[int, int], ...]]
 
 
 class RequestMix:
@@ -79,17 +88,21 @@ class Fragmentation:
     """The weighted fragmentation of worker states, and the placement that adds least of it.
 
     States are interned as small integers; a state's score and each request's choice on it are
-    computed once. A score is split in two remembered halves: how many copies of each kind the
-    state's free cores and memory hold, and how many each group of kinds' devices hold.
+    computed once. A score draws on remembered counts: how many copies of each kind a free amount
+    of cores or memory holds, and how many each group of kinds' devices hold; only the groups
+    whose constraints the worker meets are counted.
     """
 
     def __init__(self, weights: Mapping[Kind, float], rooms: Sequence[WorkerRoom] = ()) -> None:
         """`rooms`: the pool's workers; a kind only few of them could ever hold weighs more, in proportion, so
         that the few workers that could hold it are kept for it (an 8-GPU task with 120 cores has 39 of 1,213)."""
-        if rooms:
-            weights = {kind: weight * _scarcity(kind, rooms) for kind, weight in weights.items()}
         self.constraint_sets = list(dict.fromkeys(constraints for _, constraints in weights))
         position = {constraints: n for n, constraints in enumerate(self.constraint_sets)}
+        self._admitted: dict[str, tuple[int, ...]] = {}  # worker id -> the constraint sets it meets
+        weights = {kind: weight * (SHARE_WEIGHT if kind[0].share else MULTI_GPU_WEIGHT if kind[0].whole > 1 else 1)
+                   for kind, weight in weights.items()}
+        if rooms:
+            weights = self._scarce_weighed(weights, rooms, position)
         # Kinds grouped by what they ask of the GPUs: (constraint set, share, whole, gpu memory) -> their
         # (cores, memory, custom, weight).
         parts: dict[tuple[int, int, int, int], list[tuple[float, int, tuple, float]]] = {}
@@ -100,20 +113,49 @@ class Fragmentation:
         self.cpus = [tuple(kind[0] or TINY for kind in kinds) for kinds in parts.values()]
         self.memories = [tuple(kind[1] / GIB or TINY for kind in kinds) for kinds in parts.values()]
         self.customs = [tuple(kind[2] for kind in kinds) for kinds in parts.values()]
+        self.largest_cpus = [max(asks) for asks in self.cpus]
+        self.largest_memories = [max(asks) for asks in self.memories]
+        self.asks_custom = any(custom for group in self.customs for custom in group)
         self.weights = [tuple(kind[3] for kind in kinds) for kinds in parts.values()]
+        self.part_weights = [sum(weights) for weights in self.weights]
         self.units = [share or whole * SHARES for _, share, whole, _ in self.parts]
         self.weight = sum(weights.values())
         self.states: list[State] = []
         self.ids: dict[State, int] = {}
         self._scores: dict[int, float] = {}
-        self._hosts: dict[tuple, list[tuple]] = {}
-        self._copies: dict[tuple, list[tuple[float, ...]]] = {}
+        self._parts_of: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._copies: dict[tuple, tuple[float, ...]] = {}
         self._devices: dict[tuple[tuple[int, int], ...], tuple[int, ...]] = {}
         self._choices: dict[Request, dict[int, tuple | None]] = {}
 
+    def _scarce_weighed(self, weights: Mapping[Kind, float], rooms: Sequence[WorkerRoom],
+                        position: Mapping[tuple[AnyConstraint, ...], int]) -> dict[Kind, float]:
+        """Each weight times how much rarer than any worker are those that could ever hold its kind (workers of one
+        shape are asked once)."""
+        shapes: Counter[tuple] = Counter()
+        examples: dict[tuple, WorkerRoom] = {}
+        for room in rooms:
+            shape = (self.admitted(room), room.cpu, room.memory, room.gpu, tuple(room.gpu_memory),
+                     tuple(sorted(room.custom.items())))
+            shapes[shape] += 1
+            examples.setdefault(shape, room)
+        scaled = {}
+        for (request, constraints), weight in weights.items():
+            able = sum(count for shape, count in shapes.items()
+                       if position[constraints] in shape[0] and examples[shape].could_ever_fit(request))
+            scaled[request, constraints] = weight * len(rooms) / max(able, 1)
+        return scaled
+
+    def admitted(self, room: WorkerRoom) -> tuple[int, ...]:
+        """The constraint sets the room meets (its labels do not change within a pass)."""
+        if room.id not in self._admitted:
+            self._admitted[room.id] = tuple(s for s, constraints in enumerate(self.constraint_sets)
+                                            if all(c.admits(room) for c in constraints))
+        return self._admitted[room.id]
+
     def state(self, room: WorkerRoom) -> int:
         """The id of the room's state: equal for workers that fragment alike."""
-        admitted = tuple(all(c.admits(room) for c in constraints) for constraints in self.constraint_sets)
+        admitted = self.admitted(room)
         devices = tuple(sorted(
             (SHARES - room.gpu_shared.get(d, 0) if d not in room.free_gpu_ids else SHARES,
              room.device_memory(d) - room.gpu_memory_shared.get(d, 0))
@@ -135,39 +177,52 @@ class Fragmentation:
         free = sum(share for share, _ in devices)
         usable = 0.0
         if free:
-            for copies, weights, unit, held in zip(self._host_copies(admitted, cpu, memory, custom), self.weights,
-                                                   self.units, self._device_copies(devices), strict=True):
-                if held and copies:  # each kind packs as many copies as both its host room and the devices hold
-                    usable += unit * sum(map(mul, weights, map(min, copies, repeat(held))))
+            held_by_part = self._device_copies(devices)
+            memory //= GIB  # whole GiB: close enough to count copies, and far fewer values to count them for
+            by_cpu, by_memory = self._fewest("cpu", cpu), self._fewest("memory", memory)
+            by_custom = self._fewest("custom", custom) if self.asks_custom else None
+            for n in self._admitted_parts(admitted):  # each kind packs as many copies as its host room and devices hold
+                if not (held := held_by_part[n]):
+                    continue
+                fewest = min(by_cpu[n], by_memory[n], by_custom[n]) if by_custom else min(by_cpu[n], by_memory[n])
+                if held <= fewest:  # the devices bound every kind of the group
+                    usable += self.units[n] * held * self.part_weights[n]
+                else:
+                    bounds = [self._copies_of("cpu", cpu, n), self._copies_of("memory", memory, n)]
+                    if by_custom:
+                        bounds.append(self._copies_of("custom", custom, n))
+                    usable += self.units[n] * sum(map(mul, self.weights[n], map(min, *bounds, repeat(held))))
         self._scores[state_id] = total = free * self.weight - usable
         return total
 
-    def _host_copies(self, admitted: tuple[bool, ...], cpu: float, memory: int, custom: tuple) -> list[tuple]:
-        """Per group of kinds, the copies of each kind these free cores, memory and slots hold."""
-        memory //= GIB  # whole GiB: close enough to count copies, and far fewer states to count them for
-        key = (admitted, cpu, memory, custom)
-        if key not in self._hosts:
-            self._hosts[key] = [
-                tuple(map(min, by_cpu, by_memory, by_slots)) if admitted[part[0]] else ()
-                for part, by_cpu, by_memory, by_slots in zip(
-                    self.parts, self._bounds("cpu", cpu), self._bounds("memory", memory),
-                    self._bounds("custom", custom), strict=True)]
-        return self._hosts[key]
+    def _admitted_parts(self, admitted: tuple[int, ...]) -> tuple[int, ...]:
+        """The groups of kinds whose constraint set is among these."""
+        if admitted not in self._parts_of:
+            sets = set(admitted)
+            self._parts_of[admitted] = tuple(n for n, part in enumerate(self.parts) if part[0] in sets)
+        return self._parts_of[admitted]
 
-    def _bounds(self, resource: str, free: float | tuple) -> list[tuple[float, ...]]:
-        """Per group of kinds, the copies of each kind one free resource alone holds (unbounded if none asked)."""
+    def _fewest(self, resource: str, free: float | tuple) -> tuple[float, ...]:
+        """Per group of kinds, the fewest copies of any of its kinds that one free resource alone holds."""
         key = (resource, free)
         if key not in self._copies:
             if resource == "custom":
-                slots = dict(free)
-                self._copies[key] = [tuple(min(((slots.get(name, 0.0) + EPS) // amount for name, amount in custom),
-                                               default=math.inf) for custom in group)
-                                     for group in self.customs]
-            else:  # an ask of none is a tiny one here: its copies are past any device's count
-                asks = self.cpus if resource == "cpu" else self.memories
+                self._copies[key] = tuple(min(self._copies_of(resource, free, n)) for n in range(len(self.parts)))
+            else:  # the largest ask fits fewest times
+                largest = self.largest_cpus if resource == "cpu" else self.largest_memories
                 room = free + EPS if resource == "cpu" else free
-                self._copies[key] = [tuple(map(floordiv, repeat(room), group)) for group in asks]
+                self._copies[key] = tuple(map(floordiv, repeat(room), largest))
         return self._copies[key]
+
+    def _copies_of(self, resource: str, free: float | tuple, n: int) -> tuple[float, ...]:
+        """The copies of each kind of group `n` that one free resource alone holds (unbounded if none asked)."""
+        if resource == "custom":
+            slots = dict(free)
+            return tuple(min(((slots.get(name, 0.0) + EPS) // amount for name, amount in custom), default=math.inf)
+                         for custom in self.customs[n])
+        # an ask of none is a tiny one here: its copies are past any device's count
+        asks = self.cpus if resource == "cpu" else self.memories
+        return tuple(map(floordiv, repeat(free + EPS if resource == "cpu" else free), asks[n]))
 
     def _device_copies(self, devices: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
         """Per group of kinds, how many copies these devices hold."""
@@ -217,11 +272,6 @@ class Fragmentation:
         return round(self.score(after) - before, 6), _free(self.states[after]), rest[1], None
 
 
-def _scarcity(kind: Kind, rooms: Sequence[WorkerRoom]) -> float:
-    """How much rarer than any worker are those that could ever hold this kind."""
-    request, constraints = kind
-    able = sum(1 for room in rooms if room.could_ever_fit(request) and all(c.admits(room) for c in constraints))
-    return len(rooms) / max(able, 1)
 
 
 def _replace(devices: tuple[tuple[int, int], ...], n: int, device: tuple[int, int]) -> tuple[tuple[int, int], ...]:

@@ -149,7 +149,7 @@ def run_file(path: Path, nodes: list[WorkerRoom], strategies: list[Strategy], se
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="the trace folder")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per strategy and file (the median is shown)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per strategy and file (the median is shown)")
     parser.add_argument("--quick", action="store_true", help="one seed, the default trace only")
     parser.add_argument("--trace-order", action="store_true", help="the file's pods in its order, then the draws")
     parser.add_argument("--live-mix", action="store_true",

@@ -11,7 +11,8 @@ the seed draws them and then shuffles the whole list, as the published medians o
 file's order, then the draws). The share of GPUs left unallocated (1 - allocated/total) is read
 as the arrived load passes each mark; a pod that fits nowhere is dropped. The figures are the
 median over the seeds. The fragmentation-aware strategy measures against the mix of the file's
-GPU pods, as a pool that has long seen this workload would.
+GPU pods, as a pool that has long seen this workload would; with `--live-mix`, against the mix a
+live pool keeps as the pods arrive (passes of PASS pods, each counted before its pass places it).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ MARKS = (50, 70, 80, 90, 95, 100, 110, 120, 130)
 MIB = 2**20
 MODEL = "gpu-model"
 POOL = "default"
+PASS = 100  # pods per scheduling pass with --live-mix
 # Unallocated GPUs at 100% arrived load, as published (median of 10 seeds): FGD, best fit.
 PUBLISHED = {
     "openb_pod_list_default.csv": (4.77, 7.09),
@@ -100,15 +102,23 @@ def arrivals(pods: list[Pod], total_gpus: int, seed: int, most: float = 1.3, shu
 
 def replay(nodes: list[WorkerRoom], pods: list[Pod], strategy: Strategy, mix: RequestMix | None = None,
            marks: tuple[int, ...] = MARKS) -> tuple[dict[int, float], float]:
-    """Unallocated GPU share (%) as the arrived load passes each mark, and placements per second."""
+    """Unallocated GPU share (%) as the arrived load passes each mark, and placements per second.
+
+    Without a `mix`, fragmentation-aware keeps one as a live pool does: the pods arrive in passes of `PASS`, each
+    counted in a RequestMix before its pass places it, and each pass measures against the mix so far."""
     total = sum(node.gpu for node in nodes)
-    measures = {POOL: Fragmentation(mix.weights(), nodes)} if strategy is Strategy.FRAGMENTATION_AWARE and mix else {}
-    book = RoomBook(nodes, measures)
+    fragmentation_aware = strategy is Strategy.FRAGMENTATION_AWARE
+    live = RequestMix() if fragmentation_aware and mix is None else None
+    book = RoomBook(nodes, {POOL: Fragmentation(mix.weights(), nodes)} if fragmentation_aware and mix else {})
     asked = allocated = 0.0
     unallocated: dict[int, float] = {}
     pending = list(marks)
     start = time.process_time()
-    for pod in pods:
+    for n, pod in enumerate(pods):
+        if live is not None and n % PASS == 0:
+            for arriving in pods[n:n + PASS]:
+                live.add(arriving.request, arriving.constraints)
+            book = RoomBook(book.rooms, {POOL: Fragmentation(live.weights(), book.rooms)})
         group = book.group(POOL, pod.constraints)
         i = book.choose(group, pod.request, strategy)
         if i is not None:
@@ -121,9 +131,12 @@ def replay(nodes: list[WorkerRoom], pods: list[Pod], strategy: Strategy, mix: Re
 
 
 def run_file(path: Path, nodes: list[WorkerRoom], strategies: list[Strategy], seeds: int, shuffled: bool = True,
-             ) -> dict[Strategy, tuple[dict[int, float], float]]:
+             live_mix: bool = False) -> dict[Strategy, tuple[dict[int, float], float]]:
+    """Per strategy, the median unallocated share at each mark and placements per second; fragmentation-aware
+    measures against the file's mix, or with `live_mix` against the mix kept as the pods arrive."""
     pods = load_pods(path)
-    mix = RequestMix.of(((pod.request, pod.constraints) for pod in pods), half_life=len(pods) * 100)
+    mix = None if live_mix else RequestMix.of(((pod.request, pod.constraints) for pod in pods),
+                                              half_life=len(pods) * 100)
     total = sum(node.gpu for node in nodes)
     results = {}
     for strategy in strategies:
@@ -136,9 +149,12 @@ def run_file(path: Path, nodes: list[WorkerRoom], strategies: list[Strategy], se
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="the trace folder")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per strategy and file (the median is shown)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per strategy and file (the median is shown)")
     parser.add_argument("--quick", action="store_true", help="one seed, the default trace only")
     parser.add_argument("--trace-order", action="store_true", help="the file's pods in its order, then the draws")
+    parser.add_argument("--live-mix", action="store_true",
+                        help=f"fragmentation-aware keeps its mix as the pods arrive (passes of {PASS}), as a live pool "
+                             "does, rather than measuring against the whole file's")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
@@ -151,10 +167,11 @@ def main() -> None:
         files, args.seeds = [args.data / "openb_pod_list_default.csv"], 1
     strategies = list(Strategy)
     order = "the trace's order, then draws" if args.trace_order else "an order each seed draws"
+    mix = "the mix kept as pods arrive" if args.live_mix else "the file's mix"
     print(f"{len(nodes)} nodes, {sum(n.gpu for n in nodes)} GPUs; {args.seeds} seed(s); arrivals in {order}; "
-          "unallocated GPUs (%) by arrived load (%)")
+          f"fragmentation-aware against {mix}; unallocated GPUs (%) by arrived load (%)")
     for path in files:
-        results = run_file(path, nodes, strategies, args.seeds, shuffled=not args.trace_order)
+        results = run_file(path, nodes, strategies, args.seeds, shuffled=not args.trace_order, live_mix=args.live_mix)
         fgd, best_fit = PUBLISHED.get(path.name, (None, None))
         print(f"\n{path.name}: published at 100%: FGD {fgd}%, best fit {best_fit}%")
         print(f"{'strategy':22}" + "".join(f"{mark:>7}" for mark in MARKS) + f"{'placed/s':>10}")

@@ -46,3 +46,15 @@ def test_the_replay_reads_the_trace_and_reports_every_mark_for_every_strategy(tm
     results = replay.run_file(tmp_path / "openb_pod_list_tiny.csv", nodes, list(Strategy), seeds=2)
     for medians, rate in results.values():
         assert set(medians) == set(replay.MARKS) and all(0 <= v <= 100 for v in medians.values()) and rate > 0
+
+
+def test_the_live_mix_replay_counts_each_pass_before_placing_it(tmp_path: Path) -> None:
+    replay = load()
+    (tmp_path / replay.NODES).write_text(NODES)
+    (tmp_path / "openb_pod_list_tiny.csv").write_text(PODS)
+    nodes = replay.load_nodes(tmp_path / replay.NODES)
+    results = replay.run_file(tmp_path / "openb_pod_list_tiny.csv", nodes, [Strategy.FRAGMENTATION_AWARE], seeds=1,
+                              live_mix=True)
+    medians, rate = results[Strategy.FRAGMENTATION_AWARE]
+    assert set(medians) == set(replay.MARKS) and rate > 0
+    assert medians[50] < 50  # with a mix from the first pass on, the pods are placed

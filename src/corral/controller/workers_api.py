@@ -25,7 +25,8 @@ from corral.scheduling.rooms import SHARES, gpu_share
 from corral.store.workers import GpuHolder, Held, gpu_holders, held_by_worker, worker_rows
 from corral.waiting import woken
 
-DESCRIBED = ("model", "memory", "memory_used", "utilization")  # what a device's stored entry gives its view
+DESCRIBED = ("model", "memory")  # what registration's entry of a device gives its view
+MEASURED = ("memory_used", "utilization")  # what the latest reading of it gives
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 
 
@@ -98,7 +99,8 @@ async def list_workers(request: Request) -> list[WorkerView]:
             capacity={"cpu": w.cpu, "memory": w.memory, "gpu": w.gpu, **(w.custom or {})},
             used=_used(held.get(w.id)), running_tasks=held[w.id].n if w.id in held else 0,
             gpu_names=w.gpu_names or [], last_heartbeat=w.last_heartbeat, registered_at=w.registered_at,
-            pool=w.pool, gpus=w.gpu_devices or [], devices=device_views(w.gpu, w.gpu_devices, holders.get(w.id, ())),
+            pool=w.pool, gpus=w.gpu_devices or [], devices=device_views(w.gpu, w.gpu_devices, w.gpu_readings,
+                                                                     holders.get(w.id, ())),
             pythons=w.pythons or [], environments=w.environments or [], filesystem=w.filesystem,
             shared_fs=w.shared_fs or [],
         )
@@ -113,11 +115,15 @@ def _used(held: Held | None) -> dict:
     return {"cpu": held.cpu, "memory": held.memory, "gpu": held.gpu}
 
 
-def device_views(count: int, registered: list[dict] | None, holders: Iterable[GpuHolder]) -> list[DeviceView]:
-    """Each of a worker's `count` GPUs: its registration and latest NVML reading (`registered`, by index), and the
-    tasks holding it, a whole-device task booking all of it and a share its hundredths."""
+def device_views(count: int, registered: list[dict] | None, readings: list[dict] | None,
+                 holders: Iterable[GpuHolder]) -> list[DeviceView]:
+    """Each of a worker's `count` GPUs: what registration said of it and NVML last read of its use (by index; a
+    reading of a device the worker has not got is left out), and the tasks holding it, a whole-device task booking
+    all of it and a share its hundredths."""
     described = {device.get("index"): device for device in registered or ()}
-    devices = [DeviceView(index=index, **_known(described.get(index, {}))) for index in range(min(count, MAX_GPU))]
+    measured = {reading.get("index"): reading for reading in readings or ()}
+    devices = [DeviceView(index=index, **_known(described.get(index, {}), DESCRIBED),
+                          **_known(measured.get(index, {}), MEASURED)) for index in range(min(count, MAX_GPU))]
     hundredths = [0] * len(devices)
     for task in holders:
         share = gpu_share(task.gpu)
@@ -132,5 +138,5 @@ def device_views(count: int, registered: list[dict] | None, holders: Iterable[Gp
     return devices
 
 
-def _known(entry: dict) -> dict:
-    return {key: entry[key] for key in DESCRIBED if entry.get(key) is not None}
+def _known(entry: dict, keys: tuple[str, ...]) -> dict:
+    return {key: entry[key] for key in keys if entry.get(key) is not None}

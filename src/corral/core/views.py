@@ -138,7 +138,7 @@ class WorkerView(BaseModel):
     registered_at: float
     running_tasks: int
     pool: str = "default"
-    gpus: list[dict] = []  # per device: index, model, memory, uuid; memory_used, memory_total, utilization (NVML)
+    gpus: list[dict] = []  # per device: index, model, memory, uuid
     devices: list[DeviceView] = []  # per device: what is booked on it and its use
     pythons: list[str] = []  # the Python versions it builds environments with
     environments: list[CachedEnvironment] = []  # the Python environments it keeps built

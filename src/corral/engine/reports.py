@@ -22,14 +22,7 @@ from corral.engine.drain import start_drains
 from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row, tasks_with_budgets
-from corral.store.worker_state import (
-    devices_with_readings,
-    forget_lost,
-    insert_worker,
-    mark_lost,
-    mark_seen,
-    silent_workers,
-)
+from corral.store.worker_state import forget_lost, insert_worker, mark_lost, mark_seen, silent_workers
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -92,7 +85,7 @@ async def ingest_heartbeat(
     if pythons is not None:
         cached["pythons"] = pythons
     if gpus:
-        cached["gpu_devices"] = await devices_with_readings(connection, worker_id, gpus)
+        cached["gpu_readings"] = [gpu.model_dump() for gpu in gpus]
     if not await mark_seen(connection, worker_id, now, **cached):
         raise UnknownWorker(worker_id)
     changes = ChangeSet(now)

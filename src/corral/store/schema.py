@@ -133,6 +133,7 @@ workers = Table(
     Column("pool", String(100), nullable=False, server_default="default"),
     Column("custom", JSON),  # custom resource slots offered, by name
     Column("gpu_devices", JSON),  # per GPU: index, model, memory, uuid (NVML)
+    Column("gpu_readings", JSON),  # per GPU: index, memory used and total, utilization (NVML, last heartbeat)
     Column("filesystem", String(64)),  # the id of the file system its tasks see (corral.filesystem)
     Column("shared_fs", JSON),  # directories it shares with submitters on other machines (--shared-fs)
     Column("pythons", JSON),  # versions of the Python interpreters it can build environments with

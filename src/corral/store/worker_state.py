@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.core.protocol import GpuUse, RegisterRequest
+from corral.core.protocol import RegisterRequest
 from corral.core.states import WorkerState
 from corral.store.schema import workers
 
@@ -38,15 +38,6 @@ async def mark_seen(connection: AsyncConnection, worker_id: str, now: float, **f
         update(workers).where(workers.c.id == worker_id, workers.c.state == WorkerState.ALIVE)
         .values(last_heartbeat=now, **facts))
     return seen.rowcount > 0
-
-
-async def devices_with_readings(connection: AsyncConnection, worker_id: str, readings: list[GpuUse]) -> list[dict]:
-    """The worker's `gpu_devices` with each device's latest NVML reading beside what registration said of it, for
-    `mark_seen` to keep; a reading of a device the worker did not register is dropped."""
-    devices = (await connection.execute(select(workers.c.gpu_devices).where(workers.c.id == worker_id))).scalar()
-    by_index = {reading.index: reading for reading in readings}
-    return [device | by_index[device["index"]].model_dump(exclude={"index"}) if device.get("index") in by_index
-            else device for device in devices or ()]
 
 
 async def silent_workers(connection: AsyncConnection, before: float) -> list:

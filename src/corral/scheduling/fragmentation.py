@@ -272,8 +272,6 @@ class Fragmentation:
         return round(self.score(after) - before, 6), _free(self.states[after]), rest[1], None
 
 
-
-
 def _replace(devices: tuple[tuple[int, int], ...], n: int, device: tuple[int, int]) -> tuple[tuple[int, int], ...]:
     rest = devices[:n] + devices[n + 1:]
     return tuple(sorted(rest + (device,))) if device[0] > 0 else rest

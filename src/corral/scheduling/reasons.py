@@ -254,10 +254,7 @@ class Preempting(Reason):
     jobs: tuple[int, ...]
 
     def sentence(self) -> str:
-        plural = "task" if self.tasks == 1 else "tasks"
-        which = "job" if len(self.jobs) == 1 else "jobs"
-        return (f"preempting {self.tasks} lower-priority {plural} ({which} {', '.join(map(str, self.jobs))}) "
-                f"to make room")
+        return f"preempting {_lower_priority(self.tasks, self.jobs)} to make room"
 
 
 @dataclass(frozen=True)
@@ -268,10 +265,15 @@ class Moving(Reason):
     jobs: tuple[int, ...]
 
     def sentence(self) -> str:
-        plural = "task" if self.tasks == 1 else "tasks"
-        which = "job" if len(self.jobs) == 1 else "jobs"
-        return (f"moving {self.tasks} lower-priority {plural} ({which} {', '.join(map(str, self.jobs))}) "
-                f"elsewhere: the free room would hold it, but is cut into pieces")
+        return (f"moving {_lower_priority(self.tasks, self.jobs)} elsewhere: the free room would hold it, but is cut "
+                "into pieces")
+
+
+def _lower_priority(tasks: int, jobs: tuple[int, ...]) -> str:
+    """"2 lower-priority tasks (jobs 4, 7)": whom a preemption or a move stops."""
+    plural = "task" if tasks == 1 else "tasks"
+    which = "job" if len(jobs) == 1 else "jobs"
+    return f"{tasks} lower-priority {plural} ({which} {', '.join(map(str, jobs))})"
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
             time_limit=spec.get("time_limit"),
             grace_period=spec.get("grace_period", 15.0), checkpoint=row.checkpoint_epoch is not None,
             allocate_port=spec.get("allocate_port", False), start=not row.gang,
+            interactive=spec.get("interactive", False), idle_timeout=spec.get("idle_timeout"),
         ))
     return orders
 

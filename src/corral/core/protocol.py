@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.core import limits
+from corral.core.relay import MAX_COLS, MAX_ROWS, ChannelKind
 from corral.core.spec import (
     MAX_CPU,
     MAX_CUSTOM_AMOUNT,
@@ -222,6 +223,8 @@ class BuildOrder(BaseModel):
     checkpoint: bool = Field(False, description="the controller holds a checkpoint from an earlier attempt")
     allocate_port: bool = False  # give the process a free port as $PORT, reported with RUNNING
     start: bool = Field(False, description="start as soon as it is prepared, with no start order to wait for")
+    interactive: bool = Field(False, description="run on a terminal (a PTY) that clients attach to (corral.core.relay)")
+    idle_timeout: float | None = Field(None, gt=0, description="interactive: end once no client was attached this long")
 
 
 class StartOrder(BaseModel):
@@ -267,7 +270,27 @@ class PreemptedAck(WireModel):
         return _told(data)
 
 
-Order = Annotated[BuildOrder | StartOrder | StopOrder | PreemptOrder, Field(discriminator="action")]
+class RelayOrder(BaseModel):
+    """Dial back to the controller for one channel a client opened into this attempt (corral.core.relay): a
+    WebSocket to `url` (this worker's controller when None) + /api/v1/relay/{session}. Repeated until the worker
+    has dialed; the worker acts on each session once."""
+
+    action: Literal["relay"] = "relay"
+    session: str = Field(..., pattern=r"^[A-Za-z0-9_\-]{16,128}$")
+    task_id: int
+    attempt: int
+    kind: ChannelKind
+    watch: bool = Field(False, description="terminal: the client only watches; its keys never reach the terminal")
+    command: list[str] = Field(default_factory=list, description="exec: the argv to run in the task's environment")
+    tty: bool = Field(False, description="exec: run it on a terminal of its own")
+    detach: bool = Field(False, description="exec: start it and let go; its output goes to the task's logs")
+    port: int | None = Field(None, ge=1, le=65535, description="port: the port a process of the attempt listens on")
+    rows: int | None = Field(None, ge=1, le=MAX_ROWS)
+    cols: int | None = Field(None, ge=1, le=MAX_COLS)
+    url: str | None = Field(None, description="the controller that holds the client's end, when not this one")
+
+
+Order = Annotated[BuildOrder | StartOrder | StopOrder | PreemptOrder | RelayOrder, Field(discriminator="action")]
 
 
 class HeartbeatReply(BaseModel):

@@ -25,6 +25,7 @@ MAX_REPLICAS = 10_000
 MAX_TIME_LIMIT = 365 * 86400.0
 EARLIEST_BEGIN = 946684800.0  # 2000-01-01 UTC
 MAX_BEGIN_AHEAD = 5 * 365 * 86400.0  # a begin time at most this far ahead of its submission
+DEFAULT_IDLE_TIMEOUT = 3600.0  # an interactive job with no client attached this long ends
 
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -217,6 +218,11 @@ class JobSpec(WireModel):
     begin: Timestamp | None = Field(None, description="not before this time (unix seconds)")
     retry_policy: RetryPolicy | None = Field(None, description="re-create the job when it fails (batch jobs)")
     allocate_port: bool = Field(False, description="the worker picks a free port, passes it as $PORT and reports it")
+    interactive: bool = Field(False, description="each task runs on a terminal (a PTY) that clients attach to; "
+                                                 "never retried")
+    idle_timeout: Seconds | None = Field(None, gt=0, le=MAX_TIME_LIMIT,
+                                         description="interactive only: end once no client was attached this long "
+                                                     f"(default {DEFAULT_IDLE_TIMEOUT:g} s)")
 
     @field_validator("command")
     @classmethod
@@ -291,6 +297,24 @@ class JobSpec(WireModel):
             )
         if self.name is None:
             self.name = self.command[0].rsplit("/", 1)[-1][:200]
+        return self
+
+    @model_validator(mode="after")
+    def _interactive_never_retried(self) -> JobSpec:
+        """A terminal someone typed into cannot be replayed elsewhere: an interactive job runs once. Its preemption
+        budget defaults to none; asking for retries of one is refused rather than quietly ignored."""
+        if not self.interactive:
+            if self.idle_timeout is not None:
+                raise ValueError("idle_timeout is for interactive jobs (corral shell): a batch job has time_limit")
+            return self
+        if self.retry_policy is not None or self.max_retries_failure:
+            raise ValueError("an interactive job is never retried: drop retry_policy and max_retries_failure")
+        if "max_retries_preemption" not in self.model_fields_set:
+            self.max_retries_preemption = 0
+        elif self.max_retries_preemption:
+            raise ValueError("an interactive job is never retried: max_retries_preemption must be 0")
+        if self.idle_timeout is None:
+            self.idle_timeout = DEFAULT_IDLE_TIMEOUT
         return self
 
     @model_validator(mode="after")

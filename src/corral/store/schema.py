@@ -167,6 +167,33 @@ history = Table(
     Index("ix_history_at", "at"),
 )
 
+# Channels clients opened into running tasks through the controller's relay (corral.core.relay): a terminal, an
+# exec or a forwarded TCP connection. A row is written when the client connects (opening), marked open when the
+# worker dials back, and closed when either side ends; workers learn of opening rows from their heartbeat reply.
+attachments = Table(
+    "attachments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session", String(64), nullable=False, unique=True),  # the id the worker dials back with
+    Column("job_id", Integer, nullable=False),
+    Column("task_id", Integer, nullable=False),
+    Column("task_index", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("worker_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),  # terminal, exec, port
+    Column("detail", JSON, nullable=False),  # the order's own fields: command, tty, port, watch, rows, cols
+    Column("actor", String(64), nullable=False),  # who: "admin", or "job N" for a job's token
+    Column("address", String(100)),  # the client's address, as the controller saw it
+    Column("state", String(16), nullable=False),  # opening, open, closed, failed
+    Column("opened_at", Float, nullable=False),
+    Column("connected_at", Float),
+    Column("closed_at", Float),
+    Column("close_code", Integer),
+    Column("close_reason", Text),
+    Index("ix_attachments_worker", "worker_id", "state"),
+    Index("ix_attachments_job", "job_id", "id"),
+)
+
 # Retry policy defaults set by an admin: kind "cluster" (name "") or "project" (name = the project).
 retry_defaults = Table(
     "retry_defaults",

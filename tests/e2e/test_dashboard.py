@@ -210,3 +210,61 @@ def test_the_workers_page_shows_a_bar_per_gpu_with_a_segment_per_task(page, live
     assert bars.nth(1).get_by_role("meter").get_attribute("aria-label").endswith("1 of 1 booked; not read")
     assert bars.nth(1).locator("a.fill").get_attribute("href") == "#/jobs/9"
     screenshot(page, "workers-gpus")
+
+
+def test_the_vendored_terminal_is_served_with_its_content_types(live):
+    """`make install` vendored xterm.js (tools/vendor_static.py); the controller serves it, and nothing else there."""
+    for name, content_type in [("xterm.js", "text/javascript"), ("addon-fit.js", "text/javascript"),
+                               ("xterm.css", "text/css"), ("xterm.LICENSE.txt", "text/plain")]:
+        response = live.http.get(f"/static/vendor/{name}")
+        assert response.status_code == 200, f"{name}: {response.status_code} (run make install)"
+        assert response.headers["content-type"].startswith(content_type)
+    assert live.http.get("/static/vendor/pinned.json").status_code == 404
+
+
+def test_without_the_vendored_terminal_its_panel_says_how_to_build_it(page, live):
+    job_id = int(corral(live, "submit", "--name", "no-xterm", "--", "sleep", "300"))
+    live.wait_state(job_id, "RUNNING")
+    page.route("**/static/vendor/**", lambda route: route.fulfill(status=404, body="not built"))
+    page.goto(f"{live.url}/#/jobs/{job_id}")
+    page.get_by_role("button", name="Shell in task").click()
+    page.locator(".terminal .status.error").filter(has_text="make install").wait_for()
+    page.get_by_role("button", name="Close terminal").click()
+    assert page.locator(".terminal").is_hidden()
+    corral(live, "cancel", str(job_id))
+
+
+def test_an_interactive_job_runs_a_terminal_in_the_browser_and_lists_its_attachment(page, live):
+    job_id = live.submit(name="browser-shell", command=["/bin/sh"], interactive=True)
+    live.wait_state(job_id, "RUNNING")
+    page.goto(live.url + "/#/jobs")
+    page.locator(f'tr[data-job="{job_id}"] .tag.kind').filter(has_text="interactive").wait_for()
+
+    page.goto(f"{live.url}/#/jobs/{job_id}")
+    page.get_by_role("button", name="Open terminal").click()
+    page.locator(".terminal .status").filter(has_text="your keys reach the terminal").wait_for()
+    page.keyboard.type("echo hello-$((6*7))")
+    page.keyboard.press("Enter")
+    page.locator(".terminal .xterm-rows").filter(has_text="hello-42").wait_for()
+    attachment = page.locator('table[aria-label=attachments] tr[data-state="open"]')
+    attachment.filter(has_text="terminal").wait_for()
+    screenshot(page, "terminal")
+
+    page.get_by_role("button", name="Close terminal").click()
+    page.locator('table[aria-label=attachments] tr[data-state="closed"]').filter(has_text="terminal").wait_for()
+    assert live.job(job_id)["state"] == "RUNNING"  # closing the panel detached: the shell runs on
+    corral(live, "cancel", str(job_id))
+
+
+def test_a_shell_in_a_running_batch_task_runs_in_the_browser(page, live):
+    job_id = int(corral(live, "submit", "--name", "looked-into", "--", "sh", "-c", "echo ready; sleep 300"))
+    live.wait_state(job_id, "RUNNING")
+    page.goto(f"{live.url}/#/jobs/{job_id}")
+    page.get_by_role("button", name="Shell in task").click()
+    page.locator(".terminal .xterm-rows").click()
+    page.keyboard.type("echo exec-$((6*7)); exit 5")
+    page.keyboard.press("Enter")
+    page.locator(".terminal .xterm-rows").filter(has_text="exec-42").wait_for()
+    page.locator(".terminal .status").filter(has_text="exited with code 5").wait_for()
+    assert live.job(job_id)["state"] == "RUNNING"  # the task itself runs on
+    corral(live, "cancel", str(job_id))

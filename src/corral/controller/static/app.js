@@ -405,7 +405,7 @@ function jobsView(view, params) {
     };
     const rows = result.items.map((job) => h("tr", {"data-job": job.id},
       h("td", {class: "num"}, h("a", {href: `#/jobs/${job.id}`}, job.id)),
-      h("td", {}, h("a", {href: `#/jobs/${job.id}`}, job.name), retryMark(job)),
+      h("td", {}, h("a", {href: `#/jobs/${job.id}`}, job.name), kindMark(job), retryMark(job)),
       h("td", {}, badge(job.state), job.pending_reason && !TERMINAL.has(job.state) ? h("span", {class: "reason"}, job.pending_reason) : null),
       h("td", {}, taskSummary(job.task_counts)),
       h("td", {}, job.spec.project), h("td", {}, job.spec.pool),
@@ -424,6 +424,11 @@ function jobsView(view, params) {
   }, {relevant: (e) => e.job_id !== null && (e.type.startsWith("job.") || e.type.startsWith("task."))});
 }
 
+function kindMark(job) {
+  return job.spec.interactive
+    ? h("span", {class: "tag kind", title: "an interactive job: a terminal people attach to (corral shell)"}, "interactive") : null;
+}
+
 function retryMark(job) {
   if (job.parent_job_id === undefined || job.parent_job_id === null) return null;
   return h("span", {class: "tag", title: `retry ${job.retry_count ?? ""} of job ${job.parent_job_id}`},
@@ -433,27 +438,30 @@ function retryMark(job) {
 // ---- one job ---------------------------------------------------------------------------------
 
 function jobView(view, jobId) {
-  const head = h("div"), spec = h("div"), tasks = h("div"), timeline = h("div");
-  const logs = logViewer(jobId);
-  view.append(head, spec, h("h2", {}, "Tasks and attempts"), tasks, h("h2", {}, "Logs"), logs.element,
-    h("h2", {}, "Timeline"), timeline);
+  const head = h("div"), spec = h("div"), tasks = h("div"), attached = h("div"), timeline = h("div");
+  const logs = logViewer(jobId), terminal = terminalPanel(jobId, () => live.refresh());
+  view.append(head, spec, h("h2", {}, "Tasks and attempts"), tasks, terminal.element, h("h2", {}, "Attachments"), attached,
+    h("h2", {}, "Logs"), logs.element, h("h2", {}, "Timeline"), timeline);
   const live = liveView(view, async () => {
-    const [job, taskList, history] = await Promise.all([
-      getJSON(`/jobs/${jobId}`), getJSON(`/jobs/${jobId}/tasks`), getJSON(`/jobs/${jobId}/history`)]);
+    const [job, taskList, history, attachments] = await Promise.all([
+      getJSON(`/jobs/${jobId}`), getJSON(`/jobs/${jobId}/tasks`), getJSON(`/jobs/${jobId}/history`),
+      getJSON(`/jobs/${jobId}/attachments`).catch((error) => error)]);
     document.title = `${job.name} (#${job.id}) · corral`;
     fill(head, jobHead(job, live));
     fill(spec, jobSpec(job));
-    fill(tasks, tasksTable(taskList, job.spec.bundle));
+    fill(tasks, tasksTable(taskList, job.spec.bundle, (task) => terminalButtons(job, task, terminal)));
+    fill(attached, attachments instanceof Error
+      ? h("p", {class: "error"}, `Could not read the attachments: ${attachments.message}`) : attachmentsTable(attachments));
     fill(timeline, timelineList(history));
     logs.update(taskList);
   }, {relevant: (e) => e.job_id === jobId || e.type.startsWith("worker.")});
-  return {stop() { live.stop(); logs.stop(); document.title = "corral"; }, refresh: live.refresh};
+  return {stop() { live.stop(); logs.stop(); terminal.stop(); document.title = "corral"; }, refresh: live.refresh};
 }
 
 function jobHead(job, live) {
   const cancel = TERMINAL.has(job.state) || job.state === "TERMINATING" ? null
     : h("button", {type: "button", class: "danger", onclick: () => confirmCancel(job, live)}, "Cancel job");
-  return h("div", {class: "head"}, h("h1", {}, `${job.name} `, h("span", {class: "muted"}, `#${job.id}`)), badge(job.state),
+  return h("div", {class: "head"}, h("h1", {}, `${job.name} `, h("span", {class: "muted"}, `#${job.id}`)), badge(job.state), kindMark(job),
     h("span", {class: "muted"}, `for ${since(job.state_since)}`), h("div", {class: "actions"}, cancel));
 }
 
@@ -495,6 +503,7 @@ function jobSpec(job) {
         h("span", {}, job[key].map((id) => h("a", {href: `#/jobs/${id.id ?? id}`, class: "tag"}, `#${id.id ?? id}`)))]);
     }
   }
+  if (s.interactive) rows.push(["kind", `interactive: ends when its command exits, or after ${s.idle_timeout}s with nobody attached`]);
   if (s.time_limit) rows.push(["time limit", `${s.time_limit}s`]);
   if (Object.keys(s.env || {}).length) rows.push(["env", Object.entries(s.env).map(([k, v]) => h("span", {class: "tag"}, `${k}=${v}`))]);
   if (Object.keys(s.export || {}).length) rows.push(["exported", Object.keys(s.export).sort().map((k) => h("span", {class: "tag"}, k))]);
@@ -519,13 +528,14 @@ function startText(world, bundle) {
   return h("div", {class: "start muted"}, text);
 }
 
-function tasksTable(taskList, bundle) {
+/** The tasks and their attempts; `actions` gives what a task's row offers (a terminal), or nothing. */
+function tasksTable(taskList, bundle, actions) {
   const body = h("tbody");
   for (const task of taskList) {
     body.append(h("tr", {"data-task": task.index}, h("td", {class: "num"}, task.index), h("td", {}, badge(task.state)),
       h("td", {class: "num"}, task.attempt), h("td", {}, task.worker_id ?? "-"), h("td", {class: "num"}, task.exit_code ?? "-"),
       h("td", {}, `${task.state.toLowerCase()} for ${since(task.state_since)}`),
-      h("td", {class: "num"}, `${task.failures} / ${task.preemptions}`), h("td", {}, task.reason ?? "")));
+      h("td", {class: "num"}, `${task.failures} / ${task.preemptions}`), h("td", {}, task.reason ?? ""), h("td", {}, actions(task))));
     for (const a of task.attempts) {
       const ran = a.started_at && a.finished_at ? `, ran ${age(a.finished_at - a.started_at)}` : "";
       const w = a.world, seconds = w && w.env_seconds !== null ? `${w.env_seconds.toFixed(2)}s` : "";
@@ -534,11 +544,11 @@ function tasksTable(taskList, bundle) {
         h("td", {class: "num"}, `#${a.attempt}`), h("td", {}, a.worker_id ?? "-"), h("td", {class: "num"}, a.exit_code ?? "-"),
         h("td", {}, `assigned ${clock(a.assigned_at)}, started ${clock(a.started_at)}, ended ${clock(a.finished_at)}${ran}${env}`,
           startText(a.world, bundle)),
-        h("td", {}), h("td", {}, a.reason ?? "")));
+        h("td", {}), h("td", {}, a.reason ?? ""), h("td", {})));
     }
   }
   return h("table", {"aria-label": "tasks"}, h("thead", {}, h("tr", {}, ["task", "state", "attempt", "worker", "exit",
-    "times", "failures / preemptions", "reason"].map((c) => h("th", {scope: "col"}, c)))), body);
+    "times", "failures / preemptions", "reason", "terminal"].map((c) => h("th", {scope: "col"}, c)))), body);
 }
 
 function timelineList(history) {

@@ -6,7 +6,9 @@ a reload. Each page's screenshot is left in the test artefacts (test-artifacts/ 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -231,6 +233,64 @@ def test_without_the_vendored_terminal_its_panel_says_how_to_build_it(page, live
     page.locator(".terminal .status.error").filter(has_text="make install").wait_for()
     page.get_by_role("button", name="Close terminal").click()
     assert page.locator(".terminal").is_hidden()
+    corral(live, "cancel", str(job_id))
+
+
+def test_the_terminal_speaks_the_relays_frames_to_a_fake_worker(page, live):
+    """The page's side of the relay, the worker's played here: the ticket in the URL, keys out as binary frames,
+    output shown after its stream byte, resizes as JSON, role, notice and exit in the status line, and a refusal's
+    close reason."""
+    job_id = int(corral(live, "submit", "--name", "framed", "--", "sleep", "300"))
+    live.wait_state(job_id, "RUNNING")
+    page.route(f"**/api/v1/jobs/{job_id}/tickets",
+               lambda route: route.fulfill(json={"ticket": "T-1", "expires_in": 30}))
+    urls: list[str] = []
+    frames: list[str | bytes] = []
+
+    def worker(socket):
+        def echo(frame):
+            frames.append(frame)
+            if isinstance(frame, bytes):
+                socket.send(b"\x01" + frame)
+            elif json.loads(frame)["type"] == "resize":
+                socket.send(b"\x02" + f"[resized to {json.loads(frame)['cols']} columns]".encode())
+            if frame == b"q":
+                socket.send(json.dumps({"type": "notice", "text": "job 1 is being preempted: 30s left"}))
+                socket.send(json.dumps({"type": "exit", "code": 7}))
+                socket.close(code=1000)
+        urls.append(socket.url)
+        socket.on_message(echo)
+        socket.send(json.dumps({"type": "role", "writer": True}))
+        socket.send(b"\x01prompt$ ")
+
+    page.route_web_socket(re.compile(rf".*/api/v1/jobs/{job_id}/tasks/0/exec\?.*"), worker)
+    page.goto(f"{live.url}/#/jobs/{job_id}")
+    page.get_by_role("button", name="Shell in task").click()
+    page.locator(".terminal .status").filter(has_text="your keys reach the terminal").wait_for()
+    rows = page.locator(".terminal .xterm-rows")
+    rows.filter(has_text="prompt$").wait_for()
+    query = dict(re.findall(r"[?&]([^=&]+)=([^&]*)", urls[0]))
+    assert query["ticket"] == "T-1" and query["command"] == "%2Fbin%2Fsh" and query["tty"] == "1", urls[0]
+    assert int(query["rows"]) > 5 and int(query["cols"]) > 20
+    page.keyboard.type("ls")
+    rows.filter(has_text="prompt$ ls").wait_for()
+    assert [f for f in frames if f in (b"l", b"s")] == [b"l", b"s"]
+
+    page.set_viewport_size({"width": 700, "height": 800})
+    rows.scroll_into_view_if_needed()  # xterm.js draws only while it is in view
+    rows.filter(has_text="[resized to").wait_for()
+    resize = json.loads(next(f for f in frames if isinstance(f, str)))
+    assert resize["type"] == "resize" and resize["cols"] < int(query["cols"])
+
+    page.keyboard.type("q")
+    page.locator(".terminal .status").filter(has_text="The process exited with code 7.").wait_for()
+    rows.filter(has_text="[corral] job 1 is being preempted: 30s left").wait_for()
+
+    page.route_web_socket(re.compile(rf".*/api/v1/jobs/{job_id}/tasks/0/exec\?.*"),
+                          lambda socket: socket.close(code=4409, reason="task 0 is PENDING, not RUNNING"))
+    page.get_by_role("button", name="Shell in task").click()
+    page.locator(".terminal .status.error").filter(
+        has_text="Closed: task 0 is PENDING, not RUNNING (4409).").wait_for()
     corral(live, "cancel", str(job_id))
 
 

@@ -54,6 +54,7 @@ function terminalPanel(jobId, changed) {
     fill(title, mode === "terminal" ? `Terminal of task ${index}` : `Shell in task ${index}`);
     fill(screen);
     element.hidden = false;
+    element.scrollIntoView({block: "nearest"});
     say("Loading the terminal…");
     let ticket;
     try {

@@ -130,9 +130,18 @@ class FakeRelay:
 
     async def open(self, runner, kind: str, task_id: int = 1, attempt: int = 0, timeout: float = 5.0,
                    **fields) -> Client:
+        """Hand the runner a relay order, as a heartbeat reply would, and return the client's end once dialed."""
         session = f"session-{next(_sessions):08d}-test"
-        self._waiting[session] = asyncio.get_running_loop().create_future()
+        self.expect(session)
         order = RelayOrder(session=session, task_id=task_id, attempt=attempt, kind=kind, **fields)
         assert runner.submit(order) is not None
+        return await self.client(session, timeout)
+
+    def expect(self, session: str) -> None:
+        """Be ready for the runner to dial `session`."""
+        self._waiting[session] = asyncio.get_running_loop().create_future()
+
+    async def client(self, session: str, timeout: float = 5.0) -> Client:
+        """The client's end of `session`, once the runner has dialed it."""
         async with asyncio.timeout(timeout):
             return Client(await self._waiting[session])

@@ -7,7 +7,7 @@ import sys
 import psutil
 import pytest
 
-from corral.core.protocol import StartOrder, StopOrder
+from corral.core.protocol import RelayOrder, StartOrder, StopOrder
 from corral.core.relay import CLOSE_CONFLICT, CLOSE_WORKER_ERROR, STDERR
 from corral.worker.channels import relay_url
 from corral.worker.runner import free_port
@@ -140,3 +140,31 @@ def test_the_relay_of_a_session_is_a_websocket_on_the_controllers_address():
 def sleeps(seconds: str) -> bool:
     """Whether a `sleep SECONDS` runs on this machine."""
     return any(process.info["cmdline"] == ["sleep", seconds] for process in psutil.process_iter(["cmdline"]))
+
+
+async def test_an_exec_output_larger_than_any_buffer_arrives_whole(harness):
+    await running(harness, ["sleep", "60"])
+    client = await harness.relay.open(harness.runner, "exec", command=["head", "-c", "5000000", "/dev/zero"])
+    assert (await client.control("exit", timeout=20))["code"] == 0
+    assert client.out == bytes(5_000_000)
+
+
+async def test_a_relay_that_cannot_be_dialed_is_dialed_again_when_its_order_repeats(harness):
+    await running(harness, ["sleep", "60"])
+    calls = []
+    real = harness.runner._dial
+
+    def flaky(order):
+        calls.append(order.session)
+        if len(calls) == 1:
+            raise OSError("controller unreachable")
+        return real(order)
+
+    harness.runner._dial = flaky
+    with pytest.raises(TimeoutError):
+        await harness.relay.open(harness.runner, "exec", command=["echo", "second-try"], timeout=0.5)
+    order = RelayOrder(session=calls[0], task_id=1, attempt=0, kind="exec", command=["echo", "second-try"])
+    harness.relay.expect(order.session)
+    assert harness.runner.submit(order) is not None
+    client = await harness.relay.client(order.session)
+    assert (await client.control("exit"))["code"] == 0 and client.out == b"second-try\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
+from corral.core.log_limits import truncation_marker
 from corral.core.protocol import PreemptOrder, StartOrder, StopOrder
 from corral.core.relay import CLOSE_CONFLICT
 from tests.waiting import wait_until
@@ -161,3 +162,11 @@ async def test_a_frame_that_is_no_control_message_closes_the_channel(harness, re
     await client.ws.send('{"type": "resize", "rows": 0, "cols": 80}')
     assert (await client.end())[0] == 1007
     assert harness.states()[-1] == "RUNNING"
+
+
+async def test_the_terminals_log_is_capped_as_a_batch_tasks_output(harness, relay):
+    harness.runner.log_limit = 1000
+    await start(harness, ["sh", "-c", "head -c 20000 /dev/zero | tr '\\0' x; echo; echo end-$((1+1))"])
+    await harness.ended()
+    log = (harness.attempt_dir() / "stdout").read_bytes()
+    assert log == b"x" * 1000 + truncation_marker(1000)

@@ -170,8 +170,10 @@ async def _hang_up(process: asyncio.subprocess.Process, place: Workplace) -> Non
 
 
 async def _pump(fd: int, stream: int, outbox: Outbox) -> None:
+    """A process's output to its client, at the client's pace (the process waits on a full pipe meanwhile)."""
     async for data in read_fd(fd):
         outbox.output(data, stream)
+        await outbox.room()
 
 
 async def _feed(ws: Socket, outbox: Outbox, stdin: int, tty: bool, ours: list[int]) -> None:

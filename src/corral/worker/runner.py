@@ -171,6 +171,11 @@ def _exit_status(returncode: int) -> tuple[int, str | None]:
     return 128 - returncode, f"killed by signal {signal.Signals(-returncode).name}"
 
 
+def _order_key(order: Order) -> tuple[int, int, str]:
+    """What makes an order a repeat: its attempt and action, and a relay's session."""
+    return order.task_id, order.attempt, f"relay {order.session}" if order.action == "relay" else order.action
+
+
 @dataclass(eq=False)
 class _Attempt:
     order: BuildOrder
@@ -307,7 +312,7 @@ class Runner:
     # the actions -------------------------------------------------------------------------
 
     def _claim(self, order: Order) -> bool:
-        key = (order.task_id, order.attempt, f"relay {order.session}" if order.action == "relay" else order.action)
+        key = _order_key(order)
         if key in self._acted:
             return False
         if order.action == "start" and (order.task_id, order.attempt) not in self._attempts:
@@ -482,16 +487,20 @@ class Runner:
             log.warning("task=%s attempt=%s relay %s: this runner cannot dial", order.task_id, order.attempt,
                         order.kind)
             return
+        dialed = False
         try:
             async with self._dial(order) as ws:
+                dialed = True
                 if att is None or not att.runs:
                     state = "not running yet" if att is not None and not att.ended else "not running any more"
                     await ws.close(CLOSE_CONFLICT, f"the task's attempt {order.attempt} is {state} on its worker")
                     return
                 await serve(ws, order, _Place(self, att))
         except Exception as error:
-            log.warning("task=%s attempt=%s relay %s ended in error: %r", order.task_id, order.attempt, order.kind,
-                        error)
+            log.warning("task=%s attempt=%s relay %s %s: %r", order.task_id, order.attempt, order.kind,
+                        "ended in error" if dialed else "not dialed, will try again when the order repeats", error)
+            if not dialed:
+                self._acted.discard(_order_key(order))
 
     async def _halt(self, att: _Attempt, reason: str, grace: float, state: TaskState = TaskState.KILLED) -> None:
         """Bring an attempt to its end (`state`) for `reason`, whatever it is doing; returns once it has ended."""

@@ -16,10 +16,10 @@ import fcntl
 import os
 import struct
 import termios
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from websockets import ConnectionClosed
@@ -40,7 +40,8 @@ from corral.core.relay import (
 from corral.core.wire import WireModel
 
 READ_SIZE = 1 << 16
-MAX_BACKLOG = 16 << 20  # bytes queued for one client before it is dropped as too slow
+MAX_BACKLOG = 16 << 20  # bytes queued for one terminal client before it is dropped as too slow
+ROOM = 1 << 20  # bytes queued for an exec's client below which its process's output is read on
 CLOSE_BAD_DATA = 1007  # the standard code for a frame that is not what the protocol allows
 
 
@@ -130,13 +131,15 @@ class _Close:
 
 
 class Outbox:
-    """The frames for one client, sent in order by a task of its own; dropped (closed) when it falls too far
-    behind."""
+    """The frames for one client, sent in order by a task of its own. A terminal's output never waits for a client:
+    one that falls MAX_BACKLOG behind is dropped (closed); an exec's waits for `room`."""
 
     def __init__(self, ws: Socket) -> None:
         self.ws = ws
         self._queue: asyncio.Queue[bytes | str | _Close] = asyncio.Queue()
         self._backlog = 0
+        self._room = asyncio.Event()
+        self._room.set()
         self.closing = False
         self.task = asyncio.create_task(self._send())
 
@@ -153,14 +156,25 @@ class Outbox:
 
     async def drained(self) -> None:
         """Until everything queued so far has been sent (or the client is gone)."""
-        if not self.task.done():
-            await asyncio.wait([asyncio.create_task(self._queue.join()), self.task],
-                               return_when=asyncio.FIRST_COMPLETED)
+        await self._until(self._queue.join())
+
+    async def room(self) -> None:
+        """Until less than ROOM bytes wait for the client (or it is gone)."""
+        await self._until(self._room.wait())
+
+    async def _until(self, event: Coroutine[Any, Any, Any]) -> None:
+        waiting = asyncio.create_task(event)
+        try:
+            await asyncio.wait([waiting, self.task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
 
     def _put(self, frame: bytes | str) -> None:
         if self.closing:
             return
         self._backlog += len(frame)
+        if self._backlog >= ROOM:
+            self._room.clear()
         if self._backlog > MAX_BACKLOG:
             self.close(CLOSE_WORKER_ERROR, f"client too slow: more than {MAX_BACKLOG >> 20} MiB waiting for it")
             return
@@ -173,8 +187,10 @@ class Outbox:
                 if isinstance(item, _Close):
                     await self.ws.close(item.code, item.reason)
                     return
-                self._backlog -= len(item)
                 await self.ws.send(item)
+                self._backlog -= len(item)
+                if self._backlog < ROOM:
+                    self._room.set()
             except ConnectionClosed:
                 return
             finally:

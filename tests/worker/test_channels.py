@@ -168,3 +168,23 @@ async def test_a_relay_that_cannot_be_dialed_is_dialed_again_when_its_order_repe
     assert harness.runner.submit(order) is not None
     client = await harness.relay.client(order.session)
     assert (await client.control("exit"))["code"] == 0 and client.out == b"second-try\n"
+
+
+async def test_an_exec_without_a_command_is_refused(harness):
+    await running(harness, ["sleep", "60"])
+    client = await harness.relay.open(harness.runner, "exec", command=[])
+    assert await client.end() == (CLOSE_WORKER_ERROR, "exec needs a command")
+
+
+async def test_a_port_channel_refuses_what_is_not_its_protocol_and_a_task_listening_on_nothing(harness):
+    await running(harness, [sys.executable, "-c", SERVER])
+    port_file = harness.attempt_dir() / "port"
+    port = int(await wait_until(lambda: port_file.exists() and port_file.read_text(), 10, "the server to listen"))
+    client = await harness.relay.open(harness.runner, "port", port=port)
+    await client.ws.send('{"type": "resize", "rows": 3, "cols": 3}')
+    assert await client.end() == (1007, "not a control message of a port channel: eof")
+    await harness.act(build_order(["sleep", "60"], task_id=2))
+    await harness.act(StartOrder(task_id=2, attempt=0))
+    quiet = await harness.relay.open(harness.runner, "port", task_id=2, port=port)
+    assert await quiet.end() == (CLOSE_CONFLICT,
+                                 f"no process of this task listens on port {port} (it listens on: none)")

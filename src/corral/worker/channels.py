@@ -37,6 +37,7 @@ from corral.worker.terminal import (
     Outbox,
     Socket,
     Terminal,
+    close_reason,
     control,
     open_pty,
     read_fd,
@@ -131,7 +132,7 @@ async def _exec(ws: Socket, order: RelayOrder, place: Workplace) -> None:
     except OSError as error:
         for fd in ours:
             os.close(fd)
-        await ws.close(CLOSE_WORKER_ERROR, f"cannot start {order.command[0]}: {error}"[:120])
+        await ws.close(CLOSE_WORKER_ERROR, close_reason(f"cannot start {order.command[0]}: {error}"))
         return
     outbox = Outbox(ws)
     pumps = [asyncio.create_task(_pump(fd, stream, outbox)) for fd, stream in outputs]
@@ -208,7 +209,7 @@ async def _detached(ws: Socket, order: RelayOrder, place: Workplace) -> None:
     try:
         process = await place.launch(order.command, stdin, stdout, stderr, tty=False, name=order.session)
     except OSError as error:
-        await ws.close(CLOSE_WORKER_ERROR, f"cannot start {order.command[0]}: {error}"[:120])
+        await ws.close(CLOSE_WORKER_ERROR, close_reason(f"cannot start {order.command[0]}: {error}"))
         return
     finally:
         for fd in (stdin, stdout, stderr):
@@ -248,13 +249,13 @@ async def _port(ws: Socket, order: RelayOrder, place: Workplace) -> None:
     ports = await asyncio.to_thread(listening, place.pids())
     if order.port not in ports:
         held = ", ".join(map(str, sorted(ports))) or "none"
-        await ws.close(CLOSE_CONFLICT, f"no process of this task listens on port {order.port} (it listens on: "
-                                       f"{held})"[:120])
+        await ws.close(CLOSE_CONFLICT, close_reason(f"no process of this task listens on port {order.port} "
+                                                    f"(it listens on: {held})"))
         return
     try:
         reader, writer = await asyncio.open_connection(_loopback(ports[order.port]), order.port)
     except OSError as error:
-        await ws.close(CLOSE_WORKER_ERROR, f"port {order.port}: {error}"[:120])
+        await ws.close(CLOSE_WORKER_ERROR, close_reason(f"port {order.port}: {error}"))
         return
     with place.attached(None):
         upstream = asyncio.create_task(_upstream(ws, reader))
@@ -267,7 +268,7 @@ async def _port(ws: Socket, order: RelayOrder, place: Workplace) -> None:
             elif isinstance(failed, _BadFrame):
                 await ws.close(CLOSE_BAD_DATA, str(failed))
             elif not isinstance(failed, ConnectionClosed):
-                await ws.close(CLOSE_WORKER_ERROR, f"port {order.port}: {failed}"[:120])
+                await ws.close(CLOSE_WORKER_ERROR, close_reason(f"port {order.port}: {failed}"))
         finally:
             for task in (upstream, downstream):
                 task.cancel()

@@ -116,6 +116,11 @@ async def write_fd(fd: int, data: bytes) -> None:
                 loop.remove_writer(fd)
 
 
+def close_reason(text: str) -> str:
+    """`text` cut to what a WebSocket close frame holds (123 bytes of UTF-8)."""
+    return text.encode()[:123].decode(errors="ignore")
+
+
 def control(frame: str) -> Resize | Eof | None:
     """A client's control message, or None when the frame is not one."""
     try:
@@ -253,7 +258,7 @@ class Terminal:
         client.outbox.control(Role(writer=client.writer))
         if self.replay:
             client.outbox.output(bytes(self.replay))
-        if client.writer and rows and cols:
+        if client.writer and rows and cols and not self.closed:
             set_window(self.master, rows, cols)
         receiving = asyncio.create_task(self._receive(ws, client))
         try:

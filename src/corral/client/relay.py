@@ -56,11 +56,13 @@ CLOSE_MEANINGS = {
 
 def close_error(code: int | None, reason: str | None) -> CorralError:
     """A channel closed by a code other than 1000, as an error: the controller's reason, else the code's meaning."""
-    meaning = CLOSE_MEANINGS.get(code or 0, f"the channel closed unexpectedly (code {code})")
-    text = reason.strip() if reason and reason.strip() else meaning
-    if code == CLOSE_UNAUTHORIZED and "token" not in text.lower():
-        text = f"authentication failed: {text}"
-    return CorralError(code, text)
+    reason = (reason or "").strip()
+    if not reason:
+        return CorralError(code, CLOSE_MEANINGS.get(code or 0, f"the channel closed unexpectedly (code {code})"))
+    if code == CLOSE_UNAUTHORIZED:
+        return CorralError(code, f"authentication failed: {reason} (check CORRAL_TOKEN, or the data directory's "
+                                 "cluster.json)")
+    return CorralError(code, reason)
 
 
 def closed_error(closed: ConnectionClosed) -> CorralError | None:

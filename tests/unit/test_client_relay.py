@@ -298,3 +298,66 @@ async def test_the_sync_client_execs_and_forwards(fake):
 def test_bad_port_specs_are_usage_errors(spec):
     result = CliRunner().invoke(main, ["port-forward", "1", "--", spec], obj={"client": object()})
     assert result.exit_code == 2 and "[LOCAL:]REMOTE" in result.output and "Traceback" not in result.output
+
+
+@pytest.fixture
+def fake_in_thread():
+    """The fake relay served by a loop of its own, for a CLI process to reach."""
+    import threading
+    relay = FakeRelay()
+    started = threading.Event()
+    stop: list[asyncio.Future] = []
+
+    async def run() -> None:
+        async with serve(relay.handle, "127.0.0.1", 0) as server:
+            relay.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            stop.append(asyncio.get_running_loop().create_future())
+            started.set()
+            await stop[0]
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+    thread.start()
+    assert started.wait(10)
+    yield relay
+    stop[0].get_loop().call_soon_threadsafe(stop[0].set_result, None)
+    thread.join(10)
+
+
+def test_attach_on_a_real_pty_types_resizes_and_detaches_with_the_terminal_restored(fake_in_thread):
+    import os
+    import sys
+
+    import pexpect
+    env = {**os.environ, "CORRAL_URL": fake_in_thread.url, "CORRAL_TOKEN": TOKEN}
+    child = pexpect.spawn(sys.executable, ["-m", "corral", "attach", "1"], env=env, dimensions=(30, 90),
+                          timeout=20)
+    child.expect_exact(b"$ ")
+    child.send(b"hello")
+    child.expect_exact(b"hello")
+    child.setwinsize(44, 132)
+    child.expect_exact(b"[corral] resized to 44x132")
+    child.send(b"\x10\x11")
+    child.expect_exact(b"corral attach 1")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert ("size", (["30"], ["90"])) in fake_in_thread.seen
+
+
+def test_attach_exits_with_the_code_and_errors_in_one_line(fake_in_thread):
+    import os
+    import sys
+
+    import pexpect
+    env = {**os.environ, "CORRAL_URL": fake_in_thread.url, "CORRAL_TOKEN": TOKEN}
+    child = pexpect.spawn(sys.executable, ["-m", "corral", "attach", "1"], env=env, timeout=20)
+    child.expect_exact(b"$ ")
+    child.send(b"exit 6 ")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 6
+    refused = pexpect.spawn(sys.executable, ["-m", "corral", "attach", "409"], env=env, timeout=20)
+    refused.expect(pexpect.EOF)
+    refused.close()
+    assert refused.exitstatus == 1
+    assert refused.before.strip() == b"error: task 0 of job 409 is PENDING, not RUNNING"

@@ -294,6 +294,34 @@ def test_the_terminal_speaks_the_relays_frames_to_a_fake_worker(page, live):
     corral(live, "cancel", str(job_id))
 
 
+def test_an_attachments_list_says_what_each_channel_was_open_ones_first(page, live):
+    job_id = live.submit(name="watched", command=["sleep", "300"], interactive=True)
+    live.wait_state(job_id, "RUNNING")
+    common = {"job_id": job_id, "task_index": 0, "attempt": 0, "worker_id": "w1", "address": "10.0.0.7",
+              "opened_at": 1_700_000_000.0, "connected_at": 1_700_000_001.0}
+    attachments = [
+        {**common, "id": 1, "kind": "terminal", "detail": {"watch": False}, "actor": "admin", "state": "closed",
+         "closed_at": 1_700_000_100.0, "close_code": 1000, "close_reason": "detached"},
+        {**common, "id": 2, "kind": "exec", "detail": {"command": ["nvidia-smi", "-l"], "detach": False},
+         "actor": f"job {job_id}", "state": "open", "opened_at": 1_700_000_050.0},
+        {**common, "id": 3, "kind": "port", "detail": {"port": 8888}, "actor": "admin", "state": "failed",
+         "opened_at": 1_700_000_060.0, "closed_at": 1_700_000_075.0, "close_code": 4500,
+         "close_reason": "nothing listens on port 8888"},
+    ]
+    page.route(f"**/api/v1/jobs/{job_id}/attachments", lambda route: route.fulfill(json=attachments))
+    page.goto(f"{live.url}/#/jobs/{job_id}")
+    page.locator(".head .tag.kind").filter(has_text="interactive").wait_for()
+    page.get_by_role("button", name="Open terminal").wait_for()
+    rows = page.locator("table[aria-label=attachments] tbody tr")
+    rows.nth(2).wait_for()
+    assert [rows.nth(i).get_attribute("data-attachment") for i in range(3)] == ["2", "3", "1"]
+    assert rows.nth(0).locator("td").all_inner_texts()[1:5] == ["exec", "nvidia-smi -l", f"job {job_id}", "10.0.0.7"]
+    assert rows.nth(1).locator("td").nth(2).inner_text() == "port 8888"
+    assert "(4500: nothing listens on port 8888)" in rows.nth(1).locator("td").nth(7).inner_text()
+    assert rows.nth(2).locator("td").nth(2).inner_text() == "keyboard"
+    corral(live, "cancel", str(job_id))
+
+
 def test_an_interactive_job_runs_a_terminal_in_the_browser_and_lists_its_attachment(page, live):
     job_id = live.submit(name="browser-shell", command=["/bin/sh"], interactive=True)
     live.wait_state(job_id, "RUNNING")

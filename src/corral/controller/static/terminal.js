@@ -129,19 +129,25 @@ function terminalPanel(jobId, changed) {
   return {element, open, stop: close};
 }
 
-/** Who attached to the job's tasks, exec'd in them or forwarded a port, from where, and how it ended. */
+/** What a channel was for, as `corral info` says it: the terminal's keyboard or a watch, the exec'd command, the port. */
+function attachmentDetail(a) {
+  const detail = a.detail || {};
+  if (a.kind === "exec") return (detail.command || []).join(" ") + (detail.detach ? " (detached)" : "");
+  if (a.kind === "port") return `port ${detail.port}`;
+  return detail.watch ? "watching" : "keyboard";
+}
+
+/** Who reached into the job's tasks, from where and how it ended: open channels first, then the most recent. */
 function attachmentsTable(attachments) {
   if (!attachments.length) return h("p", {class: "muted"}, "Nobody has attached to this job.");
-  const ended = (a) => (a.closed_at ? `${clock(a.closed_at)}${a.close_code ? ` · ${a.close_code}` : ""}` : "-");
-  const open = attachments.filter((a) => a.state === "open").length;
-  return h("div", {}, h("p", {class: "muted"}, `${open} open`),
-    h("table", {"aria-label": "attachments"}, h("thead", {}, h("tr", {}, ["kind", "task", "who", "from", "since", "state", "ended"]
-      .map((c) => h("th", {scope: "col"}, c)))),
-    h("tbody", {}, [...attachments].sort((a, b) => b.id - a.id).map((a) => h("tr", {"data-attachment": a.id, "data-state": a.state},
-      h("td", {}, a.kind, a.detail ? h("span", {class: "reason mono"}, a.detail) : null),
-      h("td", {class: "num"}, `${a.task_index}${a.attempt === null ? "" : `#${a.attempt}`}`),
-      h("td", {}, a.actor), h("td", {class: "mono"}, a.address ?? "-"),
-      h("td", {title: stamp(a.opened_at)}, `${clock(a.opened_at)} (${since(a.opened_at)} ago)`),
-      h("td", {}, badge(a.state), a.close_reason ? h("span", {class: "reason"}, a.close_reason) : null),
-      h("td", {title: stamp(a.closed_at)}, ended(a)))))));
+  const live = (a) => (a.state === "open" || a.state === "opening" ? 0 : 1);
+  const ordered = [...attachments].sort((a, b) => live(a) - live(b) || b.opened_at - a.opened_at);
+  const closed = (a) => (a.closed_at ? `${clock(a.closed_at)} (${a.close_code ?? "-"}${a.close_reason ? `: ${a.close_reason}` : ""})` : "-");
+  return h("table", {"aria-label": "attachments"}, h("thead", {}, h("tr", {},
+    ["task", "kind", "what", "who", "from", "state", "opened", "closed"].map((c) => h("th", {scope: "col"}, c)))),
+  h("tbody", {}, ordered.map((a) => h("tr", {"data-attachment": a.id, "data-state": a.state},
+    h("td", {class: "num"}, `${a.task_index}#${a.attempt ?? "-"}`), h("td", {}, a.kind), h("td", {class: "mono"}, attachmentDetail(a)),
+    h("td", {}, a.actor), h("td", {class: "mono"}, a.address ?? "-"), h("td", {}, badge(a.state)),
+    h("td", {title: stamp(a.opened_at)}, `${clock(a.opened_at)} (${since(a.opened_at)} ago)`),
+    h("td", {title: stamp(a.closed_at)}, closed(a))))));
 }

@@ -83,7 +83,7 @@ function terminalPanel(jobId, changed) {
     socket.binaryType = "arraybuffer";
     const encoder = new TextEncoder();
     const send = (frame) => { if (socket.readyState === WebSocket.OPEN) socket.send(frame); };
-    let exit = null;
+    let exit = null, ended = false;
 
     say("Connecting…");
     socket.onopen = () => { say("Connected."); term.focus(); changed(); };
@@ -114,10 +114,11 @@ function terminalPanel(jobId, changed) {
     term.onData((text) => send(encoder.encode(text)));
     term.onBinary((text) => send(Uint8Array.from(text, (c) => c.charCodeAt(0) & 255)));
     term.onResize(({rows, cols}) => send(JSON.stringify({type: "resize", rows, cols})));
-    const resized = new ResizeObserver(throttle(() => fit.fit(), 100));
+    const resized = new ResizeObserver(throttle(() => { if (!ended) fit.fit(); }, 100));  // a late call finds it ended
     resized.observe(screen);
     return {
       end() {
+        ended = true;
         resized.disconnect();
         socket.onclose = null;
         if (socket.readyState <= WebSocket.OPEN) { socket.close(1000, "closed in the dashboard"); changed(); }

@@ -349,7 +349,7 @@ def test_a_shell_in_a_running_batch_task_runs_in_the_browser(page, live):
     live.wait_state(job_id, "RUNNING")
     page.goto(f"{live.url}/#/jobs/{job_id}")
     page.get_by_role("button", name="Shell in task").click()
-    page.locator(".terminal .xterm-rows").click()
+    page.locator(".terminal .status").filter(has_text="Connected").wait_for()
     page.keyboard.type("echo exec-$((6*7)); exit 5")
     page.keyboard.press("Enter")
     page.locator(".terminal .xterm-rows").filter(has_text="exec-42").wait_for()

@@ -336,6 +336,7 @@ def test_an_interactive_job_runs_a_terminal_in_the_browser_and_lists_its_attachm
     page.locator(".terminal .xterm-rows").filter(has_text="hello-42").wait_for()
     attachment = page.locator('table[aria-label=attachments] tr[data-state="open"]')
     attachment.filter(has_text="terminal").wait_for()
+    page.evaluate("window.scrollTo(0, 0)")  # the full page, its sticky header at the top
     screenshot(page, "terminal")
 
     page.get_by_role("button", name="Close terminal").click()

@@ -503,7 +503,7 @@ function jobSpec(job) {
         h("span", {}, job[key].map((id) => h("a", {href: `#/jobs/${id.id ?? id}`, class: "tag"}, `#${id.id ?? id}`)))]);
     }
   }
-  if (s.interactive) rows.push(["kind", `interactive: ends when its command exits, or after ${s.idle_timeout}s with nobody attached`]);
+  if (s.interactive) rows.push(["kind", `interactive: ends when its command exits, or after ${age(s.idle_timeout)} with nobody attached`]);
   if (s.time_limit) rows.push(["time limit", `${s.time_limit}s`]);
   if (Object.keys(s.env || {}).length) rows.push(["env", Object.entries(s.env).map(([k, v]) => h("span", {class: "tag"}, `${k}=${v}`))]);
   if (Object.keys(s.export || {}).length) rows.push(["exported", Object.keys(s.export).sort().map((k) => h("span", {class: "tag"}, k))]);

@@ -142,14 +142,9 @@ class Relays:
 
 
 async def pipe(client: WebSocket, worker: WebSocket, first: asyncio.Future) -> Ending:
-    """Frames both ways until one side closes; the other is then closed with its code and reason."""
-    held = await first
-    if held["type"] == "websocket.disconnect":
-        ending = _said(held, CLIENT_GONE, "the client went away")
-        await close(worker, ending.code, ending.reason)
-        return ending
-    await _forward(held, worker)  # if the worker is gone already, its side's pump reads why
-    pumps = {asyncio.ensure_future(_pump(client, worker, CLIENT_GONE, "the client went away")),
+    """Frames both ways until one side closes; the other is then closed with its code and reason. `first`: the
+    client's frame read while it waited (or its close)."""
+    pumps = {asyncio.ensure_future(_pump(client, worker, CLIENT_GONE, "the client went away", first)),
              asyncio.ensure_future(_pump(worker, client, CLOSE_UNAVAILABLE, "the worker's connection was lost"))}
     try:
         while True:
@@ -164,16 +159,18 @@ async def pipe(client: WebSocket, worker: WebSocket, first: asyncio.Future) -> E
                 await pump
 
 
-async def _pump(source: WebSocket, sink: WebSocket, dropped_code: int, dropped_reason: str) -> Ending | None:
+async def _pump(source: WebSocket, sink: WebSocket, dropped_code: int, dropped_reason: str,
+                first: asyncio.Future | None = None) -> Ending | None:
     """Frames from `source` to `sink` until `source` closes (closing `sink` alike); None when `sink` went first."""
+    message = await first if first is not None else await source.receive()
     while True:
-        message = await source.receive()
         if message["type"] == "websocket.disconnect":
             ending = _said(message, dropped_code, dropped_reason)
             await close(sink, ending.code, ending.reason)
             return ending
         if not await _forward(message, sink):
             return None
+        message = await source.receive()
 
 
 async def _forward(message: dict, sink: WebSocket) -> bool:

@@ -16,6 +16,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from corral.controller.app import create_app
 from corral.controller.job_tokens import mint
 from corral.controller.settings import ControllerSettings
+from corral.serving.fast_lane import protocol_for
 from tests.waiting import wait_until
 
 ADMIN = "admin-token"
@@ -45,7 +46,7 @@ async def live_controller(data_dir, connect_timeout: float = 5.0) -> AsyncIterat
     app = create_app(settings)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", http=protocol_for(app)))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     await wait_until(lambda: server.started or task.done(), 10, "the controller to listen")
     try:

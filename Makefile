@@ -42,6 +42,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/containment.py
 	$(BIN)/python bench/workdir_upload.py
 	$(BIN)/python bench/trace_replay.py
+	$(BIN)/python bench/interactive.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

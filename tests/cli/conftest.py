@@ -33,6 +33,7 @@ class FakeClient:
         self.placement_analysis = None
         self.sharing = WorkdirSharing(alive=1, sharing=1)  # every worker shares the submission directory
         self.asked_sharing: list = []
+        self.attachment_views: list = []
 
     def submit(self, spec, idempotency_key=None):
         self.submitted.append((spec, idempotency_key))
@@ -72,6 +73,9 @@ class FakeClient:
 
     def cancel(self, job_id):
         return job_view(job_id, state="TERMINATING")
+
+    def attachments(self, job_id):
+        return self.attachment_views
 
     def close(self):
         pass

@@ -30,7 +30,7 @@ def expected_output(code: str) -> list[str]:
 
 def test_every_runnable_example_is_found():
     names = [name for name, _ in examples()]
-    assert len([n for n in names if n.startswith("python.md")]) == 6 and "README.md#0" in names
+    assert len([n for n in names if n.startswith("python.md")]) == 7 and "README.md#0" in names
 
 
 @pytest.mark.parametrize(("name", "code"), examples(), ids=[name for name, _ in examples()])

@@ -12,7 +12,7 @@ import pytest
 
 from corral.core.protocol import BuildOrder, Order, TaskReport
 from corral.worker.containment import cgroup_parent
-from corral.worker.runner import Runner
+from corral.worker.runner import Dial, Runner
 from tests.waiting import wait_until
 
 # The two ways an attempt's processes are contained; a test taking these as params runs under each.
@@ -74,7 +74,7 @@ class Harness:
 
     def __init__(self, work_dir: Path, gpus: int = 0, bundles: dict[str, Path] | None = None,
                  containment: str = "auto", filesystem: str | None = None, shared_fs: tuple[str, ...] = (),
-                 mps: bool = False) -> None:
+                 mps: bool = False, dial: Dial | None = None) -> None:
         self.reports: list[TaskReport] = []
         self.flushed: list[tuple[int, int, int]] = []  # (task, attempt, reports made before the flush)
         self.bundles = bundles or {}
@@ -84,7 +84,7 @@ class Harness:
         self.runner = Runner(work_dir, report=self.reports.append, fetch_bundle=self._fetch,
                              flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus, mps=mps,
                              fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
-                             containment=containment, filesystem=filesystem, shared_fs=shared_fs)
+                             containment=containment, filesystem=filesystem, shared_fs=shared_fs, dial=dial)
         self.work_dir = work_dir
 
     async def _fetch_checkpoint(self, task_id: int, destination: Path) -> None:

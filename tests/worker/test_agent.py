@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import httpx
 import pytest
+from websockets.asyncio.server import serve
 
 from corral.core.protocol import (
     MAX_REPORTS,
@@ -23,10 +24,12 @@ from corral.core.protocol import (
     PreemptOrder,
     RegisterReply,
     RegisterRequest,
+    RelayOrder,
     StartOrder,
     StopOrder,
     TaskReport,
 )
+from corral.core.relay import STDOUT
 from corral.core.states import TASK_TERMINAL, TaskState
 from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address
 from corral.worker.environments import Interpreter
@@ -331,3 +334,29 @@ async def test_an_outbox_longer_than_a_heartbeat_may_carry_goes_out_in_several(c
         await wait_until(lambda: len(controller.reports) == MAX_REPORTS + 5 or serving.done(), what="every report")
         assert not serving.done()
     assert [r.attempt for _, r in controller.reports] == list(range(MAX_REPORTS + 5))
+
+
+async def test_a_relay_order_is_dialed_back_with_the_join_token_and_served(controller, tmp_path):
+    seen: dict = {}
+    done = asyncio.Event()
+
+    async def relay(connection) -> None:
+        seen["path"], seen["auth"] = connection.request.path, connection.request.headers["Authorization"]
+        seen["frames"] = [frame async for frame in connection]
+        seen["close"] = connection.close_code
+        done.set()
+
+    async with serve(relay, "127.0.0.1", 0) as server, running_agent(controller, tmp_path) as (agent, _):
+        port = server.sockets[0].getsockname()[1]
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, agent.worker_id, ["sleep", "60"])
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        order = RelayOrder(session="s" * 20, task_id=1, attempt=0, kind="exec", command=["echo", "via-relay"],
+                           url=f"http://127.0.0.1:{port}/")
+        agent._dispatch(agent.worker_id, HeartbeatReply(orders=[order], heartbeat_interval=0.1))
+        async with asyncio.timeout(10):
+            await done.wait()
+    assert seen["path"] == f"/api/v1/relay/{'s' * 20}?worker={agent.worker_id}"
+    assert seen["auth"] == "Bearer secret"
+    assert seen["frames"] == [bytes([STDOUT]) + b"via-relay\n", '{"type":"exit","code":0,"reason":null}']
+    assert seen["close"] == 1000

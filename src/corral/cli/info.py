@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 from rich.console import Group
@@ -22,10 +23,13 @@ from corral.cli.format import (
 )
 from corral.cli.listing import state_text
 from corral.client.errors import CorralError
+from corral.client.http import Client
 from corral.core.protocol import AttemptWorld
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, TaskView
+
+ATTACHMENTS_SHOWN = 20  # open ones first, then the most recent
 
 
 @click.command()
@@ -36,16 +40,58 @@ def info(job_id: int, as_json: bool) -> None:
     api = client()
     job, tasks, history = api.get(job_id), api.tasks(job_id), api.history(job_id)
     analysis = api.placement(job_id) if job.state == JobState.PENDING else None
+    attachments = job_attachments(api, job_id)
     if as_json:
-        print_json({"job": job, "tasks": tasks, "history": history, **({"placement": analysis} if analysis else {})})
+        print_json({"job": job, "tasks": tasks, "history": history, **({"placement": analysis} if analysis else {}),
+                    **({"attachments": attachments} if attachments else {})})
         return
     try:
         names = {w.id: w.name for w in api.workers()}
     except CorralError:
         names = {}  # worker names only make the tables easier to read
     console().print(render_info(job, tasks, history, names, time.time()))
+    if attachments:
+        console().print(Text(), attachments_table(attachments, time.time()))
     if analysis is not None:
         console().print(Text(), placement_table(analysis))
+
+
+def job_attachments(api: Client, job_id: int) -> list[dict[str, Any]]:
+    """Its open and recent attachments; none from a controller that has no relay (an older one)."""
+    try:
+        return api.attachments(job_id)
+    except CorralError as error:
+        if error.status == 404:
+            return []
+        raise
+
+
+def attachments_table(attachments: list[dict[str, Any]], now: float) -> Table:
+    """Who reached into the job's tasks: open channels first, then the most recent closed ones."""
+    table = Table(title="attachments", title_justify="left", box=None, pad_edge=False)
+    for column in ("ID", "TASK", "KIND", "WHAT", "WHO", "FROM", "STATE", "OPENED", "CLOSED"):
+        table.add_column(column, no_wrap=column not in ("WHAT", "CLOSED"))
+    ordered = sorted(attachments, key=lambda a: (a.get("state") not in ("open", "opening"), -a.get("opened_at", 0)))
+    for item in ordered[:ATTACHMENTS_SHOWN]:
+        closed = "-" if item.get("closed_at") is None else \
+            f"{age_since(item['closed_at'], now)} ago ({item.get('close_code')}" + \
+            (f": {item['close_reason']})" if item.get("close_reason") else ")")
+        state = item.get("state", "?")
+        table.add_row(str(item.get("id")), f"{item.get('task_index')}#{item.get('attempt')}", str(item.get("kind")),
+                      Text(attachment_detail(item)), Text(str(item.get("actor"))), Text(item.get("address") or "-"),
+                      Text(state, style="cyan" if state == "open" else "red" if state == "failed" else ""),
+                      f"{age_since(item.get('opened_at'), now)} ago", Text(closed))
+    return table
+
+
+def attachment_detail(item: dict[str, Any]) -> str:
+    """What the channel was for: `watch`, the exec'd command, the port."""
+    detail = item.get("detail") or {}
+    if item.get("kind") == "exec":
+        return format_command(detail.get("command") or []) + (" (detached)" if detail.get("detach") else "")
+    if item.get("kind") == "port":
+        return f"port {detail.get('port')}"
+    return "watching" if detail.get("watch") else "keyboard"
 
 
 def render_info(job: JobView, tasks: list[TaskView], history: list[HistoryEntry], worker_names: dict[str, str],
@@ -68,6 +114,9 @@ def job_summary(job: JobView, now: float) -> Table:
     if job.pending_reason:
         rows.append(("pending", Text(job.pending_reason, style="magenta")))
     rows += retry_rows(job)
+    if spec.interactive:
+        rows.append(("interactive", f"idle timeout {format_duration(spec.idle_timeout)}; "
+                                    f"`corral attach {job.id}` opens its terminal"))
     rows += [
         ("tasks", task_summary(job.task_counts)),
         ("command", Text(format_command(spec.command))),

@@ -47,9 +47,14 @@ def jobs_table(found: list[JobView], now: float) -> Table:
         state = state_text(job.state)
         if job.state == JobState.PENDING and job.pending_reason:
             state.append(f"\n{job.pending_reason}", style="dim")
-        table.add_row(str(job.id), Text(job.name) + retry_mark(job), state, task_summary(job.task_counts),
-                      format_age(now - job.created_at))
+        table.add_row(str(job.id), Text(job.name) + kind_mark(job) + retry_mark(job), state,
+                      task_summary(job.task_counts), format_age(now - job.created_at))
     return table
+
+
+def kind_mark(job: JobView) -> Text:
+    """" interactive" on an interactive job (corral shell): one with a terminal to attach to."""
+    return Text(" interactive", style="cyan") if job.spec.interactive else Text()
 
 
 def retry_mark(job: JobView) -> Text:

@@ -12,6 +12,7 @@ from corral.cli.daemons import controller, worker
 from corral.cli.deploy import COMMANDS as serving_commands
 from corral.cli.events import events
 from corral.cli.info import info
+from corral.cli.interactive import COMMANDS as interactive_commands
 from corral.cli.listing import jobs, workers
 from corral.cli.projects import project
 from corral.cli.submit import submit
@@ -46,5 +47,5 @@ def main() -> None:
 
 
 for command in (up, down, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
-                *serving_commands):
+                *interactive_commands, *serving_commands):
     main.add_command(command)

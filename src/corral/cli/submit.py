@@ -183,54 +183,75 @@ def _strings(mapping: object) -> dict:
             for k, v in mapping.items()}
 
 
+def option_group(*decorators: Callable) -> Callable:
+    """Click options applied as one decorator, in the order given."""
+
+    def apply(command: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+# What a job is, where and how it runs: the options of `corral submit` and `corral shell`.
+job_options = option_group(
+    click.option("-f", "--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="A YAML/JSON job spec; options override it."),
+    click.option("--name"),
+    click.option("--cpus", type=float, help="Cores per task (fractional)."),
+    click.option("--memory", help="Memory per task, e.g. 512M, 4G, 2Gi."),
+    click.option("--gpus", type=GpuAmount(), help=f"GPUs per task: {GpuAmount.HELP}, e.g. 2 or 0.5."),
+    click.option("--gpu-memory", help="Memory each of those GPUs must have at least, e.g. 40G; with a share, the "
+                                      "memory of its device the share reserves."),
+    click.option("--replicas", type=int, help="Number of tasks."),
+    click.option("--gang/--no-gang", default=None, help="Place, start and restart all tasks together."),
+    click.option("--priority", help="An integer (-1000..1000) or low, normal, high, critical."),
+    click.option("--max-task-failures", type=int, help="Failed tasks tolerated before the job fails."),
+    click.option("--time-limit", help="e.g. 90s, 15m, 2h."),
+    click.option("--scheduling-timeout", help="Give up (UNSCHEDULABLE) if not placed within this, e.g. 10m."),
+    click.option("--grace-period", help="Between SIGTERM and SIGKILL, e.g. 15s."),
+    click.option("--pool", help="The resource group to run in (default: default)."),
+    click.option("--project", help="Whose quota and fair share the job counts against (default: default)."),
+    click.option("--constraint", "constraints", multiple=True, metavar="K=V",
+                 help="On worker labels: K=V, K!=V or 'K in A,B' (repeatable)."),
+    click.option("--resource", "custom", multiple=True, callback=parse_amounts, metavar="NAME=N",
+                 help="A custom resource per task, e.g. tpu=4 (repeatable)."),
+    click.option("--spread/--no-spread", default=None, help="At most one task of the job per worker."),
+    click.option("--after", callback=job_ids, metavar="JOB[,JOB]", help="Start only once these jobs SUCCEEDED."),
+    click.option("--after-any", callback=job_ids, metavar="JOB[,JOB]", help="Start once these jobs ended, however."),
+    click.option("--begin", callback=begin_time, metavar="TIME",
+                 help="Not before: ISO 8601 (2026-01-31T08:00), unix seconds, or +DURATION (+10m)."),
+    click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V", help="Environment variable."),
+    click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V"),
+    export_option,
+    workdir_options,
+    click.option("--pip", multiple=True, metavar="SPEC",
+                 help="A Python package the tasks need: a requirement (numpy==2.1.*), a requirements file "
+                      "(-r reqs.txt) or a wheel or project inside the working directory (./wheels/x.whl); repeatable. "
+                      "The worker builds and caches the environment."),
+    click.option("--python", metavar="VERSION", help="The Python version of that environment, e.g. 3.11 (placed only "
+                                                     "on workers that have it)."),
+)
+# How a job is retried: `corral submit` only (an interactive job is never retried).
+retry_options = option_group(
+    click.option("--max-retries-failure", type=int, help="Retries of a task after it fails."),
+    click.option("--max-retries-preemption", type=int, help="Retries after worker loss or preemption."),
+    click.option("--retry-max", type=int, help="Re-create the job up to this many times when it fails."),
+    click.option("--retry-delay", help="Wait before the first retry, e.g. 30s."),
+    click.option("--retry-backoff", type=click.Choice([b.value for b in Backoff]), help="How the delay grows."),
+    click.option("--retry-multiplier", type=float, help="Exponential backoff factor."),
+    click.option("--retry-max-delay", help="Longest wait between retries (at most 24h)."),
+    click.option("--retry-jitter", type=click.Choice([j.value for j in Jitter])),
+    click.option("--retry-jitter-ratio", type=float, help="Jitter adds up to this fraction of the delay."),
+    click.option("--retry-on", multiple=True, type=click.Choice(sorted(c.value for c in RETRIABLE_CAUSES)),
+                 help="A failure cause to retry (repeatable; default: all)."),
+)
+
+
 @click.command(context_settings={"allow_interspersed_args": False})
-@click.option("-f", "--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A YAML/JSON job spec; options override it.")
-@click.option("--name")
-@click.option("--cpus", type=float, help="Cores per task (fractional).")
-@click.option("--memory", help="Memory per task, e.g. 512M, 4G, 2Gi.")
-@click.option("--gpus", type=GpuAmount(), help=f"GPUs per task: {GpuAmount.HELP}, e.g. 2 or 0.5.")
-@click.option("--gpu-memory", help="Memory each of those GPUs must have at least, e.g. 40G; with a share, the memory "
-                                   "of its device the share reserves.")
-@click.option("--replicas", type=int, help="Number of tasks.")
-@click.option("--gang/--no-gang", default=None, help="Place, start and restart all tasks together.")
-@click.option("--priority", help="An integer (-1000..1000) or low, normal, high, critical.")
-@click.option("--max-retries-failure", type=int, help="Retries of a task after it fails.")
-@click.option("--max-retries-preemption", type=int, help="Retries after worker loss or preemption.")
-@click.option("--max-task-failures", type=int, help="Failed tasks tolerated before the job fails.")
-@click.option("--time-limit", help="e.g. 90s, 15m, 2h.")
-@click.option("--scheduling-timeout", help="Give up (UNSCHEDULABLE) if not placed within this, e.g. 10m.")
-@click.option("--grace-period", help="Between SIGTERM and SIGKILL, e.g. 15s.")
-@click.option("--retry-max", type=int, help="Re-create the job up to this many times when it fails.")
-@click.option("--retry-delay", help="Wait before the first retry, e.g. 30s.")
-@click.option("--retry-backoff", type=click.Choice([b.value for b in Backoff]), help="How the delay grows.")
-@click.option("--retry-multiplier", type=float, help="Exponential backoff factor.")
-@click.option("--retry-max-delay", help="Longest wait between retries (at most 24h).")
-@click.option("--retry-jitter", type=click.Choice([j.value for j in Jitter]))
-@click.option("--retry-jitter-ratio", type=float, help="Jitter adds up to this fraction of the delay.")
-@click.option("--retry-on", multiple=True, type=click.Choice(sorted(c.value for c in RETRIABLE_CAUSES)),
-              help="A failure cause to retry (repeatable; default: all).")
-@click.option("--pool", help="The resource group to run in (default: default).")
-@click.option("--project", help="Whose quota and fair share the job counts against (default: default).")
-@click.option("--constraint", "constraints", multiple=True, metavar="K=V",
-              help="On worker labels: K=V, K!=V or 'K in A,B' (repeatable).")
-@click.option("--resource", "custom", multiple=True, callback=parse_amounts, metavar="NAME=N",
-              help="A custom resource per task, e.g. tpu=4 (repeatable).")
-@click.option("--spread/--no-spread", default=None, help="At most one task of the job per worker.")
-@click.option("--after", callback=job_ids, metavar="JOB[,JOB]", help="Start only once these jobs SUCCEEDED.")
-@click.option("--after-any", callback=job_ids, metavar="JOB[,JOB]", help="Start once these jobs ended, however.")
-@click.option("--begin", callback=begin_time, metavar="TIME",
-              help="Not before: ISO 8601 (2026-01-31T08:00), unix seconds, or +DURATION (+10m).")
-@click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V", help="Environment variable.")
-@click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V")
-@export_option
-@workdir_options
-@click.option("--pip", multiple=True, metavar="SPEC",
-              help="A Python package the tasks need: a requirement (numpy==2.1.*), a requirements file (-r reqs.txt) "
-                   "or a wheel or project inside the working directory (./wheels/x.whl); repeatable. The worker builds "
-                   "and caches the environment.")
-@click.option("--python", metavar="VERSION", help="The Python version of that environment, e.g. 3.11 (placed only "
-                                                  "on workers that have it).")
+@job_options
+@retry_options
 @click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
 @click.option("--wait", is_flag=True, help="Wait for the job to end; exit 0 only if it SUCCEEDED.")
 @json_option

@@ -20,6 +20,7 @@ from corral.client.errors import CorralError
 from corral.client.http import endpoint, message, unreachable
 from corral.client.jobs import AsyncFunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
+from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec
 from corral.client.sse import RECONNECTS, Event, follow_events
 from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobSpec, Resources, Workdir
@@ -35,6 +36,7 @@ class AsyncClient:
         self.url, token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self.relay = Relay(self.url, token)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -188,6 +190,22 @@ class AsyncClient:
                                            follow, reconnects))
 
     # workers and bundles -----------------------------------------------------------------
+
+    async def exec(self, job_id: int, command: Sequence[str], *, task: int = 0, stdin: bytes = b"") -> ExecResult:
+        """As `Client.exec`."""
+        async with self.relay.exec(job_id, command, task) as channel:
+            return await capture_exec(channel, stdin)
+
+    @asynccontextmanager
+    async def port_forward(self, job_id: int, remote_port: int, *, local_port: int = 0, task: int = 0,
+                           address: str = "127.0.0.1") -> AsyncIterator[tuple[str, int]]:
+        """As `Client.port_forward`, served by the running event loop."""
+        async with PortForwarder(self.relay, job_id, remote_port, task=task, address=address,
+                                 local_port=local_port) as forwarder:
+            yield forwarder.bound
+
+    async def attachments(self, job_id: int) -> list[dict[str, Any]]:
+        return await self._run(plans.attachments(job_id))
 
     async def workers(self) -> list[WorkerView]:
         return await self._run(plans.workers())

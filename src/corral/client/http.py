@@ -6,6 +6,7 @@ requests, sleeps its pauses and hands out its items. `AsyncClient` drives the sa
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
 from corral.client.jobs import FunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
+from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec, forwarding_in_background
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
 from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
@@ -57,6 +59,7 @@ class Client:
         self.url, token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self.relay = Relay(self.url, token)
 
     def __enter__(self) -> Client:
         return self
@@ -230,6 +233,31 @@ class Client:
         it ends once caught up."""
         return self._iterate(follow_events({"job": job, "deployment": deployment, "last": last}, last_event_id,
                                            follow, reconnects))
+
+    # reaching into running tasks (corral.core.relay) -------------------------------------
+
+    def exec(self, job_id: int, command: Sequence[str], *, task: int = 0, stdin: bytes = b"") -> ExecResult:
+        """Run `command` in a running task's environment (its directory, environment and devices), feed it
+        `stdin`, and return its exit code and output once it exits."""
+
+        async def run() -> ExecResult:
+            async with self.relay.exec(job_id, command, task) as channel:
+                return await capture_exec(channel, stdin)
+
+        return asyncio.run(run())
+
+    @contextmanager
+    def port_forward(self, job_id: int, remote_port: int, *, local_port: int = 0, task: int = 0,
+                     address: str = "127.0.0.1") -> Iterator[tuple[str, int]]:
+        """`with client.port_forward(job, 8888) as (host, port):` connections to host:port reach port 8888 of
+        the task, each through a channel of its own, while the block runs (local_port 0: any free port)."""
+        forwarder = PortForwarder(self.relay, job_id, remote_port, task=task, address=address, local_port=local_port)
+        with forwarding_in_background(forwarder) as bound:
+            yield bound
+
+    def attachments(self, job_id: int) -> list[dict[str, Any]]:
+        """Who attached to, exec'd in or forwarded a port of the job's tasks: open channels and recent ones."""
+        return self._run(plans.attachments(job_id))
 
     # workers and bundles -----------------------------------------------------------------
 

@@ -127,6 +127,12 @@ def placement(job_id: int) -> Plan[PlacementAnalysis]:
     return PlacementAnalysis.model_validate(response.json())
 
 
+def attachments(job_id: int) -> Plan[list[dict[str, Any]]]:
+    """The job's attachments (AttachmentView's fields), newest first as the controller lists them."""
+    response = yield Call("GET", f"{API}/jobs/{job_id}/attachments")
+    return list(response.json())
+
+
 def cancel(job_id: int) -> Plan[JobView]:
     response = yield Call("POST", f"{API}/jobs/{job_id}/cancel")
     return JobView.model_validate(response.json())

@@ -7,6 +7,8 @@ accumulated while its previous request was in flight. A report leaves the outbox
 a reply confirms it arrived, so an unreachable controller delays reports but loses none.
 The end of a preempted attempt is an acknowledgement with its epoch: it goes, in its turn
 among the reports, to its own endpoint, which refuses (409) one from a stale epoch.
+A relay order (a client attached to a task here) is the one exception to outbound HTTP: the worker dials a
+WebSocket back to the controller named in the order (corral.worker.channels), still outbound.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,17 +41,20 @@ from corral.core.protocol import (
     PreemptedAck,
     RegisterReply,
     RegisterRequest,
+    RelayOrder,
     TaskReport,
 )
 from corral.core.states import TaskState
 from corral.filesystem import filesystem_id
 from corral.worker.bundles import BundleCache, BundleError
+from corral.worker.channels import dial, relay_url
 from corral.worker.containment import reap_leftovers
 from corral.worker.environments import DEFAULT_BUILD_TIMEOUT, EnvironmentCache, discover_pythons
 from corral.worker.logs import LogShipper
 from corral.worker.resources import GpuMeter, detect_capacity, mps_pipe_directory, sharing_note
 from corral.worker.retention import prune_attempts_loop
 from corral.worker.runner import Runner
+from corral.worker.terminal import Socket
 
 log = logging.getLogger("corral.worker")
 
@@ -190,7 +196,8 @@ class Agent:
                                  save_checkpoint=self._save_checkpoint,
                                  task_env=worker_env(options.controller_url, os.environ.get("PATH")),
                                  log_limit=options.log_limit, containment=options.containment,
-                                 filesystem=filesystem, shared_fs=options.shared_fs, environments=self.environments)
+                                 filesystem=filesystem, shared_fs=options.shared_fs, environments=self.environments,
+                                 dial=self._dial)
         except OSError as error:  # only where cgroups are demanded and there are none
             raise WorkerError(f"no cgroup for tasks: {error}") from None
         self.worker_id = ""
@@ -443,6 +450,11 @@ class Agent:
         except WorkerError as error:  # retrying a refused chunk would block the rest of the stream forever
             log.warning("task=%s attempt=%s %s chunk at offset %s dropped: %s", task_id, attempt, stream, offset,
                         error)
+
+    def _dial(self, order: RelayOrder) -> AbstractAsyncContextManager[Socket]:
+        """The WebSocket back to the relay of a channel a client opened into a task here."""
+        url = relay_url(order.url or self.options.controller_url, order.session, self.worker_id)
+        return dial(url, self.options.token)
 
     async def _download(self, digest: str) -> AsyncIterator[bytes]:
         try:

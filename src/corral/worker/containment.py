@@ -126,7 +126,8 @@ def reap_leftovers(work_dir: Path, cgroups: Path | None = None) -> int:
     """Kill whatever the attempts of a previous worker on `work_dir` left running: what their records name, and
     what is in their cgroups under `cgroups`; the number of processes killed (of the records: a cgroup's are
     counted as cgroups)."""
-    killed = sum(reap_record(path) for path in sorted(work_dir.glob(f"tasks/*/{RECORD}")))
+    records = [*work_dir.glob(f"tasks/*/{RECORD}"), *work_dir.glob(f"tasks/*/execs/*/{RECORD}")]  # and its execs'
+    killed = sum(reap_record(path) for path in sorted(records))
     if killed:
         log.warning("killed %d process(es) a previous worker on %s left behind", killed, work_dir)
     if cgroups is not None:

@@ -29,15 +29,15 @@ READ_SIZE = 1 << 18  # what one read of a task's pipe takes at most
 
 
 async def capture(pipe: int, path: Path, limit: int) -> None:
-    """Write what the task prints into the pipe's read end (which this closes) to `path`, until `limit` bytes,
+    """Append what the task prints into the pipe's read end (which this closes) to `path`, until `limit` bytes,
     then the truncation marker; the rest is read and dropped, so the task never blocks on a full pipe and the
-    file never grows past the cap."""
+    file never grows past the cap. Appended, so that an `exec --detach`'s output can join a running task's."""
     loop = asyncio.get_running_loop()
     stream = asyncio.StreamReader(limit=READ_SIZE)
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(pipe, "rb"))
     kept = 0
     try:
-        with path.open("wb", buffering=0) as file:
+        with path.open("ab", buffering=0) as file:
             while data := await stream.read(READ_SIZE):
                 if kept > limit:
                     continue  # cut already

@@ -16,6 +16,10 @@ task changed it) is uploaded; its next attempt finds that checkpoint at the same
 An attempt whose job asks for Python packages or an interpreter (pip, python) gets its environment
 (corral.worker.environments) while BUILDING, once its working directory is ready, runs with it, and
 holds it until it ends, so the cache never evicts an environment in use.
+An interactive attempt (BuildOrder.interactive) runs on a PTY (corral.worker.terminal) that clients attach to
+through the relay; relay orders open channels into a running attempt (corral.worker.channels): its terminal, an
+exec in its environment and containment, or a port. An interactive attempt with no channel open for its idle
+timeout is stopped as at its time limit, and an attempt with channels open warns them before a stop or preemption.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,14 +49,17 @@ from corral.core.protocol import (
     BuildOrder,
     Order,
     PreemptOrder,
+    RelayOrder,
     StartOrder,
     StopOrder,
     TaskRef,
     TaskReport,
 )
+from corral.core.relay import CLOSE_CONFLICT
 from corral.core.states import TaskState
 from corral.core.workdir import choose_start
 from corral.worker.bundles import extract
+from corral.worker.channels import serve
 from corral.worker.containment import attempt_cgroup, cgroup_parent, cgroup_prefix, reap_record
 from corral.worker.environments import Acquired, EnvironmentBuildError, EnvironmentCache
 from corral.worker.logs import capture
@@ -60,12 +68,15 @@ from corral.worker.processes import (
     KILL_TIMEOUT,
     RECORD,
     cgroup_pids,
+    descendants_of,
     empty_cgroups,
     kill_cgroup,
+    read_stat,
     remove_cgroup,
     signal_attempt,
 )
 from corral.worker.resources import gpu_env
+from corral.worker.terminal import Outbox, Socket, Terminal, notice, open_pty, take_terminal
 
 log = logging.getLogger("corral.worker.runner")
 
@@ -75,9 +86,12 @@ FlushLogs = Callable[[int, int], Awaitable[None]]
 WatchLogs = Callable[[int, int, Path], None]
 FetchCheckpoint = Callable[[int, Path], Awaitable[None]]  # (task, destination)
 SaveCheckpoint = Callable[[int, int, int, Path], Awaitable[str | None]]  # (task, attempt, epoch, file) -> error
+Dial = Callable[[RelayOrder], AbstractAsyncContextManager[Socket]]  # the WebSocket back to the relay of an order
 
 STOP_TIMEOUT = 2 * KILL_TIMEOUT  # how long a killed attempt (or its shim) may take to be gone before it is killed again
 CAPTURE_TIMEOUT = 5.0  # how long the output still in the pipes may take to be written once the attempt is gone
+NOTICE_TIMEOUT = 1.0  # how long a stop waits for its notice to reach the attached clients before it signals
+TERMINAL_SIZE = (24, 80)  # an interactive task's window until its first writer attaches
 # The worker's own tokens, if it was given them in its environment: a task gets only its job's CORRAL_TOKEN.
 WORKER_SECRETS = frozenset({"CORRAL_TOKEN", "CORRAL_JOIN_TOKEN"})
 # The shim and the warden run isolated from the task's Python settings (PYTHONPATH and the like) and without
@@ -99,9 +113,10 @@ _SHIM = _lean("shim")
 _WARDEN = _lean("warden")
 
 
-def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cgroup: Path | None) -> list[str]:
+def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cgroup: Path | None,
+            shim_options: Sequence[str] = ()) -> list[str]:
     """The argv that runs `command`: in its cgroup (which then holds every process it starts), through a shell that
-    moves itself there and execs the command, else under its shim.
+    moves itself there and execs the command, else under its shim (with `shim_options`).
 
     The cgroup is entered by an exec'd shell rather than a preexec_fn, which would make every start copy the
     worker with fork instead of vfork: a fifth of the array bench. The program is looked up here first, so a
@@ -109,8 +124,17 @@ def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cg
     """
     _check_executable(command[0], cwd, env.get("PATH", os.defpath))
     if cgroup is None:
-        return [*_SHIM, str(record), "--", *command]
+        return [*_SHIM, str(record), *shim_options, "--", *command]
     return ["/bin/sh", "-c", 'echo 0 > "$0/cgroup.procs" && exec "$@"', str(cgroup), *command]
+
+
+async def _create(argv: list[str], cwd: Path, env: dict[str, str], stdin: int, stdout: int, stderr: int, *,
+                  tty: bool = False, pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
+    """Start `argv` in a session of its own; with `tty`, stdin (a terminal) becomes its controlling terminal. Only
+    then is there a preexec_fn, which makes the start a fork rather than a vfork."""
+    return await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                                                start_new_session=True, pass_fds=pass_fds,
+                                                preexec_fn=take_terminal if tty else None)
 
 
 def _check_executable(program: str, cwd: Path, path: str) -> None:
@@ -147,6 +171,11 @@ def _exit_status(returncode: int) -> tuple[int, str | None]:
     return 128 - returncode, f"killed by signal {signal.Signals(-returncode).name}"
 
 
+def _order_key(order: Order) -> tuple[int, int, str]:
+    """What makes an order a repeat: its attempt and action, and a relay's session."""
+    return order.task_id, order.attempt, f"relay {order.session}" if order.action == "relay" else order.action
+
+
 @dataclass(eq=False)
 class _Attempt:
     order: BuildOrder
@@ -169,6 +198,13 @@ class _Attempt:
     memory_at_start: MemoryRecord = MemoryRecord()  # the cgroup's memory records when the process started
     world: AttemptWorld | None = None  # where it starts, once prepared
     environment: Acquired | None = None  # the Python environment of its job's pip/python, held until it ends
+    env: dict[str, str] = field(default_factory=dict)  # the environment it started with, which its execs get too
+    terminal: Terminal | None = None  # an interactive attempt's PTY
+    channels: dict[object, Outbox | None] = field(default_factory=dict)  # open relay channels: what a stop warns
+    idle_since: float = 0.0  # monotonic time its last channel closed, or it started
+    idle_watch: asyncio.Task | None = None
+    execs: list[asyncio.subprocess.Process] = field(default_factory=list)  # what `exec` started in it
+    exec_lifelines: list[int] = field(default_factory=list)  # the write ends of the execs' shims' lifelines
 
     @property
     def ref(self) -> tuple[int, int]:
@@ -184,9 +220,16 @@ class _Attempt:
         return self.directory / "checkpoint"
 
     def close_lifeline(self) -> None:
+        """Kill every process of the attempt that a shim holds: the task's and its execs'."""
         if self.lifeline is not None:
             os.close(self.lifeline)
             self.lifeline = None
+        while self.exec_lifelines:
+            os.close(self.exec_lifelines.pop())
+
+    @property
+    def runs(self) -> bool:
+        return self.process is not None and self.process.returncode is None and not self.ended
 
 
 class Runner:
@@ -198,7 +241,8 @@ class Runner:
                  save_checkpoint: SaveCheckpoint | None = None,
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
                  log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto", filesystem: str | None = None,
-                 shared_fs: Sequence[str] = (), environments: EnvironmentCache | None = None) -> None:
+                 shared_fs: Sequence[str] = (), environments: EnvironmentCache | None = None,
+                 dial: Dial | None = None) -> None:
         self.work_dir = work_dir
         self.filesystem = filesystem  # the id of the file system its tasks see (corral.filesystem)
         self.shared_fs = list(shared_fs)  # directories shared with submitters on other machines
@@ -217,6 +261,7 @@ class Runner:
         self._fetch_bundle = fetch_bundle
         self._flush_logs = flush_logs
         self._watch_logs = watch_logs
+        self._dial = dial
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._ended: set[tuple[int, int]] = set()
         self._acted: set[tuple[int, int, str]] = set()
@@ -240,7 +285,8 @@ class Runner:
         it is a repeat (or a start before its build)."""
         if not self._claim(order):
             return None
-        handlers = {"build": self._build, "start": self._start, "stop": self._stop, "preempt": self._preempt}
+        handlers = {"build": self._build, "start": self._start, "stop": self._stop, "preempt": self._preempt,
+                    "relay": self._relay}
         return self._spawn(handlers[order.action](order))
 
     def running(self) -> list[TaskRef]:
@@ -266,7 +312,7 @@ class Runner:
     # the actions -------------------------------------------------------------------------
 
     def _claim(self, order: Order) -> bool:
-        key = (order.task_id, order.attempt, order.action)
+        key = _order_key(order)
         if key in self._acted:
             return False
         if order.action == "start" and (order.task_id, order.attempt) not in self._attempts:
@@ -349,24 +395,33 @@ class Runner:
             port = free_port() if att.order.allocate_port else None
             if port is not None:
                 env["PORT"] = str(port)
+            att.env = env
             att.cgroup = attempt_cgroup(self.cgroups, self.work_dir, *att.ref) if self.cgroups else None
             lifeline, att.lifeline = os.pipe() if att.cgroup is None else (subprocess.DEVNULL, None)
+            tty = att.order.interactive
             try:
-                argv = _launch(command, att.cwd, env, att.directory / RECORD, att.cgroup)
+                argv = _launch(command, att.cwd, env, att.directory / RECORD, att.cgroup, ["--tty"] if tty else [])
                 if att.cgroup is not None:  # a successor finds it by its name (cgroup_prefix)
                     att.cgroup.mkdir(exist_ok=True)
-                # Pipes of our own, not the process's: its exit is seen even while a leftover child holds them.
-                # Their captures end when every writer has gone, or at once if the process does not start.
-                (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe()
-                att.captures = [self._spawn(capture(fd, att.directory / name, self.log_limit))
-                                for name, fd in (("stdout", out_read), ("stderr", err_read))]
+                if tty:  # the terminal is read until no process holds its slave side, even if none starts
+                    master, slave = open_pty(*TERMINAL_SIZE)
+                    att.terminal = Terminal(master, att.directory / "stdout", self.log_limit)
+                    att.captures = [self._spawn(att.terminal.pump())]
+                    stdin = slave if att.cgroup is not None else lifeline  # the shim finds it as stdout
+                    child_ends = stdout, stderr = slave, slave
+                else:
+                    # Pipes of our own, not the process's: its exit is seen even while a leftover child holds them.
+                    # Their captures end when every writer has gone, or at once if the process does not start.
+                    (out_read, stdout), (err_read, stderr) = os.pipe(), os.pipe()
+                    att.captures = [self._spawn(capture(fd, att.directory / name, self.log_limit))
+                                    for name, fd in (("stdout", out_read), ("stderr", err_read))]
+                    stdin, child_ends = lifeline, (stdout, stderr)
                 try:
-                    att.process = await asyncio.create_subprocess_exec(
-                        *argv, cwd=att.cwd, env=env, stdin=lifeline, stdout=out_write, stderr=err_write,
-                        start_new_session=True)
+                    att.process = await _create(argv, att.cwd, env, stdin, stdout, stderr,
+                                                tty=tty and att.cgroup is not None)
                 finally:
-                    os.close(out_write)
-                    os.close(err_write)
+                    for fd in set(child_ends):
+                        os.close(fd)
             except Exception as error:
                 att.close_lifeline()
                 code = 127 if isinstance(error, FileNotFoundError) else 126 if isinstance(error, PermissionError) \
@@ -381,11 +436,24 @@ class Runner:
             log.info("task=%s attempt=%s running pid=%s", *att.ref, att.process.pid)
             self._emit(att.ref, TaskState.RUNNING, port=port)
             att.supervisor = self._spawn(self._supervise(att))
+            if tty and att.order.idle_timeout is not None:
+                att.idle_since = time.monotonic()
+                att.idle_watch = self._spawn(self._watch_idle(att, att.order.idle_timeout))
+
+    async def _watch_idle(self, att: _Attempt, timeout: float) -> None:
+        """Stop the attempt, as at a time limit, once no channel has been open for `timeout` seconds."""
+        while att.runs and att.stopping is None:
+            left = timeout if att.channels else att.idle_since + timeout - time.monotonic()
+            if left <= 0:
+                self._terminate(att, f"idle timeout: no client attached for {timeout:g}s", att.order.grace_period)
+                return
+            await asyncio.sleep(left)
 
     async def _stop(self, order: StopOrder) -> None:
         ref = (order.task_id, order.attempt)
         att = self._attempts.get(ref)
         if att is not None:
+            await self._warn(att, "stopped", order.reason, order.grace_period)
             await self._halt(att, order.reason, order.grace_period)
         elif ref not in self._ended:  # never built here: there is nothing to stop
             self._ended.add(ref)
@@ -396,10 +464,43 @@ class Runner:
         att = self._attempts.get(ref)
         if att is not None:
             att.epoch = order.epoch
+            await self._warn(att, "preempted", f"epoch {order.epoch}", order.grace_period)
             await self._halt(att, f"preempted (epoch {order.epoch})", order.grace_period, TaskState.PREEMPTED)
         elif ref not in self._ended:  # never built here: nothing to stop, acknowledge at once
             self._ended.add(ref)
             self._emit(ref, TaskState.PREEMPTED, reason="preempted before it was built here", epoch=order.epoch)
+
+    async def _warn(self, att: _Attempt, what: str, reason: str, grace: float) -> None:
+        """Tell the clients attached to a running attempt that it is being stopped, before it is signalled."""
+        outboxes = [outbox for outbox in att.channels.values() if outbox is not None]
+        if not outboxes or not att.runs or att.stopping is not None:
+            return
+        message = notice(att.order.job_id, what, reason, grace)
+        for outbox in outboxes:
+            outbox.control(message)
+        await asyncio.wait([asyncio.create_task(outbox.drained()) for outbox in outboxes], timeout=NOTICE_TIMEOUT)
+
+    async def _relay(self, order: RelayOrder) -> None:
+        """Dial back for a channel a client opened into an attempt here, and serve it to its end."""
+        att = self._attempts.get((order.task_id, order.attempt))
+        if self._dial is None:
+            log.warning("task=%s attempt=%s relay %s: this runner cannot dial", order.task_id, order.attempt,
+                        order.kind)
+            return
+        dialed = False
+        try:
+            async with self._dial(order) as ws:
+                dialed = True
+                if att is None or not att.runs:
+                    state = "not running yet" if att is not None and not att.ended else "not running any more"
+                    await ws.close(CLOSE_CONFLICT, f"the task's attempt {order.attempt} is {state} on its worker")
+                    return
+                await serve(ws, order, _Place(self, att))
+        except Exception as error:
+            log.warning("task=%s attempt=%s relay %s %s: %r", order.task_id, order.attempt, order.kind,
+                        "ended in error" if dialed else "not dialed, will try again when the order repeats", error)
+            if not dialed:
+                self._acted.discard(_order_key(order))
 
     async def _halt(self, att: _Attempt, reason: str, grace: float, state: TaskState = TaskState.KILLED) -> None:
         """Bring an attempt to its end (`state`) for `reason`, whatever it is doing; returns once it has ended."""
@@ -430,8 +531,10 @@ class Runner:
         if att.cgroup is not None:
             signal_attempt(att.process.pid, cgroup_pids(att.cgroup), signal.SIGTERM)
         else:
-            with contextlib.suppress(ProcessLookupError):
-                att.process.send_signal(signal.SIGTERM)
+            for process in (att.process, *att.execs):  # each shim passes it on
+                if process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.send_signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 await att.process.wait()
@@ -458,6 +561,8 @@ class Runner:
         except TimeoutError:
             self._terminate(att, "time limit", att.order.grace_period)
         returncode = await process.wait()
+        if att.idle_watch is not None:
+            att.idle_watch.cancel()
         if att.stopping is not None:
             await att.stopping
         att.close_lifeline()
@@ -497,6 +602,8 @@ class Runner:
             return
         att.ended = True
         self._ended.add(att.ref)
+        if att.terminal is not None:
+            att.terminal.finish(exit_code, reason)
         log.info("task=%s attempt=%s %s exit_code=%s reason=%s", *att.ref, state, exit_code, reason)
 
         async def finish() -> None:
@@ -552,3 +659,72 @@ class Runner:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("runner action failed", exc_info=task.exception())
+
+
+class _Place:
+    """What a relay channel may do in its attempt (corral.worker.channels.Workplace)."""
+
+    def __init__(self, runner: Runner, att: _Attempt) -> None:
+        self.runner = runner
+        self.att = att
+        self.terminal = att.terminal
+
+    @contextlib.contextmanager
+    def attached(self, outbox: Outbox | None) -> Iterator[None]:
+        key = object()
+        self.att.channels[key] = outbox
+        try:
+            yield
+        finally:
+            del self.att.channels[key]
+            if not self.att.channels:
+                self.att.idle_since = time.monotonic()
+
+    async def launch(self, command: list[str], stdin: int, stdout: int, stderr: int, tty: bool,
+                     name: str) -> asyncio.subprocess.Process:
+        """In the attempt's cgroup, or under a shim of its own whose lifeline the attempt's end closes."""
+        att = self.att
+        if att.cgroup is not None:
+            process = await _create(_launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup), att.cwd,
+                                    att.env, stdin, stdout, stderr, tty=tty)
+        else:
+            record = att.directory / "execs" / name / RECORD
+            argv = _launch(command, att.cwd, att.env, record, None, ["--tty"] if tty else ["--stdin", str(stdin)])
+            record.parent.mkdir(parents=True, exist_ok=True)
+            lifeline, held = os.pipe()
+            try:
+                process = await _create(argv, att.cwd, att.env, lifeline, stdout, stderr,
+                                        pass_fds=() if tty else (stdin,))
+            except BaseException:
+                os.close(held)
+                raise
+            finally:
+                os.close(lifeline)
+            att.exec_lifelines.append(held)
+        att.execs.append(process)
+        log.info("task=%s attempt=%s exec %r pid=%s", *att.ref, command[:1], process.pid)
+        return process
+
+    def signal(self, process: asyncio.subprocess.Process, sig: int) -> None:
+        if process.returncode is not None:
+            return
+        leaders = [process.pid] if self.att.cgroup is not None else \
+            [pid for pid in descendants_of(process.pid) if (stat := read_stat(pid)) and stat.ppid == process.pid]
+        for leader in leaders:
+            signal_attempt(leader, descendants_of(leader), sig)
+
+    def log_pipes(self) -> tuple[int, int]:
+        ends = []
+        for name in ("stdout", "stderr"):
+            read, write = os.pipe()
+            self.att.captures.append(self.runner._spawn(capture(read, self.att.directory / name,
+                                                                self.runner.log_limit)))
+            ends.append(write)
+        return ends[0], ends[1]
+
+    def pids(self) -> list[int]:
+        att = self.att
+        if att.cgroup is not None:
+            return cgroup_pids(att.cgroup)
+        shims = [process.pid for process in (att.process, *att.execs) if process and process.returncode is None]
+        return [pid for shim in shims for pid in descendants_of(shim)]

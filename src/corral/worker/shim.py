@@ -1,4 +1,4 @@
-"""The supervisor of one attempt where there is no cgroup: `shim RECORD -- COMMAND...`.
+"""The supervisor of one attempt where there is no cgroup: `shim RECORD [--tty | --stdin FD] -- COMMAND...`.
 
 The worker starts it in a session of its own with a pipe, its lifeline, as stdin. The shim
 makes itself a child subreaper and starts COMMAND in a new session; from then on every process
@@ -10,6 +10,10 @@ keeps the record at RECORD (see corral.worker.containment) up to date, and:
   (even by SIGKILL), kills every process of the attempt;
 - when COMMAND exits, kills whatever it left behind.
 
+COMMAND's stdin is /dev/null; with `--stdin FD`, the descriptor FD it inherits (an `exec`'s input); with `--tty`,
+the terminal it inherits as stdout, which becomes its controlling terminal (an interactive attempt's PTY, whose
+job control, Ctrl-C and window size then work as in a terminal of its own).
+
 It returns only once every process of the attempt is gone, then removes the record and ends
 as COMMAND ended (the same exit code, or the same signal), so the worker reads the task's
 outcome from its own child. Where cgroups are writable the worker needs no shim: a task's
@@ -20,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import select
 import signal
 import sys
+import termios
 import time
 
 from corral.worker.processes import (
@@ -40,9 +46,11 @@ SCAN = 0.5  # how often the task's processes are listed for the record
 
 
 class Shim:
-    def __init__(self, record_path: str, command: list[str]) -> None:
+    def __init__(self, record_path: str, command: list[str], stdin: int | None = None, tty: bool = False) -> None:
         self.record_path = record_path
         self.command = command
+        self.stdin = stdin  # the descriptor the task reads, when not /dev/null
+        self.tty = tty  # the task takes its stdout, a terminal, as its controlling terminal and its stdin
         own = read_stat(os.getpid())
         self.record = Record(shim=(os.getpid(), own.start if own else 0))
         self.child = 0  # the task's pid, once started
@@ -135,7 +143,7 @@ class Shim:
     # starting the task ---------------------------------------------------------------------
 
     def _spawn(self) -> int:
-        """Start the task in a session of its own, stdin from /dev/null; its pid.
+        """Start the task in a session of its own, stdin from /dev/null, its --stdin or its terminal; its pid.
 
         By hand rather than with subprocess, whose import alone would be most of a short task's start: the child
         reports a failure to exec through a pipe that a successful exec closes."""
@@ -147,14 +155,19 @@ class Shim:
                 for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by Python, not by the programs it starts
                     signal.signal(sig, signal.SIG_DFL)
                 os.setsid()
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
+                if self.tty:
+                    fcntl.ioctl(1, termios.TIOCSCTTY, 0)
+                    os.dup2(1, 0)
+                else:
+                    os.dup2(os.open(os.devnull, os.O_RDONLY) if self.stdin is None else self.stdin, 0)
                 os.execvp(self.command[0], self.command)
             except OSError as error:
                 os.write(report_write, str(error.errno).encode())
             finally:
                 os._exit(127)
         os.close(report_write)
+        if self.stdin is not None:  # the task's alone: its writer sees a broken pipe once the task is gone
+            os.close(self.stdin)
         with os.fdopen(report_read, "rb") as report:
             failure = report.read()
         if not failure:
@@ -181,10 +194,16 @@ def end_as(status: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    record, separator, *command = argv
+    record, *rest = argv
+    stdin, tty = None, False
+    if rest[:1] == ["--tty"]:
+        tty, rest = True, rest[1:]
+    elif rest[:1] == ["--stdin"] and rest[1:2] and rest[1].isdigit():
+        stdin, rest = int(rest[1]), rest[2:]
+    separator, *command = rest or [""]
     if separator != "--" or not command:
-        sys.exit("usage: shim RECORD -- COMMAND...")
-    shim = Shim(record, command)
+        sys.exit("usage: shim RECORD [--tty | --stdin FD] -- COMMAND...")
+    shim = Shim(record, command, stdin, tty)
     end_as(shim.run())
 
 

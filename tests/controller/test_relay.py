@@ -292,3 +292,16 @@ async def test_start_up_ends_the_channels_a_stopped_controller_held(tmp_path):
         (row,) = await _attachments(live, job_id)
         assert (row["state"], row["close_code"], row["close_reason"]) == ("failed", CLOSE_UNAVAILABLE,
                                                                          "controller restarted")
+
+
+async def test_a_client_gone_before_its_worker_answered_fails_the_channel_and_ends_its_order(cluster):
+    live, worker, job_id, _ = cluster
+    polling = asyncio.create_task(worker.relay_order())
+    async with live.open(f"/api/v1/jobs/{job_id}/tasks/0/terminal") as client:
+        session = (await polling)["session"]
+        await client.close(4000, "changed my mind")
+    (row,) = await _ended(live, job_id)
+    assert (row["state"], row["close_code"], row["close_reason"]) == ("failed", 4000, "changed my mind")
+    assert await worker.heartbeat() == []
+    async with worker.dial(session) as dialed:
+        assert (await closed_with(dialed))[0] == CLOSE_NOT_FOUND

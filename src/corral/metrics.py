@@ -56,6 +56,11 @@ PLACEMENTS = Counter("corral_placements", "Tasks placed on a worker by the sched
 EVENTS_SENT = Counter("corral_events_sent", "Events sent to event stream subscribers.", registry=REGISTRY)
 EVENTS_PRUNED = Counter("corral_events_pruned", "Events deleted for being older than the retention window.",
                         registry=REGISTRY)
+RELAY_CONNECT_SECONDS = Histogram(
+    "corral_relay_connect_seconds", "Time from a client's channel request to its worker dialing back (paired).",
+    registry=REGISTRY, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15))
+RELAYS_OPEN = Gauge("corral_relay_attachments_open", "Channels this controller relays now (paired, not ended).",
+                    registry=REGISTRY)
 EVENT_SUBSCRIBERS = Gauge("corral_event_subscribers", "Clients following the event stream now.", registry=REGISTRY)
 
 

@@ -24,6 +24,7 @@ from corral.controller import (
     placement_api,
     preemption_api,
     project_tokens_api,
+    relay_api,
     results_api,
     retry_api,
     workers_api,
@@ -36,14 +37,18 @@ from corral.controller.files import BundleStore, LogFiles
 from corral.controller.log_retention import prune_logs_loop
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
+from corral.controller.relays import Relays
 from corral.controller.results import ResultFiles
 from corral.controller.samples import Samples
 from corral.controller.services import Services, services_of
 from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
+from corral.controller.tickets import Tickets
+from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.loop import Engine, WorkerSignals
 from corral.metrics import CLUSTER, exposition
 from corral.serving import proxy
 from corral.serving.wiring import start_serving
+from corral.store.attachments import close_all_live
 from corral.store.policy import apply_policy_file
 from corral.store.store import Store
 
@@ -65,6 +70,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         store = await Store.open(settings.database_url)
         async with store.write() as connection:
             await apply_policy_file(connection, settings.config, time.time())
+            # Relays lived in the memory of the controller that held them: none survived its restart.
+            await close_all_live(connection, "controller restarted", CLOSE_UNAVAILABLE, time.time())
         signals = WorkerSignals()
         engine = Engine(store, signals, settings.loss_timeout, settings.heartbeat_interval,
                         settings.lost_worker_retention)
@@ -86,7 +93,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,
-            serving=serving)
+            serving=serving, relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets())
         write_cluster_file(settings, tokens)
         gc.freeze()  # what startup made lives on: collections skip it, which the router's request path feels
         try:
@@ -119,6 +126,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(results_api.router)
     app.include_router(retry_api.router)
     app.include_router(deployments_api.router)
+    app.include_router(relay_api.router)
+    app.include_router(relay_api.sockets)
     app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from corral.core.protocol import BuildOrder, Order, PreemptOrder, StartOrder, StopOrder
+from corral.core.protocol import BuildOrder, Order, PreemptOrder, RelayOrder, StartOrder, StopOrder
 from corral.core.states import JobState, TaskState
 from corral.scheduling.rooms import SHARES, gpu_share
+from corral.store.attachments import fresh_openings
 from corral.store.orders import gang_masters, ordered_tasks
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ def master_port(job_id: int, attempt: int) -> int:
 
 
 async def orders_for(connection: AsyncConnection, worker_id: str,
-                     job_token: Callable[[int], str] | None = None) -> list[Order]:
+                     job_token: Callable[[int], str] | None = None, relays_after: float = 0.0) -> list[Order]:
+    """`relays_after`: channels opened before then are no longer waited for (corral.controller.relays)."""
     rows = await ordered_tasks(connection, worker_id)
     builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)]
     masters = await gang_masters(connection, {r.job_id for r in builds if r.gang})
@@ -57,6 +59,8 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
             allocate_port=spec.get("allocate_port", False), start=not row.gang,
             interactive=spec.get("interactive", False), idle_timeout=spec.get("idle_timeout"),
         ))
+    orders.extend(RelayOrder(session=row.session, task_id=row.task_id, attempt=row.attempt, kind=row.kind, **row.detail)
+                  for row in await fresh_openings(connection, worker_id, relays_after))
     return orders
 
 

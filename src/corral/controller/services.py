@@ -13,9 +13,11 @@ from fastapi import Request
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub
 from corral.controller.files import BundleStore, LogFiles
+from corral.controller.relays import Relays
 from corral.controller.results import ResultFiles
 from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, Tokens
+from corral.controller.tickets import Tickets
 from corral.core.retry_policy import RetryPolicy
 from corral.engine.loop import Engine, WorkerSignals
 from corral.engine.serving_loop import ServingEngine
@@ -39,6 +41,8 @@ class Services:
     samples: Samples
     router: Router
     serving: ServingEngine
+    relays: Relays  # channels into tasks waiting for their workers to dial back
+    tickets: Tickets  # unspent single-use tickets of browsers' channels
 
 
 def services_of(request: Request) -> Services:

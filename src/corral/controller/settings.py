@@ -11,6 +11,7 @@ from pathlib import Path
 from corral.controller.checkpoints import DEFAULT_LIMIT
 from corral.core.config import CorralConfig
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
+from corral.core.relay import CONNECT_TIMEOUT
 from corral.store.database import sqlite_url
 
 
@@ -32,6 +33,7 @@ class ControllerSettings:
     log_limit: int = DEFAULT_LOG_LIMIT  # bytes kept per stream of each attempt
     log_retention: float | None = 30 * 86400.0  # seconds logs of ended jobs are kept (None: for ever)
     metrics_token_required: bool = False  # /metrics answers only with the admin token (open by default)
+    relay_connect_timeout: float = CONNECT_TIMEOUT  # seconds a client's channel waits for its worker to dial back
 
     @property
     def url(self) -> str:

@@ -48,13 +48,16 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
     def job_token(job_id: int) -> str:
         return mint(services.tokens.admin, job_id)
 
+    def relays_after() -> float:
+        return time.time() - services.settings.relay_connect_timeout
+
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
     try:
         with HEARTBEAT_SECONDS.time():
             async with services.store.write() as connection:
                 changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(), gpus=body.gpus,
                                                  environments=body.environments, pythons=body.pythons)
-                orders = await orders_for(connection, worker_id, job_token)
+                orders = await orders_for(connection, worker_id, job_token, relays_after())
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None
@@ -70,7 +73,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
         services.signals.notify(changes.touched_workers - {worker_id})
     if not orders and body.wait > 0 and await woken(signal, body.wait):
         async with services.store.read() as connection:
-            orders = await orders_for(connection, worker_id, job_token)
+            orders = await orders_for(connection, worker_id, job_token, relays_after())
     return HeartbeatReply(orders=orders, heartbeat_interval=services.settings.heartbeat_interval)
 
 

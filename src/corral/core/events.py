@@ -23,6 +23,8 @@ EVENT_TYPES: dict[tuple[str, ...], str] = {
     ("job", "Submit"): "job.submitted",
     ("worker", "Register"): "worker.registered",
     ("worker", "Reaper"): "worker.lost",
+    ("task", "Attach"): "task.attached",  # a client opened a channel into it (a terminal, an exec, a port)
+    ("task", "Detach"): "task.detached",  # that channel ended: how long it lasted and why, in the message
     ("deployment", "Deploy"): "deployment.created",
     ("deployment", "Scale"): "deployment.scaled",
     ("deployment", "Undeploy"): "deployment.undeployed",

@@ -49,6 +49,7 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 CLOSE_CONFLICT = 4409  # the task is not running (yet, or any more), or the port is not the task's
+CLOSE_INVALID = 4422  # a malformed request: a task index that is not a number, an empty command, a port out of range
 CLOSE_UNAVAILABLE = 4503  # the worker did not dial back in time, or lost its connection
 CLOSE_WORKER_ERROR = 4500  # the worker could not do it (the command cannot start, the port refused)
 

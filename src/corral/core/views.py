@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from corral.core.protocol import AttemptWorld, CachedEnvironment
+from corral.core.relay import ChannelKind
 from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState, WorkerState
@@ -101,6 +104,36 @@ class HistoryEntry(BaseModel):
     message: str | None
     repeats: int = Field(1, description="a wait (SKIPPED) seen again with the same reason counts here")
     last_at: float | None = Field(None, description="when a repeated wait was last seen")
+
+
+AttachmentState = Literal["opening", "open", "closed", "failed"]
+
+
+class AttachmentView(BaseModel):
+    """A channel a client opened into a task through the controller's relay (corral.core.relay)."""
+
+    id: int
+    job_id: int
+    task_index: int
+    attempt: int
+    worker_id: str
+    kind: ChannelKind
+    detail: dict = Field(..., description="what was asked: command, tty, detach, port, watch, rows, cols")
+    actor: str = Field(..., description='who: "admin", or "job N" for the token of job N')
+    address: str | None = Field(None, description="the client's address, as the controller saw it")
+    state: AttachmentState = Field(..., description="opening: waiting for the worker to dial back")
+    opened_at: float
+    connected_at: float | None
+    closed_at: float | None
+    close_code: int | None
+    close_reason: str | None
+
+
+class TicketView(BaseModel):
+    """A single-use ticket that opens one channel into a job (`?ticket=`), for a browser's WebSocket."""
+
+    ticket: str
+    expires_in: int = Field(..., description="seconds it stays valid")
 
 
 class DeviceTask(BaseModel):

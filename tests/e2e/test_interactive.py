@@ -137,7 +137,7 @@ def test_the_idle_timeout_ends_an_unattended_job(cluster):
 
 def test_a_job_token_is_refused_on_another_jobs_terminal(cluster):
     victim = cluster.submit(command=["sh"], interactive=True)
-    spy = cluster.submit(command=["sh", "-c", "echo $CORRAL_JOB_TOKEN; sleep 300"])
+    spy = cluster.submit(command=["sh", "-c", "echo $CORRAL_TOKEN; sleep 300"])
     cluster.wait_state(victim, "RUNNING")
     cluster.wait_state(spy, "RUNNING")
     token = wait_for(lambda: cluster.logs(spy).strip(), 30, "the spy's job token")

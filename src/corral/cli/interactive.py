@@ -24,15 +24,17 @@ from corral.cli.submit import build_spec, chosen_workdir, job_options, load_spec
 from corral.client.errors import CorralError
 from corral.client.http import Client
 from corral.client.relay import CHUNK, PortForwarder, Relay, TerminalOutcome, closed_error, run_terminal
-from corral.core.relay import CLOSE_NOT_FOUND, MAX_COLS, MAX_ROWS
+from corral.core.relay import CLOSE_CONFLICT, CLOSE_NOT_FOUND, MAX_COLS, MAX_ROWS
 from corral.core.spec import DEFAULT_IDLE_TIMEOUT
 from corral.core.states import JOB_TERMINAL, JobState, TaskState
+from corral.core.views import JobView
 
 # The user's shell when the worker has it, else /bin/sh: $0 is the shell's path.
 SHELL_SCRIPT = 'command -v "$0" >/dev/null && exec "$0" || exec /bin/sh'
 JUPYTER_SCRIPT = 'exec jupyter lab --no-browser --ip=127.0.0.1 --port="$PORT" --ServerApp.port_retries=0'
 JUPYTER_READY_TIMEOUT = 300.0  # how long JupyterLab may take to listen once its task runs
 POLL = 0.5
+FIRST_POLL = 0.02
 
 
 def default_command(environ: dict[str, str] | os._Environ = os.environ) -> list[str]:
@@ -55,7 +57,7 @@ def raw_terminal(fd: int) -> Iterator[None]:
         return
     saved = termios.tcgetattr(fd)
     try:
-        tty.setraw(fd)
+        tty.setraw(fd, termios.TCSANOW)  # not the default TCSAFLUSH: keys typed ahead of the attach still count
         yield
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
@@ -163,21 +165,23 @@ def finish(ctx: click.Context, api: Client, job_id: int, task: int, outcome: Ter
 # waiting for a job -------------------------------------------------------------------------------------------
 
 
-def wait_running(api: Client, job_id: int, task: int = 0) -> None:
-    """Until the task runs, its job's state and pending reason shown live on one line of stderr."""
+def wait_running(api: Client, job_id: int, task: int = 0) -> JobView | None:
+    """Until the task runs, its job's state and pending reason shown live on one line of stderr; the job when it
+    ended before that (a command quicker than the wait), else None. Polled briskly at first, since an idle cluster
+    starts a task within tens of milliseconds, then every POLL seconds."""
     live = sys.stderr.isatty()
     shown = ""
+    pause = FIRST_POLL
     while True:
         job = api.get(job_id)
         if job.state in JOB_TERMINAL:
             _clear(live, shown)
-            raise CliError(f"job {job_id} ended {job.state} before its terminal opened"
-                           + (f": {job.pending_reason}" if job.pending_reason else ""))
+            return job
         if job.state == JobState.RUNNING:
             tasks = api.tasks(job_id)
             if task < len(tasks) and tasks[task].state == TaskState.RUNNING:
                 _clear(live, shown)
-                return
+                return None
         line = f"job {job_id} {job.state}" + (f": {job.pending_reason}" if job.pending_reason else "")
         if line != shown:
             if live:
@@ -186,7 +190,20 @@ def wait_running(api: Client, job_id: int, task: int = 0) -> None:
             else:
                 click.echo(line, err=True)
             shown = line
-        time.sleep(POLL)
+        time.sleep(pause)
+        pause = min(pause * 2, POLL)
+
+
+def replay_ended(ctx: click.Context, api: Client, job: JobView, task: int) -> None:
+    """A terminal that ended before anyone attached: what it printed (its log) and its exit code, as if watched."""
+    if job.state in (JobState.CANCELLED, JobState.UNSCHEDULABLE):
+        raise CliError(f"job {job.id} ended {job.state} before its terminal opened"
+                       + (f": {job.pending_reason}" if job.pending_reason else ""))
+    with contextlib.suppress(CorralError):
+        for chunk in api.logs(job.id, task):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+    finish(ctx, api, job.id, task, TerminalOutcome(code=None, detached=False))
 
 
 def _clear(live: bool, shown: str) -> None:
@@ -233,15 +250,22 @@ def shell(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, c
         spec = spec.model_copy(update=ship_workdir(api, directory, spec.pool))
     job = api.submit(spec)
     try:
-        wait_running(api, job.id)
+        ended = wait_running(api, job.id)
     except KeyboardInterrupt:
         api.cancel(job.id)
         click.echo(f"\ncancelled job {job.id} before it started", err=True)
         ctx.exit(130)
+    if ended is not None:
+        replay_ended(ctx, api, ended, 0)
     if jupyter:
         serve_jupyter(api, job.id, token)
         return
-    outcome = run_local_terminal(api.relay.terminal(job.id, 0, size=window_size()), raw=True, detach=True)
+    try:
+        outcome = run_local_terminal(api.relay.terminal(job.id, 0, size=window_size()), raw=True, detach=True)
+    except CorralError as refused:  # it ended between the wait and the attach: as if it had ended before
+        if refused.status != CLOSE_CONFLICT or (ended := api.get(job.id)).state not in JOB_TERMINAL:
+            raise
+        replay_ended(ctx, api, ended, 0)
     finish(ctx, api, job.id, 0, outcome)
 
 
@@ -270,6 +294,10 @@ def exec_command(ctx: click.Context, job_id: int, task: int, use_tty: bool | Non
                  command: tuple[str, ...]) -> None:
     """Run a command inside a running task (its directory, environment and devices): corral exec JOB -- CMD..."""
     api = client(ctx)
+    if command[:1] == ("--",):  # click keeps the separator once JOB has ended the options
+        command = command[1:]
+    if not command:
+        raise click.UsageError("give the command to run: corral exec JOB -- CMD...")
     use_tty = sys.stdin.isatty() if use_tty is None else use_tty
     channel = api.relay.exec(job_id, command, task, tty=use_tty, detach=detach,
                              size=window_size() if use_tty else None)

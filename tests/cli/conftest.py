@@ -34,6 +34,7 @@ class FakeClient:
         self.sharing = WorkdirSharing(alive=1, sharing=1)  # every worker shares the submission directory
         self.asked_sharing: list = []
         self.attachment_views: list = []
+        self.log_chunks: list[bytes] = []
 
     def submit(self, spec, idempotency_key=None):
         self.submitted.append((spec, idempotency_key))
@@ -76,6 +77,9 @@ class FakeClient:
 
     def attachments(self, job_id):
         return self.attachment_views
+
+    def logs(self, job_id, task=0, stream="stdout"):
+        return iter(self.log_chunks)
 
     def close(self):
         pass

@@ -22,6 +22,16 @@ def test_shell_submits_an_interactive_job_running_the_users_shell(cli, fake, mon
     assert "error: job 42 ended FAILED before its terminal opened: no worker has 64 GPUs" in result.output
 
 
+def test_a_shell_whose_command_ended_before_the_attach_shows_its_output_and_exits_with_its_code(cli, fake):
+    from corral.core.views import TaskView
+    fake.jobs = [job_view(42, state="FAILED")]
+    fake.task_views = [TaskView(id=1, index=0, state="FAILED", attempt=0, worker_id="w-1", gpu_ids=[], failures=1,
+                                preemptions=0, exit_code=3, reason="exit code 3", state_since=time.time())]
+    fake.log_chunks = [b"job=42\r\n"]
+    result = cli("shell", "--no-workdir", "--", "sh", "-c", "echo job=$CORRAL_JOB_ID; exit 3")
+    assert result.exit_code == 3 and "job=42" in result.output and "error" not in result.output
+
+
 def test_shell_runs_the_command_given_and_refuses_a_command_with_jupyter(cli, fake):
     fake.jobs = [job_view(42, state="CANCELLED")]
     cli("shell", "--no-workdir", "--", "python", "-i")

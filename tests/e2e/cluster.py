@@ -122,6 +122,11 @@ class Cluster:
         return wait_for(lambda: (j := self.job(job_id))["state"] in states and j, timeout,
                         f"job {job_id} to reach {states}")
 
+    def wait_running(self, job_id: int, index: int = 0, timeout: float = 30) -> dict:
+        """Until task `index` runs its process: a job is RUNNING as soon as it is placed."""
+        return wait_for(lambda: (t := self.tasks(job_id)[index])["state"] == "RUNNING" and t, timeout,
+                        f"task {index} of job {job_id} to run")
+
     def wait_end(self, job_id: int, timeout: float = 30) -> dict:
         return self.wait_state(job_id, *JOB_TERMINAL, timeout=timeout)
 

@@ -91,7 +91,7 @@ def test_detach_then_attach_shows_the_same_session(cluster):
 
 def test_exec_into_a_running_batch_job(cluster):
     job_id = cluster.submit(command=["sh", "-c", "echo ready; sleep 300"], env={"SECRET_WORD": "swordfish"})
-    cluster.wait_state(job_id, "RUNNING")
+    cluster.wait_running(job_id)
     done = corral(cluster, "exec", str(job_id), "--", "sh", "-c", 'echo "$SECRET_WORD in $PWD"; echo oops >&2; exit 4')
     assert done.returncode == 4, done.stderr
     assert done.stdout.startswith("swordfish in /") and "oops" in done.stderr
@@ -101,7 +101,7 @@ def test_exec_into_a_running_batch_job(cluster):
 def test_port_forward_serves_50_concurrent_requests(cluster):
     port = 18000 + os.getpid() % 1000
     job_id = cluster.submit(command=[PY, "-m", "http.server", str(port), "--bind", "127.0.0.1"])
-    cluster.wait_state(job_id, "RUNNING")
+    cluster.wait_running(job_id)
     forward = subprocess.Popen([PY, "-m", "corral", "port-forward", str(job_id), str(port)],
                                env=corral_env(cluster), stdout=subprocess.PIPE, text=True)
     try:
@@ -131,15 +131,15 @@ def _get(url: str) -> int | None:
 
 def test_the_idle_timeout_ends_an_unattended_job(cluster):
     job_id = cluster.submit(command=["sh"], interactive=True, idle_timeout=2)
-    cluster.wait_state(job_id, "RUNNING")
+    cluster.wait_running(job_id)
     assert cluster.wait_end(job_id, timeout=60)["state"] != "SUCCEEDED"
 
 
 def test_a_job_token_is_refused_on_another_jobs_terminal(cluster):
     victim = cluster.submit(command=["sh"], interactive=True)
     spy = cluster.submit(command=["sh", "-c", "echo $CORRAL_TOKEN; sleep 300"])
-    cluster.wait_state(victim, "RUNNING")
-    cluster.wait_state(spy, "RUNNING")
+    cluster.wait_running(victim)
+    cluster.wait_running(spy)
     token = wait_for(lambda: cluster.logs(spy).strip(), 30, "the spy's job token")
 
     async def attach() -> None:
@@ -159,7 +159,7 @@ def test_bad_requests_are_one_line(cluster):
     done = corral(cluster, "exec", "999999", "--", "true")
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and done.stderr.startswith("error: ")
     batch = cluster.submit(command=["sleep", "300"])
-    cluster.wait_state(batch, "RUNNING")
+    cluster.wait_running(batch)
     done = corral(cluster, "attach", str(batch))
     assert done.returncode == 1 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
     cluster.http.post(f"/api/v1/jobs/{batch}/cancel")

@@ -195,15 +195,18 @@ def wait_running(api: Client, job_id: int, task: int = 0) -> JobView | None:
 
 
 def replay_ended(ctx: click.Context, api: Client, job: JobView, task: int) -> None:
-    """A terminal that ended before anyone attached: what it printed (its log) and its exit code, as if watched."""
-    if job.state in (JobState.CANCELLED, JobState.UNSCHEDULABLE):
-        raise CliError(f"job {job.id} ended {job.state} before its terminal opened"
-                       + (f": {job.pending_reason}" if job.pending_reason else ""))
+    """A terminal whose command exited before anyone attached: what it printed (its log) and its exit code, as if
+    watched. One that never ran (cancelled, unschedulable, a failed build) is an error naming why."""
+    views = api.tasks(job.id)
+    view = views[task] if task < len(views) else None
+    if view is None or view.exit_code is None:
+        why = (view.reason if view is not None else None) or job.pending_reason
+        raise CliError(f"job {job.id} ended {job.state} before its terminal opened" + (f": {why}" if why else ""))
     with contextlib.suppress(CorralError):
         for chunk in api.logs(job.id, task):
             sys.stdout.buffer.write(chunk)
         sys.stdout.flush()
-    finish(ctx, api, job.id, task, TerminalOutcome(code=None, detached=False))
+    ctx.exit(view.exit_code)
 
 
 def _clear(live: bool, shown: str) -> None:

@@ -153,12 +153,15 @@ def main() -> None:
                 step(env)
             except Exception as error:  # one step's failure is reported; the next still runs
                 check(step.__name__, False, f"{type(error).__name__}: {str(error)[:300]}")
+    except Exception as error:
+        check("the cluster starts", False, f"{type(error).__name__}: {error}")
     finally:
         up.terminate()
         up.wait(30)
         log.close()
         if failures:
-            print((data / "up.log").read_text()[-4000:])
+            for path in [data / "up.log", *sorted((data / "logs").glob("*.log"))]:
+                print(f"--- {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-40:]))
     sys.exit(1 if failures else 0)
 
 

@@ -93,3 +93,23 @@ def test_info_lists_open_and_recent_attachments(cli, fake):
     assert section.index("10.0.0.6") < section.index("nvidia-smi")  # open ones first
     assert "idle timeout 1h" in result.output and "corral attach 9" in result.output
     assert json.loads(cli("info", "9", "--json").output)["attachments"][0]["id"] == 1
+
+
+def test_exec_takes_its_options_after_the_job_and_the_command_after_the_separator(cli, fake, monkeypatch):
+    """`corral exec 5 -T -- nvidia-smi --query-gpu=name` (as kubectl exec): -T is exec's, the rest the command's."""
+    from corral.client.relay import TerminalOutcome
+
+    asked: list = []
+
+    class Relay:
+        def exec(self, job_id, command, task, **options):
+            asked.append((job_id, list(command), task, options))
+
+    fake.relay = Relay()
+    monkeypatch.setattr("corral.cli.interactive.run_local_terminal", lambda *_, **__: TerminalOutcome(code=4))
+    result = cli("exec", "5", "-T", "--task", "1", "--", "nvidia-smi", "--query-gpu=name", "-i", "0")
+    assert result.exit_code == 4
+    assert asked == [(5, ["nvidia-smi", "--query-gpu=name", "-i", "0"], 1,
+                      {"tty": False, "detach": False, "size": None})]
+    result = cli("exec", "5", "ls", "-la")
+    assert result.exit_code == 2 and "No such option" in result.output

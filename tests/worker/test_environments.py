@@ -164,3 +164,13 @@ def test_the_worker_finds_its_own_python_first():
     found = discover_pythons()
     assert found[0] == own_interpreter() and found[0].path == sys.executable
     assert len({i.version for i in found}) == len(found)
+
+
+def test_a_worker_without_the_uv_package_still_finds_its_own_python(monkeypatch):
+    """Found on a GPU machine whose Python lacked uv: discovery raised ImportError and took the worker down."""
+    from corral.worker.environments import discover_pythons, uv_binary
+
+    monkeypatch.setitem(sys.modules, "uv", None)  # import uv now raises ImportError
+    with pytest.raises(FileNotFoundError, match="uv package is not installed"):
+        uv_binary()
+    assert discover_pythons() == [own_interpreter()]

@@ -285,7 +285,7 @@ def attach(ctx: click.Context, job_id: int, task: int, watch: bool) -> None:
     finish(ctx, api, job_id, task, outcome)
 
 
-@click.command("exec", context_settings={"allow_interspersed_args": False})
+@click.command("exec")
 @click.argument("job_id", type=int, metavar="JOB")
 @task_option
 @click.option("-t/-T", "--tty/--no-tty", "use_tty", default=None,
@@ -297,10 +297,6 @@ def exec_command(ctx: click.Context, job_id: int, task: int, use_tty: bool | Non
                  command: tuple[str, ...]) -> None:
     """Run a command inside a running task (its directory, environment and devices): corral exec JOB -- CMD..."""
     api = client(ctx)
-    if command[:1] == ("--",):  # click keeps the separator once JOB has ended the options
-        command = command[1:]
-    if not command:
-        raise click.UsageError("give the command to run: corral exec JOB -- CMD...")
     use_tty = sys.stdin.isatty() if use_tty is None else use_tty
     channel = api.relay.exec(job_id, command, task, tty=use_tty, detach=detach,
                              size=window_size() if use_tty else None)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -100,8 +101,12 @@ class Acquired:
 
 
 def uv_binary() -> str:
-    from uv import find_uv_bin
-
+    """uv's own binary; FileNotFoundError, like a missing binary, where the uv package is not installed, so a worker
+    without it still runs tasks (only --pip and --python builds fail, each with that reason)."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        raise FileNotFoundError(errno.ENOENT, "the uv package is not installed where the worker runs", "uv") from None
     return find_uv_bin()
 
 

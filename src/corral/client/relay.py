@@ -33,6 +33,8 @@ from corral.core.relay import (
     CLOSE_WORKER_ERROR,
     CONNECT_TIMEOUT,
     DETACH_KEYS,
+    MAX_FRAME,
+    PORT_CHUNK,
     STDERR,
     Eof,
     Exit,
@@ -104,7 +106,7 @@ class Relay:
         url = websocket_url(self.url, path, params)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            connection = await websockets.connect(url, additional_headers=headers, max_size=4 * CHUNK,
+            connection = await websockets.connect(url, additional_headers=headers, max_size=MAX_FRAME,
                                                   open_timeout=CONNECT_TIMEOUT, ping_interval=20, ping_timeout=60,
                                                   compression=None)
         except InvalidStatus as error:
@@ -297,7 +299,8 @@ class PortForwarder:
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (address, port) bound, the port chosen by the system when asked for 0."""
         try:
-            self._server = await asyncio.start_server(self._accepted, self.address, self.local_port)
+            self._server = await asyncio.start_server(self._accepted, self.address, self.local_port,
+                                                      limit=PORT_CHUNK)
         except OSError as error:
             raise CorralError(None, f"cannot listen on {self.address}:{self.local_port}: {error.strerror}") from None
         self.bound = self._server.sockets[0].getsockname()[:2]
@@ -329,6 +332,8 @@ class PortForwarder:
         except CorralError as error:
             if self.on_error is not None:
                 self.on_error(error)
+        except asyncio.CancelledError:
+            pass  # close() ends it: asyncio's server would log a cancelled connection task as an error
         finally:
             self._connections.discard(current)
             writer.close()
@@ -341,7 +346,7 @@ async def pipe_port(channel: ClientConnection, reader: asyncio.StreamReader, wri
 
     async def upstream() -> None:
         with contextlib.suppress(ConnectionClosed, ConnectionError):
-            while data := await reader.read(CHUNK):
+            while data := await reader.read(PORT_CHUNK):
                 await channel.send(data)
             await channel.send(Eof().model_dump_json())
 

@@ -20,6 +20,9 @@ Frames, worker to client:
   normal close);
 - port: binary frames are the connection's bytes, unprefixed; `eof` when the task's side half-closed.
 
+Neither end offers compression (permessage-deflate): keystrokes gain nothing from it, and it cost the controller
+half its time on a forwarded port's bytes.
+
 Close codes: 1000 when the channel ended normally (the process exited, the connection closed), or one of
 CLOSE_* below with a reason a person can read.
 """
@@ -38,6 +41,8 @@ STDOUT = 1
 STDERR = 2
 DETACH_KEYS = b"\x10\x11"  # Ctrl-P Ctrl-Q, as docker attach: leaves the terminal running
 DETACH_KEYS_NAME = "Ctrl-P Ctrl-Q"
+PORT_CHUNK = 1 << 20  # what one frame of a port channel carries at most: few frames, so bytes, not frames, cost
+MAX_FRAME = 4 << 20  # the largest frame either end of a channel takes
 REPLAY_BYTES = 64 * 1024  # what a terminal keeps of its latest output, shown to whoever attaches
 CONNECT_TIMEOUT = 15.0  # how long the controller waits for the worker to dial back before it gives up
 MAX_ROWS = 1000

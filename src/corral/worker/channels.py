@@ -26,6 +26,8 @@ from corral.core.relay import (
     CLOSE_CONFLICT,
     CLOSE_NORMAL,
     CLOSE_WORKER_ERROR,
+    MAX_FRAME,
+    PORT_CHUNK,
     STDERR,
     STDOUT,
     Eof,
@@ -47,7 +49,6 @@ from corral.worker.terminal import (
 
 HANGUP_GRACE = 2.0  # how long an exec whose client went away has after SIGHUP before SIGKILL, as ssh gives
 DRAIN_TIMEOUT = 5.0  # how long an ended exec's output may take to be read (a leftover child may hold its pipes)
-MAX_FRAME = 16 << 20  # the largest frame taken from a client
 CHUNK = 1 << 16
 
 
@@ -84,7 +85,8 @@ def relay_url(controller_url: str, session: str, worker_id: str) -> str:
 @asynccontextmanager
 async def dial(url: str, token: str) -> AsyncIterator[Socket]:
     """The worker's WebSocket to a relay, authenticated by its join token."""
-    async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=MAX_FRAME) as ws:
+    async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=MAX_FRAME,
+                       compression=None) as ws:
         yield ws
 
 
@@ -253,7 +255,7 @@ async def _port(ws: Socket, order: RelayOrder, place: Workplace) -> None:
                                                     f"(it listens on: {held})"))
         return
     try:
-        reader, writer = await asyncio.open_connection(_loopback(ports[order.port]), order.port)
+        reader, writer = await asyncio.open_connection(_loopback(ports[order.port]), order.port, limit=PORT_CHUNK)
     except OSError as error:
         await ws.close(CLOSE_WORKER_ERROR, close_reason(f"port {order.port}: {error}"))
         return
@@ -282,7 +284,7 @@ class _BadFrame(Exception):
 
 async def _upstream(ws: Socket, reader: asyncio.StreamReader) -> None:
     """The task's bytes to the client, then eof at the task's half-close."""
-    while data := await reader.read(CHUNK):
+    while data := await reader.read(PORT_CHUNK):
         await ws.send(data)
     await ws.send(Eof().model_dump_json())
 

@@ -15,24 +15,21 @@ from websockets.exceptions import ConnectionClosed
 from corral.cli.main import main
 from corral.client.errors import CorralError
 from corral.client.http import Client
-from corral.client.relay import DetachWatch, PortForwarder, Relay, capture_exec, run_terminal, websocket_url
+from corral.client.relay import (
+    DetachWatch,
+    OutputBuffer,
+    PortForwarder,
+    Relay,
+    capture_exec,
+    run_terminal,
+    websocket_url,
+)
 from corral.core.relay import DETACH_KEYS, STDERR, STDOUT, Eof, Exit, Notice, Resize, Role
 from tests.waiting import wait_until
 
 TOKEN = "secret"
 REFUSALS = {404: (4404, "job 404 not found"), 403: (4403, "job 7's token may not reach job 403"),
             409: (4409, "task 0 of job 409 is PENDING, not RUNNING"), 503: (4503, "")}
-
-
-class Buffer:
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def flush(self) -> None:
-        pass
 
 
 class FakeRelay:
@@ -155,7 +152,7 @@ def test_http_urls_become_websocket_urls():
 
 
 async def test_terminal_output_and_exit_code(fake):
-    out, err = Buffer(), Buffer()
+    out, err = OutputBuffer(), OutputBuffer()
     async with Relay(fake.url, TOKEN).terminal(1, size=(30, 100)) as channel:
         outcome = await run_terminal(channel, keys(b"echo hi\r", b"exit 3 "), out, err)
     assert (outcome.code, outcome.exited, outcome.detached) == (3, True, False)
@@ -165,7 +162,8 @@ async def test_terminal_output_and_exit_code(fake):
 
 async def test_detach_keys_close_the_channel_and_send_nothing_of_them(fake):
     async with Relay(fake.url, TOKEN).terminal(1) as channel:
-        outcome = await run_terminal(channel, keys(b"ls\x10", DETACH_KEYS[1:] + b"never sent"), Buffer(), Buffer())
+        outcome = await run_terminal(channel, keys(b"ls\x10", DETACH_KEYS[1:] + b"never sent"), OutputBuffer(),
+                                     OutputBuffer())
     assert outcome.detached and not outcome.exited
     await wait_until(lambda: ("closed", (1000, "detached")) in fake.seen)
     assert [what for kind, what in fake.seen if kind == "keys"] == [b"ls"]
@@ -183,7 +181,7 @@ async def test_resizes_become_resize_frames_and_notices_go_to_their_own_lines(fa
     notes: list[str] = []
     done = asyncio.Event()
     async with Relay(fake.url, TOKEN).terminal(1) as channel:
-        session = asyncio.create_task(run_terminal(channel, keys(then=done), Buffer(), Buffer(),
+        session = asyncio.create_task(run_terminal(channel, keys(then=done), OutputBuffer(), OutputBuffer(),
                                                    resizes=sizes((40, 120)), on_note=notes.append))
         await wait_until(lambda: notes)
         await channel.send(b"exit 0 ")  # as the person would type it
@@ -197,7 +195,7 @@ async def test_resizes_become_resize_frames_and_notices_go_to_their_own_lines(fa
 async def test_a_watcher_is_told_it_does_not_hold_the_keyboard(fake):
     notes: list[str] = []
     async with Relay(fake.url, TOKEN).terminal(1, watch=True) as channel:
-        await run_terminal(channel, keys(b"exit 0 "), Buffer(), Buffer(), on_note=notes.append)
+        await run_terminal(channel, keys(b"exit 0 "), OutputBuffer(), OutputBuffer(), on_note=notes.append)
     assert notes and notes[0].startswith("watching:")
 
 
@@ -216,7 +214,7 @@ async def test_exec_captures_both_streams_and_the_code(fake):
 async def test_each_close_code_is_an_error_with_its_reason(fake, job, message):
     with pytest.raises(CorralError) as raised:
         async with Relay(fake.url, TOKEN).terminal(job) as channel:
-            await run_terminal(channel, keys(), Buffer(), Buffer())
+            await run_terminal(channel, keys(), OutputBuffer(), OutputBuffer())
     assert str(raised.value) == message and raised.value.status == REFUSALS[job][0]
 
 

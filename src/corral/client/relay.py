@@ -261,7 +261,9 @@ class ExecResult:
     stderr: bytes
 
 
-class _Buffer:
+class OutputBuffer:
+    """A stream `run_terminal` writes to, kept in memory."""
+
     def __init__(self) -> None:
         self.data = bytearray()
 
@@ -274,7 +276,7 @@ class _Buffer:
 
 async def capture_exec(connection: ClientConnection, stdin: bytes = b"") -> ExecResult:
     """Send `stdin` (then Eof), collect both streams until the process exits."""
-    out, err = _Buffer(), _Buffer()
+    out, err = OutputBuffer(), OutputBuffer()
 
     async def feed() -> AsyncIterator[bytes]:
         for start in range(0, len(stdin), CHUNK):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import psutil
@@ -47,6 +48,21 @@ async def test_exec_runs_in_the_tasks_directory_and_environment_with_its_streams
     assert client.out == f"out plum\n{harness.attempt_dir()}\n".encode()
     assert client.streams[STDERR] == b"err\n"
     assert harness.states()[-1] == "RUNNING"  # the task itself goes on
+
+
+async def test_execs_that_ended_are_let_go_with_their_lifelines(harness):
+    """A notebook session may exec hundreds of times: an ended exec's process and shim lifeline are not kept."""
+    await running(harness, ["sleep", "60"])
+    for _ in range(3):
+        client = await harness.relay.open(harness.runner, "exec", command=["true"])
+        assert (await client.control("exit"))["code"] == 0
+        await client.end()
+    attempt = next(iter(harness.runner._attempts.values()))
+    before = len(os.listdir("/proc/self/fd"))
+    client = await harness.relay.open(harness.runner, "exec", command=["true"])
+    assert (await client.control("exit"))["code"] == 0
+    assert len(attempt.execs) == 1  # the three before it are gone
+    assert len(os.listdir("/proc/self/fd")) <= before + 1
 
 
 async def test_exec_reads_its_stdin_until_eof(harness):

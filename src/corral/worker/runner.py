@@ -203,8 +203,8 @@ class _Attempt:
     channels: dict[object, Outbox | None] = field(default_factory=dict)  # open relay channels: what a stop warns
     idle_since: float = 0.0  # monotonic time its last channel closed, or it started
     idle_watch: asyncio.Task | None = None
-    execs: list[asyncio.subprocess.Process] = field(default_factory=list)  # what `exec` started in it
-    exec_lifelines: list[int] = field(default_factory=list)  # the write ends of the execs' shims' lifelines
+    # What `exec` started in it, each with the write end of its shim's lifeline (None in a cgroup).
+    execs: dict[asyncio.subprocess.Process, int | None] = field(default_factory=dict)
 
     @property
     def ref(self) -> tuple[int, int]:
@@ -224,8 +224,18 @@ class _Attempt:
         if self.lifeline is not None:
             os.close(self.lifeline)
             self.lifeline = None
-        while self.exec_lifelines:
-            os.close(self.exec_lifelines.pop())
+        for process, lifeline in list(self.execs.items()):
+            if lifeline is not None:
+                os.close(lifeline)
+                self.execs[process] = None
+
+    def forget_ended_execs(self) -> None:
+        """Let go of the execs that have exited, and of their lifelines: an attempt may run many over its life."""
+        for process, lifeline in list(self.execs.items()):
+            if process.returncode is not None:
+                del self.execs[process]
+                if lifeline is not None:
+                    os.close(lifeline)
 
     @property
     def runs(self) -> bool:
@@ -684,6 +694,8 @@ class _Place:
                      name: str) -> asyncio.subprocess.Process:
         """In the attempt's cgroup, or under a shim of its own whose lifeline the attempt's end closes."""
         att = self.att
+        att.forget_ended_execs()
+        lifeline: int | None = None
         if att.cgroup is not None:
             process = await _create(_launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup), att.cwd,
                                     att.env, stdin, stdout, stderr, tty=tty)
@@ -691,17 +703,16 @@ class _Place:
             record = att.directory / "execs" / name / RECORD
             argv = _launch(command, att.cwd, att.env, record, None, ["--tty"] if tty else ["--stdin", str(stdin)])
             record.parent.mkdir(parents=True, exist_ok=True)
-            lifeline, held = os.pipe()
+            shim_end, lifeline = os.pipe()
             try:
-                process = await _create(argv, att.cwd, att.env, lifeline, stdout, stderr,
+                process = await _create(argv, att.cwd, att.env, shim_end, stdout, stderr,
                                         pass_fds=() if tty else (stdin,))
             except BaseException:
-                os.close(held)
+                os.close(lifeline)
                 raise
             finally:
-                os.close(lifeline)
-            att.exec_lifelines.append(held)
-        att.execs.append(process)
+                os.close(shim_end)
+        att.execs[process] = lifeline
         log.info("task=%s attempt=%s exec %r pid=%s", *att.ref, command[:1], process.pid)
         return process
 

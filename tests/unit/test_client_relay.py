@@ -359,3 +359,10 @@ def test_attach_exits_with_the_code_and_errors_in_one_line(fake_in_thread):
     refused.close()
     assert refused.exitstatus == 1
     assert refused.before.strip() == b"error: task 0 of job 409 is PENDING, not RUNNING"
+
+
+async def test_a_command_too_long_for_a_request_line_is_refused_before_anything_is_sent(fake):
+    with pytest.raises(CorralError, match="too long for a channel"):
+        async with Relay(fake.url, TOKEN).exec(1, ["echo", "x" * 9000]):
+            pass
+    assert not fake.seen

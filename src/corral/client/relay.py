@@ -34,6 +34,7 @@ from corral.core.relay import (
     CONNECT_TIMEOUT,
     DETACH_KEYS,
     MAX_FRAME,
+    MAX_URL,
     PORT_CHUNK,
     STDERR,
     Eof,
@@ -104,6 +105,9 @@ class Relay:
                       ) -> AsyncIterator[ClientConnection]:
         """An open channel; closed (normally) when the block ends."""
         url = websocket_url(self.url, path, params)
+        if len(url) > MAX_URL:  # the server would not answer such a request line at all
+            raise CorralError(None, f"the request is too long for a channel ({len(url)} bytes of URL, at most "
+                                    f"{MAX_URL}): put a long command in a script and run that")
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             connection = await websockets.connect(url, additional_headers=headers, max_size=MAX_FRAME,

@@ -45,6 +45,7 @@ PORT_CHUNK = 1 << 20  # what one frame of a port channel carries at most: few fr
 MAX_FRAME = 4 << 20  # the largest frame either end of a channel takes
 REPLAY_BYTES = 64 * 1024  # what a terminal keeps of its latest output, shown to whoever attaches
 CONNECT_TIMEOUT = 15.0  # how long the controller waits for the worker to dial back before it gives up
+MAX_URL = 8000  # a channel's URL, its exec command included: the controller's WebSocket server reads 8 KiB of line
 MAX_ROWS = 1000
 MAX_COLS = 1000
 

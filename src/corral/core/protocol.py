@@ -224,6 +224,9 @@ class BuildOrder(BaseModel):
     allocate_port: bool = False  # give the process a free port as $PORT, reported with RUNNING
     start: bool = Field(False, description="start as soon as it is prepared, with no start order to wait for")
     interactive: bool = Field(False, description="run on a terminal (a PTY) that clients attach to (corral.core.relay)")
+    run_as: str | None = Field(None, max_length=32, pattern=r"^[a-z_][a-z0-9_.\-]*\$?$",
+                               description="the local account its processes run as, where the worker runs as root "
+                                           "(the owner's unix_user); else the worker's own")
     idle_timeout: float | None = Field(None, gt=0, description="interactive: end once no client was attached this long")
 
 

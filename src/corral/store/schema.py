@@ -61,6 +61,8 @@ jobs = Table(
     Column("retry_cause", String(32)),
     Column("retry_state", String(16)),
     Column("retry_due_at", Float),
+    # Who submitted it (a user's name; "admin" for the admin token); a job token's submission is its job's owner's.
+    Column("owner", String(64), nullable=False, server_default="admin"),
     Index("ix_jobs_state", "state"),
     Index("ix_jobs_launched_by", "launched_by"),
     Index("ix_jobs_name", "name"),  # the dashboard sorts 100k jobs by name
@@ -214,7 +216,53 @@ audit = Table(
     Column("action", String(64), nullable=False),
     Column("job_id", Integer),
     Column("detail", JSON, nullable=False),
+    # A call to the API (corral.controller.audit): the caller's role, the object acted on, from where, and the
+    # outcome (the HTTP status). None on the controller's own actions.
+    Column("role", String(20)),
+    Column("object", String(200)),
+    Column("address", String(100)),
+    Column("outcome", Integer),
     Index("ix_audit_job", "job_id", "id"),
+    Index("ix_audit_at", "at"),
+    Index("ix_audit_actor", "actor", "id"),
+)
+
+# People: a user is a name with personal tokens, a cluster-wide admin flag, and a role per project (memberships).
+users = Table(
+    "users",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False, unique=True),
+    Column("cluster_admin", Boolean, nullable=False, default=False),
+    Column("unix_user", String(32)),  # the local account its tasks run as on workers that run as root
+    Column("created_at", Float, nullable=False),
+    Column("disabled_at", Float),
+)
+
+memberships = Table(
+    "memberships",
+    metadata,
+    Column("user_id", Integer, primary_key=True),
+    Column("project", String(100), primary_key=True),
+    Column("role", String(20), nullable=False),  # corral.core.roles.Role: project-admin, member, viewer
+    Column("updated_at", Float, nullable=False),
+    Index("ix_memberships_project", "project"),
+)
+
+# Personal tokens: shown once, stored as their sha256, revocable, optionally expiring.
+user_tokens = Table(
+    "user_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("user_id", Integer, nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("prefix", String(16), nullable=False),  # the token's first characters, to tell tokens apart
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float),
+    Column("revoked_at", Float),
+    Column("last_used_at", Float),
+    Index("ix_user_tokens_user", "user_id"),
 )
 
 # Scheduling policy, set from the controller's config file or the admin API.
@@ -242,6 +290,7 @@ project_tokens = Table(
     Column("project", String(100), nullable=False),
     Column("token_hash", String(64), nullable=False, unique=True),
     Column("created_at", Float, nullable=False),
+    Column("owner", String(64), nullable=False, server_default="admin"),
     Index("ix_project_tokens_project", "project"),
 )
 
@@ -256,6 +305,7 @@ deployments = Table(
     Column("tries", Integer, nullable=False, default=0),
     # Replicas wanted now: between min and max, or 0 when scaled to zero by the router.
     Column("replicas", Integer, nullable=False),
+    Column("owner", String(64), nullable=False, server_default="admin"),
     # sha256 of the keys that may call it through the router (besides the admin token).
     Column("key_hashes", JSON, nullable=False, default=list),
     # Replicas in a row that ended before they served, and when the last did: the replacement backoff.

@@ -6,13 +6,14 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 
-from corral.controller.auth import require_admin
+from corral.controller.identity import allow
 from corral.controller.services import services_of
 from corral.core.config import PoolPolicy, ProjectQuota
+from corral.core.roles import Action
 from corral.core.spec import NAME
 from corral.store.policy import delete_pool, delete_quota, put_pool, put_quota, read_policy
 
-router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(allow(Action.CLUSTER))])
 
 Name = Path(..., max_length=100, pattern=f"^{NAME}$")
 

@@ -8,7 +8,7 @@ import time
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 
 from corral.controller.admission import refusal
-from corral.controller.auth import require_admin
+from corral.controller.identity import allow, person, principal_of, refuse_unless, visible_projects
 from corral.controller.services import services_of
 from corral.core.deployment_spec import DeploymentSpec
 from corral.core.deployment_views import (
@@ -23,6 +23,7 @@ from corral.core.deployment_views import (
     ScaleRequest,
     ServingHistoryEntry,
 )
+from corral.core.roles import Action
 from corral.core.serving import DeploymentState
 from corral.core.wire import Text
 from corral.serving.pool import read_pool
@@ -42,12 +43,15 @@ from corral.store.deployments import (
     serving_history,
 )
 
-router = APIRouter(prefix="/api/v1", tags=["serving"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1", tags=["serving"], dependencies=[Depends(person)])
+DEPLOY = [Depends(allow(Action.DEPLOY, "deployment"))]
 
 
 @router.post("/deployments", status_code=status.HTTP_201_CREATED, response_model=DeploymentView)
 async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
     services = services_of(request)
+    principal = principal_of(request)
+    refuse_unless(principal, Action.DEPLOY, spec.project)
     if spec.bundle and not services.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
@@ -57,7 +61,7 @@ async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{refused} (each replica runs as a job)")
     try:
         async with services.store.write() as connection:
-            await insert_deployment(connection, spec, [], time.time())
+            await insert_deployment(connection, spec, [], time.time(), owner=principal.name)
     except NameTaken as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
     await services.serving.changed()
@@ -66,13 +70,16 @@ async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
 
 @router.get("/deployments", response_model=list[DeploymentView])
 async def list_deployments(request: Request, all: bool = False) -> list[DeploymentView]:
+    """The deployments of the projects the caller may read (a cluster admin: all)."""
     async with services_of(request).store.read() as connection:
-        rows = await deployment_rows(connection, shown_only=not all, limit=1000)
+        rows = await deployment_rows(connection, shown_only=not all, limit=1000,
+                                     projects=visible_projects(principal_of(request)))
         counts = await replica_counts(connection, [r.id for r in rows])
     return [_view(row, counts.get(row.id, {})) for row in rows]
 
 
-@router.get("/deployments/{name}", response_model=DeploymentDetail)
+@router.get("/deployments/{name}", response_model=DeploymentDetail,
+            dependencies=[Depends(allow(Action.READ, "deployment"))])
 async def deployment_info(name: Text, request: Request) -> DeploymentDetail:
     view = await _one(request, name)
     async with services_of(request).store.read() as connection:
@@ -87,7 +94,7 @@ async def deployment_info(name: Text, request: Request) -> DeploymentDetail:
         history=[ServingHistoryEntry.model_validate(r, from_attributes=True) for r in history_rows])
 
 
-@router.post("/deployments/{name}/scale", response_model=DeploymentView)
+@router.post("/deployments/{name}/scale", response_model=DeploymentView, dependencies=DEPLOY)
 async def scale(name: Text, body: ScaleRequest, request: Request) -> DeploymentView:
     services = services_of(request)
     try:
@@ -103,7 +110,8 @@ async def scale(name: Text, body: ScaleRequest, request: Request) -> DeploymentV
     return await _one(request, name)
 
 
-@router.post("/deployments/{name}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyReply)
+@router.post("/deployments/{name}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyReply,
+             dependencies=DEPLOY)
 async def new_key(name: Text, body: KeyRequest, request: Request) -> KeyReply:
     key = body.key or f"crl-{secrets.token_urlsafe(24)}"
     try:
@@ -115,7 +123,7 @@ async def new_key(name: Text, body: KeyRequest, request: Request) -> KeyReply:
     return KeyReply(deployment=name, key=key)
 
 
-@router.delete("/deployments/{name}", response_model=DeploymentView)
+@router.delete("/deployments/{name}", response_model=DeploymentView, dependencies=DEPLOY)
 async def undeploy(name: Text, request: Request) -> DeploymentView:
     services = services_of(request)
     try:
@@ -128,13 +136,13 @@ async def undeploy(name: Text, request: Request) -> DeploymentView:
     return await _one(request, name, destroyed_too=True)
 
 
-@router.post("/router/load", status_code=status.HTTP_204_NO_CONTENT)
+@router.post("/router/load", status_code=status.HTTP_204_NO_CONTENT, dependencies=[Depends(allow(Action.CLUSTER))])
 async def report_load(report: LoadReport, request: Request) -> None:
     """A standalone router's load, summed into the controller's autoscaling while fresh."""
     services_of(request).router.report_load(report.router, report.loads, time.time())
 
 
-@router.get("/router/catalog", response_model=CatalogView)
+@router.get("/router/catalog", response_model=CatalogView, dependencies=[Depends(allow(Action.CLUSTER))])
 async def catalog(request: Request) -> CatalogView:
     """What a standalone `corral router` routes on: live deployments, their keys and healthy endpoints."""
     current = services_of(request).router.catalog
@@ -167,4 +175,4 @@ def _view(row, counts: dict[str, int]) -> DeploymentView:
                           replica_counts=counts, spec=facts.spec, keys=len(facts.key_hashes),
                           created_at=row.created_at, state_since=row.state_since, finished_at=row.finished_at,
                           failed_starts=facts.failed_starts,
-                          next_start_at=facts.next_start_at() if facts.failed_starts else None)
+                          next_start_at=facts.next_start_at() if facts.failed_starts else None, owner=row.owner)

@@ -9,17 +9,18 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 
-from corral.controller.auth import require_admin
 from corral.controller.events import follow_events
+from corral.controller.identity import job_facts, person, principal_of, refuse_unless
 from corral.controller.services import services_of
+from corral.core.roles import Action
 from corral.core.views import EventView
 from corral.core.wire import MAX_ID, Text
 from corral.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
-from corral.store.deployments import name_exists
+from corral.scheduling.policy import DEFAULT_PROJECT
+from corral.store.deployments import newest_named
 from corral.store.events import before_last, latest_id
-from corral.store.job_views import job_exists
 
-router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(person)])
 
 KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxies from closing the stream
 RETRY_MS = 2000  # how soon a disconnected EventSource should come back
@@ -41,7 +42,8 @@ async def events(
     follow: bool = Query(True, description="Keep the stream open for new events; false: end once caught up."),
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
 ) -> StreamingResponse:
-    """Without `after`, `last` or Last-Event-ID, the stream starts with the oldest event kept."""
+    """Without `after`, `last` or Last-Event-ID, the stream starts with the oldest event kept. The whole stream is
+    a cluster admin's; others name a job or a deployment of a project they may read."""
     services = services_of(request)
     start = after
     if last_event_id is not None:
@@ -50,13 +52,26 @@ async def events(
                                 f"Last-Event-ID must be an event id (a non-negative integer), not {last_event_id!r}")
         start = int(last_event_id)
     async with services.store.read() as connection:
-        if job is not None and not await job_exists(connection, job):
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
-        if deployment is not None and not await name_exists(connection, deployment):
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {deployment!r}")
+        projects = []
+        if job is not None:
+            project, _ = await job_facts(connection, job)
+            if project is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
+            projects.append(project)
+        if deployment is not None:
+            named = await newest_named(connection, deployment)
+            if named is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {deployment!r}")
+            projects.append((named.spec or {}).get("project") or DEFAULT_PROJECT)
         if start is None:
             start = await before_last(connection, last, job, deployment) if last else 0
         newest = await latest_id(connection)
+    principal = principal_of(request)
+    if not projects and not principal.cluster_admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"the whole event stream is for cluster admins; "
+                                                       f"{principal.name} names ?job= or ?deployment=")
+    for project in projects:
+        refuse_unless(principal, Action.READ, project)
     if start > newest:
         # Ids only grow: an id from the future means a different store, so replay all that is kept.
         start = 0

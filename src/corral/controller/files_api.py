@@ -10,10 +10,11 @@ from pydantic import ValidationError
 
 from corral.controller.auth import require_worker
 from corral.controller.files import MAX_BUNDLE, MAX_OFFSET, Stream
-from corral.controller.job_tokens import authorize
+from corral.controller.identity import allow, authenticate
 from corral.controller.params import RAW_BODY, PathId, PathIndex
 from corral.controller.services import services_of
 from corral.core import limits
+from corral.core.roles import Action
 from corral.core.spec import FILESYSTEM_ID, NAME, Workdir
 from corral.core.views import WorkdirSharing
 from corral.core.wire import MAX_COUNT
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/api/v1", tags=["files"])
 
 
-@router.get("/jobs/{job_id}/tasks/{index}/logs", dependencies=[Depends(authorize)])
+@router.get("/jobs/{job_id}/tasks/{index}/logs", dependencies=[Depends(allow(Action.LOGS, "job", job_tokens=True))])
 async def task_logs(job_id: PathId, index: PathIndex, request: Request, stream: Stream = Query("stdout"),
                     attempt: int | None = Query(None, ge=0, le=MAX_COUNT),
                     offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> Response:
@@ -68,7 +69,7 @@ async def _check_attempt(connection: AsyncConnection, task, job_id: int, index: 
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"task {index} of job {job_id} has no attempt {attempt} ({has})")
 
 
-@router.get("/workdir/sharing", response_model=WorkdirSharing, dependencies=[Depends(authorize)])
+@router.get("/workdir/sharing", response_model=WorkdirSharing, dependencies=[Depends(authenticate)])
 async def workdir_sharing(
     request: Request,
     path: str = Query(..., max_length=limits.MAX_PATH, pattern="^/", description="the submission directory"),
@@ -87,13 +88,14 @@ async def workdir_sharing(
     return WorkdirSharing(alive=len(found), sharing=sum(shares(workdir, fs, shared) for fs, shared in found))
 
 
-@router.head("/bundles/{digest}", dependencies=[Depends(authorize)])
+@router.head("/bundles/{digest}", dependencies=[Depends(authenticate)])
 async def has_bundle(digest: str, request: Request) -> Response:
     found = _checked(request, digest).exists()
     return Response(status_code=status.HTTP_200_OK if found else status.HTTP_404_NOT_FOUND)
 
 
-@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED, dependencies=[Depends(authorize)],
+@router.put("/bundles/{digest}", status_code=status.HTTP_201_CREATED,
+            dependencies=[Depends(allow(Action.SUBMIT, job_tokens=True))],
             openapi_extra=RAW_BODY)
 async def put_bundle(digest: str, request: Request) -> dict:
     _checked(request, digest)

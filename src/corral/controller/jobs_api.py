@@ -10,12 +10,14 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, s
 from fastapi.responses import JSONResponse
 
 from corral.controller.admission import refusal
-from corral.controller.job_tokens import authorize, out_of_reach
+from corral.controller.identity import allow, authenticate, principal_of, refuse_unless, visible_projects
+from corral.controller.job_tokens import out_of_reach
 from corral.controller.launches import bounded_by, launch_name, read_launcher
 from corral.controller.params import PathId
 from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields
 from corral.controller.services import services_of
+from corral.core.roles import Action
 from corral.core.spec import JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
@@ -37,7 +39,7 @@ from corral.store.job_views import (
 from corral.store.jobs import insert_job
 from corral.store.launches import launched_within
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authorize)])
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
@@ -48,13 +50,15 @@ async def submit(spec: JobSpec, request: Request,
     if late:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             [{"loc": ["body", "begin"], "msg": late, "type": "value_error"}])
-    launcher = request.state.caller.job_id
-    if launcher is not None:  # a task's child: bounded by the job that launches it
+    principal = principal_of(request)
+    launcher = principal.job_id
+    if launcher is not None:  # a task's child: bounded by the job that launches it (its project and priority)
         async with services.store.read() as connection:
             spec = bounded_by(await read_launcher(connection, launcher), spec)
             for job_id in (*spec.after, *spec.after_any):  # its state would show in the child's pending reason
                 if await launched_within(connection, job_id, launcher) is False:
                     raise HTTPException(status.HTTP_403_FORBIDDEN, out_of_reach(launcher, job_id))
+    refuse_unless(principal, Action.SUBMIT, spec.project)
     if spec.bundle and not services.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
@@ -73,7 +77,7 @@ async def submit(spec: JobSpec, request: Request,
                 name = launch_name(await read_launcher(connection, launcher), name)
             retry = await retry_columns(connection, spec, services.retry_config)
             job_id = await insert_job(connection, spec, idempotency_key, time.time(), name=name,
-                                      launched_by=launcher, **retry)
+                                      launched_by=launcher, owner=principal.name, **retry)
     except Conflict:  # the same key, submitted concurrently
         existing = await _job_by_key(request, idempotency_key or "")
         if existing is None:
@@ -84,7 +88,7 @@ async def submit(spec: JobSpec, request: Request,
 
 
 async def _replay(request: Request, existing: JobView, spec: JobSpec, key: str) -> JSONResponse:
-    caller = request.state.caller.job_id
+    caller = principal_of(request).job_id
     if caller is not None:  # a task's token answers for its launch tree only, replays included
         async with services_of(request).store.read() as connection:
             if not await launched_within(connection, existing.id, caller):
@@ -111,10 +115,16 @@ async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
                     sort: SortKey = Query("id"), order: Literal["asc", "desc"] = Query("desc"),
                     offset: int = Query(0, ge=0, le=10_000_000),
                     count: bool = Query(False, description="Also count the jobs that match (`total`)."),
-                    launched_by: int | None = Query(None, ge=1, le=MAX_ID)) -> JobPage:
+                    launched_by: int | None = Query(None, ge=1, le=MAX_ID),
+                    owner: Text | None = Query(None, max_length=64, description="Only this user's jobs.")) -> JobPage:
+    """The jobs of the projects the caller may read (a cluster admin: all)."""
     if cursor is not None and (sort != "id" or offset):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "cursor pages only by id: drop sort or offset, or the cursor")
-    where = JobFilter(state, name, project, pool, launched_by, within=request.state.caller.job_id)
+    principal = principal_of(request)
+    if project is not None:
+        refuse_unless(principal, Action.READ, project)
+    where = JobFilter(state, name, project, pool, launched_by, within=principal.job_id, owner=owner,
+                      projects=visible_projects(principal))
     async with services_of(request).store.read() as connection:
         ids = await page_ids(connection, where, sort, order == "desc", limit, offset, cursor)
         total = await count_jobs(connection, where) if count else None
@@ -124,7 +134,7 @@ async def list_jobs(request: Request, state: list[JobState] = Query(default=[]),
                    total=total)
 
 
-@router.get("/{job_id}", response_model=JobView)
+@router.get("/{job_id}", response_model=JobView, dependencies=[Depends(allow(Action.READ, "job", job_tokens=True))])
 async def get_job(job_id: PathId, request: Request) -> JobView:
     return await _one(request, job_id)
 
@@ -136,7 +146,8 @@ async def _one(request: Request, job_id: int) -> JobView:
     return views[0]
 
 
-@router.get("/{job_id}/tasks", response_model=list[TaskView])
+@router.get("/{job_id}/tasks", response_model=list[TaskView],
+            dependencies=[Depends(allow(Action.READ, "job", job_tokens=True))])
 async def job_tasks(job_id: PathId, request: Request) -> list[TaskView]:
     await _one(request, job_id)
     async with services_of(request).store.read() as connection:
@@ -154,7 +165,8 @@ async def job_tasks(job_id: PathId, request: Request) -> list[TaskView]:
     ]
 
 
-@router.get("/{job_id}/history", response_model=list[HistoryEntry])
+@router.get("/{job_id}/history", response_model=list[HistoryEntry],
+            dependencies=[Depends(allow(Action.READ, "job", job_tokens=True))])
 async def job_history(job_id: PathId, request: Request) -> list[HistoryEntry]:
     await _one(request, job_id)
     async with services_of(request).store.read() as connection:
@@ -162,7 +174,8 @@ async def job_history(job_id: PathId, request: Request) -> list[HistoryEntry]:
     return [HistoryEntry.model_validate(row, from_attributes=True) for row in rows]
 
 
-@router.post("/{job_id}/cancel", response_model=JobView)
+@router.post("/{job_id}/cancel", response_model=JobView,
+             dependencies=[Depends(allow(Action.CANCEL, "job", job_tokens=True))])
 async def cancel(job_id: PathId, request: Request) -> JobView:
     services = services_of(request)
     try:
@@ -191,6 +204,6 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
                 created_at=r.created_at,
                 state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
                 idempotency_key=r.idempotency_key, preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger,
-                launched_by=r.launched_by, **retry[r.id])
+                launched_by=r.launched_by, owner=r.owner, **retry[r.id])
         for r in (rows[i] for i in ids if i in rows)
     ]

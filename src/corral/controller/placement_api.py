@@ -6,9 +6,10 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 
-from corral.controller.auth import require_admin
+from corral.controller.identity import allow
 from corral.controller.params import PathId
 from corral.controller.services import services_of
+from corral.core.roles import Action
 from corral.core.views import PlacementAnalysis, WorkerFit
 from corral.scheduling.analysis import judge_workers, quota_use
 from corral.scheduling.rooms import Request as TaskRequest
@@ -16,7 +17,7 @@ from corral.scheduling.snapshot import JobPlacement, gate
 from corral.store.job_views import job_row, task_ids_of
 from corral.store.scheduling_reads import read_cluster
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(allow(Action.READ, "job"))])
 
 
 @router.get("/{job_id}/placement", response_model=PlacementAnalysis)

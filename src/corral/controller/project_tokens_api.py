@@ -14,14 +14,16 @@ import time
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 
 from corral.controller.admin_api import Name
-from corral.controller.auth import require_admin
+from corral.controller.identity import allow, principal_of
 from corral.controller.params import PathId
 from corral.controller.services import services_of
+from corral.core.roles import Action
 from corral.core.views import IssuedToken, ProjectToken, TokenRequest
 from corral.store.database import Conflict
 from corral.store.project_tokens import issue_token, list_tokens, revoke_token
 
-router = APIRouter(prefix="/api/v1/admin/projects", tags=["admin"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1/admin/projects", tags=["admin"],
+                   dependencies=[Depends(allow(Action.PROJECT_TOKENS, "project"))])
 
 TOKEN_PREFIX = "crp-"
 
@@ -32,7 +34,7 @@ async def issue(request: Request, body: TokenRequest | None = None, name: str = 
     now = time.time()
     try:
         async with services_of(request).store.write() as connection:
-            token_id = await issue_token(connection, name, token, now)
+            token_id = await issue_token(connection, name, token, now, owner=principal_of(request).name)
     except Conflict:
         raise HTTPException(status.HTTP_409_CONFLICT, "that token is already issued: choose another, "
                                                       "or let corral make one") from None

@@ -4,8 +4,8 @@ browsers, and a job's attachments.
 Every WebSocket is accepted first and, when refused, closed with a CLOSE_* code of corral.core.relay and a reason
 a person can read, so that a client can print why. A client's request is judged in this order:
 1. the job id is a number (else CLOSE_INVALID);
-2. the caller: the admin token, the job's own token, or a ticket for this job (else 4401, or 4403 for another
-   job's token or ticket);
+2. the caller: a ticket for this job, or a token (controller.identity) that may ATTACH to it: the admin token, a
+   user's who may, the job's own (else 4401, or 4403 with the reason);
 3. the rest of the request is well formed: task index, port, command, flags, rows and cols (else CLOSE_INVALID);
 4. the job and its task exist (else 4404);
 5. a terminal is asked of an interactive job only, and the task's current attempt is RUNNING on a live worker
@@ -20,8 +20,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, WebSocket, status
 from starlette.datastructures import QueryParams
 
-from corral.controller.auth import require_worker
-from corral.controller.job_tokens import authorize, identify
+from corral.controller.auth import _bearer, require_worker
+from corral.controller.identity import allow, identify, job_facts, principal_of
 from corral.controller.params import PathId
 from corral.controller.relays import Refused, close, fit, new_session
 from corral.controller.services import Services, services_of
@@ -37,6 +37,7 @@ from corral.core.relay import (
     MAX_ROWS,
     ChannelKind,
 )
+from corral.core.roles import Action, decide
 from corral.core.states import TaskState, WorkerState
 from corral.core.views import AttachmentView, TicketView
 from corral.core.wire import MAX_ID, clean_text
@@ -45,7 +46,7 @@ from corral.store.attachments import MAX_LISTED, Opening, job_attachments, job_e
 MAX_DIGITS = 12  # a number longer than this is out of every range here
 FLAGS = {"0": False, "false": False, "1": True, "true": True}
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["relay"], dependencies=[Depends(authorize)])
+router = APIRouter(prefix="/api/v1/jobs", tags=["relay"])
 sockets = APIRouter(tags=["relay"])
 
 
@@ -85,21 +86,23 @@ async def dial_back(websocket: WebSocket, session: str) -> None:
     await waiting.done.wait()  # the client's route pipes the two; this one only keeps the worker's end open
 
 
-@router.post("/{job_id}/tickets", response_model=TicketView)
+@router.post("/{job_id}/tickets", response_model=TicketView,
+             dependencies=[Depends(allow(Action.ATTACH, "job", job_tokens=True))])
 async def issue_ticket(job_id: PathId, request: Request) -> TicketView:
     """A single-use ticket (`?ticket=`) that opens one channel into this job within 30 s: for a browser."""
-    caller = request.state.caller
-    if not caller.admin and caller.job_id != job_id:
+    caller = principal_of(request)
+    if caller.job_id is not None and caller.job_id != job_id:
         raise HTTPException(status.HTTP_403_FORBIDDEN, _not_yours(caller.job_id, job_id))
     services = services_of(request)
     async with services.store.read() as connection:
         if not await job_exists(connection, job_id):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-    ticket = services.tickets.issue(job_id, _actor(caller.job_id), time.time())
+    ticket = services.tickets.issue(job_id, _actor(caller.name, caller.job_id), time.time())
     return TicketView(ticket=ticket, expires_in=TICKET_SECONDS)
 
 
-@router.get("/{job_id}/attachments", response_model=list[AttachmentView])
+@router.get("/{job_id}/attachments", response_model=list[AttachmentView],
+            dependencies=[Depends(allow(Action.READ, "job", job_tokens=True))])
 async def attachments(job_id: PathId, request: Request,
                       limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100) -> list[AttachmentView]:
     """The channels opened into the job's tasks, newest first."""
@@ -126,7 +129,7 @@ async def _admit(services: Services, websocket: WebSocket, kind: ChannelKind, jo
                  port_text: str | None) -> Opening:
     """The channel asked for, judged in the order of this module's docstring; Refused otherwise."""
     job_id = _id(job_text, "job id")  # 1.
-    actor = _authenticate(services, websocket, job_id)  # 2.
+    actor = await _authenticate(services, websocket, job_id)  # 2.
     index = _id(index_text, "task index", low=0)  # 3.
     detail = _detail(kind, websocket.query_params, port_text)
     async with services.store.read() as connection:  # 4.
@@ -147,8 +150,8 @@ async def _admit(services: Services, websocket: WebSocket, kind: ChannelKind, jo
     return Opening(session=new_session(), target=target, kind=kind, detail=detail, actor=actor, address=address)
 
 
-def _authenticate(services: Services, websocket: WebSocket, job_id: int) -> str:
-    """Who opens the channel ("admin" or "job N"), from a ticket for this job or a bearer token."""
+async def _authenticate(services: Services, websocket: WebSocket, job_id: int) -> str:
+    """Who opens the channel (a user's name, or "job N"), from a ticket for this job or a bearer token."""
     ticket_key = websocket.query_params.get("ticket")
     if ticket_key is not None:
         ticket = services.tickets.redeem(ticket_key, time.time())
@@ -159,12 +162,17 @@ def _authenticate(services: Services, websocket: WebSocket, job_id: int) -> str:
             raise Refused(CLOSE_FORBIDDEN, f"the ticket was issued for job {ticket.job_id}, not job {job_id}")
         return ticket.actor
     try:
-        caller = identify(websocket)
+        caller, _ = await identify(services, _bearer(websocket), time.time())
     except HTTPException as refused:
         raise Refused(CLOSE_UNAUTHORIZED, f"{refused.detail}; or ?ticket=") from None
-    if not caller.admin and caller.job_id != job_id:
+    if caller.job_id is not None and caller.job_id != job_id:
         raise Refused(CLOSE_FORBIDDEN, _not_yours(caller.job_id, job_id))
-    return _actor(caller.job_id)
+    async with services.store.read() as connection:
+        project, owner = await job_facts(connection, job_id)
+    refused = decide(caller, Action.ATTACH, project, owner) if project is not None else None  # none: 4404 later
+    if refused:
+        raise Refused(CLOSE_FORBIDDEN, refused)
+    return _actor(caller.name, caller.job_id)
 
 
 def _detail(kind: ChannelKind, query: QueryParams, port_text: str | None) -> dict:
@@ -216,8 +224,8 @@ def _flag(query: QueryParams, name: str) -> bool:
     return FLAGS[value]
 
 
-def _actor(job_id: int | None) -> str:
-    return "admin" if job_id is None else f"job {job_id}"
+def _actor(name: str, job_id: int | None) -> str:
+    return name if job_id is None else f"job {job_id}"
 
 
 def _not_yours(caller: int | None, job_id: int) -> str:

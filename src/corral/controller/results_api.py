@@ -8,16 +8,17 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response,
 from fastapi.responses import JSONResponse
 
 from corral.controller.files_api import no_such_task
-from corral.controller.job_tokens import authorize
+from corral.controller.identity import allow, principal_of
 from corral.controller.params import RAW_BODY, PathId, PathIndex
 from corral.controller.results import MAX_RESULT, ResultFiles
 from corral.controller.services import services_of
+from corral.core.roles import Action
 from corral.core.states import TASK_TERMINAL, TaskState
 from corral.core.wire import MAX_COUNT
 from corral.store.task_views import task_at
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}/tasks/{index}/result", tags=["functions"],
-                   dependencies=[Depends(authorize)])
+                   dependencies=[Depends(allow(Action.LOGS, "job", job_tokens=True))])
 
 POLL = 0.1  # how often a waiting reader looks for the task's end (a written result wakes it at once)
 DRAIN_LIMIT = 16 * MAX_RESULT
@@ -38,9 +39,9 @@ async def _task(request: Request, job_id: int, index: int):
 @router.put("", status_code=status.HTTP_204_NO_CONTENT, openapi_extra=RAW_BODY)
 async def put_result(job_id: PathId, index: PathIndex, request: Request,
                      attempt: int = Query(..., ge=0, le=MAX_COUNT)) -> None:
-    """Only the task's own job (or the admin) writes it, for the attempt that runs now."""
-    caller = request.state.caller
-    if not caller.admin and caller.job_id != job_id:
+    """Only the task's own job (or a cluster admin) writes it, for the attempt that runs now."""
+    caller = principal_of(request)
+    if not caller.cluster_admin and caller.job_id != job_id:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"only a task of job {job_id} stores its results")
     data = await _bounded_body(request)
     task = await _task(request, job_id, index)

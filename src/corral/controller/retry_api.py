@@ -14,17 +14,19 @@ import time
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 from pydantic import BaseModel
 
-from corral.controller.auth import require_admin
+from corral.controller.identity import allow, person
 from corral.controller.params import PathId
 from corral.controller.retry_defaults import cluster_layers, policy_layers
 from corral.controller.retry_views import retry_fields
 from corral.controller.services import services_of
 from corral.core.retry_policy import RetryPolicy, effective_policy
+from corral.core.roles import Action
 from corral.core.views import RetryAttemptView
 from corral.store.job_views import job_rows
 from corral.store.retries import CLUSTER, add_audit, chain_ids, store_default, stored_default
 
-router = APIRouter(prefix="/api/v1", tags=["retries"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1", tags=["retries"], dependencies=[Depends(person)])
+CLUSTER_ONLY = [Depends(allow(Action.CLUSTER))]
 
 ProjectName = Path(..., min_length=1, max_length=200)
 
@@ -35,7 +37,8 @@ class DefaultPolicyView(BaseModel):
     effective: RetryPolicy  # what a job of this scope without a policy of its own gets
 
 
-@router.get("/jobs/{job_id}/attempts", response_model=list[RetryAttemptView])
+@router.get("/jobs/{job_id}/attempts", response_model=list[RetryAttemptView],
+            dependencies=[Depends(allow(Action.READ, "job"))])
 async def job_attempts(job_id: PathId, request: Request) -> list[RetryAttemptView]:
     async with services_of(request).store.read() as connection:
         chain = (await chain_ids(connection, [job_id])).get(job_id)
@@ -51,32 +54,32 @@ async def job_attempts(job_id: PathId, request: Request) -> list[RetryAttemptVie
     ]
 
 
-@router.get("/admin/retry-policy", response_model=DefaultPolicyView)
+@router.get("/admin/retry-policy", response_model=DefaultPolicyView, dependencies=CLUSTER_ONLY)
 async def get_cluster_default(request: Request) -> DefaultPolicyView:
     return await _view(request, CLUSTER)
 
 
-@router.put("/admin/retry-policy", response_model=DefaultPolicyView)
+@router.put("/admin/retry-policy", response_model=DefaultPolicyView, dependencies=CLUSTER_ONLY)
 async def put_cluster_default(policy: RetryPolicy, request: Request) -> DefaultPolicyView:
     return await _set(request, CLUSTER, policy)
 
 
-@router.delete("/admin/retry-policy", response_model=DefaultPolicyView)
+@router.delete("/admin/retry-policy", response_model=DefaultPolicyView, dependencies=CLUSTER_ONLY)
 async def delete_cluster_default(request: Request) -> DefaultPolicyView:
     return await _set(request, CLUSTER, None)
 
 
-@router.get("/admin/projects/{project}/retry-policy", response_model=DefaultPolicyView)
+@router.get("/admin/projects/{project}/retry-policy", response_model=DefaultPolicyView, dependencies=CLUSTER_ONLY)
 async def get_project_default(request: Request, project: str = ProjectName) -> DefaultPolicyView:
     return await _view(request, ("project", project))
 
 
-@router.put("/admin/projects/{project}/retry-policy", response_model=DefaultPolicyView)
+@router.put("/admin/projects/{project}/retry-policy", response_model=DefaultPolicyView, dependencies=CLUSTER_ONLY)
 async def put_project_default(policy: RetryPolicy, request: Request, project: str = ProjectName) -> DefaultPolicyView:
     return await _set(request, ("project", project), policy)
 
 
-@router.delete("/admin/projects/{project}/retry-policy", response_model=DefaultPolicyView)
+@router.delete("/admin/projects/{project}/retry-policy", response_model=DefaultPolicyView, dependencies=CLUSTER_ONLY)
 async def delete_project_default(request: Request, project: str = ProjectName) -> DefaultPolicyView:
     return await _set(request, ("project", project), None)
 

@@ -9,13 +9,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 
-from corral.controller.auth import require_admin, require_worker
+from corral.controller.auth import require_worker
 from corral.controller.files import MAX_OFFSET, Stream
+from corral.controller.identity import allow
 from corral.controller.job_tokens import mint
 from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
 from corral.controller.services import services_of
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
+from corral.core.roles import Action
 from corral.core.spec import MAX_GPU
 from corral.core.views import DeviceTask, DeviceView, WorkerView
 from corral.core.wire import MAX_COUNT, Text
@@ -90,7 +92,7 @@ async def upload_log(worker_id: Text, task_id: PathId, attempt: Annotated[int, P
                             f"the log cannot reach offset {offset} here: {error.strerror}") from None
 
 
-@router.get("", response_model=list[WorkerView], dependencies=[Depends(require_admin)])
+@router.get("", response_model=list[WorkerView], dependencies=[Depends(allow(Action.READ))])
 async def list_workers(request: Request) -> list[WorkerView]:
     async with services_of(request).store.read() as connection:
         rows = await worker_rows(connection)

@@ -42,6 +42,7 @@ class DeploymentView(BaseModel):
     finished_at: float | None = None
     failed_starts: int = Field(0, description="replicas in a row that ended before they served")
     next_start_at: float | None = Field(None, description="while replicas keep failing: no new one before this")
+    owner: str = Field("admin", description="the user who deployed it")
 
 
 class DeploymentDetail(DeploymentView):

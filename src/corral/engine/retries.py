@@ -156,6 +156,7 @@ async def _dispatch(connection: AsyncConnection, decision: RetryDecision, change
     child_id = await insert_job(
         connection, JobSpec.model_validate(parent.spec, context=STORED), key, changes.now, created_by=NAME, note=note,
         name=parent.name, launched_by=parent.launched_by,  # a launched job's retry stays in its launch tree
+        owner=parent.owner,
         parent_job_id=parent.id, retry_root_id=root_id, retry_count=count, max_retries=parent.max_retries,
         retry_policy=parent.retry_policy, retry_cause=parent.retry_cause, retry_state=RetryState.ARMED)
     changes.retry(parent.id, RetryState.SCHEDULED, RetryState.RETRIED, by=NAME)

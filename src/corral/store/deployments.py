@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -68,12 +69,13 @@ async def read_snapshot(connection: AsyncConnection, now: float, probes: dict[in
     return snapshot
 
 
-async def insert_deployment(connection: AsyncConnection, spec: DeploymentSpec, keys: list[str], now: float) -> int:
+async def insert_deployment(connection: AsyncConnection, spec: DeploymentSpec, keys: list[str], now: float,
+                            owner: str = "admin") -> int:
     if await live_deployment(connection, spec.name) is not None:
         raise NameTaken(f"a deployment named {spec.name!r} already exists (undeploy it first)")
     deployment_id = (await connection.execute(insert(deployments).values(
         name=spec.name, spec=spec.model_dump(mode="json"), state=D.PENDING, state_since=now, tries=0,
-        replicas=spec.initial_replicas, key_hashes=[key_hash(k) for k in keys], created_at=now,
+        replicas=spec.initial_replicas, key_hashes=[key_hash(k) for k in keys], created_at=now, owner=owner,
     ).returning(deployments.c.id))).scalar_one()
     changes = ChangeSet(now)
     changes.record_serving(deployment_id, None, "Deploy", "SUCCESS", None, D.PENDING,
@@ -91,7 +93,8 @@ async def insert_replica(connection: AsyncConnection, changes: ChangeSet, deploy
                          handler: str, replaces: int | None = None) -> int:
     """A new replica and its job (its creation is no move: its record goes to `changes`); `replaces`: the replica
     on its way out whose place it takes."""
-    job_id = await insert_job(connection, spec.replica_job(), None, changes.now)
+    owner = (await connection.execute(select(deployments.c.owner).where(deployments.c.id == deployment_id))).scalar()
+    job_id = await insert_job(connection, spec.replica_job(), None, changes.now, owner=owner or "admin")
     replica_id = (await connection.execute(insert(replicas).values(
         deployment_id=deployment_id, job_id=job_id, state=R.PROVISIONING, state_since=changes.now,
         created_at=changes.now,
@@ -176,9 +179,13 @@ async def add_key(connection: AsyncConnection, name: str, key: str, now: float) 
     await changes.flush(connection)
 
 
-async def deployment_rows(connection: AsyncConnection, shown_only: bool = True, limit: int | None = None) -> list:
-    """Full `deployments` rows, newest first: those SHOWN, or with `shown_only` false every one ever made."""
+async def deployment_rows(connection: AsyncConnection, shown_only: bool = True, limit: int | None = None,
+                          projects: Collection[str] | None = None) -> list:
+    """Full `deployments` rows, newest first: those SHOWN, or with `shown_only` false every one ever made; with
+    `projects`, of those projects only."""
     query = select(deployments).order_by(deployments.c.id.desc())
+    if projects is not None:
+        query = query.where(deployments.c.spec["project"].as_string().in_(sorted(projects)))
     if shown_only:
         query = query.where(deployments.c.state.in_([str(s) for s in SHOWN]))
     if limit is not None:

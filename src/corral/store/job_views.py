@@ -33,10 +33,16 @@ class JobFilter:
     pool: str | None = None
     launched_by: int | None = None
     within: int | None = None  # only this job and those launched from it (what a task may see)
+    owner: str | None = None
+    projects: Collection[str] | None = None  # only jobs of these projects (what the caller may read); None: all
 
     def apply(self, query: Select) -> Select:
         if self.within is not None:
             query = query.where(jobs.c.id.in_(subtree_ids(self.within)))
+        if self.owner is not None:
+            query = query.where(jobs.c.owner == self.owner)
+        if self.projects is not None:
+            query = query.where(jobs.c.spec["project"].as_string().in_(sorted(self.projects)))
         if self.launched_by is not None:
             query = query.where(jobs.c.launched_by == self.launched_by)
         if self.states:
@@ -136,9 +142,15 @@ def _waiting() -> Select:
     )
 
 
-async def queue_page(connection: AsyncConnection, limit: int, offset: int) -> tuple[list, int]:
-    """One page of the waiting jobs, (id, waiting) in the order the scheduler considers them, and their total."""
-    waiting = _waiting()
-    rows = list((await connection.execute(waiting.order_by(*QUEUE_ORDER).limit(limit).offset(offset))).all())
+async def queue_page(connection: AsyncConnection, limit: int, offset: int,
+                     projects: Collection[str] | None = None) -> tuple[list, int]:
+    """One page of the waiting jobs, (id, waiting, position) in the order the scheduler considers them, and their
+    total; with `projects`, only those projects' jobs, each at its position in the whole queue."""
+    ranked = _waiting().add_columns(func.row_number().over(order_by=QUEUE_ORDER).label("position"),
+                                    jobs.c.spec["project"].as_string().label("project")).subquery()
+    waiting = select(ranked.c.id, ranked.c.waiting, ranked.c.position)
+    if projects is not None:
+        waiting = waiting.where(ranked.c.project.in_(sorted(projects)))
+    rows = list((await connection.execute(waiting.order_by(ranked.c.position).limit(limit).offset(offset))).all())
     total = (await connection.execute(select(func.count()).select_from(waiting.subquery()))).scalar_one()
     return rows, total

@@ -11,13 +11,13 @@ from corral.core.keys import key_hash
 from corral.store.schema import project_tokens
 
 
-async def issue_token(connection: AsyncConnection, project: str, token: str, now: float) -> int:
+async def issue_token(connection: AsyncConnection, project: str, token: str, now: float, owner: str = "admin") -> int:
     """Store the hash of `token` for `project`; its id names it for listing and revoking.
 
     A token already issued (to any project) breaks the uniqueness of its hash: IntegrityError.
     """
     return (await connection.execute(insert(project_tokens).values(
-        project=project, token_hash=key_hash(token), created_at=now,
+        project=project, token_hash=key_hash(token), created_at=now, owner=owner,
     ).returning(project_tokens.c.id))).scalar_one()
 
 

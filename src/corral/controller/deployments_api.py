@@ -51,7 +51,7 @@ DEPLOY = [Depends(allow(Action.DEPLOY, "deployment"))]
 async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
     services = services_of(request)
     principal = principal_of(request)
-    refuse_unless(principal, Action.DEPLOY, spec.project)
+    refuse_unless(principal, Action.DEPLOY, spec.project, owner=principal.name)
     if spec.bundle and not services.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")

@@ -97,3 +97,18 @@ def test_bad_project_token_requests_are_refused_and_nothing_is_stored(cluster):
     bad = cluster.http.post("/api/v1/deployments", json={"name": "x", "command": ["x"], "project": "no spaces"})
     assert bad.status_code == 422 and "project" in bad.text
     assert cluster.get("/api/v1/deployments") == []
+
+
+def test_a_personal_token_calls_its_projects_deployments_and_a_revoke_holds_at_once_at_every_router(cluster):
+    for name, projects in (("alice", {"team-a": "viewer"}), ("bob", {"team-b": "member"})):
+        made = cluster.http.post("/api/v1/users", json={"name": name, "projects": projects})
+        assert made.status_code == 201, made.text
+    alice, bob = (cluster.http.post("/api/v1/tokens", json={"user": name}).json() for name in ("alice", "bob"))
+    deploy(cluster, "mine", min_replicas=0, project="team-a")
+    with standalone_router(cluster) as router:
+        here, far = f"{cluster.url}/serve/mine/whoami", f"{router}/serve/mine/whoami"
+        wait_for(lambda: status(far, alice["token"]) == 200, 60, "the standalone router to accept alice's token")
+        assert status(here, alice["token"]) == 200
+        assert status(here, bob["token"]) == 401 and status(far, bob["token"]) == 401  # not a reader of team-a
+        assert cluster.http.delete(f"/api/v1/tokens/{alice['id']}").status_code == 204
+        assert status(here, alice["token"]) == 401 and status(far, alice["token"]) == 401  # at once, both

@@ -48,6 +48,7 @@ from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.loop import Engine, WorkerSignals
 from corral.metrics import CLUSTER, exposition
 from corral.serving import proxy
+from corral.serving.access import StorePeople
 from corral.serving.wiring import start_serving
 from corral.store.attachments import close_all_live
 from corral.store.policy import apply_policy_file
@@ -94,7 +95,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,
-            serving=serving, relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets())
+            serving=serving, relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets(),
+            people=StorePeople(store))
         write_cluster_file(settings, tokens)
         gc.freeze()  # what startup made lives on: collections skip it, which the router's request path feels
         try:

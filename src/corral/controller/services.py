@@ -21,6 +21,7 @@ from corral.controller.tickets import Tickets
 from corral.core.retry_policy import RetryPolicy
 from corral.engine.loop import Engine, WorkerSignals
 from corral.engine.serving_loop import ServingEngine
+from corral.serving.access import StorePeople
 from corral.serving.router import Router
 from corral.store.store import Store
 
@@ -43,6 +44,7 @@ class Services:
     serving: ServingEngine
     relays: Relays  # channels into tasks waiting for their workers to dial back
     tickets: Tickets  # unspent single-use tickets of browsers' channels
+    people: StorePeople  # the router's judge of personal tokens
 
 
 def services_of(request: Request) -> Services:

@@ -25,6 +25,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from corral.serving import proxy
+from corral.serving.access import bearer, personal
 from corral.serving.host import router_host
 from corral.serving.router import Router, RouterError, Waiter
 from corral.serving.upstream import Connection, UpstreamError, request_head
@@ -179,11 +180,13 @@ class FastLane(asyncio.Protocol):
             target = (path + query).decode("latin-1")
         else:
             return None
+        if refused is None:
+            refused = proxy.refusal(router, name, self._authorization, self.admin)
+            if refused is not None and personal(bearer(self._authorization)):
+                return None  # a personal token is judged against the store: the general path awaits that
         if body:
             self.parser.feed_data(body)
         self.buffer = self.buffer[end:]
-        if refused is None:
-            refused = proxy.refusal(router, name, self._authorization, self.admin)
         return Exchange(self, router, name, method.decode(), target, self._headers, body, refused)
 
     def on_url(self, url: bytes) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from corral.serving.access import NoPeople, People
 from corral.serving.router import Router
 
 
@@ -23,6 +24,9 @@ class RouterHost(Protocol):
     @property
     def tokens(self) -> AdminToken: ...
 
+    @property
+    def people(self) -> People: ...
+
 
 @dataclass(frozen=True)
 class StandaloneTokens:
@@ -31,10 +35,12 @@ class StandaloneTokens:
 
 @dataclass(frozen=True)
 class RouterServices:
-    """A standalone router's services: its router and the admin token that reaches every deployment."""
+    """A standalone router's services: its router, the admin token that reaches every deployment, and the
+    controller that judges personal tokens."""
 
     router: Router
     tokens: StandaloneTokens
+    people: People = NoPeople()
 
 
 def router_host(app) -> RouterHost | None:

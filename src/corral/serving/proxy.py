@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from corral.metrics import ROUTER_LATENCY, ROUTER_REQUESTS
-from corral.serving.access import bearer, may_call
+from corral.serving.access import bearer, may_call, personal
 from corral.serving.host import RouterHost
 from corral.serving.router import Router, RouterError, Waiter
 from corral.serving.streamed_body import StreamedBody
@@ -97,8 +97,13 @@ def _router(request: Request) -> Router:
     return _host(request).router
 
 
-def _denied(request: Request, deployment: str) -> Response | None:
-    found = refusal(_router(request), deployment, request.headers.get("authorization"), _host(request).tokens.admin)
+async def _denied(request: Request, deployment: str) -> Response | None:
+    authorization = request.headers.get("authorization")
+    found = refusal(_router(request), deployment, authorization, _host(request).tokens.admin)
+    if found is not None and found.status == 401 and personal(key := bearer(authorization)):
+        facts = _router(request).catalog.deployments[deployment]
+        if await _host(request).people.may_read(key, facts.spec.project):
+            return None
     return None if found is None else error(*found)
 
 
@@ -112,7 +117,7 @@ async def openai(request: Request) -> Response:
     if isinstance(route, Refusal):
         return error(*route)
     deployment, payload = route
-    if (denied := _denied(request, deployment)) is not None:
+    if (denied := await _denied(request, deployment)) is not None:
         return denied
     return await _forward(request, deployment, request.url.path, body,
                           early=payload.get("stream") is True, started=started)
@@ -134,7 +139,7 @@ async def serve(request: Request) -> Response:
     """/serve/{deployment}/{path}: any method, the body streamed through."""
     started = time.perf_counter()
     deployment = request.path_params["deployment"]
-    if (denied := _denied(request, deployment)) is not None:
+    if (denied := await _denied(request, deployment)) is not None:
         return denied
     first = await request.receive()
     done = not first.get("more_body", False)

@@ -15,6 +15,7 @@ from starlette.routing import Route
 from corral.client.aio import AsyncClient
 from corral.core.config import RouterConfig
 from corral.serving import proxy
+from corral.serving.access import reads
 from corral.serving.backends import RemoteBackend
 from corral.serving.fast_lane import protocol_for
 from corral.serving.host import RouterServices, StandaloneTokens
@@ -29,6 +30,18 @@ class RouterApp(Starlette):
             await super().__call__(scope, receive, send)
 
 
+class RemotePeople:
+    """A standalone router's judge of personal tokens: the controller's store, asked on each request."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def may_read(self, token: str, project: str) -> bool:
+        answer = await self.client.request("GET", "/api/v1/whoami", ok=(401, 403),
+                                           headers={"Authorization": f"Bearer {token}"})
+        return answer.status_code == 200 and reads(answer.json(), project)
+
+
 def create_router_app(controller_url: str, token: str, config: RouterConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -37,7 +50,7 @@ def create_router_app(controller_url: str, token: str, config: RouterConfig) -> 
             router = router_from_config(RemoteBackend(client, lambda catalog: holder["router"].publish(catalog)),
                                         config)
             holder["router"] = router
-            app.state.services = RouterServices(router, StandaloneTokens(admin=token))
+            app.state.services = RouterServices(router, StandaloneTokens(admin=token), RemotePeople(client))
             task = asyncio.create_task(router.run(), name="router")
             gc.freeze()  # what startup made lives on: collections skip it, which the request path feels
             try:

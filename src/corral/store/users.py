@@ -135,15 +135,17 @@ async def revoke_user_token(connection: AsyncConnection, token_id: int, now: flo
 async def holder_of(connection: AsyncConnection, token: str, now: float) -> TokenHolder | None:
     """The user of a good personal token (not revoked, not expired, user not disabled); else None."""
     row = (await connection.execute(
-        select(user_tokens.c.id.label("token_id"), user_tokens.c.expires_at, user_tokens.c.last_used_at, users.c.name)
+        select(user_tokens.c.id.label("token_id"), user_tokens.c.expires_at, user_tokens.c.last_used_at, users)
         .join(users, users.c.id == user_tokens.c.user_id)
         .where(user_tokens.c.token_hash == key_hash(token), user_tokens.c.revoked_at.is_(None),
                or_(user_tokens.c.expires_at.is_(None), user_tokens.c.expires_at > now),
                users.c.disabled_at.is_(None)))).first()
     if row is None:
         return None
-    user = await user_by_name(connection, row.name)
-    return TokenHolder(row.token_id, row.expires_at, row.last_used_at, user) if user else None
+    roles = {member.project: Role(member.role) for member in (await connection.execute(
+        select(memberships.c.project, memberships.c.role).where(memberships.c.user_id == row.id))).all()}
+    user = UserRecord(row.id, row.name, row.cluster_admin, row.unix_user, row.created_at, row.disabled_at, roles)
+    return TokenHolder(row.token_id, row.expires_at, row.last_used_at, user)
 
 
 async def mark_used(connection: AsyncConnection, token_id: int, now: float) -> None:

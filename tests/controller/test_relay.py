@@ -305,3 +305,19 @@ async def test_a_client_gone_before_its_worker_answered_fails_the_channel_and_en
     assert await worker.heartbeat() == []
     async with worker.dial(session) as dialed:
         assert (await closed_with(dialed))[0] == CLOSE_NOT_FOUND
+
+
+async def test_a_users_token_attaches_as_its_role_allows_and_is_recorded_by_name(cluster):
+    live, worker, job_id, _ = cluster  # the admin's job, in project default
+    tokens = {}
+    async with live.http() as admin:
+        for name, role in (("mem", "member"), ("pa", "project-admin")):
+            await admin.post("/api/v1/users", json={"name": name, "projects": {"default": role}})
+            tokens[name] = (await admin.post("/api/v1/tokens", json={"user": name})).json()["token"]
+    code, reason = await _refusal(live, f"/api/v1/jobs/{job_id}/tasks/0/terminal", tokens["mem"])
+    assert (code, reason) == (CLOSE_FORBIDDEN, "a member of project default may attach only its own; this one is "
+                                               "admin's")
+    async with live.http(tokens["mem"]) as member:
+        assert (await member.post(f"/api/v1/jobs/{job_id}/tickets")).status_code == 403
+    await _pairs(live, worker, f"/api/v1/jobs/{job_id}/tasks/0/terminal?watch=1", tokens["pa"])
+    assert (await _ended(live, job_id))[0]["actor"] == "pa"

@@ -240,3 +240,13 @@ async def test_users_members_and_tokens_refuse_what_is_not_there_or_taken(team):
         assert (await mem.delete(f"/api/v1/tokens/{bobs}")).status_code == 404
         assert (await mem.post("/api/v1/tokens", json={"user": "bob"})).status_code == 403
     assert others.status_code == 403
+
+
+async def test_the_queue_shows_a_member_its_projects_jobs_at_their_places_in_the_whole_queue(team):
+    async with team.api.admin() as admin:
+        await _ok(admin.post("/api/v1/jobs", json={**JOB, "project": "audio"}), 201)
+    async with team.as_("mem") as mem:
+        mine = (await _ok(mem.post("/api/v1/jobs", json=JOB), 201))["id"]
+        queue = await _ok(mem.get("/api/v1/queue"))
+    assert queue["total"] == 2
+    assert [(e["position"], e["job"]["id"]) for e in queue["items"]] == [(1, team.bobs_job), (3, mine)]

@@ -8,6 +8,7 @@ import time
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 
 from corral.controller.admission import refusal
+from corral.controller.audit import note
 from corral.controller.auth import require_admin
 from corral.controller.services import services_of
 from corral.core.deployment_spec import DeploymentSpec
@@ -48,6 +49,7 @@ router = APIRouter(prefix="/api/v1", tags=["serving"], dependencies=[Depends(req
 @router.post("/deployments", status_code=status.HTTP_201_CREATED, response_model=DeploymentView)
 async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
     services = services_of(request)
+    note(request, name=spec.name, project=spec.project)  # never more of the spec: its env may hold secrets
     if spec.bundle and not services.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")

@@ -20,6 +20,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, WebSocket, status
 from starlette.datastructures import QueryParams
 
+from corral.controller.audit import record_channel
 from corral.controller.auth import require_worker
 from corral.controller.job_tokens import authorize, identify
 from corral.controller.params import PathId
@@ -117,8 +118,10 @@ async def _channel(websocket: WebSocket, kind: ChannelKind, job_text: str, index
     try:
         opening = await _admit(services, websocket, kind, job_text, index_text, port_text)
     except Refused as refused:
+        await record_channel(websocket, refused.code)
         await close(websocket, refused.code, refused.reason)
         return
+    await record_channel(websocket, status.HTTP_101_SWITCHING_PROTOCOLS)
     await services.relays.serve(websocket, opening)
 
 

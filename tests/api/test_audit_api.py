@@ -173,3 +173,17 @@ async def test_retention_prunes_rows_older_than_it(api) -> None:
         pruning.cancel()
     assert api.app.state.services.settings.audit_retention == 365 * 86400.0
     await wait_until(pruning.done, 5, "the pruner to stop")
+
+
+async def test_admin_changes_name_their_object_and_a_retry_policy_is_kept_in_the_detail(api) -> None:
+    async with api.admin() as admin:
+        assert (await admin.put("/api/v1/admin/projects/vision/retry-policy",
+                                json={"max_retries": 2})).status_code == 200
+        assert (await admin.delete("/api/v1/admin/retry-policy")).status_code == 200
+        assert (await admin.put("/api/v1/admin/projects/vision/quota", json={"limits": {"gpu": 4}})).status_code == 200
+        assert (await admin.delete("/api/v1/admin/projects/vision/quota")).status_code == 204
+    rows = [(r["action"], r["object"], r["outcome"], r["detail"]) for r in await _log(api)]
+    assert rows == [("quota.remove", "project vision", 204, {}),
+                    ("quota.set", "project vision", 200, {"limits": {"gpu": 4}}),
+                    ("retry_policy.delete", "cluster", 200, {}),
+                    ("retry_policy.set", "project vision", 200, {"policy": {"max_retries": 2}})]

@@ -87,7 +87,6 @@ ACTIONS: Mapping[tuple[str, str], Named] = {
                                                                   "project {project} member {name}"),
     ("POST", "/api/v1/tokens"): Named("token.create", "token {id}", from_reply=True),
     ("DELETE", "/api/v1/tokens/{id}"): Named("token.revoke", "token {id}"),
-    ("DELETE", "/api/v1/tokens/{token_id}"): Named("token.revoke", "token {token_id}"),
 }
 
 

@@ -69,3 +69,17 @@ def test_metrics_can_require_the_token_by_flag_or_config(started, tmp_path, flag
     assert result.exit_code == 0, result.output
     assert started["controller"].metrics_token_required is required
     assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize(("flag", "retention"), [([], 365 * 86400.0), (["--audit-retention", "90d"], 90 * 86400.0)])
+def test_the_audit_logs_retention_is_a_controller_option(started, tmp_path, flag, retention):
+    result = CliRunner().invoke(main, ["controller", "--data-dir", str(tmp_path / "data"), *flag])
+    assert result.exit_code == 0, result.output
+    assert started["controller"].audit_retention == retention
+
+
+@pytest.mark.parametrize("value", ["0", "-1d", "forever"])
+def test_a_bad_audit_retention_is_a_usage_error(started, tmp_path, value):
+    result = CliRunner().invoke(main, ["controller", "--data-dir", str(tmp_path / "data"), "--audit-retention", value])
+    assert result.exit_code == 2 and "--audit-retention" in result.output
+    assert "controller" not in started

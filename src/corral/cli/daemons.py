@@ -89,12 +89,14 @@ ROUTER_CONFIG_VARIABLE = "CORRAL_ROUTER_CONFIG"  # read by controllers before th
               help="Bytes of each task's stdout, and of its stderr, kept per attempt; past it, a marker line.")
 @click.option("--log-retention", default="30d", show_default=True, callback=duration_option,
               help="How long the logs of ended jobs are kept (e.g. 12h, 7d).")
+@click.option("--audit-retention", default="365d", show_default=True, callback=duration_option,
+              help="How long rows of the audit log (people's API calls) are kept (e.g. 90d).")
 @click.option("--metrics-token-required", is_flag=True,
               help="/metrics answers only with the admin token (config file: `metrics: {require_token: true}`).")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
                heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_limit: int,
-               log_retention: float, metrics_token_required: bool, log_format: str,
+               log_retention: float, audit_retention: float, metrics_token_required: bool, log_format: str,
                config: CorralConfig | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground.
 
@@ -113,7 +115,7 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         data_dir=data_dir, host=host, port=port, db_url=db_url, loss_timeout=loss_timeout,
         heartbeat_interval=heartbeat_interval, event_retention=event_retention,
         lost_worker_retention=lost_worker_retention, log_limit=log_limit, log_retention=log_retention,
-        log_format=log_format, config=config,
+        audit_retention=audit_retention, log_format=log_format, config=config,
         metrics_token_required=metrics_token_required or config.metrics.require_token)
     try:
         with hold(made_data_dir(data_dir), settings.url):

@@ -6,6 +6,7 @@ import click
 from pydantic import ValidationError
 
 from corral.cli.actions import cancel, logs
+from corral.cli.audit import audit
 from corral.cli.checkpoint import checkpoint
 from corral.cli.common import CliError
 from corral.cli.daemons import controller, worker
@@ -47,5 +48,5 @@ def main() -> None:
 
 
 for command in (up, down, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
-                *interactive_commands, *serving_commands):
+                audit, *interactive_commands, *serving_commands):
     main.add_command(command)

@@ -6,6 +6,7 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 
+from corral.controller.audit import note
 from corral.controller.identity import allow
 from corral.controller.services import services_of
 from corral.core.config import PoolPolicy, ProjectQuota
@@ -62,6 +63,7 @@ async def get_quota(request: Request, name: str = Name) -> ProjectQuota:
 
 @router.put("/projects/{name}/quota", response_model=ProjectQuota)
 async def set_quota(quota: ProjectQuota, request: Request, name: str = Name) -> ProjectQuota:
+    note(request, limits=quota.limits)
     async with services_of(request).store.write() as connection:
         await put_quota(connection, name, quota, time.time())
     services_of(request).engine.wake()  # a raised limit may let waiting jobs start

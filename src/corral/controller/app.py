@@ -14,6 +14,7 @@ from fastapi.responses import Response
 
 from corral.controller import (
     admin_api,
+    audit_api,
     dashboard,
     dashboard_api,
     deployments_api,
@@ -30,6 +31,7 @@ from corral.controller import (
     users_api,
     workers_api,
 )
+from corral.controller.audit import AuditCalls, prune_audit_loop
 from corral.controller.auth import require_admin
 from corral.controller.body_limit import BodyLimit
 from corral.controller.checkpoints import CheckpointFiles
@@ -89,6 +91,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         if settings.log_retention is not None:
             loop_tasks.append(asyncio.create_task(prune_logs_loop(store, logs, settings.log_retention),
                                                   name="prune-logs"))
+        if settings.audit_retention is not None:
+            loop_tasks.append(asyncio.create_task(prune_audit_loop(store, settings.audit_retention),
+                                                  name="prune-audit"))
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
@@ -114,6 +119,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app = Controller(title="corral", version="0.1.0", lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.add_middleware(BodyLimit)
+    app.add_middleware(AuditCalls)  # a row for each of people's mutating calls
     app.add_exception_handler(RequestValidationError, refuse_invalid)
     app.include_router(jobs_api.router)
     app.include_router(workers_api.router)
@@ -132,6 +138,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(relay_api.router)
     app.include_router(relay_api.sockets)
     app.include_router(users_api.router)
+    app.include_router(audit_api.router)
     app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])

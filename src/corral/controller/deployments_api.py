@@ -8,6 +8,7 @@ import time
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 
 from corral.controller.admission import refusal
+from corral.controller.audit import note
 from corral.controller.identity import allow, person, principal_of, refuse_unless, visible_projects
 from corral.controller.services import services_of
 from corral.core.deployment_spec import DeploymentSpec
@@ -52,6 +53,7 @@ async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
     services = services_of(request)
     principal = principal_of(request)
     refuse_unless(principal, Action.DEPLOY, spec.project, owner=principal.name)
+    note(request, name=spec.name, project=spec.project)  # never more of the spec: its env may hold secrets
     if spec.bundle and not services.bundles.exists(spec.bundle):
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, s
 from fastapi.responses import JSONResponse
 
 from corral.controller.admission import refusal
+from corral.controller.audit import note
 from corral.controller.identity import allow, authenticate, principal_of, refuse_unless, visible_projects
 from corral.controller.job_tokens import out_of_reach
 from corral.controller.launches import bounded_by, launch_name, read_launcher
@@ -46,6 +47,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(a
 async def submit(spec: JobSpec, request: Request,
                  idempotency_key: Text | None = Header(None, max_length=200)) -> JobView | JSONResponse:
     services = services_of(request)
+    note(request, name=spec.name, project=spec.project)  # never more of the spec: its env may hold secrets
     late = begin_problem(spec.begin, time.time())
     if late:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,

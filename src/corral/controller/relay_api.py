@@ -20,6 +20,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, WebSocket, status
 from starlette.datastructures import QueryParams
 
+from corral.controller.audit import record_channel
 from corral.controller.auth import _bearer, require_worker
 from corral.controller.identity import allow, identify, job_facts, principal_of
 from corral.controller.params import PathId
@@ -97,7 +98,7 @@ async def issue_ticket(job_id: PathId, request: Request) -> TicketView:
     async with services.store.read() as connection:
         if not await job_exists(connection, job_id):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-    ticket = services.tickets.issue(job_id, _actor(caller.name, caller.job_id), time.time())
+    ticket = services.tickets.issue(job_id, _actor(caller.name, caller.job_id), time.time(), caller)
     return TicketView(ticket=ticket, expires_in=TICKET_SECONDS)
 
 
@@ -120,8 +121,10 @@ async def _channel(websocket: WebSocket, kind: ChannelKind, job_text: str, index
     try:
         opening = await _admit(services, websocket, kind, job_text, index_text, port_text)
     except Refused as refused:
+        await record_channel(websocket, refused.code)
         await close(websocket, refused.code, refused.reason)
         return
+    await record_channel(websocket, status.HTTP_101_SWITCHING_PROTOCOLS)
     await services.relays.serve(websocket, opening)
 
 
@@ -160,11 +163,13 @@ async def _authenticate(services: Services, websocket: WebSocket, job_id: int) -
                                               f"(POST /api/v1/jobs/{job_id}/tickets)")
         if ticket.job_id != job_id:
             raise Refused(CLOSE_FORBIDDEN, f"the ticket was issued for job {ticket.job_id}, not job {job_id}")
+        websocket.state.principal = ticket.principal  # the audit log's caller
         return ticket.actor
     try:
         caller, _ = await identify(services, _bearer(websocket), time.time())
     except HTTPException as refused:
         raise Refused(CLOSE_UNAUTHORIZED, f"{refused.detail}; or ?ticket=") from None
+    websocket.state.principal = caller  # the audit log's caller
     if caller.job_id is not None and caller.job_id != job_id:
         raise Refused(CLOSE_FORBIDDEN, _not_yours(caller.job_id, job_id))
     async with services.store.read() as connection:

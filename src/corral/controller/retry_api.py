@@ -14,6 +14,7 @@ import time
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 from pydantic import BaseModel
 
+from corral.controller.audit import note
 from corral.controller.identity import allow, person
 from corral.controller.params import PathId
 from corral.controller.retry_defaults import cluster_layers, policy_layers
@@ -23,7 +24,7 @@ from corral.core.retry_policy import RetryPolicy, effective_policy
 from corral.core.roles import Action
 from corral.core.views import RetryAttemptView
 from corral.store.job_views import job_rows
-from corral.store.retries import CLUSTER, add_audit, chain_ids, store_default, stored_default
+from corral.store.retries import CLUSTER, chain_ids, store_default, stored_default
 
 router = APIRouter(prefix="/api/v1", tags=["retries"], dependencies=[Depends(person)])
 CLUSTER_ONLY = [Depends(allow(Action.CLUSTER))]
@@ -88,9 +89,8 @@ async def _set(request: Request, scope: tuple[str, str], policy: RetryPolicy | N
     now = time.time()
     async with services_of(request).store.write() as connection:
         await store_default(connection, *scope, policy, now)
-        await add_audit(connection, [dict(
-            at=now, actor="admin", action="retry_policy.set" if policy else "retry_policy.delete", job_id=None,
-            detail={"scope": _scope_name(scope), "policy": policy.model_dump(mode="json") if policy else None})])
+    if policy is not None:
+        note(request, policy=policy.model_dump(mode="json", exclude_unset=True))
     return await _view(request, scope)
 
 

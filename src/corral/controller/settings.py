@@ -32,6 +32,7 @@ class ControllerSettings:
     log_format: str = "text"  # or "json": one object per line (corral.log_format)
     log_limit: int = DEFAULT_LOG_LIMIT  # bytes kept per stream of each attempt
     log_retention: float | None = 30 * 86400.0  # seconds logs of ended jobs are kept (None: for ever)
+    audit_retention: float | None = 365 * 86400.0  # seconds rows of the audit log are kept (None: for ever)
     metrics_token_required: bool = False  # /metrics answers only with the admin token (open by default)
     relay_connect_timeout: float = CONNECT_TIMEOUT  # seconds a client's channel waits for its worker to dial back
 

@@ -247,3 +247,18 @@ class ProjectToken(BaseModel):
 
 class IssuedToken(ProjectToken):
     token: str = Field(..., description="shown this once: only its hash is kept")
+
+
+class AuditEntry(BaseModel):
+    """One row of the audit log: an API call (role, object, address and outcome set), or the controller's own."""
+
+    id: int
+    at: float
+    actor: str = Field(..., description="the caller's name; anonymous for a call refused before it said who")
+    role: str | None
+    action: str = Field(..., description="what was done, e.g. job.cancel, quota.set, token.create")
+    object: str | None = Field(..., description="what it was done to, e.g. 'job 12', 'project vision'")
+    job_id: int | None
+    address: str | None
+    outcome: int | None = Field(..., description="the HTTP status answered (101: a channel opened)")
+    detail: dict

@@ -13,7 +13,7 @@ from corral.core.lifecycle import SchedulingResult
 from corral.core.retries import RetryState, RetryTarget
 from corral.core.retry_policy import RetryPolicy
 from corral.core.states import JOB_TERMINAL, TASK_TERMINAL, JobState, TaskState
-from corral.store.schema import attempts, audit, history, jobs, retry_defaults, tasks
+from corral.store.schema import attempts, history, jobs, retry_defaults, tasks
 
 BATCH_JOBS = 1000  # a RetryJobs run takes at most this many jobs; the rest wait a pass
 
@@ -160,8 +160,3 @@ async def store_default(connection: AsyncConnection, kind: str, name: str, polic
     if policy is not None:
         await connection.execute(insert(retry_defaults).values(
             kind=kind, name=name, policy=policy.model_dump(mode="json"), updated_at=now))
-
-
-async def add_audit(connection: AsyncConnection, records: list[dict]) -> None:
-    if records:
-        await connection.execute(insert(audit), records)

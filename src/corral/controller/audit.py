@@ -86,7 +86,7 @@ ACTIONS: Mapping[tuple[str, str], Named] = {
     ("DELETE", "/api/v1/projects/{project}/members/{name}"): Named("member.remove",
                                                                   "project {project} member {name}"),
     ("POST", "/api/v1/tokens"): Named("token.create", "token {id}", from_reply=True),
-    ("DELETE", "/api/v1/tokens/{id}"): Named("token.revoke", "token {id}"),
+    ("DELETE", "/api/v1/tokens/{token_id}"): Named("token.revoke", "token {token_id}"),
 }
 
 

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import main
+from corral.cli.teams import read_token
 from corral.client.credentials import Login, credentials_file, load, store
 from corral.client.discovery import discover
 from corral.client.errors import CorralError
@@ -130,3 +131,14 @@ def test_logout_removes_the_login(config):
     assert corral(config, "logout").output == f"not signed in: {credentials_file(config)} does not exist\n"
     with pytest.raises(CorralError, match="corral login URL"):
         discover(config)
+
+
+def test_on_a_terminal_the_token_is_asked_for_without_echo(monkeypatch):
+    class Terminal:
+        def isatty(self):
+            return True
+
+    asked = []
+    monkeypatch.setattr("sys.stdin", Terminal())
+    monkeypatch.setattr("click.prompt", lambda text, hide_input=False: asked.append((text, hide_input)) or " t \n")
+    assert read_token() == "t" and asked == [("Token", True)]

@@ -242,7 +242,7 @@ def login(url: str) -> None:
     """
     if not url.startswith(("http://", "https://")):
         raise click.BadParameter(f"{url!r} is not an http:// or https:// URL", param_hint="URL")
-    secret = (sys.stdin.readline() if not sys.stdin.isatty() else click.prompt("Token", hide_input=True)).strip()
+    secret = read_token()
     if not secret:
         raise CliError("no token given")
     try:
@@ -252,6 +252,13 @@ def login(url: str) -> None:
         raise CliError(f"not stored: {error}") from None
     path = credentials.store(credentials.Login(url.rstrip("/"), secret))
     click.echo(f"signed in to {url.rstrip('/')} as {found['name']} ({found['role']}); token stored in {path}")
+
+
+def read_token() -> str:
+    """The token piped in (its first line), else typed at a prompt that does not echo it: never an argument,
+    which `ps` and the shell's history would show."""
+    typed = click.prompt("Token", hide_input=True) if sys.stdin.isatty() else sys.stdin.readline()
+    return typed.strip()
 
 
 @click.command()

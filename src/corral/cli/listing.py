@@ -54,7 +54,7 @@ def jobs_table(found: list[JobView], now: float) -> Table:
         state = state_text(job.state)
         if job.state == JobState.PENDING and job.pending_reason:
             state.append(f"\n{job.pending_reason}", style="dim")
-        table.add_row(str(job.id), Text(job.name) + kind_mark(job) + retry_mark(job), Text(job.owner or "-"), state,
+        table.add_row(str(job.id), Text(job.name) + kind_mark(job) + retry_mark(job), Text(job.owner), state,
                       task_summary(job.task_counts), format_age(now - job.created_at))
     return table
 

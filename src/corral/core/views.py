@@ -62,7 +62,7 @@ class JobView(BaseModel):
     preemption_epoch: int = 0
     drain_trigger: int | None = None  # the index of the task whose end started the last gang drain
     launched_by: int | None = None  # the job whose task submitted this one
-    owner: str | None = None  # the user who submitted it (corral.core.roles)
+    owner: str = "admin"  # the user who submitted it (a launched job: its launcher's owner)
     # The retry chain (core/retries.py); a job without a retry policy keeps the defaults.
     parent_job_id: int | None = None
     retry_count: int = 0

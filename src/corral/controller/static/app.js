@@ -409,7 +409,7 @@ function jobsView(view, params) {
       h("td", {}, h("a", {href: `#/jobs/${job.id}`}, job.name), kindMark(job), retryMark(job)),
       h("td", {}, badge(job.state), job.pending_reason && !TERMINAL.has(job.state) ? h("span", {class: "reason"}, job.pending_reason) : null),
       h("td", {}, taskSummary(job.task_counts)),
-      h("td", {}, job.owner ?? "-"), h("td", {}, job.spec.project), h("td", {}, job.spec.pool),
+      h("td", {}, job.owner), h("td", {}, job.spec.project), h("td", {}, job.spec.pool),
       h("td", {class: "num"}, job.priority),
       h("td", {title: stamp(job.created_at)}, `${since(job.created_at)} ago`)));
     const first = result.total ? page * PAGE_SIZE + 1 : 0, last = page * PAGE_SIZE + result.items.length;

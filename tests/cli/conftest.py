@@ -109,10 +109,10 @@ class FakeClient:
     def create_token(self, name=None, *, expires_in=None, user=None):
         self.calls.append(("create_token", name, expires_in, user))
         now = time.time()
-        view = {"id": len(self.token_views) + 1, "name": name, "prefix": "crl_ab12", "created_at": now,
-                "expires_at": None if expires_in is None else now + expires_in}
+        view = {"id": len(self.token_views) + 1, "user": user or self.me["name"], "name": name, "prefix": "cu_ab12",
+                "created_at": now, "expires_at": None if expires_in is None else now + expires_in, "revoked_at": None}
         self.token_views.append(view)
-        return {**view, "token": "crl_ab12-the-secret"}
+        return {**view, "token": "cu_ab12-the-secret"}
 
     def tokens(self, user=None):
         self.calls.append(("tokens", user))
@@ -120,8 +120,10 @@ class FakeClient:
 
     def revoke_token(self, token_id):
         self.calls.append(("revoke_token", token_id))
-        if not any(t["id"] == token_id for t in self.token_views):
-            raise CorralError(404, f"no token {token_id}")
+        held = next((t for t in self.token_views if t["id"] == token_id), None)
+        if held is None:
+            raise CorralError(404, f"alice has no token {token_id}")
+        held["revoked_at"] = time.time()
 
     def get(self, job_id):
         return next(j for j in self.jobs if j.id == job_id)

@@ -86,7 +86,7 @@ def test_member_refuses_a_bad_role_a_missing_user_and_a_non_member(cli, fake):
 def test_token_create_prints_the_token_once_on_stdout_and_warns_on_stderr(cli, fake):
     result = cli("token", "create", "--name", "laptop", "--expires", "30d")
     assert result.exit_code == 0, result.output
-    assert result.stdout == "crl_ab12-the-secret\n"
+    assert result.stdout == "cu_ab12-the-secret\n"
     assert "shown only now" in result.stderr and "token 1 (laptop), valid until " in result.stderr
     assert fake.calls == [("create_token", "laptop", 30 * 86400, None)]
 
@@ -95,7 +95,7 @@ def test_token_create_for_another_user_without_expiry_named_after_the_host(cli, 
     monkeypatch.setattr("socket.gethostname", lambda: "gpu-box")
     result = cli("token", "create", "--user", "bob", "--json")
     assert fake.calls == [("create_token", "gpu-box", None, "bob")]
-    assert json.loads(result.stdout)["token"] == "crl_ab12-the-secret"
+    assert json.loads(result.stdout)["token"] == "cu_ab12-the-secret"
     assert "valid until revoked" in result.stderr
 
 
@@ -109,23 +109,26 @@ def test_token_create_refuses_a_bad_expiry(cli, fake):
 
 def test_token_list_shows_no_secret_and_revoke(cli, fake):
     cli("token", "create", "--name", "laptop", "--expires", "2d")
-    cli("token", "create", "--name", "ci")
+    cli("token", "create", "--name", "ci", "--user", "bob")
     listed = cli("token", "list").output
-    assert "crl_ab12-the-secret" not in listed
+    assert "cu_ab12-the-secret" not in listed
     rows = [line.split() for line in listed.splitlines()]
-    assert rows[0] == ["ID", "NAME", "PREFIX", "CREATED", "EXPIRES"]
-    assert rows[1][:3] == ["1", "laptop", "crl_ab12"] and rows[1][-2:] == ["in", "1d"]
-    assert rows[2][:3] == ["2", "ci", "crl_ab12"] and rows[2][-1] == "never"
+    assert rows[0] == ["ID", "USER", "NAME", "PREFIX", "CREATED", "EXPIRES"]
+    assert rows[1][:4] == ["1", "alice", "laptop", "cu_ab12"] and rows[1][-2:] == ["in", "1d"]
+    assert rows[2][:4] == ["2", "bob", "ci", "cu_ab12"] and rows[2][-1] == "never"
     cli("token", "list", "--user", "bob")
     assert cli("token", "revoke", "2").output == "token 2 revoked\n"
     assert fake.calls[-2:] == [("tokens", "bob"), ("revoke_token", 2)]
+    assert cli("token", "list").output.splitlines()[2].split()[-1] == "revoked"
+    fake.token_views[0]["expires_at"] = 1.0
+    assert cli("token", "list").output.splitlines()[1].split()[-1] == "expired"
 
 
 def test_token_revoke_refuses_a_bad_id_and_a_missing_token(cli, fake):
     assert cli("token", "revoke", "0").exit_code == 2
     assert cli("token", "revoke", "x").exit_code == 2
     missing = cli("token", "revoke", "9")
-    assert (missing.exit_code, missing.stderr) == (1, "error: no token 9\n")
+    assert (missing.exit_code, missing.stderr) == (1, "error: alice has no token 9\n")
 
 
 def test_whoami(cli, fake):

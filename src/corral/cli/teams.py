@@ -181,22 +181,31 @@ def token_create(name: str | None, expires: int | None, for_user: str | None, as
 
 
 @token.command("list")
-@click.option("--user", "for_user", metavar="U", help="User U's tokens (cluster admins); default: your own.")
+@click.option("--user", "for_user", metavar="U", help="User U's tokens (cluster admins); default: your own "
+                                                      "(a cluster admin's: everyone's).")
 @json_option
 def token_list(for_user: str | None, as_json: bool) -> None:
-    """Personal tokens: id, name, the first characters of each, and when it expires (never the token)."""
+    """Personal tokens: id, user, name, the first characters of each, and until when it works (never the token)."""
     found = client().tokens(for_user)
     if as_json:
         print_json(found)
         return
-    rows = table("ID", "NAME", "PREFIX", "CREATED", "EXPIRES")
+    rows = table("ID", "USER", "NAME", "PREFIX", "CREATED", "EXPIRES")
     now = time.time()
     for each in found:
-        expires = each.get("expires_at")
-        rows.add_row(str(each["id"]), each.get("name") or "-", each.get("prefix") or "-",
-                     age_since(each.get("created_at"), now) + " ago",
-                     "never" if expires is None else ("expired" if expires <= now else f"in {age_since(now, expires)}"))
+        rows.add_row(str(each["id"]), each["user"], each["name"], each["prefix"],
+                     age_since(each["created_at"], now) + " ago", validity(each, now))
     console().print(rows)
+
+
+def validity(held: dict[str, Any], now: float) -> str:
+    """"never", "in 29d", "expired" or "revoked": until when a token works."""
+    expires = held.get("expires_at")
+    if held.get("revoked_at") is not None:
+        return "revoked"
+    if expires is None:
+        return "never"
+    return "expired" if expires <= now else f"in {age_since(now, expires)}"
 
 
 @token.command("revoke")

@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from corral.cli.main import main
+from corral.client.errors import CorralError
 from corral.core.spec import JobSpec
 from corral.core.views import JobView, WorkdirSharing
 
@@ -35,6 +36,13 @@ class FakeClient:
         self.asked_sharing: list = []
         self.attachment_views: list = []
         self.log_chunks: list[bytes] = []
+        self.listed: list[dict] = []  # the filters each jobs listing asked for
+        self.me = {"name": "alice", "role": "member", "cluster_admin": False, "projects": {"vision": "member"},
+                   "token": {"kind": "user", "id": 3, "expires_at": None}}
+        self.user_views: dict[str, dict] = {}
+        self.member_roles: dict[str, dict[str, str]] = {}
+        self.token_views: list[dict] = []
+        self.calls: list[tuple] = []  # team calls, in order
 
     def submit(self, spec, idempotency_key=None):
         self.submitted.append((spec, idempotency_key))
@@ -51,11 +59,71 @@ class FakeClient:
     def wait(self, job_id, timeout=None, poll=0.2):
         return job_view(job_id, state=self.final_state, task_counts={self.final_state: 1})
 
-    def list(self, states=None, limit=100):
+    def list(self, states=None, limit=100, owner=None, project=None):
+        self.listed.append({"owner": owner, "project": project})
         return iter(self.jobs[:limit])
 
-    def count(self, states=None):
+    def count(self, states=None, owner=None, project=None):
         return len(self.jobs)
+
+    def whoami(self):
+        return self.me
+
+    def create_user(self, name, *, cluster_admin=False, unix_user=None, projects=None):
+        self.calls.append(("create_user", name, cluster_admin, unix_user, dict(projects or {})))
+        if name in self.user_views:
+            raise CorralError(409, f"user {name} exists")
+        self.user_views[name] = {"name": name, "cluster_admin": cluster_admin, "unix_user": unix_user,
+                                 "projects": dict(projects or {}), "created_at": time.time(), "disabled_at": None}
+        return self.user_views[name]
+
+    def users(self):
+        return list(self.user_views.values())
+
+    def update_user(self, name, **changes):
+        self.calls.append(("update_user", name, changes))
+        if name not in self.user_views:
+            raise CorralError(404, f"no user {name}")
+        found = self.user_views[name]
+        found.update({k: v for k, v in changes.items() if k != "disabled"})
+        if "disabled" in changes:
+            found["disabled_at"] = time.time() if changes["disabled"] else None
+        return found
+
+    def set_member(self, project, name, role):
+        self.calls.append(("set_member", project, name, role))
+        if name not in self.user_views:
+            raise CorralError(404, f"no user {name}")
+        self.member_roles.setdefault(project, {})[name] = role
+        return {"name": name, "role": role}
+
+    def remove_member(self, project, name):
+        self.calls.append(("remove_member", project, name))
+        if name not in self.member_roles.get(project, {}):
+            raise CorralError(404, f"{name} is not a member of project {project}")
+        del self.member_roles[project][name]
+
+    def members(self, project):
+        return [{"name": n, "role": r} for n, r in sorted(self.member_roles.get(project, {}).items())]
+
+    def create_token(self, name=None, *, expires_in=None, user=None):
+        self.calls.append(("create_token", name, expires_in, user))
+        now = time.time()
+        view = {"id": len(self.token_views) + 1, "user": user or self.me["name"], "name": name, "prefix": "cu_ab12",
+                "created_at": now, "expires_at": None if expires_in is None else now + expires_in, "revoked_at": None}
+        self.token_views.append(view)
+        return {**view, "token": "cu_ab12-the-secret"}
+
+    def tokens(self, user=None):
+        self.calls.append(("tokens", user))
+        return self.token_views
+
+    def revoke_token(self, token_id):
+        self.calls.append(("revoke_token", token_id))
+        held = next((t for t in self.token_views if t["id"] == token_id), None)
+        if held is None:
+            raise CorralError(404, f"alice has no token {token_id}")
+        held["revoked_at"] = time.time()
 
     def get(self, job_id):
         return next(j for j in self.jobs if j.id == job_id)

@@ -24,7 +24,7 @@ def test_jobs_table_shows_task_counts_age_and_the_pending_reason(cli, fake):
     result = cli("jobs")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["ID", "NAME", "STATE", "TASKS", "AGE"]
+    assert lines[0].split() == ["ID", "NAME", "OWNER", "STATE", "TASKS", "AGE"]
     assert "3 RUNNING, 1 PENDING" in lines[1] and lines[1].rstrip().endswith("10s")
     assert "needs 8 GPUs; largest free: 4 on w3" in result.output
 

@@ -54,7 +54,7 @@ def page(browser, live):
     errors: list[str] = []
     tab.on("pageerror", lambda error: errors.append(str(error)))
     tab.goto(live.url + "/")
-    tab.get_by_label("Admin token").fill(live.admin_token)
+    tab.get_by_label("Token").fill(live.admin_token)
     tab.get_by_role("button", name="Sign in").click()
     tab.get_by_role("heading", name="Overview").wait_for()
     yield tab
@@ -75,7 +75,7 @@ def test_a_wrong_token_is_refused_at_the_login_form(browser, live):
     context = browser.new_context()
     tab = context.new_page()
     tab.goto(live.url + "/")
-    tab.get_by_label("Admin token").fill("not-the-token")
+    tab.get_by_label("Token").fill("not-the-token")
     tab.get_by_role("button", name="Sign in").click()
     tab.get_by_role("alert").filter(has_text="That token was refused").wait_for()
     assert tab.get_by_role("heading", name="Sign in").is_visible()
@@ -174,7 +174,7 @@ def test_jobs_filter_and_show_their_project_and_pool_and_no_gpu_peak_without_gpu
     row = page.locator(f'tr[data-job="{ours}"]')
     row.wait_for()
     assert page.locator("tr[data-job]").count() == 1
-    assert [cell.strip() for cell in row.locator("td").all_inner_texts()[4:6]] == ["vision", "spare"]
+    assert [cell.strip() for cell in row.locator("td").all_inner_texts()[4:7]] == ["admin", "vision", "spare"]
     page.goto(live.url + "/#/jobs?pool=spare")
     page.locator(f'tr[data-job="{ours}"]').wait_for()
     assert page.locator("tr[data-job]").count() == 1
@@ -185,6 +185,45 @@ def test_jobs_filter_and_show_their_project_and_pool_and_no_gpu_peak_without_gpu
     gpus = page.locator("figure.chart figcaption").filter(has_text="GPUs in use")
     gpus.wait_for()
     assert gpus.inner_text().endswith("now 0, peak 0")  # these workers have no GPU
+
+
+def test_the_header_says_who_is_signed_in(page, live):
+    page.locator("#who").filter(has_text="admin · cluster-admin").wait_for()
+
+
+def test_a_personal_token_signs_in_as_its_user_and_the_jobs_filter_by_user(browser, live):
+    corral(live, "user", "create", "dora", "--project", "atlas")
+    secret = corral(live, "token", "create", "--user", "dora", "--name", "browser")
+    env = {**os.environ, "CORRAL_URL": live.url, "CORRAL_TOKEN": secret}
+    submitted = subprocess.run([PY, "-m", "corral", "submit", "--name", "doras", "--project", "atlas", "--", "true"],
+                               capture_output=True, text=True, env=env, timeout=60, cwd=live.root)
+    assert submitted.returncode == 0, submitted.stderr
+    theirs, admins = int(submitted.stdout.strip()), int(corral(live, "submit", "--name", "admins", "--", "true"))
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    tab = context.new_page()
+    tab.set_default_timeout(TIMEOUT_MS)
+    tab.goto(live.url + "/")
+    tab.get_by_label("Token").fill(secret)
+    tab.get_by_role("button", name="Sign in").click()
+    tab.locator("#who").filter(has_text="dora · member").wait_for()
+    assert tab.locator("#who").get_attribute("title") == "atlas: member"
+    screenshot(tab, "signed-in-as-a-user")
+    context.close()
+
+    page = browser.new_context().new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(live.url + "/")
+    page.get_by_label("Token").fill(live.admin_token)
+    page.get_by_role("button", name="Sign in").click()
+    page.goto(live.url + "/#/jobs")
+    page.locator(f'tr[data-job="{admins}"]').wait_for()
+    page.get_by_label("User").fill("dora")
+    page.get_by_role("button", name="Filter").click()
+    row = page.locator(f'tr[data-job="{theirs}"]')
+    row.wait_for()
+    assert page.locator("tr[data-job]").count() == 1 and "owner=dora" in page.url
+    assert row.locator("td").all_inner_texts()[4].strip() == "dora"
+    page.context.close()
 
 
 def test_the_workers_page_shows_a_bar_per_gpu_with_a_segment_per_task(page, live):

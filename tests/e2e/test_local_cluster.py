@@ -123,7 +123,8 @@ def test_an_explicit_wrong_token_fails_rather_than_the_admin_one_used(local_clus
     result = local_cluster.corral("jobs", CORRAL_TOKEN="wrong")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: authentication failed: wrong token (check CORRAL_TOKEN, or the data directory's cluster.json)"]
+        "error: authentication failed: wrong token "
+        "(check CORRAL_TOKEN, `corral login`, or the data directory's cluster.json)"]
     assert local_cluster.corral("jobs", CORRAL_TOKEN=local_cluster.admin_token).returncode == 0
 
 

@@ -26,28 +26,35 @@ def state_text(state: str) -> Text:
               help="Only jobs in this state (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many jobs.")
 @click.option("--all", "every", is_flag=True, help="Every job, however many (overrides --limit).")
+@click.option("--mine", is_flag=True, help="Only your own jobs (those of the user your token acts as).")
+@click.option("--user", "owner", metavar="U", help="Only user U's jobs.")
+@click.option("--project", metavar="P", help="Only project P's jobs.")
 @json_option
-def jobs(states: tuple[str, ...], limit: int, every: bool, as_json: bool) -> None:
+def jobs(states: tuple[str, ...], limit: int, every: bool, mine: bool, owner: str | None, project: str | None,
+         as_json: bool) -> None:
     """List jobs, newest first. When more match than are shown, says so on stderr."""
+    if mine and owner:
+        raise click.UsageError("--mine and --user both name whose jobs: give one")
     api, wanted = client(), [s.upper() for s in states]
-    found = list(api.list(states=wanted, limit=None if every else limit))
+    owner = api.whoami()["name"] if mine else owner
+    found = list(api.list(states=wanted, limit=None if every else limit, owner=owner, project=project))
     if as_json:
         print_json(found)
     else:
         console().print(jobs_table(found, time.time()))
-    if not every and len(found) == limit and (total := api.count(wanted)) > limit:
+    if not every and len(found) == limit and (total := api.count(wanted, owner=owner, project=project)) > limit:
         click.echo(f"showing {limit} of {total} jobs; --limit N or --all for more", err=True)
 
 
 def jobs_table(found: list[JobView], now: float) -> Table:
     table = Table(box=None, pad_edge=False)
-    for column in ("ID", "NAME", "STATE", "TASKS", "AGE"):
+    for column in ("ID", "NAME", "OWNER", "STATE", "TASKS", "AGE"):
         table.add_column(column, no_wrap=column != "STATE")
     for job in found:
         state = state_text(job.state)
         if job.state == JobState.PENDING and job.pending_reason:
             state.append(f"\n{job.pending_reason}", style="dim")
-        table.add_row(str(job.id), Text(job.name) + kind_mark(job) + retry_mark(job), state,
+        table.add_row(str(job.id), Text(job.name) + kind_mark(job) + retry_mark(job), Text(job.owner), state,
                       task_summary(job.task_counts), format_age(now - job.created_at))
     return table
 

@@ -17,6 +17,7 @@ from corral.cli.interactive import COMMANDS as interactive_commands
 from corral.cli.listing import jobs, workers
 from corral.cli.projects import project
 from corral.cli.submit import submit
+from corral.cli.teams import COMMANDS as team_commands
 from corral.cli.up import down, up
 from corral.client.errors import CorralError, format_validation
 
@@ -42,11 +43,12 @@ class CorralGroup(click.Group):
 def main() -> None:
     """corral: run batch jobs, gangs and services on a pool of CPU and GPU machines.
 
-    Client commands find the controller through CORRAL_URL and CORRAL_TOKEN, or else the
-    cluster.json that `corral up` writes in its data directory (CORRAL_DATA_DIR, default ./.corral).
+    Client commands find the controller through CORRAL_URL and CORRAL_TOKEN, else the token `corral login`
+    stored, else the cluster.json that `corral up` writes in its data directory (CORRAL_DATA_DIR, default
+    ./.corral).
     """
 
 
 for command in (up, down, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
-                audit, *interactive_commands, *serving_commands):
+                audit, *interactive_commands, *serving_commands, *team_commands):
     main.add_command(command)

@@ -14,7 +14,7 @@ from typing import Any, overload
 
 import httpx
 
-from corral.client import functions, logs, plans
+from corral.client import functions, logs, plans, teams
 from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.errors import CorralError
 from corral.client.http import endpoint, message, unreachable
@@ -145,16 +145,23 @@ class AsyncClient:
         return await self._run(plans.get(job_id))
 
     async def list_page(self, states: Iterable[JobState | str] | None = None, limit: int = 100,
-                        cursor: int | None = None, launched_by: int | None = None) -> JobPage:
-        return await self._run(plans.list_page(states, limit, cursor, launched_by))
+                        cursor: int | None = None, launched_by: int | None = None, owner: str | None = None,
+                        project: str | None = None) -> JobPage:
+        return await self._run(plans.list_page(states, limit, cursor, launched_by, owner, project))
 
     def list(self, states: Iterable[JobState | str] | None = None, limit: int | None = 100,
-             launched_by: int | None = None) -> AsyncIterator[JobView]:
-        return self._iterate(plans.list_jobs(states, limit, launched_by))
+             launched_by: int | None = None, owner: str | None = None,
+             project: str | None = None) -> AsyncIterator[JobView]:
+        return self._iterate(plans.list_jobs(states, limit, launched_by, owner, project))
 
-    async def count(self, states: Iterable[JobState | str] | None = None, launched_by: int | None = None) -> int:
-        """How many jobs are in `states` (any state if none), or launched by a job."""
-        return await self._run(plans.count_jobs(states, launched_by))
+    async def count(self, states: Iterable[JobState | str] | None = None, launched_by: int | None = None,
+                    owner: str | None = None, project: str | None = None) -> int:
+        """How many jobs are in `states` (any state if none), launched by a job, of an owner or of a project."""
+        return await self._run(plans.count_jobs(states, launched_by, owner, project))
+
+    async def whoami(self) -> dict[str, Any]:
+        """Who this client's token acts as: name, role, projects and the token's kind and expiry."""
+        return await self._run(teams.whoami())
 
     async def tasks(self, job_id: int) -> list[TaskView]:
         return await self._run(plans.tasks(job_id))

@@ -15,7 +15,7 @@ from typing import Any, overload
 
 import httpx
 
-from corral.client import functions, logs, plans
+from corral.client import functions, logs, plans, teams
 from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
@@ -38,7 +38,7 @@ from corral.core.views import (
 
 
 def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
-    """(url, token, where they were found); without `url`, as `discover` finds them (env, then data dir)."""
+    """(url, token, where they were found); without `url`, as `discover` finds them (env, login, data dir)."""
     if url is None:
         found = discover()
         return found.url, token or found.token, found.source
@@ -47,12 +47,13 @@ def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
 
 def unreachable(url: str, source: str, error: Exception) -> CorralError:
     hint = "" if source in ("CORRAL_URL", "the arguments") else \
-        f" (found in {source}; is `corral up` still running?)"
+        f" (found in {source}; is `corral up` still running?)" if source.endswith("cluster.json") else \
+        f" (found in {source}, which `corral login` wrote)"
     return CorralError(None, f"cannot reach the controller at {url}{hint}: {error}")
 
 
 class Client:
-    """A sync client; without `url`, finds the controller as `discover` does (env, then `corral up`'s data dir)."""
+    """A sync client; without `url`, finds the controller as `discover` does (env, login, `corral up`'s data dir)."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -180,17 +181,20 @@ class Client:
         return self._run(plans.get(job_id))
 
     def list_page(self, states: Iterable[JobState | str] | None = None, limit: int = 100,
-                  cursor: int | None = None, launched_by: int | None = None) -> JobPage:
-        return self._run(plans.list_page(states, limit, cursor, launched_by))
+                  cursor: int | None = None, launched_by: int | None = None, owner: str | None = None,
+                  project: str | None = None) -> JobPage:
+        return self._run(plans.list_page(states, limit, cursor, launched_by, owner, project))
 
     def list(self, states: Iterable[JobState | str] | None = None, limit: int | None = 100,
-             launched_by: int | None = None) -> Iterator[JobView]:
-        """Jobs newest first, across pages, at most `limit` of them (None: all); `launched_by`: a job's children."""
-        return self._iterate(plans.list_jobs(states, limit, launched_by))
+             launched_by: int | None = None, owner: str | None = None, project: str | None = None) -> Iterator[JobView]:
+        """Jobs newest first, across pages, at most `limit` of them (None: all); `launched_by`: a job's children,
+        `owner`: a user's jobs, `project`: a project's."""
+        return self._iterate(plans.list_jobs(states, limit, launched_by, owner, project))
 
-    def count(self, states: Iterable[JobState | str] | None = None, launched_by: int | None = None) -> int:
-        """How many jobs are in `states` (any state if none), or launched by a job."""
-        return self._run(plans.count_jobs(states, launched_by))
+    def count(self, states: Iterable[JobState | str] | None = None, launched_by: int | None = None,
+              owner: str | None = None, project: str | None = None) -> int:
+        """How many jobs are in `states` (any state if none), launched by a job, of an owner or of a project."""
+        return self._run(plans.count_jobs(states, launched_by, owner, project))
 
     def tasks(self, job_id: int) -> list[TaskView]:
         return self._run(plans.tasks(job_id))
@@ -259,6 +263,49 @@ class Client:
         """Who attached to, exec'd in or forwarded a port of the job's tasks: open channels and recent ones."""
         return self._run(plans.attachments(job_id))
 
+    # users, members and tokens (corral.core.roles) -----------------------------------------
+
+    def whoami(self) -> dict[str, Any]:
+        """Who this client's token acts as: name, role, projects and the token's kind and expiry."""
+        return self._run(teams.whoami())
+
+    def create_user(self, name: str, *, cluster_admin: bool = False, unix_user: str | None = None,
+                    projects: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """A new user (cluster admins only), with its role in each of `projects` ({project: role})."""
+        return self._run(teams.create_user(name, cluster_admin, unix_user, projects))
+
+    def users(self) -> list[dict[str, Any]]:
+        return self._run(teams.users())
+
+    def user(self, name: str) -> dict[str, Any]:
+        return self._run(teams.user(name))
+
+    def update_user(self, name: str, **changes: Any) -> dict[str, Any]:
+        """Changes cluster_admin, unix_user (None: none) or disabled; only the fields given."""
+        return self._run(teams.update_user(name, changes))
+
+    def set_member(self, project: str, name: str, role: str) -> dict[str, Any]:
+        """Adds `name` to `project` with `role` (project-admin, member, viewer), or changes its role."""
+        return self._run(teams.set_member(project, name, role))
+
+    def remove_member(self, project: str, name: str) -> None:
+        self._run(teams.remove_member(project, name))
+
+    def members(self, project: str) -> list[dict[str, Any]]:
+        return self._run(teams.members(project))
+
+    def create_token(self, name: str | None = None, *, expires_in: int | None = None,
+                     user: str | None = None) -> dict[str, Any]:
+        """A personal token, valid `expires_in` seconds (None: until revoked); `token` in the answer is shown once."""
+        return self._run(teams.create_token(name, expires_in, user))
+
+    def tokens(self, user: str | None = None) -> list[dict[str, Any]]:
+        return self._run(teams.tokens(user))
+
+    def revoke_token(self, token_id: int) -> None:
+        """Revokes a personal token: the controller refuses it from the next request on."""
+        self._run(teams.revoke_token(token_id))
+
     # workers and bundles -----------------------------------------------------------------
 
     def workers(self) -> list[WorkerView]:
@@ -297,7 +344,8 @@ def message(response: httpx.Response) -> str:
         detail = response.text.strip() or response.reason_phrase or f"HTTP {response.status_code}"
     text = format_detail(detail)
     if response.status_code == 401:
-        text = f"authentication failed: {text} (check CORRAL_TOKEN, or the data directory's cluster.json)"
+        text = (f"authentication failed: {text} "
+                "(check CORRAL_TOKEN, `corral login`, or the data directory's cluster.json)")
     elif response.status_code == 404 and response.request.url.path == EVENTS_PATH and detail == "Not Found":
         text = f"this controller has no event stream ({EVENTS_PATH}): {text}"
     return text

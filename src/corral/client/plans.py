@@ -166,33 +166,37 @@ def report_router_load(router: str, loads: dict[str, int]) -> Plan[None]:
     yield Call("POST", f"{API}/router/load", json={"router": router, "loads": loads})
 
 
+def job_filters(states: Iterable[JobState | str] | None, launched_by: int | None, owner: str | None,
+                project: str | None) -> dict[str, Any]:
+    """The jobs listing's query: states, the launching job, the owner (a user's name) and the project."""
+    given = {"launched_by": launched_by, "owner": owner, "project": project}
+    return {"state": [str(s) for s in states or ()], **{k: v for k, v in given.items() if v is not None}}
+
+
 def list_page(states: Iterable[JobState | str] | None = None, limit: int = 100, cursor: int | None = None,
-              launched_by: int | None = None) -> Plan[JobPage]:
-    params: dict[str, Any] = {"limit": limit, "state": [str(s) for s in states or ()]}
+              launched_by: int | None = None, owner: str | None = None, project: str | None = None) -> Plan[JobPage]:
+    params: dict[str, Any] = {"limit": limit, **job_filters(states, launched_by, owner, project)}
     if cursor is not None:
         params["cursor"] = cursor
-    if launched_by is not None:
-        params["launched_by"] = launched_by
     response = yield Call("GET", f"{API}/jobs", params=params)
     return JobPage.model_validate(response.json())
 
 
-def count_jobs(states: Iterable[JobState | str] | None = None, launched_by: int | None = None) -> Plan[int]:
+def count_jobs(states: Iterable[JobState | str] | None = None, launched_by: int | None = None,
+               owner: str | None = None, project: str | None = None) -> Plan[int]:
     """How many jobs match, whatever the page size (the controller counts them)."""
-    params: dict[str, Any] = {"limit": 1, "count": "true", "state": [str(s) for s in states or ()]}
-    if launched_by is not None:
-        params["launched_by"] = launched_by
+    params: dict[str, Any] = {"limit": 1, "count": "true", **job_filters(states, launched_by, owner, project)}
     response = yield Call("GET", f"{API}/jobs", params=params)
     return JobPage.model_validate(response.json()).total or 0
 
 
 def list_jobs(states: Iterable[JobState | str] | None = None, limit: int | None = 100,
-              launched_by: int | None = None) -> Plan[None]:
+              launched_by: int | None = None, owner: str | None = None, project: str | None = None) -> Plan[None]:
     """Jobs newest first, across pages, at most `limit` of them (None: all)."""
     states = list(states or ())
     cursor, left = None, limit
     while left is None or left > 0:
-        page = yield from list_page(states, min(PAGE_SIZE, left or PAGE_SIZE), cursor, launched_by)
+        page = yield from list_page(states, min(PAGE_SIZE, left or PAGE_SIZE), cursor, launched_by, owner, project)
         items = page.items if left is None else page.items[:left]
         for item in items:
             yield Item(item)

@@ -1,5 +1,5 @@
-// corral dashboard: plain JavaScript, no build step. Reads the controller's API with the admin
-// token kept in this tab's sessionStorage, and stays live through /api/v1/events (server-sent
+// corral dashboard: plain JavaScript, no build step. Reads the controller's API with a personal or
+// the admin token kept in this tab's sessionStorage, and stays live through /api/v1/events (server-sent
 // events read with fetch, so the token travels in a header, never in a URL).
 "use strict";
 
@@ -373,21 +373,22 @@ const SORTABLE = {id: "ID", name: "Name", state: "State", priority: "Priority", 
 function jobsView(view, params) {
   const state = params.get("state") || "", name = params.get("name") || "", project = params.get("project") || "";
   const pool = params.get("pool") || "", sort = params.get("sort") || "id", order = params.get("order") || "desc";
-  const page = Math.max(0, Number(params.get("page") || 0));
+  const owner = params.get("owner") || "", page = Math.max(0, Number(params.get("page") || 0));
   const go = (changes) => {
-    const next = new URLSearchParams({state, name, project, pool, sort, order, page: String(page), ...changes});
+    const next = new URLSearchParams({state, name, owner, project, pool, sort, order, page: String(page), ...changes});
     for (const [k, v] of [...next.entries()]) if (!v || (k === "page" && v === "0")) next.delete(k);
     location.hash = `#/jobs?${next}`;
   };
   const form = h("form", {class: "filters", role: "search", onsubmit: (e) => {
     e.preventDefault();
     const data = new FormData(e.target);
-    go({state: data.get("state"), name: data.get("name").trim(), project: data.get("project").trim(),
-      pool: data.get("pool").trim(), page: "0"});
+    go({state: data.get("state"), name: data.get("name").trim(), owner: data.get("owner").trim(),
+      project: data.get("project").trim(), pool: data.get("pool").trim(), page: "0"});
   }},
   h("label", {}, "State", h("select", {name: "state"}, h("option", {value: ""}, "any"),
     JOB_STATES.map((s) => h("option", {value: s, selected: s === state}, s.toLowerCase())))),
   h("label", {}, "Name contains", h("input", {name: "name", type: "search", value: name})),
+  h("label", {}, "User", h("input", {name: "owner", value: owner, size: 10})),
   h("label", {}, "Project", h("input", {name: "project", value: project, size: 12})),
   h("label", {}, "Pool", h("input", {name: "pool", value: pool, size: 10})),
   h("button", {type: "submit"}, "Filter"));
@@ -395,7 +396,7 @@ function jobsView(view, params) {
   view.append(h("h1", {}, "Jobs"), form, table);
   return liveView(table, async () => {
     const query = new URLSearchParams({limit: PAGE_SIZE, offset: page * PAGE_SIZE, sort, order, count: "true"});
-    for (const [k, v] of Object.entries({state, name, project, pool})) if (v) query.set(k, v);
+    for (const [k, v] of Object.entries({state, name, owner, project, pool})) if (v) query.set(k, v);
     const result = await getJSON(`/jobs?${query}`);
     const header = (key) => {
       const active = sort === key;
@@ -408,13 +409,14 @@ function jobsView(view, params) {
       h("td", {}, h("a", {href: `#/jobs/${job.id}`}, job.name), kindMark(job), retryMark(job)),
       h("td", {}, badge(job.state), job.pending_reason && !TERMINAL.has(job.state) ? h("span", {class: "reason"}, job.pending_reason) : null),
       h("td", {}, taskSummary(job.task_counts)),
-      h("td", {}, job.spec.project), h("td", {}, job.spec.pool),
+      h("td", {}, job.owner), h("td", {}, job.spec.project), h("td", {}, job.spec.pool),
       h("td", {class: "num"}, job.priority),
       h("td", {title: stamp(job.created_at)}, `${since(job.created_at)} ago`)));
     const first = result.total ? page * PAGE_SIZE + 1 : 0, last = page * PAGE_SIZE + result.items.length;
     fill(table,
       h("table", {"aria-label": "jobs"}, h("thead", {}, h("tr", {}, header("id"), header("name"), header("state"),
-        h("th", {scope: "col"}, "Tasks"), h("th", {scope: "col"}, "Project"), h("th", {scope: "col"}, "Pool"),
+        h("th", {scope: "col"}, "Tasks"), h("th", {scope: "col"}, "User"), h("th", {scope: "col"}, "Project"),
+        h("th", {scope: "col"}, "Pool"),
         header("priority"), header("created_at"))), h("tbody", {}, rows)),
       result.items.length ? null : h("p", {class: "muted"}, "No job matches."),
       h("nav", {class: "pager", "aria-label": "pages"},
@@ -726,6 +728,7 @@ function showLogin(message) {
   fill($("#view"));
   $("#login").hidden = false;
   $("#logout").hidden = true;
+  $("#who").hidden = true;
   $("#login-error").textContent = message || "";
   $("#live").textContent = "signed out";
   $("#token").focus();
@@ -737,20 +740,29 @@ function signOut(message) {
 }
 
 async function signIn(value) {
-  const response = await fetch(`${API}/workers`, {headers: {Authorization: `Bearer ${value}`}});
+  const response = await fetch(`${API}/whoami`, {headers: {Authorization: `Bearer ${value}`}});
   if (!response.ok) {
     $("#login-error").textContent = response.status === 401 ? "That token was refused." : `The controller answered ${response.status}.`;
     return;
   }
   token.set(value);
-  startApp();
+  startApp(await response.json());
 }
 
-function startApp() {
+/** The header's "alice · member": who the token acts as, so a person sees whose rights the page shows. */
+function showWho(me) {
+  const who = $("#who");
+  fill(who, h("strong", {}, me.name), ` · ${me.role}`);
+  who.title = Object.entries(me.projects || {}).map(([project, role]) => `${project}: ${role}`).join(", ") || me.role;
+  who.hidden = false;
+}
+
+async function startApp(me) {
   $("#login").hidden = true;
   $("#logout").hidden = false;
   stream.start();
   route();
+  try { showWho(me || await getJSON("/whoami")); } catch (error) { handleError(error, $("#view")); }
 }
 
 document.addEventListener("DOMContentLoaded", () => {

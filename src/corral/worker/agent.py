@@ -197,7 +197,7 @@ class Agent:
                                  task_env=worker_env(options.controller_url, os.environ.get("PATH")),
                                  log_limit=options.log_limit, containment=options.containment,
                                  filesystem=filesystem, shared_fs=options.shared_fs, environments=self.environments,
-                                 dial=self._dial)
+                                 dial=self._dial, name=options.name)
         except OSError as error:  # only where cgroups are demanded and there are none
             raise WorkerError(f"no cgroup for tasks: {error}") from None
         self.worker_id = ""
@@ -239,7 +239,8 @@ class Agent:
             capacity=self.capacity, gpu_names=[gpu.model for gpu in self.gpus], labels=options.labels,
             pool=options.pool, gpus=self.gpus, running=self.runner.running(),
             filesystem=self.runner.filesystem, shared_fs=self.runner.shared_fs,
-            pythons=self._pythons(), **self._environments())
+            pythons=self._pythons(), run_as_owners=self.runner.run_as_owners, account=self.runner.user,
+            **self._environments())
         backoff = _Backoff("register", cap=2.0)
         while True:
             try:

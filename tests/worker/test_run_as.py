@@ -13,7 +13,8 @@ import pytest
 
 from corral.core.protocol import StartOrder
 from corral.worker import runner as runner_module
-from corral.worker.accounts import Account, NoAccount
+from corral.worker.accounts import Account, NoAccount, read_no_follow
+from corral.worker.containment import reap_record
 from tests.worker.support import CONTAINMENTS, Harness, build_order
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="running a task as another user needs a root worker")
@@ -113,3 +114,21 @@ def test_launch_changes_user_in_the_shim_or_through_setpriv_in_a_cgroup(tmp_path
     argv = runner_module._launch(["true"], tmp_path, {"PATH": os.defpath}, record, tmp_path / "cg", account=account)
     assert argv[-6:] == [shutil.which("setpriv"), f"--reuid={account.uid}", f"--regid={account.gid}",
                          f"--groups={','.join(map(str, account.groups))}", "--", "true"]
+
+
+async def test_a_task_that_swaps_its_files_for_links_to_roots_gets_nothing_shipped_uploaded_or_killed(harness,
+                                                                                                       accounts):
+    secret = harness.work_dir / "root-only"
+    secret.write_text("root's secret")
+    swap = f"rm -f stdout checkpoint; ln -s {secret} stdout; ln -s {secret} checkpoint"
+    report = await run(harness, ["sh", "-c", swap], 1, run_as=accounts["bob"])
+    assert report.state == "SUCCEEDED", output(harness, 1, "stderr")
+    directory = harness.attempt_dir(1)
+    with pytest.raises(OSError):
+        read_no_follow(directory / "stdout")
+    with pytest.raises(OSError):
+        read_no_follow(directory / "checkpoint")
+    forged = directory / "forged.json"
+    forged.write_text('{"shim": [1, 0], "members": [[1, 0]]}')
+    os.chown(forged, Account.named(accounts["bob"], "w1").uid, -1)
+    assert reap_record(forged) == 0 and forged.exists()  # not the worker's: ignored

@@ -52,6 +52,17 @@ class Account:
         directory.chmod(0o700)
 
 
+def no_follow(path: str, flags: int) -> int:
+    """An opener (open(..., opener=)) for the files a task run as its owner could replace with a symbolic link to
+    one of root's, which the worker would then ship or upload: a link is refused (ELOOP), not followed."""
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def read_no_follow(path: Path) -> bytes:
+    with open(path, "rb", opener=no_follow) as file:
+        return file.read()
+
+
 def worker_user() -> str:
     """The name of the user this worker runs as (its uid when it has no name)."""
     try:

@@ -46,6 +46,7 @@ from corral.core.protocol import (
 )
 from corral.core.states import TaskState
 from corral.filesystem import filesystem_id
+from corral.worker.accounts import read_no_follow
 from corral.worker.bundles import BundleCache, BundleError
 from corral.worker.channels import dial, relay_url
 from corral.worker.containment import reap_leftovers
@@ -396,7 +397,10 @@ class Agent:
 
     async def _save_checkpoint(self, task_id: int, attempt: int, epoch: int, path: Path) -> str | None:
         """Upload a preempted attempt's checkpoint; returns why it was not stored, or None."""
-        data = await asyncio.to_thread(path.read_bytes)
+        try:
+            data = await asyncio.to_thread(read_no_follow, path)
+        except OSError as error:
+            return f"checkpoint not readable: {error.strerror}"
         backoff = _Backoff("checkpoint", cap=2.0)
         for _ in range(CHECKPOINT_TRIES):
             try:

@@ -3,6 +3,7 @@ another's files or the worker's; a worker that is not root runs every task as it
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.core.protocol import StartOrder
+from corral.core.protocol import StartOrder, StopOrder
 from corral.worker import runner as runner_module
 from corral.worker.accounts import Account, NoAccount, read_no_follow
 from corral.worker.containment import reap_record
@@ -132,3 +133,21 @@ async def test_a_task_that_swaps_its_files_for_links_to_roots_gets_nothing_shipp
     forged.write_text('{"shim": [1, 0], "members": [[1, 0]]}')
     os.chown(forged, Account.named(accounts["bob"], "w1").uid, -1)
     assert reap_record(forged) == 0 and forged.exists()  # not the worker's: ignored
+
+
+async def test_an_exec_into_a_task_run_as_its_owner_runs_as_that_owner_too(harness, accounts):
+    await harness.act(build_order(["sleep", "30"], run_as=accounts["bob"]))
+    await harness.act(StartOrder(task_id=1, attempt=0))
+    place = runner_module._Place(harness.runner, harness.runner._attempts[(1, 0)])
+    read, write = os.pipe()
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    try:
+        process = await place.launch(["id", "-un"], stdin, write, write, False, "whoami")
+    finally:
+        os.close(write)
+        os.close(stdin)
+    async with asyncio.timeout(10):
+        assert await process.wait() == 0
+    with os.fdopen(read, "rb") as printed:
+        assert printed.read().decode() == f"{accounts['bob']}\n"
+    await harness.act(StopOrder(task_id=1, attempt=0, grace_period=1))

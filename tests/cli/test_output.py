@@ -60,6 +60,17 @@ def test_workers_show_use_over_capacity(cli, fake):
         assert text in out
 
 
+def test_workers_say_whether_tasks_run_as_their_owners_or_as_the_workers_account(cli, fake):
+    now = time.time()
+    view = dict(address="10.0.0.2", state="ALIVE", labels={}, gpu_names=[], capacity={"cpu": 8, "memory": 10**9},
+                used={}, last_heartbeat=now, registered_at=now, running_tasks=0)
+    fake.worker_views = [WorkerView(id="w-1", name="rootbox", run_as_owners=True, account="root", **view),
+                         WorkerView(id="w-2", name="userbox", account="corral", **view)]
+    lines = cli("workers").output.splitlines()
+    assert "RUNS AS" in lines[0]
+    assert lines[1].split()[-1] == "owners" and lines[2].split()[-1] == "corral"
+
+
 def shared_box(now: float) -> WorkerView:
     """Two H100s: device 0 holds two shares (0.5, reserving 20G, and 0.25) read at 7.5G used and 40% busy; device
     1 a whole-device task, never read."""

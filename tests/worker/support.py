@@ -74,7 +74,7 @@ class Harness:
 
     def __init__(self, work_dir: Path, gpus: int = 0, bundles: dict[str, Path] | None = None,
                  containment: str = "auto", filesystem: str | None = None, shared_fs: tuple[str, ...] = (),
-                 mps: bool = False, dial: Dial | None = None) -> None:
+                 mps: bool = False, dial: Dial | None = None, as_root: bool | None = None) -> None:
         self.reports: list[TaskReport] = []
         self.flushed: list[tuple[int, int, int]] = []  # (task, attempt, reports made before the flush)
         self.bundles = bundles or {}
@@ -84,7 +84,8 @@ class Harness:
         self.runner = Runner(work_dir, report=self.reports.append, fetch_bundle=self._fetch,
                              flush_logs=self._flush, watch_logs=lambda *_: None, gpus=gpus, mps=mps,
                              fetch_checkpoint=self._fetch_checkpoint, save_checkpoint=self._save_checkpoint,
-                             containment=containment, filesystem=filesystem, shared_fs=shared_fs, dial=dial)
+                             containment=containment, filesystem=filesystem, shared_fs=shared_fs, dial=dial,
+                             name="w1", as_root=as_root)
         self.work_dir = work_dir
 
     async def _fetch_checkpoint(self, task_id: int, destination: Path) -> None:

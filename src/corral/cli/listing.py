@@ -91,15 +91,21 @@ def workers(per_device: bool, as_json: bool) -> None:
 
 def workers_table(found: list[WorkerView], now: float) -> Table:
     table = Table(box=None, pad_edge=False)
-    for column in ("ID", "NAME", "POOL", "ADDRESS", "STATE", "CPU", "MEM", "GPU", "HEARTBEAT", "TASKS", "ENVS"):
+    for column in ("ID", "NAME", "POOL", "ADDRESS", "STATE", "CPU", "MEM", "GPU", "HEARTBEAT", "TASKS", "ENVS",
+                   "RUNS AS"):
         table.add_column(column, no_wrap=True)
     for worker in found:
         table.add_row(
             worker.id, Text(worker.name), Text(worker.pool), Text(worker.address),
             Text(worker.state, style="green" if worker.state == WorkerState.ALIVE else "red"),
             *usage(worker), f"{format_age(now - worker.last_heartbeat)} ago", str(worker.running_tasks),
-            environments_text(worker))
+            environments_text(worker), Text(runs_as(worker)))
     return table
+
+
+def runs_as(worker: WorkerView) -> str:
+    """"owners": its tasks run as their owners' local accounts (a root worker); else the account they all run as."""
+    return "owners" if worker.run_as_owners else worker.account or "-"
 
 
 def environments_text(worker: WorkerView) -> str:

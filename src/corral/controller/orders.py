@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, RelayOrder, StartOrder, StopOrder
+from corral.core.roles import ADMIN
 from corral.core.states import JobState, TaskState
 from corral.scheduling.rooms import SHARES, gpu_share
 from corral.store.attachments import fresh_openings
@@ -58,6 +59,7 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
             grace_period=spec.get("grace_period", 15.0), checkpoint=row.checkpoint_epoch is not None,
             allocate_port=spec.get("allocate_port", False), start=not row.gang,
             interactive=spec.get("interactive", False), idle_timeout=spec.get("idle_timeout"),
+            run_as=row.unix_user if row.owner != ADMIN else None,
         ))
     orders.extend(RelayOrder(session=row.session, task_id=row.task_id, attempt=row.attempt, kind=row.kind, **row.detail)
                   for row in await fresh_openings(connection, worker_id, relays_after))

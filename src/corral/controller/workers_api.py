@@ -107,7 +107,7 @@ async def list_workers(request: Request) -> list[WorkerView]:
             pool=w.pool, gpus=w.gpu_devices or [], devices=device_views(w.gpu, w.gpu_devices, w.gpu_readings,
                                                                      holders.get(w.id, ())),
             pythons=w.pythons or [], environments=w.environments or [], filesystem=w.filesystem,
-            shared_fs=w.shared_fs or [],
+            shared_fs=w.shared_fs or [], run_as_owners=w.run_as_owners, account=w.account,
         )
         for w in rows
     ]

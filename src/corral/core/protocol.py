@@ -136,6 +136,9 @@ class RegisterRequest(WireModel):
     pythons: list[PythonVersion] = Field(default_factory=list, max_length=MAX_PYTHONS,
                                          description="Python versions it can build environments with")
     environments: list[CachedEnvironment] = Field(default_factory=list, max_length=MAX_ENVIRONMENTS)
+    run_as_owners: bool = Field(False, description="it runs as root: a task runs as its owner's local account "
+                                                   "(BuildOrder.run_as), where that names one")
+    account: str | None = Field(None, max_length=64, description="the local account the worker runs as")
 
     _labels_within_limits = field_validator("labels")(limits.capped(limits.check_labels))
 

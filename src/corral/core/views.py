@@ -178,6 +178,8 @@ class WorkerView(BaseModel):
     environments: list[CachedEnvironment] = []  # the Python environments it keeps built
     filesystem: str | None = None  # the id of the file system its tasks see (corral.filesystem)
     shared_fs: list[str] = []  # directories it shares with submitters on other machines (--shared-fs)
+    run_as_owners: bool = False  # it runs as root: tasks run as their owners' local accounts, where they have one
+    account: str | None = None  # the local account it runs as (and its tasks, unless run as their owners)
 
 
 class WorkdirSharing(BaseModel):

@@ -140,6 +140,8 @@ workers = Table(
     Column("shared_fs", JSON),  # directories it shares with submitters on other machines (--shared-fs)
     Column("pythons", JSON),  # versions of the Python interpreters it can build environments with
     Column("environments", JSON),  # its cached environments: key, python, bytes, last use (CachedEnvironment)
+    Column("run_as_owners", Boolean, nullable=False, default=False, server_default=false()),  # root: as owners
+    Column("account", String(64)),  # the local account it runs as (its tasks too, unless run as their owners)
     Column("last_heartbeat", Float, nullable=False),
     Column("registered_at", Float, nullable=False),
     Index("ix_workers_state", "state"),

@@ -27,7 +27,8 @@ async def insert_worker(connection: AsyncConnection, request: RegisterRequest, n
         pool=request.pool, custom=request.capacity.custom,
         gpu_devices=[gpu.model_dump() for gpu in request.gpus], pythons=request.pythons,
         environments=[environment.model_dump() for environment in request.environments],
-        filesystem=request.filesystem, shared_fs=request.shared_fs,
+        filesystem=request.filesystem, shared_fs=request.shared_fs, run_as_owners=request.run_as_owners,
+        account=request.account,
     ))
     return worker_id, replaced
 

@@ -46,6 +46,7 @@ from corral.core.protocol import (
 )
 from corral.core.states import TaskState
 from corral.filesystem import filesystem_id
+from corral.worker.accounts import read_no_follow
 from corral.worker.bundles import BundleCache, BundleError
 from corral.worker.channels import dial, relay_url
 from corral.worker.containment import reap_leftovers
@@ -197,7 +198,7 @@ class Agent:
                                  task_env=worker_env(options.controller_url, os.environ.get("PATH")),
                                  log_limit=options.log_limit, containment=options.containment,
                                  filesystem=filesystem, shared_fs=options.shared_fs, environments=self.environments,
-                                 dial=self._dial)
+                                 dial=self._dial, name=options.name)
         except OSError as error:  # only where cgroups are demanded and there are none
             raise WorkerError(f"no cgroup for tasks: {error}") from None
         self.worker_id = ""
@@ -239,7 +240,8 @@ class Agent:
             capacity=self.capacity, gpu_names=[gpu.model for gpu in self.gpus], labels=options.labels,
             pool=options.pool, gpus=self.gpus, running=self.runner.running(),
             filesystem=self.runner.filesystem, shared_fs=self.runner.shared_fs,
-            pythons=self._pythons(), **self._environments())
+            pythons=self._pythons(), run_as_owners=self.runner.run_as_owners, account=self.runner.user,
+            **self._environments())
         backoff = _Backoff("register", cap=2.0)
         while True:
             try:
@@ -395,7 +397,10 @@ class Agent:
 
     async def _save_checkpoint(self, task_id: int, attempt: int, epoch: int, path: Path) -> str | None:
         """Upload a preempted attempt's checkpoint; returns why it was not stored, or None."""
-        data = await asyncio.to_thread(path.read_bytes)
+        try:
+            data = await asyncio.to_thread(read_no_follow, path)
+        except OSError as error:
+            return f"checkpoint not readable: {error.strerror}"
         backoff = _Backoff("checkpoint", cap=2.0)
         for _ in range(CHECKPOINT_TRIES):
             try:

@@ -39,7 +39,7 @@ class BundleCache:
         async with self._locks[digest]:  # tasks of one gang on this worker download it once
             if path.exists():
                 return path
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # the worker's: tasks unpack copies
             partial = path.with_suffix(f".part{os.getpid()}")
             sha = hashlib.sha256()
             try:

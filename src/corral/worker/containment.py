@@ -97,8 +97,14 @@ def attempt_cgroup(parent: Path, work_dir: Path, task_id: int, attempt: int) -> 
 # a successor's sweep ---------------------------------------------------------------------
 
 def reap_record(path: Path, timeout: float = KILL_TIMEOUT) -> int:
-    """Kill what the record at `path` names and is still alive, then delete the record; the number killed."""
+    """Kill what the record at `path` names and is still alive, then delete the record; the number killed.
+
+    A record that is not the worker's own (a task run as its owner may replace the files of its directory) names
+    nothing: it is ignored, so a task cannot have the worker kill processes of its choosing."""
     try:
+        if path.lstat().st_uid != os.geteuid():
+            log.warning("process record %s is not this worker's: ignored", path)
+            return 0
         record = Record.loads(path.read_text())
     except FileNotFoundError:
         return 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral.core.log_limits import truncation_marker
+from corral.worker.accounts import no_follow
 
 log = logging.getLogger("corral.worker.logs")
 
@@ -110,7 +111,7 @@ class LogShipper:
             for stream in STREAMS:
                 path = entry.directory / stream
                 try:
-                    with path.open("rb") as file:
+                    with open(path, "rb", opener=no_follow) as file:
                         end = file.seek(0, 2)  # what exists now: a chatty task cannot keep a round going
                         file.seek(entry.offsets[stream])
                         while entry.offsets[stream] < end:

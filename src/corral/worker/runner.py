@@ -20,6 +20,9 @@ An interactive attempt (BuildOrder.interactive) runs on a PTY (corral.worker.ter
 through the relay; relay orders open channels into a running attempt (corral.worker.channels): its terminal, an
 exec in its environment and containment, or a port. An interactive attempt with no channel open for its idle
 timeout is stopped as at its time limit, and an attempt with channels open warns them before a stop or preemption.
+A worker that runs as root runs an attempt whose order names a local account (run_as, its owner's) as that account
+(corral.worker.accounts): the task and its execs, in a directory of the account's alone. The worker's own helpers
+(the shim, the shell that enters a cgroup) stay root and change user only in the exec of the task's command.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from corral.core.protocol import (
 from corral.core.relay import CLOSE_CONFLICT
 from corral.core.states import TaskState
 from corral.core.workdir import choose_start
+from corral.worker.accounts import Account, NoAccount, worker_user
 from corral.worker.bundles import extract
 from corral.worker.channels import serve
 from corral.worker.containment import attempt_cgroup, cgroup_parent, cgroup_prefix, reap_record
@@ -114,18 +118,33 @@ _WARDEN = _lean("warden")
 
 
 def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cgroup: Path | None,
-            shim_options: Sequence[str] = ()) -> list[str]:
-    """The argv that runs `command`: in its cgroup (which then holds every process it starts), through a shell that
-    moves itself there and execs the command, else under its shim (with `shim_options`).
+            shim_options: Sequence[str] = (), account: Account | None = None) -> list[str]:
+    """The argv that runs `command`, as `account` when given: in its cgroup (which then holds every process it
+    starts), through a shell that moves itself there and execs the command (through setpriv, which changes user),
+    else under its shim (with `shim_options`; the shim changes user in the child it starts).
 
     The cgroup is entered by an exec'd shell rather than a preexec_fn, which would make every start copy the
-    worker with fork instead of vfork: a fifth of the array bench. The program is looked up here first, so a
-    missing one fails before anything starts, as it would with a direct exec.
+    worker with fork instead of vfork: a fifth of the array bench. The user is changed the same way, after the
+    cgroup is entered (a process that is no longer root may not move itself there), rather than with subprocess's
+    user=, which runs before any of the child's code and would also rule out vfork. The program is looked up here
+    first, so a missing one fails before anything starts, as it would with a direct exec.
     """
     _check_executable(command[0], cwd, env.get("PATH", os.defpath))
     if cgroup is None:
-        return [*_SHIM, str(record), *shim_options, "--", *command]
-    return ["/bin/sh", "-c", 'echo 0 > "$0/cgroup.procs" && exec "$@"', str(cgroup), *command]
+        user = ["--user", account.credentials()] if account else []
+        return [*_SHIM, str(record), *user, *shim_options, "--", *command]
+    change = [] if account is None else \
+        [_setpriv(), f"--reuid={account.uid}", f"--regid={account.gid}",
+         f"--groups={','.join(map(str, account.groups))}" if account.groups else "--clear-groups", "--"]
+    return ["/bin/sh", "-c", 'echo 0 > "$0/cgroup.procs" && exec "$@"', str(cgroup), *change, *command]
+
+
+def _setpriv() -> str:
+    """util-linux's setpriv, which a root worker with cgroups changes user with."""
+    path = shutil.which("setpriv")
+    if path is None:
+        raise FileNotFoundError(errno.ENOENT, "setpriv (util-linux) is needed to run tasks as their owner", "setpriv")
+    return path
 
 
 async def _create(argv: list[str], cwd: Path, env: dict[str, str], stdin: int, stdout: int, stderr: int, *,
@@ -198,6 +217,7 @@ class _Attempt:
     memory_at_start: MemoryRecord = MemoryRecord()  # the cgroup's memory records when the process started
     world: AttemptWorld | None = None  # where it starts, once prepared
     environment: Acquired | None = None  # the Python environment of its job's pip/python, held until it ends
+    account: Account | None = None  # the local account it runs as, where the worker runs as root; else the worker's
     env: dict[str, str] = field(default_factory=dict)  # the environment it started with, which its execs get too
     terminal: Terminal | None = None  # an interactive attempt's PTY
     channels: dict[object, Outbox | None] = field(default_factory=dict)  # open relay channels: what a stop warns
@@ -252,8 +272,16 @@ class Runner:
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
                  log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto", filesystem: str | None = None,
                  shared_fs: Sequence[str] = (), environments: EnvironmentCache | None = None,
-                 dial: Dial | None = None) -> None:
+                 dial: Dial | None = None, name: str = "", as_root: bool | None = None) -> None:
         self.work_dir = work_dir
+        self.name = name or socket.gethostname()  # this worker's, as a reason about it says
+        # Whether tasks run as their owners (run_as): only a root worker can change user.
+        self.run_as_owners = os.geteuid() == 0 if as_root is None else as_root
+        self.user = worker_user()
+        if self.run_as_owners:  # tasks may cross the worker's directories to their own, not list or read them
+            (work_dir / "tasks").mkdir(parents=True, exist_ok=True)
+            work_dir.chmod(0o711)
+            (work_dir / "tasks").chmod(0o711)
         self.filesystem = filesystem  # the id of the file system its tasks see (corral.filesystem)
         self.shared_fs = list(shared_fs)  # directories shared with submitters on other machines
         self.environments = environments or EnvironmentCache(work_dir / "environments")
@@ -346,13 +374,18 @@ class Runner:
         async with att.lock:
             self._emit(att.ref, TaskState.BUILDING)
             try:
+                if self.run_as_owners and att.order.run_as:
+                    att.account = Account.named(att.order.run_as, self.name)
                 att.directory.mkdir(parents=True, exist_ok=True)
+                att.directory.chmod(0o700)
                 att.world = self._world(att.order, att.directory)
                 if att.world.start == "bundle":
                     archive = await self._fetch_bundle(att.order.bundle)
                     await asyncio.to_thread(extract, archive, att.cwd)
                 if att.order.checkpoint and self._fetch_checkpoint is not None:
                     await self._restore_checkpoint(att)
+                if att.account is not None:
+                    await asyncio.to_thread(att.account.give, att.directory)
                 if att.order.pip or att.order.python:
                     self._watch_logs(*att.ref, att.directory)  # its build log is shipped like its output
                     att.environment = await self.environments.acquire(att.order.python, att.order.pip, att.cwd,
@@ -360,6 +393,10 @@ class Runner:
             except EnvironmentBuildError as error:
                 log.warning("task=%s attempt=%s environment build failed: %s", *att.ref, error)
                 await self._end(att, TaskState.FAILED, reason=f"{ENVIRONMENT_BUILD_FAILED}: {error}")
+                return
+            except NoAccount as error:
+                log.warning("task=%s attempt=%s: %s", *att.ref, error)
+                await self._end(att, TaskState.FAILED, reason=str(error))
                 return
             except Exception as error:
                 log.warning("task=%s attempt=%s build failed: %s", *att.ref, error)
@@ -400,6 +437,8 @@ class Runner:
                 env.update(att.environment.environment.task_env(env.get("PATH", os.defpath)))
             if self.gpus:
                 env.update(gpu_env(att.order, self.gpu_memory, self.mps))
+            if att.account is not None:
+                env.update(att.account.env())
             env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)
             att.memory_at_start = self.memory.read()
             port = free_port() if att.order.allocate_port else None
@@ -410,7 +449,8 @@ class Runner:
             lifeline, att.lifeline = os.pipe() if att.cgroup is None else (subprocess.DEVNULL, None)
             tty = att.order.interactive
             try:
-                argv = _launch(command, att.cwd, env, att.directory / RECORD, att.cgroup, ["--tty"] if tty else [])
+                argv = _launch(command, att.cwd, env, att.directory / RECORD, att.cgroup, ["--tty"] if tty else [],
+                               att.account)
                 if att.cgroup is not None:  # a successor finds it by its name (cgroup_prefix)
                     att.cgroup.mkdir(exist_ok=True)
                 if tty:  # the terminal is read until no process holds its slave side, even if none starts
@@ -697,11 +737,12 @@ class _Place:
         att.forget_ended_execs()
         lifeline: int | None = None
         if att.cgroup is not None:
-            process = await _create(_launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup), att.cwd,
-                                    att.env, stdin, stdout, stderr, tty=tty)
+            argv = _launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup, account=att.account)
+            process = await _create(argv, att.cwd, att.env, stdin, stdout, stderr, tty=tty)
         else:
             record = att.directory / "execs" / name / RECORD
-            argv = _launch(command, att.cwd, att.env, record, None, ["--tty"] if tty else ["--stdin", str(stdin)])
+            argv = _launch(command, att.cwd, att.env, record, None, ["--tty"] if tty else ["--stdin", str(stdin)],
+                           att.account)
             record.parent.mkdir(parents=True, exist_ok=True)
             shim_end, lifeline = os.pipe()
             try:

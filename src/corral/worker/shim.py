@@ -1,4 +1,5 @@
-"""The supervisor of one attempt where there is no cgroup: `shim RECORD [--tty | --stdin FD] -- COMMAND...`.
+"""The supervisor of one attempt where there is no cgroup:
+`shim RECORD [--user UID:GID:GROUPS] [--tty | --stdin FD] -- COMMAND...`.
 
 The worker starts it in a session of its own with a pipe, its lifeline, as stdin. The shim
 makes itself a child subreaper and starts COMMAND in a new session; from then on every process
@@ -12,7 +13,9 @@ keeps the record at RECORD (see corral.worker.containment) up to date, and:
 
 COMMAND's stdin is /dev/null; with `--stdin FD`, the descriptor FD it inherits (an `exec`'s input); with `--tty`,
 the terminal it inherits as stdout, which becomes its controlling terminal (an interactive attempt's PTY, whose
-job control, Ctrl-C and window size then work as in a terminal of its own).
+job control, Ctrl-C and window size then work as in a terminal of its own). With `--user`, COMMAND runs with that
+uid, primary gid and supplementary groups (a comma-separated list): a root worker's task run as its owner, while
+the shim stays root, out of the reach of the task's signals, and keeps every process of the task within its own.
 
 It returns only once every process of the attempt is gone, then removes the record and ends
 as COMMAND ended (the same exit code, or the same signal), so the worker reads the task's
@@ -46,8 +49,10 @@ SCAN = 0.5  # how often the task's processes are listed for the record
 
 
 class Shim:
-    def __init__(self, record_path: str, command: list[str], stdin: int | None = None, tty: bool = False) -> None:
+    def __init__(self, record_path: str, command: list[str], stdin: int | None = None, tty: bool = False,
+                 user: tuple[int, int, list[int]] | None = None) -> None:
         self.record_path = record_path
+        self.user = user  # (uid, gid, groups) the task runs as, if not the shim's
         self.command = command
         self.stdin = stdin  # the descriptor the task reads, when not /dev/null
         self.tty = tty  # the task takes its stdout, a terminal, as its controlling terminal and its stdin
@@ -148,6 +153,8 @@ class Shim:
         By hand rather than with subprocess, whose import alone would be most of a short task's start: the child
         reports a failure to exec through a pipe that a successful exec closes."""
         report_read, report_write = os.pipe2(os.O_CLOEXEC)
+        if self.user is not None:  # execvp's lookup imports a module: here, where the user may not read Python's own
+            os.get_exec_path()
         pid = os.fork()
         if pid == 0:  # the child: no Python beyond this, whatever happens
             try:
@@ -160,6 +167,11 @@ class Shim:
                     os.dup2(1, 0)
                 else:
                     os.dup2(os.open(os.devnull, os.O_RDONLY) if self.stdin is None else self.stdin, 0)
+                if self.user is not None:
+                    uid, gid, groups = self.user
+                    os.setgroups(groups)
+                    os.setgid(gid)
+                    os.setuid(uid)
                 os.execvp(self.command[0], self.command)
             except OSError as error:
                 os.write(report_write, str(error.errno).encode())
@@ -193,17 +205,28 @@ def end_as(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
+def _credentials(text: str) -> tuple[int, int, list[int]]:
+    """UID:GID:GROUPS (GROUPS comma-separated, maybe empty) as numbers."""
+    try:
+        uid, gid, groups = text.split(":")
+        return int(uid), int(gid), [int(group) for group in groups.split(",") if group]
+    except ValueError:
+        sys.exit(f"shim: --user takes UID:GID:GROUPS, not {text!r}")
+
+
 def main(argv: list[str]) -> None:
     record, *rest = argv
-    stdin, tty = None, False
+    stdin, tty, user = None, False, None
+    if rest[:1] == ["--user"] and rest[1:2]:
+        user, rest = _credentials(rest[1]), rest[2:]
     if rest[:1] == ["--tty"]:
         tty, rest = True, rest[1:]
     elif rest[:1] == ["--stdin"] and rest[1:2] and rest[1].isdigit():
         stdin, rest = int(rest[1]), rest[2:]
     separator, *command = rest or [""]
     if separator != "--" or not command:
-        sys.exit("usage: shim RECORD [--tty | --stdin FD] -- COMMAND...")
-    shim = Shim(record, command, stdin, tty)
+        sys.exit("usage: shim RECORD [--user UID:GID:GROUPS] [--tty | --stdin FD] -- COMMAND...")
+    shim = Shim(record, command, stdin, tty, user)
     end_as(shim.run())
 
 

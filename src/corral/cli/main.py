@@ -17,6 +17,7 @@ from corral.cli.listing import jobs, workers
 from corral.cli.projects import project
 from corral.cli.submit import submit
 from corral.cli.up import down, up
+from corral.cli.usage import usage
 from corral.client.errors import CorralError, format_validation
 
 # Specs the CLI itself validates from the user's options and files: their errors are the user's to fix.
@@ -47,5 +48,5 @@ def main() -> None:
 
 
 for command in (up, down, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
-                *interactive_commands, *serving_commands):
+                usage, *interactive_commands, *serving_commands):
     main.add_command(command)

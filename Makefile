@@ -48,6 +48,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/workdir_upload.py
 	$(BIN)/python bench/trace_replay.py
 	$(BIN)/python bench/interactive.py
+	$(BIN)/python bench/usage.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools

@@ -1,8 +1,9 @@
 """Usage sums: each attempt's reservation (its task's cores, bytes of memory and GPUs, a share as its share) times
 the seconds it held it, from assigned to finished (a running attempt: to `running_end`), clipped to each bucket.
 
-One query: attempts are summed per job and bucket first, so that a job's project, pool and owner are read from
-its JSON spec once per job, not once per attempt; then summed per (key, pool, bucket). A deployment's replicas
+One query: attempts are summed per task and bucket first (in the order they are stored), then per job, so that a
+task's reservation is read once per task and a job's project, pool and owner from its JSON spec once per job;
+then per (key, pool, bucket). A deployment's replicas
 are jobs of their own (replicas.job_id): their usage goes to the deployment's owner, in the replica job's project
 and pool, which are the deployment's.
 """
@@ -40,14 +41,19 @@ async def usage_sums(connection: AsyncConnection, by: UsageBy, buckets: Sequence
     bounds = (union_all(*rows) if len(rows) > 1 else rows[0]).subquery("buckets")
     ended = func.coalesce(attempts.c.finished_at, _number(running_end))
     seconds = (_earlier(ended, bounds.c.end) - _later(attempts.c.assigned_at, bounds.c.start))
-    per_job = (
-        select(tasks.c.job_id, bounds.c.bucket, func.count().label("attempts"),
-               func.sum(tasks.c.cpu * seconds).label("cpu"), func.sum(tasks.c.memory * seconds).label("memory"),
-               func.sum(tasks.c.gpu * seconds).label("gpu"))
-        .select_from(attempts.join(tasks, tasks.c.id == attempts.c.task_id)
-                     .join(bounds, and_(attempts.c.assigned_at < bounds.c.end, ended > bounds.c.start)))
+    per_task = (  # attempts are stored by task: summed there first, each task's reservation is read once
+        select(attempts.c.task_id, bounds.c.bucket, func.count().label("attempts"), func.sum(seconds).label("seconds"))
+        .select_from(attempts.join(bounds, and_(attempts.c.assigned_at < bounds.c.end, ended > bounds.c.start)))
         .where(attempts.c.assigned_at < buckets[-1][1], ended > buckets[0][0])
-        .group_by(tasks.c.job_id, bounds.c.bucket)
+        .group_by(attempts.c.task_id, bounds.c.bucket)
+    ).subquery("per_task")
+    per_job = (
+        select(tasks.c.job_id, per_task.c.bucket, func.sum(per_task.c.attempts).label("attempts"),
+               func.sum(tasks.c.cpu * per_task.c.seconds).label("cpu"),
+               func.sum(tasks.c.memory * per_task.c.seconds).label("memory"),
+               func.sum(tasks.c.gpu * per_task.c.seconds).label("gpu"))
+        .select_from(per_task.join(tasks, tasks.c.id == per_task.c.task_id))
+        .group_by(tasks.c.job_id, per_task.c.bucket)
     ).subquery("per_job")
     named = (  # a job's project, pool and owner as columns, so that the grouping below names them, not JSON paths
         select(func.coalesce(jobs.c.spec["project"].as_string(), "default").label("project"),

@@ -6,8 +6,10 @@ import csv
 import io
 import json
 
+import httpx
 import pytest
 
+from corral.client.http import Client
 from corral.core.config import PoolPrices
 from corral.core.usage import GIB, HOUR, UsageBy, UsageSums, report
 
@@ -63,3 +65,16 @@ def test_an_unknown_grouping_is_a_usage_error(cli, usage_client):
     result = cli("usage", "--by", "team")
     assert result.exit_code == 2 and "team" in result.output
     assert usage_client == []
+
+
+def test_the_client_asks_for_the_window_and_grouping_and_reads_the_report():
+    seen = []
+    body = report(0.0, 100.0, UsageBy.USER, SUMS, {}).model_dump(mode="json")
+
+    def handler(request):
+        seen.append((request.url.path, dict(request.url.params)))
+        return httpx.Response(200, json=body)
+
+    found = Client("http://ctl:1", "tok", transport=httpx.MockTransport(handler)).usage("30d", None, "user")
+    assert seen == [("/api/v1/usage", {"by": "user", "since": "30d"})]
+    assert found.totals.attempts == 6 and found.totals.cost is None and found.currency is None

@@ -7,6 +7,7 @@ are per pool, so a project's row adds the cost of each pool it used) and totals 
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -117,6 +118,8 @@ def window(since: str | None, until: str | None, now: float | None = None) -> tu
     now = time.time() if now is None else now
     end = parse_moment(until, now) if until else now
     start = parse_moment(since, now) if since else end - 30 * DAY
+    if not math.isfinite(start) or not math.isfinite(end) or not end - start < math.inf:
+        raise ValueError("since and until must be finite times, less than the largest number apart")
     if not start < end:
         raise ValueError(f"since ({start}) must be before until ({end})")
     return start, end
@@ -124,9 +127,10 @@ def window(since: str | None, until: str | None, now: float | None = None) -> tu
 
 def day_starts(since: float, until: float) -> list[float]:
     """The starts of the daily buckets covering [since, until]: the first at `since`, every DAY after."""
-    count = int(-(-(until - since) // DAY))
-    if count > MAX_BUCKETS:
-        raise ValueError(f"a series has at most {MAX_BUCKETS} daily buckets; this window needs {count}")
+    if (until - since) / DAY > MAX_BUCKETS:
+        raise ValueError(f"a series has at most {MAX_BUCKETS} daily buckets; this window needs "
+                         f"{(until - since) / DAY:.0f}")
+    count = math.ceil((until - since) / DAY)
     return [since + i * DAY for i in range(count)]
 
 

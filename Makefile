@@ -49,6 +49,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/trace_replay.py
 	$(BIN)/python bench/interactive.py
 	$(BIN)/python bench/authz.py
+	$(BIN)/python bench/usage.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools

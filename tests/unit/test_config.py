@@ -93,6 +93,6 @@ def test_the_readmes_config_examples_read():
     readme = Path(__file__).resolve().parents[2] / "README.md"
     blocks = re.findall(r"```yaml\n(.*?)```", readme.read_text(), re.S)
     configs = [block for block in blocks if block.partition(":")[0] in CorralConfig.model_fields]
-    assert len(configs) == 2  # pools and quotas; the router
+    assert len(configs) == 3  # pools and quotas; the router; prices
     for block in configs:
         parse_config(block, "README.md")

@@ -19,6 +19,7 @@ from corral.cli.projects import project
 from corral.cli.submit import submit
 from corral.cli.teams import COMMANDS as team_commands
 from corral.cli.up import down, up
+from corral.cli.usage import usage
 from corral.client.errors import CorralError, format_validation
 
 # Specs the CLI itself validates from the user's options and files: their errors are the user's to fix.
@@ -50,5 +51,5 @@ def main() -> None:
 
 
 for command in (up, down, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
-                audit, *interactive_commands, *serving_commands, *team_commands):
+                audit, usage, *interactive_commands, *serving_commands, *team_commands):
     main.add_command(command)

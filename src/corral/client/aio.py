@@ -25,6 +25,7 @@ from corral.client.sse import RECONNECTS, Event, follow_events
 from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
+from corral.core.usage import UsageReport
 from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkdirSharing, WorkerView
 
 
@@ -216,6 +217,10 @@ class AsyncClient:
 
     async def workers(self) -> list[WorkerView]:
         return await self._run(plans.workers())
+
+    async def usage(self, since: str | None = None, until: str | None = None, by: str = "project") -> UsageReport:
+        """Usage and cost over [since, until] (default: the last 30 days) by project, user or pool."""
+        return await self._run(plans.usage(since, until, by))
 
     # serving: what a standalone router asks of the controller ----------------------------
 

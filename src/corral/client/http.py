@@ -25,6 +25,7 @@ from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec, 
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
 from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
+from corral.core.usage import UsageReport
 from corral.core.views import (
     HistoryEntry,
     JobPage,
@@ -310,6 +311,10 @@ class Client:
 
     def workers(self) -> list[WorkerView]:
         return self._run(plans.workers())
+
+    def usage(self, since: str | None = None, until: str | None = None, by: str = "project") -> UsageReport:
+        """Usage and cost over [since, until] (default: the last 30 days) by project, user or pool."""
+        return self._run(plans.usage(since, until, by))
 
     def healthy(self, timeout: float = 1.0) -> bool:
         """Whether the controller is up and answers its health check within `timeout` seconds."""

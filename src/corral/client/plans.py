@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobSpec, Workdir
 from corral.core.states import JOB_TERMINAL, JobState
+from corral.core.usage import UsageReport
 from corral.core.views import (
     HistoryEntry,
     JobPage,
@@ -141,6 +142,13 @@ def cancel(job_id: int) -> Plan[JobView]:
 def workers() -> Plan[list[WorkerView]]:
     response = yield Call("GET", f"{API}/workers")
     return _workers.validate_python(response.json())
+
+
+def usage(since: str | None = None, until: str | None = None, by: str = "project") -> Plan[UsageReport]:
+    """Usage and cost over [since, until] (unix seconds, ISO 8601, or how long ago: 30d) by project, user or pool."""
+    params = {"by": by, **{k: v for k, v in (("since", since), ("until", until)) if v is not None}}
+    response = yield Call("GET", f"{API}/usage", params=params)
+    return UsageReport.model_validate(response.json())
 
 
 def healthz(timeout: float) -> Plan[bool]:

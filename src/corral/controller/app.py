@@ -28,6 +28,7 @@ from corral.controller import (
     relay_api,
     results_api,
     retry_api,
+    usage_api,
     users_api,
     workers_api,
 )
@@ -139,6 +140,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(relay_api.sockets)
     app.include_router(users_api.router)
     app.include_router(audit_api.router)
+    app.include_router(usage_api.router)
     app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])

@@ -1,4 +1,5 @@
-"""The controller's config file as one model: pools, quotas, the cluster's retry default, /metrics, the router.
+"""The controller's config file as one model: pools, quotas, the cluster's retry default, /metrics, the router,
+prices.
 
 Every part of corral reads its settings from `CorralConfig`, parsed once where the file is read
 (`corral controller --config`, `corral router --config`) and handed down; this module does no I/O.
@@ -76,6 +77,17 @@ class ProjectQuota(WireModel):
     limits: dict[str, Amount] = Field(default_factory=dict, description="most the project may hold at once")
 
 
+class PoolPrices(WireModel):
+    """What an hour of each resource costs in one pool; usage in a pool without prices costs nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_hour: float = Field(0.0, ge=0, allow_inf_nan=False, description="per core-hour")
+    gpu_hour: float = Field(0.0, ge=0, allow_inf_nan=False, description="per device-hour (a share: its part)")
+    memory_gb_hour: float = Field(0.0, ge=0, allow_inf_nan=False, description="per GiB-hour (2**30 bytes)")
+    currency: str = Field("USD", min_length=1, max_length=8)
+
+
 class MetricsConfig(WireModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -136,6 +148,14 @@ class CorralConfig(WireModel):
     retry_policy: RetryPolicy | None = None  # the cluster's default, under the stored one (see retry_defaults)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
+    prices: dict[str, PoolPrices] = Field(default_factory=dict, description="per pool; none: usage has no cost")
+
+    @model_validator(mode="after")
+    def _one_currency(self) -> CorralConfig:
+        currencies = {prices.currency for prices in self.prices.values()}
+        if len(currencies) > 1:
+            raise ValueError(f"prices: give every pool the same currency, not {', '.join(sorted(currencies))}")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -237,6 +237,7 @@ function route() {
   else if (parts[0] === "queue") { name = "queue"; current = queueView(view, params); }
   else if (parts[0] === "workers") { name = "workers"; current = workersView(view); }
   else if (parts[0] === "deployments") { name = "deployments"; current = deploymentsView(view); }
+  else if (parts[0] === "usage") { name = "usage"; current = usageView(view, params); }  // static/usage.js
   else current = overviewView(view);
   for (const link of document.querySelectorAll("[data-nav]")) {
     if (link.dataset.nav === name) link.setAttribute("aria-current", "page");

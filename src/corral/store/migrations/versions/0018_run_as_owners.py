@@ -1,14 +1,14 @@
 """run as owners: whether each worker runs tasks as their owners' local accounts (it runs as root), and the account
 it runs as itself
 
-Revision ID: 0019
+Revision ID: 0018
 Revises: 0017
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0019'
+revision = '0018'
 down_revision = '0017'
 
 

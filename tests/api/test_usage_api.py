@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from fastapi import Request
 
 from corral.controller.app import create_app
 from corral.controller.settings import ControllerSettings
 from corral.core.config import CorralConfig, PoolPrices
-from corral.core.roles import Principal, Role
 from corral.store.database import sqlite_url
 from corral.store.store import Store
 from tests.api.conftest import ADMIN
 from tests.store.usage_fixture import EXPECTED, SINCE, TOTALS, UNTIL, known_usage
 
 WINDOW = {"since": str(SINCE), "until": str(UNTIL)}
-PRINCIPALS = {  # what the identity part's authentication will set; here a test header picks one
-    "alice": Principal(name="alice", projects={"vision": Role.MEMBER}),
-    "vic": Principal(name="vic", projects={"vision": Role.VIEWER}),
-}
 
 
 @pytest.fixture
@@ -31,12 +25,6 @@ async def usage_api(tmp_path):
     await store.close()
     config = CorralConfig(prices={"default": PoolPrices(cpu_hour=3.6, currency="EUR")})
     app = create_app(ControllerSettings(data_dir=tmp_path, admin_token=ADMIN, join_token="join", config=config))
-
-    @app.middleware("http")
-    async def as_principal(request: Request, call_next):
-        if name := request.headers.get("x-test-principal"):
-            request.state.principal = PRINCIPALS[name]
-        return await call_next(request)
 
     async with app.router.lifespan_context(app):
         yield httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ctl",
@@ -88,11 +76,20 @@ async def test_a_series_over_too_many_days_or_buckets_other_than_days_is_refused
         assert (await client.get("/api/v1/usage/series", params={"bucket": "hour"})).status_code == 422
 
 
+async def personal_token(client: httpx.AsyncClient, name: str, role: str) -> dict[str, str]:
+    """A user with `role` in project vision, and the header of a personal token of theirs."""
+    created = await client.post("/api/v1/users", json={"name": name, "projects": {"vision": role}})
+    assert created.status_code in (200, 201), created.text
+    token = await client.post("/api/v1/tokens", json={"name": "usage", "user": name})
+    assert token.status_code in (200, 201), token.text
+    return {"Authorization": f"Bearer {token.json()['token']}"}
+
+
 async def test_a_member_reads_its_own_usage_and_a_viewer_none(usage_api):
     async with usage_api as client:
-        mine = await client.get("/api/v1/usage", params={**WINDOW, "by": "user"},
-                                headers={"x-test-principal": "alice"})
-        viewer = await client.get("/api/v1/usage", params=WINDOW, headers={"x-test-principal": "vic"})
+        alice, vic = await personal_token(client, "alice", "member"), await personal_token(client, "vic", "viewer")
+        mine = await client.get("/api/v1/usage", params={**WINDOW, "by": "user"}, headers=alice)
+        viewer = await client.get("/api/v1/usage", params=WINDOW, headers=vic)
     assert [(row["key"], row["attempts"]) for row in mine.json()["rows"]] == [("alice", 2)]
     assert viewer.status_code == 403
     assert "usage" in viewer.json()["detail"]

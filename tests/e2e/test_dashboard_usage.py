@@ -35,7 +35,7 @@ def test_the_usage_page_charts_each_projects_use_per_day_and_totals_it(browser, 
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(live.url + "/")
-    page.get_by_label("Admin token").fill(live.admin_token)
+    page.get_by_label("Token").fill(live.admin_token)
     page.get_by_role("button", name="Sign in").click()
     page.get_by_role("link", name="Usage").click()
     chart = page.locator("svg[data-usage-chart]")

@@ -81,7 +81,7 @@ async def _act(team: Team, client, action: Action, own_job: int | None):
     raise AssertionError(action)
 
 
-THROUGH_THE_API = [a for a in Action if a not in (Action.USAGE, Action.AUDIT)]  # the audit and usage parts route those
+THROUGH_THE_API = [a for a in Action if a not in (Action.USAGE, Action.AUDIT)]  # listings: their own test below
 
 
 @pytest.mark.parametrize("action", THROUGH_THE_API)
@@ -106,6 +106,26 @@ async def test_each_cell_of_the_role_table_holds_through_the_api(team, role, act
             assert answer.json()["detail"] == reason
 
 
+@pytest.mark.parametrize("role", [Role.CLUSTER_ADMIN, *PROJECT_ROLES])
+async def test_the_usage_and_audit_cells_of_the_role_table_hold_through_the_api(team, role):
+    name = AS_ROLE[role]
+    async with team.as_(name) as client:
+        usage = await client.get("/api/v1/usage", params={"by": "user"})
+        audit = await client.get("/api/v1/audit")
+    scope = RULES[role].get(Action.USAGE)
+    if scope is None:
+        assert (usage.status_code, usage.json()["detail"]) == (403, f"{name} may not usage in any project "
+                                                                     f"(its role: {role})")
+    else:
+        assert usage.status_code == 200, usage.text
+        if scope is Scope.OWN:
+            assert {row["key"] for row in usage.json()["rows"]} <= {name}
+    if RULES[role].get(Action.AUDIT) is Scope.ANY:
+        assert audit.status_code == 200, audit.text
+    else:
+        assert (audit.status_code, audit.json()["detail"]) == (403, f"audit is for cluster admins; {name} is {role}")
+
+
 async def test_a_member_cannot_cancel_another_members_job_but_the_project_admin_can(team):
     async with team.as_("mem") as mem:
         refused = await mem.post(f"/api/v1/jobs/{team.bobs_job}/cancel")
@@ -114,6 +134,10 @@ async def test_a_member_cannot_cancel_another_members_job_but_the_project_admin_
     async with team.as_("pa") as project_admin:
         cancelled = await _ok(project_admin.post(f"/api/v1/jobs/{team.bobs_job}/cancel"))
     assert cancelled["state"] in ("CANCELLED", "TERMINATING")
+    async with team.as_("root") as root:  # the audit log names both, by name and role
+        rows = await _ok(root.get("/api/v1/audit", params={"action": "job.cancel"}))
+    assert [(r["actor"], r["role"], r["outcome"], r["job_id"]) for r in rows] == [
+        ("pa", Role.PROJECT_ADMIN, 200, team.bobs_job), ("mem", Role.MEMBER, 403, team.bobs_job)]
 
 
 async def test_a_project_one_does_not_belong_to_is_a_403_with_the_reason(team):

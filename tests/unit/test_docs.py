@@ -23,3 +23,15 @@ def test_every_package_of_corral_is_in_a_layer_with_a_docstring():
     packages = {f"corral.{path.parent.name}" for path in (ROOT / "src" / "corral").glob("*/__init__.py")}
     assert packages == layered
     assert all(architecture._summary(package) for package in layered)
+
+
+def test_the_role_table_in_the_teams_document_is_the_code_s():
+    """docs/teams.md shows RULES by hand: each cell must say what the table in corral.core.roles says."""
+    from corral.core.roles import RULES, Action, Role
+
+    text = (ROOT / "docs" / "teams.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("| ") and ": " in line.split("|")[1]]
+    shown = {Action(line.split("|")[1].strip().split(":")[0]): [cell.strip() for cell in line.split("|")[2:6]]
+             for line in lines}
+    roles = (Role.CLUSTER_ADMIN, Role.PROJECT_ADMIN, Role.MEMBER, Role.VIEWER)
+    assert shown == {action: [str(RULES[role].get(action) or "-") for role in roles] for action in Action}

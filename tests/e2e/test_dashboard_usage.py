@@ -7,7 +7,7 @@ import pytest
 
 from tests.e2e.browser import screenshot
 from tests.e2e.cluster import Cluster
-from tests.e2e.test_dashboard import TIMEOUT_MS, browser, corral  # noqa: F401 (browser: a fixture)
+from tests.e2e.test_dashboard import browser, corral, page  # noqa: F401 (browser, page: fixtures)
 
 pytestmark = pytest.mark.e2e
 PRICES = "prices:\n  default: {cpu_hour: 3600, currency: EUR}\n"  # a core-second costs 1
@@ -24,19 +24,11 @@ def live(tmp_path_factory):
     cluster.stop()
 
 
-def test_the_usage_page_charts_each_projects_use_per_day_and_totals_it(browser, live):  # noqa: F811
+def test_the_usage_page_charts_each_projects_use_per_day_and_totals_it(page, live):  # noqa: F811
     jobs = [int(corral(live, "submit", "--project", project, "--cpus", "2", "--", "sleep", "1"))
             for project in ("vision", "nlp")]
     for job_id in jobs:
         assert live.wait_end(job_id)["state"] == "SUCCEEDED"
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(live.url + "/")
-    page.get_by_label("Token").fill(live.admin_token)
-    page.get_by_role("button", name="Sign in").click()
     page.get_by_role("link", name="Usage").click()
     chart = page.locator("svg[data-usage-chart]")
     chart.wait_for()
@@ -52,5 +44,3 @@ def test_the_usage_page_charts_each_projects_use_per_day_and_totals_it(browser, 
     page.get_by_label("Chart").select_option("cost")
     page.locator("#usage-chart-title").filter(has_text="cost per day").wait_for()
     screenshot(page, "usage")
-    context.close()
-    assert not errors, errors

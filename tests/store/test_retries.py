@@ -24,10 +24,11 @@ from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, re
 POLICY = {"max_retries": 2, "retry_delay": 5, "jitter": "none"}
 
 
-async def submit(store, key=None, config_default=None, **spec) -> int:
+async def submit(store, key=None, config_default=None, owner="admin", **spec) -> int:
     spec = JobSpec(**{"command": ["false"], **spec})
     async with store.write() as connection:
-        return await insert_job(connection, spec, key, NOW, **await retry_columns(connection, spec, config_default))
+        return await insert_job(connection, spec, key, NOW, owner=owner,
+                                **await retry_columns(connection, spec, config_default))
 
 
 async def fail(store, worker, job_id, exit_code=1):
@@ -48,7 +49,7 @@ def counter(name, **labels) -> float:
 
 async def test_a_failed_job_is_retried_after_its_delay_as_a_child_then_exhausted(store):
     worker = await add_worker(store)
-    first = await submit(store, key="nightly", retry_policy=POLICY)
+    first = await submit(store, key="nightly", owner="alice", retry_policy=POLICY)
     scheduled = counter("corral_job_retry_scheduled_total", cause="nonzero_exit")
     await fail(store, worker, first)
 
@@ -65,6 +66,7 @@ async def test_a_failed_job_is_retried_after_its_delay_as_a_child_then_exhausted
     assert (child.parent_job_id, child.retry_root_id, child.retry_count, child.max_retries, child.retry_cause,
             child.idempotency_key, child.state) == (first, first, 1, 2, "nonzero_exit", "nightly:retry:1", "PENDING")
     assert child.spec == row.spec and child.retry_policy == row.retry_policy
+    assert child.owner == "alice"  # a retry is its parent's owner's: its usage and its rights stay theirs
     assert (await job(store, first)).retry_state == "retried"
 
     await fail(store, worker, second)

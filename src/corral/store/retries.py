@@ -111,7 +111,7 @@ async def retry_parent(connection: AsyncConnection, job_id: int):
     """What a retry's child is made from: its parent's row, and the idempotency key of its chain's first job."""
     parent = (await connection.execute(
         select(jobs.c.id, jobs.c.name, jobs.c.spec, jobs.c.idempotency_key, jobs.c.retry_root_id, jobs.c.retry_count,
-               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause, jobs.c.launched_by)
+               jobs.c.max_retries, jobs.c.retry_policy, jobs.c.retry_cause, jobs.c.launched_by, jobs.c.owner)
         .where(jobs.c.id == job_id))).one()
     if parent.retry_root_id is None:
         return parent, parent.idempotency_key

@@ -40,7 +40,6 @@ ChannelKind = Literal["terminal", "exec", "port"]
 STDOUT = 1
 STDERR = 2
 DETACH_KEYS = b"\x10\x11"  # Ctrl-P Ctrl-Q, as docker attach: leaves the terminal running
-DETACH_KEYS_NAME = "Ctrl-P Ctrl-Q"
 PORT_CHUNK = 1 << 20  # what one frame of a port channel carries at most: few frames, so bytes, not frames, cost
 MAX_FRAME = 4 << 20  # the largest frame either end of a channel takes
 REPLAY_BYTES = 64 * 1024  # what a terminal keeps of its latest output, shown to whoever attaches

@@ -79,9 +79,6 @@ class Principal:
             return Role.CLUSTER_ADMIN
         return next((role for role in PROJECT_ROLES if role in self.projects.values()), "none")
 
-    def role_in(self, project: str) -> Role | None:
-        return Role.CLUSTER_ADMIN if self.cluster_admin else self.projects.get(project)
-
 
 def decide(principal: Principal, action: Action, project: str | None = None, owner: str | None = None) -> str | None:
     """None when `principal` may do `action` on an object of `project` owned by `owner` (no project: a cluster-wide

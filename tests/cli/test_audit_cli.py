@@ -10,9 +10,9 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from corral.cli.audit import parse_moment
 from corral.cli.main import main
 from corral.client.http import Client
+from corral.core.spec import parse_moment
 
 ROWS = [
     {"id": 2, "at": 1700000100.0, "actor": "alice", "role": "member", "action": "job.cancel", "object": "job 12",

@@ -6,7 +6,8 @@ import pytest
 
 from corral.core.config import ConfigError, parse_config
 from corral.core.roles import Principal, Role
-from corral.core.usage import DAY, MAX_BUCKETS, Visibility, day_starts, parse_moment, visibility, window
+from corral.core.spec import parse_moment
+from corral.core.usage import DAY, MAX_BUCKETS, Visibility, day_starts, visibility, window
 
 NOW = 1_800_000_000.0
 

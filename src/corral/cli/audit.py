@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 
 import click
@@ -11,16 +10,7 @@ from rich.table import Table
 from corral.cli.common import client, console, json_option, print_json
 from corral.cli.format import format_time
 from corral.client import audit as audit_log
-from corral.core.spec import parse_duration, parse_time
-
-_AGO = re.compile(r"\s*[0-9]*\.?[0-9]+\s*[smhd]\s*", re.IGNORECASE)
-
-
-def parse_moment(value: str, now: float) -> float:
-    """A duration with its unit counts back from `now` ("7d", "12h"); else a time (unix seconds or ISO 8601)."""
-    if _AGO.fullmatch(value):
-        return now - float(parse_duration(value))
-    return float(parse_time(value))
+from corral.core.spec import parse_moment
 
 
 def moment_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

@@ -100,6 +100,15 @@ def parse_time(value: object) -> object:
         raise ValueError(f"not a time: {value!r} (use unix seconds or ISO 8601, e.g. 2026-01-31T08:00)") from None
 
 
+def parse_moment(value: str, now: float) -> float:
+    """Unix seconds, an ISO 8601 time, or a duration with its unit meaning that long before `now` ("30d", "12h"):
+    what --since and --until take."""
+    text = value.strip()
+    if re.fullmatch(r"[0-9]*\.?[0-9]+\s*[smhd]", text.lower()):
+        return now - float(parse_duration(text))
+    return float(parse_time(text))
+
+
 def begin_problem(begin: float | None, now: float) -> str | None:
     """Why `begin` cannot be accepted at a submission at `now`, or None. Judged at submission only: a stored job's
     begin time is not judged again as time passes."""

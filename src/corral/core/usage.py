@@ -8,7 +8,6 @@ are per pool, so a project's row adds the cost of each pool it used) and totals 
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from enum import StrEnum
 
 from corral.core.config import PoolPrices
 from corral.core.roles import RULES, Action, Principal, Scope
-from corral.core.spec import parse_duration, parse_time
+from corral.core.spec import parse_moment
 from corral.core.wire import WireModel
 
 HOUR = 3600.0
@@ -102,14 +101,6 @@ def visibility(principal: Principal) -> Visibility | None:
     return Visibility(projects=frozenset(p for p, scope in scopes.items() if scope is Scope.ANY),
                       own_projects=frozenset(p for p, scope in scopes.items() if scope is Scope.OWN),
                       owner=principal.name)
-
-
-def parse_moment(value: str, now: float) -> float:
-    """Unix seconds, an ISO 8601 time, or a duration with its unit meaning that long ago ("30d", "12h")."""
-    text = value.strip()
-    if re.fullmatch(r"[0-9]*\.?[0-9]+\s*[smhd]", text.lower()):
-        return now - float(parse_duration(text))
-    return float(parse_time(text))
 
 
 def window(since: str | None, until: str | None, now: float | None = None) -> tuple[float, float]:

@@ -7,9 +7,7 @@ so only ratios from one run are worth comparing.
 
 from __future__ import annotations
 
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -17,9 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.peers import ratio_line, slurm  # noqa: E402
 from tests.e2e.cluster import Cluster, wait_for  # noqa: E402  (the same harness the e2e tests use)
 
-SLURM_PEER = ROOT.parent / "shared" / "bench" / "slurm-peer.sh"
 WORKER_CPUS = 64
 WORKLOADS = [
     {"name": "array", "replicas": 500, "command": ["true"], "cpu": 1, "peer": ["array", "500"]},
@@ -45,17 +43,6 @@ def submit_to_running(cluster: Cluster) -> float:
     return running - cluster.job(job_id)["created_at"]
 
 
-def slurm(args: list[str]) -> float | None:
-    if not SLURM_PEER.exists():
-        return None
-    done = subprocess.run(["bash", str(SLURM_PEER), *args], capture_output=True, text=True, timeout=900)
-    match = re.search(r"([0-9.]+) jobs/s", done.stdout)
-    if not match:
-        print(f"  slurm peer failed: {done.stderr.strip()[-300:]}")
-        return None
-    return float(match.group(1))
-
-
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
         cluster = Cluster(Path(tmp), heartbeat_interval=2.0, loss_timeout=30)
@@ -68,14 +55,9 @@ def main() -> None:
                   f"(min {min(latencies) * 1000:.0f}, max {max(latencies) * 1000:.0f}, n={LATENCY_SAMPLES})")
             for workload in WORKLOADS:
                 ours = run_array(cluster, workload)
-                peer = slurm(workload["peer"])
-                line = f"{workload['name']} {workload['replicas']} x {' '.join(workload['command'])}: " \
-                       f"corral {ours:.1f} jobs/s"
-                if peer:
-                    line += f", slurm {peer:.1f} jobs/s, ratio {ours / peer:.1f}x"
-                else:
-                    line += ", slurm peer unavailable"
-                print(line, flush=True)
+                peer = slurm(*workload["peer"])
+                what = f"{workload['name']} {workload['replicas']} x {' '.join(workload['command'])}"
+                print(ratio_line(what, ours, peer), flush=True)
         finally:
             cluster.stop()
 

@@ -16,6 +16,7 @@ a replica that spends a fixed CPU time per request shows the ratio once the repl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import statistics
@@ -30,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from bench.flames import flame  # noqa: E402
 from tests.e2e.cluster import Cluster, free_port  # noqa: E402  (the same harness the e2e tests use)
 from tests.waiting import wait_for  # noqa: E402
 
@@ -140,13 +142,20 @@ def rounds(targets: dict[str, tuple[str, str, dict[str, int | None]]], token: st
     for _ in range(ROUNDS):
         for name, (address, path, pids) in targets.items():
             before, started = {who: cpu_seconds(pid) for who, pid in pids.items()}, time.perf_counter()
-            rps = asyncio.run(throughput(address, path, token))
+            with _router_flame(pids, name):
+                rps = asyncio.run(throughput(address, path, token))
             served[name] += rps * (time.perf_counter() - started)
             rates[name].append(rps)
             for who, pid in pids.items():
                 cpu[name][who] += cpu_seconds(pid) - before[who]
     return {name: (statistics.median(rates[name]), {who: used / served[name] * 1e6 for who, used in cpu[name].items()})
             for name in targets}
+
+
+def _router_flame(pids: dict[str, int | None], name: str) -> contextlib.AbstractContextManager:
+    """The router's flame graph during a throughput round (CORRAL_BENCH_FLAMES=1), one file per router."""
+    router = pids.get("router")
+    return flame(router, "router-" + name.replace("'", "").replace(" ", "-")) if router else contextlib.nullcontext()
 
 
 def main() -> None:

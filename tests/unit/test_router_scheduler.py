@@ -213,6 +213,18 @@ def test_an_overdue_request_stops_new_grants_to_what_it_waits_on():
     assert effects.swaps == [("b", ["a"])]
 
 
+def test_once_the_overdue_request_leaves_nothing_is_held_back_any_more():
+    effects, scheduler = setup("a", "b", b=Served("b", priority=-5))
+    effects.loaded_ = effects.ready_ = {"a"}
+    scheduler.on_request(Req(1, "a"), 0)
+    scheduler.on_request(Req(2, "b"), 0)
+    scheduler.on_tick(31)  # b's request is overdue: a is held back for it
+    effects.gone.add(2)
+    scheduler.on_cancel(2, 32)  # and its client leaves: the queue is empty
+    assert not scheduler.waits("a")
+    assert scheduler.on_request(Req(3, "a"), 33) == "granted"
+
+
 def test_a_recently_loaded_deployment_is_not_evicted_before_its_minimum_residency():
     effects, scheduler = setup("a", "b", a=Served("a", min_residency=10))
     scheduler.on_request(Req(1, "a"), 0)

@@ -48,6 +48,24 @@ def _status_line(status: int) -> bytes:
 STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
 
 
+def _origin_form(url: bytes) -> tuple[bytes, bytes] | None:
+    """A request target's path and its query (with its `?`, or empty); None if it is not a plain path.
+
+    The common target, a path and maybe a query, is split here: httptools' URL parser costs an
+    object and a call on every request. Anything else (an absolute URL, a fragment) goes through it.
+    """
+    if url.startswith(b"/") and b"#" not in url:
+        path, mark, query = url.partition(b"?")
+        return path, mark + query if query else b""
+    try:
+        parsed = httptools.parse_url(url)
+    except httptools.HttpParserInvalidURLError:
+        return None
+    if not parsed.path:
+        return None
+    return parsed.path, b"?" + parsed.query if parsed.query else b""
+
+
 class FastLane(asyncio.Protocol):
     """One client connection. `app` holds the router (`app.state.services.router`) once the server has started."""
 
@@ -155,14 +173,12 @@ class FastLane(asyncio.Protocol):
         if self._length > proxy.WHOLE_BODY or len(self.buffer) < end:
             return None  # a body that did not come whole with its head is streamed by the general path
         body = self.buffer[head_end:end]
-        try:
-            url = httptools.parse_url(self._url)
-        except httptools.HttpParserInvalidURLError:
+        target = _origin_form(self._url)
+        if target is None:
             return None
-        path = url.path
+        path, query = target
         if b"%" in path:
             return None  # percent-encoded paths take the general path's decoding
-        query = b"?" + url.query if url.query else b""
         if path.startswith(b"/serve/"):
             deployment, slash, rest = path[7:].partition(b"/")
             if not deployment or not slash:
@@ -281,7 +297,7 @@ class Exchange:
         if self.refused is not None:
             self._refuse(self.refused)
             return
-        self.waiter = self.router.submit(self.deployment)
+        self.waiter = self.router.submit(self.deployment, self.lane.loop)
         if self.waiter.future.done():
             self._decided()
         else:

@@ -156,8 +156,10 @@ class Router:
     def deployment_for_model(self, model: str) -> str | None:
         return self.models.get(model)
 
-    def submit(self, deployment: str) -> Waiter:
-        waiter = Waiter(Req(next(self._ids), deployment), asyncio.get_running_loop().create_future())
+    def submit(self, deployment: str, loop: asyncio.AbstractEventLoop | None = None) -> Waiter:
+        """A new request's waiter, decided at once when it can be. `loop` is the running loop, if the caller
+        holds it: asking for it costs a system call on every request."""
+        waiter = Waiter(Req(next(self._ids), deployment), (loop or asyncio.get_running_loop()).create_future())
         self.waiters[waiter.req.id] = waiter
         self.scheduler.on_request(waiter.req, time.time())
         if waiter.future.done():

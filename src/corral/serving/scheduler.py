@@ -211,6 +211,9 @@ class Scheduler:
         the next serve-done or tick looks again. The policy sees the running set including the
         swaps in flight.
         """
+        if not self.queue:  # the common case, after every request's end: nothing waits, nothing is held back
+            self.draining.clear()
+            return
         self.queue.sort(key=lambda r: (not self._overdue(r, now), -r.priority, r.seq))
         self.draining = set()
         for req in list(self.queue):

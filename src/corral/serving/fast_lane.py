@@ -74,7 +74,7 @@ class FastLane(asyncio.Protocol):
         self.config, self.server_state, self.app_state = config, server_state, app_state
         self.loop = _loop or asyncio.get_event_loop()
         self.transport: asyncio.Transport | None = None
-        self.client = ""
+        self.forwarded = (b"x-forwarded-for", b"")  # the client's address, the same for every request it sends
         self.buffer = b""
         self.parser = httptools.HttpRequestParser(self)
         self.exchange: Exchange | None = None
@@ -92,7 +92,7 @@ class FastLane(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.server_state.connections.add(self)
         peer = transport.get_extra_info("peername")
-        self.client = peer[0] if isinstance(peer, tuple) else ""
+        self.forwarded = (b"x-forwarded-for", (peer[0] if isinstance(peer, tuple) else "").encode())
         self._arm_idle_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -321,7 +321,7 @@ class Exchange:
             proxy.requests_metric(self.deployment, 503).inc()
             self._refuse(proxy.Refusal(503, f"{self.deployment} has no healthy replica"))
             return
-        headers = [*self.headers, (b"x-forwarded-for", self.lane.client.encode())]
+        headers = [*self.headers, self.lane.forwarded]
         address = self.endpoint.address
         self.request = request_head(self.method, self.target, address, headers, self.body, None) + self.body
         connection = self.router.upstream.take(address)

@@ -222,6 +222,8 @@ class JobSpec(WireModel):
     project: str = Field("default", max_length=100, pattern=f"^{NAME}$", description="whose quota and share")
     constraints: list[str] = Field(default_factory=list, description="on worker labels: K=V, K!=V, 'K in A,B'")
     spread: bool = Field(False, description="at most one task of this job per worker")
+    max_running: int | None = Field(None, ge=1, le=MAX_REPLICAS,
+                                    description="at most this many of its tasks hold room at once (not for a gang)")
     after: list[Id] = Field(default_factory=list, description="start only once these jobs SUCCEEDED")
     after_any: list[Id] = Field(default_factory=list, description="start only once these jobs ended")
     begin: Timestamp | None = Field(None, description="not before this time (unix seconds)")
@@ -304,6 +306,8 @@ class JobSpec(WireModel):
             raise ValueError(
                 f"max_task_failures ({self.max_task_failures}) must be below replicas ({self.replicas})"
             )
+        if self.gang and self.max_running is not None:
+            raise ValueError("max_running is for independent tasks: a gang's tasks all run at once")
         if self.name is None:
             self.name = self.command[0].rsplit("/", 1)[-1][:200]
         return self

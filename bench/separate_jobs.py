@@ -1,0 +1,86 @@
+"""`make bench`: many separate jobs, each its own API call, beside the Slurm peer's `sbatch` loop, in one run.
+
+A real cluster (one worker of 64 CPUs, as bench/throughput.py) gets JOBS jobs of `true` from CLIENTS
+concurrent clients (threads, each with its own keep-alive connection), each POSTing its share one job
+per call; the figure is jobs per second from the first POST until every job is terminal. The same
+number of jobs then go through the batch submit (POST /api/v1/jobs/batch, one call per client).
+The peer is `slurm-peer.sh loop JOBS CLIENTS` (as many `sbatch` calls by as many concurrent shells),
+measured in the same run. With CORRAL_BENCH_FLAMES=1 the controller is profiled during the
+separate submissions (bench/results/separate-jobs-controller.svg).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.flames import flame  # noqa: E402
+from bench.peers import ratio_line, slurm  # noqa: E402
+from corral.core.states import JOB_ACTIVE  # noqa: E402
+from tests.e2e.cluster import Cluster, wait_for  # noqa: E402  (the same harness the e2e tests use)
+
+JOBS = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+CLIENTS = 8
+WORKER_CPUS = 64
+SPEC = {"command": ["true"], "resources": {"cpu": 1}}
+UNENDED = sorted(state.value for state in JOB_ACTIVE)
+
+
+def unended(cluster: Cluster) -> int:
+    return cluster.get("/api/v1/jobs", state=UNENDED, limit=1, count="true")["total"]
+
+
+def timed_until_ended(cluster: Cluster, submit_share) -> float:
+    """Jobs per second: CLIENTS threads each run `submit_share(http, count)`, then every job must end."""
+    shares = [JOBS // CLIENTS + (1 if i < JOBS % CLIENTS else 0) for i in range(CLIENTS)]
+    headers = {"Authorization": f"Bearer {cluster.admin_token}"}
+    clients = [httpx.Client(base_url=cluster.url, headers=headers, timeout=120) for _ in range(CLIENTS)]
+    try:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            list(pool.map(submit_share, clients, shares))
+        wait_for(lambda: unended(cluster) == 0, 900, f"{JOBS} jobs to end")
+        return JOBS / (time.perf_counter() - start)
+    finally:
+        for client in clients:
+            client.close()
+
+
+def one_call_each(http: httpx.Client, count: int) -> None:
+    for _ in range(count):
+        response = http.post("/api/v1/jobs", json=SPEC)
+        assert response.status_code == 201, response.text
+
+
+def one_batch(http: httpx.Client, count: int) -> None:
+    response = http.post("/api/v1/jobs/batch", json={"jobs": [SPEC] * count})
+    assert response.status_code == 201, response.text
+
+
+def main() -> None:
+    peer = slurm("loop", str(JOBS), str(CLIENTS))
+    with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
+        cluster = Cluster(Path(tmp), heartbeat_interval=2.0, loss_timeout=30)
+        cluster.start_controller()
+        cluster.start_worker("bench", cpus=WORKER_CPUS)
+        try:
+            cluster.wait_end(cluster.submit(**SPEC), timeout=60)  # warm-up
+            with flame(cluster.controller.pid, "separate-jobs-controller"):
+                separate = timed_until_ended(cluster, one_call_each)
+            print(ratio_line(f"{JOBS} jobs of true, {CLIENTS} clients, one call each", separate, peer), flush=True)
+            batched = timed_until_ended(cluster, one_batch)
+            print(ratio_line(f"{JOBS} jobs of true, {CLIENTS} clients, one batch call each", batched, peer),
+                  flush=True)
+        finally:
+            cluster.stop()
+
+if __name__ == "__main__":
+    main()

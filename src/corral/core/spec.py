@@ -335,3 +335,32 @@ class JobSpec(WireModel):
         if incoming(info):
             limits.check_spec_size(len(self.model_dump_json()))
         return self
+
+
+MAX_BATCH = 1000  # jobs in one batch submission (each its own job, rows and history)
+IdempotencyKey = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class JobBatch(WireModel):
+    """Many jobs in one call, each as if submitted alone: all valid, or none stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobSpec] = Field(..., min_length=1, max_length=MAX_BATCH)
+    idempotency_keys: list[IdempotencyKey | None] | None = Field(
+        None, description="one per job (null: none), as the Idempotency-Key header of a single submission")
+
+    @model_validator(mode="after")
+    def _keys_match_jobs(self) -> JobBatch:
+        if self.idempotency_keys is None:
+            return self
+        if len(self.idempotency_keys) != len(self.jobs):
+            raise ValueError(f"idempotency_keys has {len(self.idempotency_keys)} entries for {len(self.jobs)} jobs: "
+                             "give one per job (null for none)")
+        given = [key for key in self.idempotency_keys if key is not None]
+        if len(set(given)) != len(given):
+            raise ValueError("idempotency_keys repeat a key: each job needs its own")
+        return self
+
+    def keys(self) -> list[str | None]:
+        return list(self.idempotency_keys or [None] * len(self.jobs))

@@ -73,7 +73,8 @@ async def test_idempotency_keys_are_honoured_per_job(api):
         assert made.status_code == 201, made.text
         a, b, c = made.json()
         assert a["id"] == first.json()["id"] and b["idempotency_key"] == "kb" and c["idempotency_key"] is None
-        again = await admin.post("/api/v1/jobs/batch", json={"jobs": body["jobs"][:2], "idempotency_keys": ["ka", "kb"]})
+        again = await admin.post("/api/v1/jobs/batch",
+                                 json={"jobs": body["jobs"][:2], "idempotency_keys": ["ka", "kb"]})
         assert again.status_code == 200 and [j["id"] for j in again.json()] == [a["id"], b["id"]]
         other = await admin.post("/api/v1/jobs/batch", json={"jobs": [JOB, {**JOB, "name": "not-b"}],
                                                              "idempotency_keys": ["kz", "kb"]})

@@ -4,6 +4,8 @@ A real cluster (one worker of 64 CPUs, as bench/throughput.py) gets JOBS jobs of
 concurrent clients (threads, each with its own keep-alive connection), each POSTing its share one job
 per call; the figure is jobs per second from the first POST until every job is terminal. The same
 number of jobs then go through the batch submit (POST /api/v1/jobs/batch, one call per client).
+Each is given twice: accepted (until the last call returns: the API's part) and ended (the engine's
+and the worker's too).
 The peer is `slurm-peer.sh loop JOBS CLIENTS` (as many `sbatch` calls by as many concurrent shells),
 measured in the same run. With CORRAL_BENCH_FLAMES=1 the controller is profiled during the
 separate submissions (bench/results/separate-jobs-controller.svg).
@@ -38,8 +40,9 @@ def unended(cluster: Cluster) -> int:
     return cluster.get("/api/v1/jobs", state=UNENDED, limit=1, count="true")["total"]
 
 
-def timed_until_ended(cluster: Cluster, submit_share) -> float:
-    """Jobs per second: CLIENTS threads each run `submit_share(http, count)`, then every job must end."""
+def timed_until_ended(cluster: Cluster, submit_share) -> tuple[float, float]:
+    """Jobs per second, accepted (until the last call returns) and ended (until every job is terminal):
+    CLIENTS threads each run `submit_share(http, count)`."""
     shares = [JOBS // CLIENTS + (1 if i < JOBS % CLIENTS else 0) for i in range(CLIENTS)]
     headers = {"Authorization": f"Bearer {cluster.admin_token}"}
     clients = [httpx.Client(base_url=cluster.url, headers=headers, timeout=120) for _ in range(CLIENTS)]
@@ -47,8 +50,9 @@ def timed_until_ended(cluster: Cluster, submit_share) -> float:
         start = time.perf_counter()
         with ThreadPoolExecutor(CLIENTS) as pool:
             list(pool.map(submit_share, clients, shares))
+        accepted = JOBS / (time.perf_counter() - start)
         wait_for(lambda: unended(cluster) == 0, 900, f"{JOBS} jobs to end")
-        return JOBS / (time.perf_counter() - start)
+        return accepted, JOBS / (time.perf_counter() - start)
     finally:
         for client in clients:
             client.close()
@@ -65,6 +69,13 @@ def one_batch(http: httpx.Client, count: int) -> None:
     assert response.status_code == 201, response.text
 
 
+def report(how: str, rates: tuple[float, float], peer: float | None) -> None:
+    accepted, ended = rates
+    what = f"{JOBS} jobs of true, {CLIENTS} clients, {how}"
+    print(ratio_line(f"{what}, accepted", accepted, peer), flush=True)
+    print(ratio_line(f"{what}, all ended", ended, peer), flush=True)
+
+
 def main() -> None:
     peer = slurm("loop", str(JOBS), str(CLIENTS))
     with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
@@ -75,12 +86,13 @@ def main() -> None:
             cluster.wait_end(cluster.submit(**SPEC), timeout=60)  # warm-up
             with flame(cluster.controller.pid, "separate-jobs-controller"):
                 separate = timed_until_ended(cluster, one_call_each)
-            print(ratio_line(f"{JOBS} jobs of true, {CLIENTS} clients, one call each", separate, peer), flush=True)
-            batched = timed_until_ended(cluster, one_batch)
-            print(ratio_line(f"{JOBS} jobs of true, {CLIENTS} clients, one batch call each", batched, peer),
-                  flush=True)
+            report("one call each", separate, peer)
+            with flame(cluster.controller.pid, "batch-jobs-controller"):
+                batched = timed_until_ended(cluster, one_batch)
+            report("one batch call each", batched, peer)
         finally:
             cluster.stop()
+
 
 if __name__ == "__main__":
     main()

@@ -7,12 +7,15 @@ number of jobs then go through the batch submit (POST /api/v1/jobs/batch, one ca
 Each is given twice: accepted (until the last call returns: the API's part) and ended (the engine's
 and the worker's too).
 The peer is `slurm-peer.sh loop JOBS CLIENTS` (as many `sbatch` calls by as many concurrent shells),
-measured in the same run. With CORRAL_BENCH_FLAMES=1 the controller is profiled during the
+measured in the same run. The store alone (SQLite, in this process) gives the ceiling the single writer
+sets: jobs written one transaction (one durable commit) each, and a thousand to a transaction.
+With CORRAL_BENCH_FLAMES=1 the controller is profiled during the
 separate submissions (bench/results/separate-jobs-controller.svg).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import tempfile
 import time
@@ -26,7 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.flames import flame  # noqa: E402
 from bench.peers import ratio_line, slurm  # noqa: E402
+from corral.core.spec import MAX_BATCH, JobSpec  # noqa: E402
 from corral.core.states import JOB_ACTIVE  # noqa: E402
+from corral.store.database import sqlite_url  # noqa: E402
+from corral.store.jobs import insert_job  # noqa: E402
+from corral.store.store import Store  # noqa: E402
 from tests.e2e.cluster import Cluster, wait_for  # noqa: E402  (the same harness the e2e tests use)
 
 JOBS = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
@@ -69,6 +76,21 @@ def one_batch(http: httpx.Client, count: int) -> None:
     assert response.status_code == 201, response.text
 
 
+async def store_ceiling(directory: Path, per_transaction: int) -> float:
+    """Jobs per second the store alone writes, `per_transaction` jobs (rows and history) to each commit."""
+    store = await Store.open(sqlite_url(directory / f"ceiling-{per_transaction}.db"))
+    spec = JobSpec.model_validate(SPEC)
+    try:
+        start = time.perf_counter()
+        for _ in range(JOBS // per_transaction):
+            async with store.write() as connection:
+                for _ in range(per_transaction):
+                    await insert_job(connection, spec, None, time.time())
+        return JOBS // per_transaction * per_transaction / (time.perf_counter() - start)
+    finally:
+        await store.close()
+
+
 def report(how: str, rates: tuple[float, float], peer: float | None) -> None:
     accepted, ended = rates
     what = f"{JOBS} jobs of true, {CLIENTS} clients, {how}"
@@ -79,6 +101,9 @@ def report(how: str, rates: tuple[float, float], peer: float | None) -> None:
 def main() -> None:
     peer = slurm("loop", str(JOBS), str(CLIENTS))
     with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
+        for per_transaction in (1, MAX_BATCH):
+            ceiling = asyncio.run(store_ceiling(Path(tmp), per_transaction))
+            print(ratio_line(f"the store alone, {per_transaction} job(s) per commit", ceiling, peer), flush=True)
         cluster = Cluster(Path(tmp), heartbeat_interval=2.0, loss_timeout=30)
         cluster.start_controller()
         cluster.start_worker("bench", cpus=WORKER_CPUS)

@@ -37,7 +37,7 @@ from corral.store.job_views import (
     task_rows,
     task_state_counts,
 )
-from corral.store.jobs import insert_job
+from corral.store.jobs import NewJob, insert_jobs
 from corral.store.launches import launched_within
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)])
@@ -105,26 +105,33 @@ async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None]
             refused = await refusal(connection, specs[i])
             if refused:
                 raise HTTPException(status.HTTP_400_BAD_REQUEST, whose(i) + refused)
-    created: dict[int, int] = {}
     try:
-        async with services.store.write() as connection:
-            if launcher is not None:  # read again in this transaction: the launcher may be ending by now
-                launching = await read_launcher(connection, launcher)
-            for i in fresh:
-                spec = specs[i]
-                name = launch_name(launching, spec.name or "") if launcher is not None else spec.name or ""
-                retry = await retry_columns(connection, spec, services.retry_config)
-                created[i] = await insert_job(connection, spec, keys[i], now, name=name, launched_by=launcher,
-                                              owner=principal.name, **retry)
+        created = await _store(request, [specs[i] for i in fresh], [keys[i] for i in fresh], now) if fresh else []
     except Conflict:  # a key submitted concurrently: nothing of this call was stored; its jobs replay now
         if not any(keys[i] for i in fresh):
             raise
         return await _accept(request, specs, keys, single=single)
     if created:
         services.engine.wake()
-    ids = {**{i: view.id for i, view in replayed.items()}, **created}
+    ids = {**{i: view.id for i, view in replayed.items()}, **dict(zip(fresh, created, strict=True))}
     views = {view.id: view for view in await job_views(request, list(ids.values()))}
     return [views[ids[i]] for i in range(len(specs))], bool(created)
+
+
+async def _store(request: Request, specs: list[JobSpec], keys: list[str | None], now: float) -> list[int]:
+    """The new jobs' ids, all written in one transaction."""
+    services = services_of(request)
+    principal = principal_of(request)
+    launcher = principal.job_id
+    async with services.store.write() as connection:
+        if launcher is not None:  # read again in this transaction: the launcher may be ending by now
+            launching = await read_launcher(connection, launcher)
+        new = []
+        for spec, key in zip(specs, keys, strict=True):
+            name = launch_name(launching, spec.name or "") if launcher is not None else spec.name or ""
+            retry = await retry_columns(connection, spec, services.retry_config)
+            new.append(NewJob(spec, key, name=name, launched_by=launcher, columns={"owner": principal.name, **retry}))
+        return await insert_jobs(connection, new, now)
 
 
 async def _replays(request: Request, specs: list[JobSpec], keys: list[str | None]) -> dict[int, JobView]:

@@ -36,6 +36,7 @@ chromium:
 
 bench: $(STAMP) chromium
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/separate_jobs.py
 	$(BIN)/python bench/scheduler_sim.py
 	$(BIN)/python bench/gang_drain.py
 	$(BIN)/python bench/dashboard_jobs.py

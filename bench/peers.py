@@ -6,6 +6,7 @@ and the machine's own floor (a bare interpreter start, a bare process spawn) bes
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import subprocess
@@ -14,7 +15,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SLURM_PEER = ROOT.parent / "shared" / "bench" / "slurm-peer.sh"
+# Beside the checkout, or where CORRAL_SLURM_PEER says (a worktree lives deeper than the main checkout).
+SLURM_PEER = Path(os.environ.get("CORRAL_SLURM_PEER", ROOT.parent / "shared" / "bench" / "slurm-peer.sh"))
 
 
 def slurm(*args: str) -> float | None:

@@ -25,6 +25,7 @@ class FakeClient:
 
     def __init__(self) -> None:
         self.submitted: list[tuple[JobSpec, str | None]] = []
+        self.batches = 0  # submit_many calls
         self.uploaded: list = []
         self.jobs: list[JobView] = []
         self.final_state = "SUCCEEDED"
@@ -47,6 +48,11 @@ class FakeClient:
     def submit(self, spec, idempotency_key=None):
         self.submitted.append((spec, idempotency_key))
         return job_view(42, spec)
+
+    def submit_many(self, specs, idempotency_keys=None):
+        self.batches += 1
+        self.submitted += zip(specs, idempotency_keys or [None] * len(specs), strict=True)
+        return [job_view(42 + i, spec) for i, spec in enumerate(specs)]
 
     def workdir_sharing(self, workdir, pool="default"):
         self.asked_sharing.append((workdir, pool))

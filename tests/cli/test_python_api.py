@@ -12,6 +12,7 @@ import traceback
 import cloudpickle
 import httpx
 import pytest
+from pydantic import ValidationError
 
 import corral
 from corral.client.aio import AsyncClient
@@ -349,3 +350,25 @@ def test_a_stream_read_without_follow_ends_once_caught_up_and_a_drop_is_an_error
     dropping = both(lambda request: httpx.Response(200, stream=Dropping([b"id: 1\n"])))[0]
     with pytest.raises(CorralError, match="cannot reach the controller at http://ctl:1.*connection reset"):
         list(dropping.events(follow=False))
+
+
+def test_submit_many_is_one_call_from_both_clients_and_a_bad_spec_never_leaves():
+    bodies = []
+
+    def handler(request):
+        assert (request.method, request.url.path) == ("POST", "/api/v1/jobs/batch")
+        body = json.loads(request.content)
+        bodies.append(body)
+        return httpx.Response(201, json=[job_view(10 + i).model_dump(mode="json") for i in range(len(body["jobs"]))])
+
+    sync, aio = both(handler)
+    specs = [{"command": ["a"]}, {"command": ["b"], "max_running": 2, "replicas": 4}]
+    assert [v.id for v in sync.submit_many(specs, idempotency_keys=["x", None])] == [10, 11]
+    assert [v.id for v in run(aio.submit_many(specs))] == [10, 11]
+    sent = [{"name": "a", "command": ["a"]}, {"name": "b", "command": ["b"], "replicas": 4, "max_running": 2}]
+    assert bodies == [{"jobs": sent, "idempotency_keys": ["x", None]}, {"jobs": sent}]
+    for bad, kwargs in [([], {}), ([{"command": []}], {}), ([{"command": ["a"]}] * 1001, {}),
+                        (specs, {"idempotency_keys": ["only-one"]})]:
+        with pytest.raises(ValidationError):
+            sync.submit_many(bad, **kwargs)
+    assert len(bodies) == 2

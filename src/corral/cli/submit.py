@@ -12,20 +12,22 @@ from typing import Any
 
 import click
 import yaml
+from pydantic import ValidationError
 
 from corral.cli.common import CliError, GpuAmount, client, json_option, parse_amounts, parse_pairs, print_json
 from corral.cli.format import task_summary
+from corral.client.errors import format_validation
 from corral.client.exports import exported
 from corral.client.http import Client
 from corral.core.retry_policy import RETRIABLE_CAUSES, Backoff, Jitter
-from corral.core.spec import JobSpec, Workdir, parse_duration
+from corral.core.spec import MAX_BATCH, JobSpec, Workdir, parse_duration
 from corral.core.states import JobState
 from corral.filesystem import filesystem_id
 
 # Options that set a top-level JobSpec field of the same name when given.
 TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max_retries_preemption",
              "max_task_failures", "time_limit", "scheduling_timeout", "grace_period", "pool", "project", "spread",
-             "begin", "python")
+             "begin", "python", "max_running")
 # Repeatable options that replace the file's list when given.
 LISTS = ("constraints", "after", "after_any", "pip")
 # Options that set a field of `resources`.
@@ -38,16 +40,39 @@ RETRY = {"retry_max": "max_retries", "retry_delay": "retry_delay", "retry_backof
 
 def load_spec_file(path: Path) -> tuple[dict[str, Any], Path | None]:
     """A YAML or JSON job file: the JobSpec fields, plus an optional `workdir` relative to the file."""
+    data = _read_spec_file(path)
+    if not isinstance(data, dict):
+        raise CliError(f"{path} must hold a mapping of job spec fields, not a {type(data).__name__}")
+    return _spec_entry(data, path)
+
+
+def load_spec_list(path: Path) -> list[tuple[dict[str, Any], Path | None]] | None:
+    """As `load_spec_file`, each, for a file that holds a list of job specs (`corral submit -f`); None for a file
+    of one."""
+    data = _read_spec_file(path)
+    if not isinstance(data, list):
+        return None
+    if not data:
+        raise CliError(f"{path} holds an empty list: give at least one job spec")
+    if len(data) > MAX_BATCH:
+        raise CliError(f"{path} holds {len(data)} job specs; at most {MAX_BATCH} are submitted at once")
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            raise CliError(f"{path}: job {i} must be a mapping of job spec fields, not a {type(entry).__name__}")
+    return [_spec_entry(entry, path) for entry in data]
+
+
+def _read_spec_file(path: Path) -> Any:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as error:
         raise CliError(f"cannot read {path}: {error.strerror}") from None
     except yaml.YAMLError as error:
         raise CliError(f"{path} is not valid YAML or JSON: {error}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise CliError(f"{path} must hold a mapping of job spec fields, not a {type(data).__name__}")
+    return {} if data is None else data
+
+
+def _spec_entry(data: dict[str, Any], path: Path) -> tuple[dict[str, Any], Path | None]:
     workdir = data.pop("workdir", None)
     if isinstance(data.get("python"), float):
         data["python"] = _python_number(data["python"], path)
@@ -252,7 +277,10 @@ retry_options = option_group(
 @click.command(context_settings={"allow_interspersed_args": False})
 @job_options
 @retry_options
-@click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
+@click.option("--max-running", type=click.IntRange(min=1),
+              help="At most this many of the job's tasks run at once (not for a gang).")
+@click.option("--idempotency-key", help="Submitting again with the same key returns the same job (with a list in "
+                                        "--file, job N of it gets KEY/N).")
 @click.option("--wait", is_flag=True, help="Wait for the job to end; exit 0 only if it SUCCEEDED.")
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -260,33 +288,59 @@ retry_options = option_group(
 def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, custom: dict, workdir: Path | None,
            no_workdir: bool, idempotency_key: str | None, wait: bool, as_json: bool, command: tuple[str, ...],
            **options: Any) -> None:
-    """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
-    file_data, file_workdir = load_spec_file(spec_file) if spec_file else ({}, None)
-    if not command and not file_data.get("command"):
+    """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]
+
+    A --file that holds a list of job specs submits them all in one call (the options apply to each):
+    all are accepted, or none."""
+    listed = load_spec_list(spec_file) if spec_file else None
+    entries = listed or [load_spec_file(spec_file) if spec_file else ({}, None)]
+    if not command and not all(data.get("command") for data, _ in entries):
         raise click.UsageError("no command: give it after --, e.g. `corral submit -- python train.py`, "
                                "or as `command:` in --file")
-    spec = build_spec(file_data, command=command, env=env, labels=labels, custom=custom, environ=os.environ,
-                      **options)
-    directory = chosen_workdir(workdir, no_workdir, file_workdir)
+    specs = [_entry_spec(i, len(entries), data, command=command, env=env, labels=labels, custom=custom, **options)
+             for i, (data, _) in enumerate(entries)]
     api = client(ctx)
-    if directory is not None:
-        spec = spec.model_copy(update=ship_workdir(api, directory, spec.pool))
-    job = api.submit(spec, idempotency_key=idempotency_key)
+    shipped: dict[Path, dict] = {}  # a directory is uploaded once, however many jobs start in it
+    for i, (_, file_workdir) in enumerate(entries):
+        directory = chosen_workdir(workdir, no_workdir, file_workdir)
+        if directory is not None:
+            if directory not in shipped:
+                shipped[directory] = ship_workdir(api, directory, specs[i].pool)
+            specs[i] = specs[i].model_copy(update=shipped[directory])
+    if listed is None:
+        jobs = [api.submit(specs[0], idempotency_key=idempotency_key)]
+    else:
+        keys = [f"{idempotency_key}/{i}" for i in range(len(specs))] if idempotency_key else None
+        jobs = api.submit_many(specs, idempotency_keys=keys)
     if not as_json:
-        click.echo(job.id)
+        click.echo("\n".join(str(job.id) for job in jobs))
     elif not wait:
-        print_json(job)
+        print_json(jobs[0] if len(jobs) == 1 else jobs)
     if wait:
-        _wait(ctx, job.id, as_json)
+        _wait(ctx, [job.id for job in jobs], as_json)
 
 
-def _wait(ctx: click.Context, job_id: int, as_json: bool) -> None:
+def _entry_spec(index: int, count: int, data: dict[str, Any], **options: Any) -> JobSpec:
+    """One job of the file, the options over it; a bad one of a list is named by its index."""
     try:
-        job = client(ctx).wait(job_id)
-    except KeyboardInterrupt:
-        click.echo(f"\nstopped waiting; job {job_id} goes on (`corral cancel {job_id}` stops it)", err=True)
-        ctx.exit(130)
+        return build_spec(data, environ=os.environ, **options)
+    except ValidationError as error:
+        if count == 1:
+            raise
+        raise CliError(f"job {index} of the file: {format_validation(error)}") from None
+
+
+def _wait(ctx: click.Context, job_ids: list[int], as_json: bool) -> None:
+    """Until every job ended; exit 0 only if all SUCCEEDED."""
+    ended = []
+    for job_id in job_ids:
+        try:
+            ended.append(client(ctx).wait(job_id))
+        except KeyboardInterrupt:
+            click.echo(f"\nstopped waiting; job {job_id} goes on (`corral cancel {job_id}` stops it)", err=True)
+            ctx.exit(130)
     if as_json:
-        print_json(job)
-    click.echo(f"job {job.id} {job.state} ({task_summary(job.task_counts)})", err=True)
-    ctx.exit(0 if job.state == JobState.SUCCEEDED else 1)
+        print_json(ended[0] if len(ended) == 1 else ended)
+    for job in ended:
+        click.echo(f"job {job.id} {job.state} ({task_summary(job.task_counts)})", err=True)
+    ctx.exit(0 if all(job.state == JobState.SUCCEEDED for job in ended) else 1)

@@ -142,6 +142,11 @@ class AsyncClient:
             pip=pip, python=python, idempotency_key=idempotency_key))
         return AsyncFunctionJob(self, view)
 
+    async def submit_many(self, specs: Iterable[JobSpec | dict], *,
+                          idempotency_keys: Iterable[str | None] | None = None) -> list[JobView]:
+        """As `Client.submit_many`."""
+        return await self._run(plans.submit_many(specs, idempotency_keys))
+
     async def get(self, job_id: int) -> JobView:
         return await self._run(plans.get(job_id))
 

@@ -178,6 +178,12 @@ class Client:
             pip=pip, python=python, idempotency_key=idempotency_key))
         return FunctionJob(self, view)
 
+    def submit_many(self, specs: Iterable[JobSpec | dict], *,
+                    idempotency_keys: Iterable[str | None] | None = None) -> list[JobView]:
+        """Submit many job specs in one call (at most MAX_BATCH): all are stored, or none; their JobViews in
+        order. `idempotency_keys`: one per spec, None for none."""
+        return self._run(plans.submit_many(specs, idempotency_keys))
+
     def get(self, job_id: int) -> JobView:
         return self._run(plans.get(job_id))
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 
 from corral.core.deployment_views import CatalogView, DeploymentView
-from corral.core.spec import JobSpec, Workdir
+from corral.core.spec import JobBatch, JobSpec, Workdir
 from corral.core.states import JOB_TERMINAL, JobState
 from corral.core.usage import UsageReport
 from corral.core.views import (
@@ -85,6 +85,7 @@ def advance(plan: Plan, reply: Any, failure: BaseException | None = None) -> Ste
         return None
 
 _tasks = TypeAdapter(list[TaskView])
+_job_views = TypeAdapter(list[JobView])
 _history = TypeAdapter(list[HistoryEntry])
 _workers = TypeAdapter(list[WorkerView])
 _retry_attempts = TypeAdapter(list[RetryAttemptView])
@@ -99,6 +100,19 @@ def submit(spec: JobSpec | dict, idempotency_key: str | None = None) -> Plan[Job
     response = yield Call("POST", f"{API}/jobs", json=spec.model_dump(mode="json", exclude_unset=True),
                           headers=headers)
     return JobView.model_validate(response.json())
+
+
+def submit_many(specs: Iterable[JobSpec | dict], idempotency_keys: Iterable[str | None] | None = None
+                ) -> Plan[list[JobView]]:
+    """One call for many jobs, each checked locally as `submit` checks one (the index of a bad one named): all
+    are stored, or none. `idempotency_keys`: one per job (None for none)."""
+    specs = [spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec) for spec in specs]
+    batch = JobBatch(jobs=specs, idempotency_keys=None if idempotency_keys is None else list(idempotency_keys))
+    body: dict[str, Any] = {"jobs": [spec.model_dump(mode="json", exclude_unset=True) for spec in batch.jobs]}
+    if batch.idempotency_keys is not None:
+        body["idempotency_keys"] = batch.idempotency_keys
+    response = yield Call("POST", f"{API}/jobs/batch", json=body)
+    return _job_views.validate_python(response.json())
 
 
 def get(job_id: int) -> Plan[JobView]:

@@ -12,7 +12,7 @@ from corral.controller.services import services_of
 from corral.core.config import PoolPolicy, ProjectQuota
 from corral.core.roles import Action
 from corral.core.spec import NAME
-from corral.store.policy import delete_pool, delete_quota, put_pool, put_quota, read_policy
+from corral.store.policy import delete_pool, delete_quota, put_pool, put_quota, read_policy, read_pool_policy
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(allow(Action.CLUSTER))])
 
@@ -29,7 +29,7 @@ async def list_pools(request: Request) -> dict[str, PoolPolicy]:
 @router.get("/pools/{name}", response_model=PoolPolicy)
 async def get_pool(request: Request, name: str = Name) -> PoolPolicy:
     async with services_of(request).store.read() as connection:
-        return (await read_policy(connection)).pool(name)
+        return await read_pool_policy(connection, name)
 
 
 @router.put("/pools/{name}", response_model=PoolPolicy)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from corral.core.spec import JobSpec
 from corral.scheduling.policy import over_pool_maximum
 from corral.store.job_views import existing_job_ids
-from corral.store.policy import read_policy
+from corral.store.policy import read_pool_policy
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,8 +24,7 @@ def job_total(spec: JobSpec) -> dict[str, float]:
 
 
 async def refusal(connection: AsyncConnection, spec: JobSpec) -> str | None:
-    policy = await read_policy(connection)
-    over = over_pool_maximum(policy.pool(spec.pool), job_total(spec))
+    over = over_pool_maximum(await read_pool_policy(connection, spec.pool), job_total(spec))
     if over is not None:
         return f"pool {spec.pool}: the job {over}"
     wanted = set(spec.after) | set(spec.after_any)

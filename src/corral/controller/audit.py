@@ -36,6 +36,7 @@ MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CHANNEL = "WEBSOCKET"  # the method under which ACTIONS names the relay's channels
 ANONYMOUS = "anonymous"  # the actor of a call refused before it said who it is
 NOTE = "audit_note"  # the key of request.state under which a route leaves its safe detail
+EACH = "audit_each"  # ... and, for a call that makes many objects, each one's fields and detail
 MACHINE_CALLS = ("/api/v1/workers", "/api/v1/relay/", "/api/v1/router/load",
                  "/api/v1/jobs/{job_id}/tasks/{index}/result")
 REPLY_LIMIT = 64 * 1024  # bytes of a creating call's reply read for its object's fields; past them: none
@@ -54,6 +55,7 @@ class Named:
 
 ACTIONS: Mapping[tuple[str, str], Named] = {
     ("POST", "/api/v1/jobs"): Named("job.submit", "job {id}", from_reply=True, job="id"),
+    ("POST", "/api/v1/jobs/batch"): Named("job.submit", "job {id}", job="id"),  # a row per job: note_each
     ("POST", "/api/v1/jobs/{job_id}/cancel"): Named("job.cancel", "job {job_id}", job="job_id"),
     ("POST", "/api/v1/jobs/{job_id}/tickets"): Named("job.ticket", "job {job_id}", job="job_id"),
     (CHANNEL, "/api/v1/jobs/{job_id}/tasks/{index}/terminal"): Named("job.terminal", "job {job_id} task {index}",
@@ -99,6 +101,12 @@ def audited(method: str, template: str) -> bool:
 def note(connection: HTTPConnection, **detail: Any) -> None:
     """A route's safe detail of its call (never a secret nor a body): kept in the call's row."""
     setattr(connection.state, NOTE, {**getattr(connection.state, NOTE, {}), **detail})
+
+
+def note_each(connection: HTTPConnection, objects: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """The objects a successful call made, each (its fields for the object template, its safe detail): one row
+    each, as if each were made by a call of its own."""
+    setattr(connection.state, EACH, objects)
 
 
 class AuditCalls:
@@ -156,17 +164,21 @@ def _named(scope: Scope, method: str) -> Named | None:
 async def _record(scope: Scope, named: Named, outcome: int, reply_fields: Mapping[str, Any]) -> None:
     try:
         connection = HTTPConnection(scope)
-        fields = {**reply_fields, **{k: str(v)[:64] for k, v in scope.get("path_params", {}).items()}}
+        path_fields = {k: str(v)[:64] for k, v in scope.get("path_params", {}).items()}
         principal = _principal(connection, outcome)
         client = scope.get("client")
-        entry = dict(
-            at=time.time(), actor=principal.name[:64] if principal else ANONYMOUS,
-            role=principal.role if principal else None, action=named.action, object=_object(named, fields),
+        each = getattr(connection.state, EACH, None) if outcome < 300 else None
+        objects = each or [(reply_fields, getattr(connection.state, NOTE, {}))]
+        at = time.time()
+        entries = [dict(
+            at=at, actor=principal.name[:64] if principal else ANONYMOUS,
+            role=principal.role if principal else None, action=named.action,
+            object=_object(named, fields := {**made, **path_fields}),
             job_id=parse_id(str(fields.get(named.job, ""))) if named.job else None,
-            address=client[0][:100] if client else None, outcome=outcome,
-            detail=getattr(connection.state, NOTE, {}))
+            address=client[0][:100] if client else None, outcome=outcome, detail=detail)
+            for made, detail in objects]
         async with services_of(connection).store.write() as store:
-            await add_audit(store, [entry])
+            await add_audit(store, entries)
     except Exception:
         log.exception("could not write the audit row of %s", scope.get("path"))
 

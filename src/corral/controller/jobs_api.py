@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, s
 from fastapi.responses import JSONResponse
 
 from corral.controller.admission import refusal
-from corral.controller.audit import note
+from corral.controller.audit import note, note_each
 from corral.controller.identity import allow, authenticate, principal_of, refuse_unless, visible_projects
 from corral.controller.job_tokens import out_of_reach
 from corral.controller.launches import bounded_by, launch_name, read_launcher
@@ -19,7 +19,7 @@ from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields
 from corral.controller.services import services_of
 from corral.core.roles import Action
-from corral.core.spec import JobSpec, begin_problem
+from corral.core.spec import JobBatch, JobSpec, begin_problem
 from corral.core.states import JobState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.core.wire import MAX_ID, STORED, Text
@@ -37,7 +37,7 @@ from corral.store.job_views import (
     task_rows,
     task_state_counts,
 )
-from corral.store.jobs import insert_job
+from corral.store.jobs import NewJob, insert_jobs
 from corral.store.launches import launched_within
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)])
@@ -46,50 +46,106 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(a
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
 async def submit(spec: JobSpec, request: Request,
                  idempotency_key: Text | None = Header(None, max_length=200)) -> JobView | JSONResponse:
-    services = services_of(request)
     note(request, name=spec.name, project=spec.project)  # never more of the spec: its env may hold secrets
-    late = begin_problem(spec.begin, time.time())
-    if late:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            [{"loc": ["body", "begin"], "msg": late, "type": "value_error"}])
+    views, created = await _accept(request, [spec], [idempotency_key], single=True)
+    if created:
+        return views[0]
+    return JSONResponse(views[0].model_dump(mode="json"), status_code=status.HTTP_200_OK)
+
+
+@router.post("/batch", status_code=status.HTTP_201_CREATED, response_model=list[JobView])
+async def submit_batch(batch: JobBatch, request: Request) -> list[JobView] | JSONResponse:
+    """Many jobs in one call, in one transaction: every spec is checked first, and one refused refuses them all
+    (its index named). Each job is the job a single submission would make, audited as one."""
+    note(request, jobs=len(batch.jobs))
+    views, created = await _accept(request, batch.jobs, batch.keys(), single=False)
+    note_each(request, [({"id": view.id}, {"name": view.spec.name, "project": view.spec.project})
+                        for view in views])
+    if created:
+        return views
+    return JSONResponse([view.model_dump(mode="json") for view in views], status_code=status.HTTP_200_OK)
+
+
+async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None], *,
+                  single: bool) -> tuple[list[JobView], bool]:
+    """Checks every spec, then stores the new ones in one write; the views in order, and whether any is new.
+    A key already taken replays its job (or refuses, for another spec)."""
+    def where(i: int) -> list:
+        return ["body"] if single else ["body", "jobs", i]
+
+    def whose(i: int) -> str:
+        return "" if single else f"jobs[{i}]: "
+
+    services = services_of(request)
+    now = time.time()
+    for i, spec in enumerate(specs):
+        late = begin_problem(spec.begin, now)
+        if late:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                [{"loc": [*where(i), "begin"], "msg": late, "type": "value_error"}])
     principal = principal_of(request)
     launcher = principal.job_id
-    if launcher is not None:  # a task's child: bounded by the job that launches it (its project and priority)
+    if launcher is not None:  # a task's children: bounded by the job that launches them (its project and priority)
         async with services.store.read() as connection:
-            spec = bounded_by(await read_launcher(connection, launcher), spec)
-            for job_id in (*spec.after, *spec.after_any):  # its state would show in the child's pending reason
-                if await launched_within(connection, job_id, launcher) is False:
+            launching = await read_launcher(connection, launcher)
+            specs = [bounded_by(launching, spec) for spec in specs]
+            for job_id in {j for spec in specs for j in (*spec.after, *spec.after_any)}:
+                if await launched_within(connection, job_id, launcher) is False:  # its state would show
                     raise HTTPException(status.HTTP_403_FORBIDDEN, out_of_reach(launcher, job_id))
-    refuse_unless(principal, Action.SUBMIT, spec.project)
-    if spec.bundle and not services.bundles.exists(spec.bundle):
-        raise HTTPException(status.HTTP_400_BAD_REQUEST,
-                            f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
-    if idempotency_key:
-        existing = await _job_by_key(request, idempotency_key)
-        if existing is not None:
-            return await _replay(request, existing, spec, idempotency_key)
+    for project in dict.fromkeys(spec.project for spec in specs):
+        refuse_unless(principal, Action.SUBMIT, project)
+    for i, spec in enumerate(specs):
+        if spec.bundle and not services.bundles.exists(spec.bundle):
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{whose(i)}bundle {spec.bundle} was not uploaded "
+                                                             f"(PUT /api/v1/bundles/{spec.bundle} first)")
+    replayed = await _replays(request, specs, keys)
+    fresh = [i for i in range(len(specs)) if i not in replayed]
     async with services.store.read() as connection:
-        refused = await refusal(connection, spec)
-    if refused:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, refused)
+        for i in fresh:
+            refused = await refusal(connection, specs[i])
+            if refused:
+                raise HTTPException(status.HTTP_400_BAD_REQUEST, whose(i) + refused)
     try:
-        async with services.store.write() as connection:
-            name = spec.name or ""
-            if launcher is not None:  # read again in this transaction: the launcher may be ending by now
-                name = launch_name(await read_launcher(connection, launcher), name)
-            retry = await retry_columns(connection, spec, services.retry_config)
-            job_id = await insert_job(connection, spec, idempotency_key, time.time(), name=name,
-                                      launched_by=launcher, owner=principal.name, **retry)
-    except Conflict:  # the same key, submitted concurrently
-        existing = await _job_by_key(request, idempotency_key or "")
-        if existing is None:
+        created = await _store(request, [specs[i] for i in fresh], [keys[i] for i in fresh], now) if fresh else []
+    except Conflict:  # a key submitted concurrently: nothing of this call was stored; its jobs replay now
+        if not any(keys[i] for i in fresh):
             raise
-        return await _replay(request, existing, spec, idempotency_key or "")
-    services.engine.wake()
-    return (await job_views(request, [job_id]))[0]
+        return await _accept(request, specs, keys, single=single)
+    if created:
+        services.engine.wake()
+    ids = {**{i: view.id for i, view in replayed.items()}, **dict(zip(fresh, created, strict=True))}
+    views = {view.id: view for view in await job_views(request, list(ids.values()))}
+    return [views[ids[i]] for i in range(len(specs))], bool(created)
 
 
-async def _replay(request: Request, existing: JobView, spec: JobSpec, key: str) -> JSONResponse:
+async def _store(request: Request, specs: list[JobSpec], keys: list[str | None], now: float) -> list[int]:
+    """The new jobs' ids, all written in one transaction."""
+    services = services_of(request)
+    principal = principal_of(request)
+    launcher = principal.job_id
+    async with services.store.write() as connection:
+        if launcher is not None:  # read again in this transaction: the launcher may be ending by now
+            launching = await read_launcher(connection, launcher)
+        new = []
+        for spec, key in zip(specs, keys, strict=True):
+            name = launch_name(launching, spec.name or "") if launcher is not None else spec.name or ""
+            retry = await retry_columns(connection, spec, services.retry_config)
+            new.append(NewJob(spec, key, name=name, launched_by=launcher, columns={"owner": principal.name, **retry}))
+        return await insert_jobs(connection, new, now)
+
+
+async def _replays(request: Request, specs: list[JobSpec], keys: list[str | None]) -> dict[int, JobView]:
+    """The jobs already submitted under the keys given, by index: each must have been submitted with the same
+    spec, and (for a task's token) within its launch tree."""
+    found: dict[int, JobView] = {}
+    for i, key in enumerate(keys):
+        if key and (existing := await _job_by_key(request, key)) is not None:
+            await _check_replay(request, existing, specs[i], key)
+            found[i] = existing
+    return found
+
+
+async def _check_replay(request: Request, existing: JobView, spec: JobSpec, key: str) -> None:
     caller = principal_of(request).job_id
     if caller is not None:  # a task's token answers for its launch tree only, replays included
         async with services_of(request).store.read() as connection:
@@ -100,7 +156,6 @@ async def _replay(request: Request, existing: JobView, spec: JobSpec, key: str) 
     if existing.spec != spec:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"idempotency key {key!r} was used for job {existing.id} with another spec")
-    return JSONResponse(existing.model_dump(mode="json"), status_code=status.HTTP_200_OK)
 
 
 async def _job_by_key(request: Request, key: str) -> JobView | None:

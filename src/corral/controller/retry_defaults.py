@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from corral.core.retries import RetryState
 from corral.core.retry_policy import RetryPolicy, effective_policy
 from corral.core.spec import JobSpec
-from corral.store.retries import CLUSTER, stored_default
+from corral.store.retries import CLUSTER, stored_default, stored_defaults
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,8 +24,10 @@ async def cluster_layers(connection: AsyncConnection, config_default: RetryPolic
 
 async def policy_layers(connection: AsyncConnection, project: str,
                         config_default: RetryPolicy | None) -> list[RetryPolicy | None]:
-    """Project default, then the cluster's: what a job's own policy is merged over."""
-    return [await stored_default(connection, "project", project), *await cluster_layers(connection, config_default)]
+    """Project default, then the cluster's (stored, then the config file's): what a job's own policy is merged
+    over; both stored ones in one read."""
+    stored = await stored_defaults(connection, [("project", project), CLUSTER])
+    return [stored.get(("project", project)), stored.get(CLUSTER), config_default]
 
 
 async def retry_columns(connection: AsyncConnection, spec: JobSpec, config_default: RetryPolicy | None) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from corral.core.retries import RetryState, retry_state_text
-from corral.store.retries import chain_ids
+from corral.store.retries import chains_from
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 async def retry_fields(connection: AsyncConnection, rows: list) -> dict[int, dict]:
     """JobView's retry fields for each job row (full `jobs` rows), with one query for all their chains."""
-    chains = await chain_ids(connection, [r.id for r in rows]) if rows else {}
+    chains = await chains_from(connection, {r.id: r.retry_root_id or r.id for r in rows}) if rows else {}
     fields = {}
     for r in rows:
         chain = chains.get(r.id, [r.id])

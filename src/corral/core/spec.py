@@ -222,6 +222,8 @@ class JobSpec(WireModel):
     project: str = Field("default", max_length=100, pattern=f"^{NAME}$", description="whose quota and share")
     constraints: list[str] = Field(default_factory=list, description="on worker labels: K=V, K!=V, 'K in A,B'")
     spread: bool = Field(False, description="at most one task of this job per worker")
+    max_running: int | None = Field(None, ge=1, le=MAX_REPLICAS,
+                                    description="at most this many of its tasks hold room at once (not for a gang)")
     after: list[Id] = Field(default_factory=list, description="start only once these jobs SUCCEEDED")
     after_any: list[Id] = Field(default_factory=list, description="start only once these jobs ended")
     begin: Timestamp | None = Field(None, description="not before this time (unix seconds)")
@@ -304,6 +306,8 @@ class JobSpec(WireModel):
             raise ValueError(
                 f"max_task_failures ({self.max_task_failures}) must be below replicas ({self.replicas})"
             )
+        if self.gang and self.max_running is not None:
+            raise ValueError("max_running is for independent tasks: a gang's tasks all run at once")
         if self.name is None:
             self.name = self.command[0].rsplit("/", 1)[-1][:200]
         return self
@@ -331,3 +335,32 @@ class JobSpec(WireModel):
         if incoming(info):
             limits.check_spec_size(len(self.model_dump_json()))
         return self
+
+
+MAX_BATCH = 1000  # jobs in one batch submission (each its own job, rows and history)
+IdempotencyKey = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class JobBatch(WireModel):
+    """Many jobs in one call, each as if submitted alone: all valid, or none stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobSpec] = Field(..., min_length=1, max_length=MAX_BATCH)
+    idempotency_keys: list[IdempotencyKey | None] | None = Field(
+        None, description="one per job (null: none), as the Idempotency-Key header of a single submission")
+
+    @model_validator(mode="after")
+    def _keys_match_jobs(self) -> JobBatch:
+        if self.idempotency_keys is None:
+            return self
+        if len(self.idempotency_keys) != len(self.jobs):
+            raise ValueError(f"idempotency_keys has {len(self.idempotency_keys)} entries for {len(self.jobs)} jobs: "
+                             "give one per job (null for none)")
+        given = [key for key in self.idempotency_keys if key is not None]
+        if len(set(given)) != len(given):
+            raise ValueError("idempotency_keys repeat a key: each job needs its own")
+        return self
+
+    def keys(self) -> list[str | None]:
+        return list(self.idempotency_keys or [None] * len(self.jobs))

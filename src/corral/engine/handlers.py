@@ -227,7 +227,8 @@ class ScheduleJobs(Handler):
         base = snapshot.jobs[target.job_id].request
         request = Request(base.cpu, base.memory, base.gpu, job.custom, job.gpu_memory)
         return Unit(target.key, pending, request, pool=job.pool, constraints=job.constraints, spread=job.spread,
-                    priority=job.priority, project=job.project, since=since, avoid=avoid)
+                    priority=job.priority, project=job.project, since=since, avoid=avoid,
+                    max_running=job.max_running)
 
 
 class PrepareJobs(Handler):

@@ -32,6 +32,7 @@ from corral.scheduling.fragmentation import Fragmentation, RequestMix
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
 from corral.scheduling.preemption import RunningTask, VictimPlan, choose_victims
 from corral.scheduling.reasons import (
+    AtMostRunning,
     AwaitingPreempted,
     BehindReservation,
     Moving,
@@ -67,6 +68,7 @@ class Unit:
     project: str = DEFAULT_PROJECT
     since: float = 0.0  # waiting since: past the pool's reservation time, room is held for it
     avoid: frozenset[str] = frozenset()  # workers its tasks failed on
+    max_running: int | None = None  # at most this many of its job's tasks hold room at once
 
     @property
     def job_id(self) -> int:
@@ -117,6 +119,9 @@ class _Pass:
         self.evicted_jobs: set[int] = set()
         self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
         self.strategies: dict[str, Strategy] = {}
+        self.holding: dict[int, int] = defaultdict(int)  # job -> its tasks holding room, placed ones included
+        for task in running:
+            self.holding[task.job_id] += 1
 
     def run(self, units: Sequence[Unit]) -> Placement:
         by_pool: dict[str, list[Unit]] = defaultdict(list)
@@ -141,7 +146,9 @@ class _Pass:
         return self.result
 
     def _offer(self, unit: Unit, pool_policy: PoolPolicy) -> Reason | None:
-        # 2. Quota.
+        # 2. The job's own cap, then quota.
+        if unit.max_running is not None and self.holding[unit.job_id] + len(unit.task_ids) > unit.max_running:
+            return AtMostRunning(self.holding[unit.job_id], unit.max_running)
         over = self._over_quota(unit)
         if over is not None:
             return over
@@ -158,6 +165,7 @@ class _Pass:
         assignments, placeable = self._fit(unit, group)
         if assignments is not None:
             self.result.assignments[unit.key] = assignments
+            self.holding[unit.job_id] += len(unit.task_ids)
             if unit.project in self.policy.quotas:
                 for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
                     self.quota_use[unit.project][resource] += amount

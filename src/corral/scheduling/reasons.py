@@ -230,6 +230,17 @@ class OverQuota(Reason):
 
 
 @dataclass(frozen=True)
+class AtMostRunning(Reason):
+    """The job's own cap on its tasks holding room at once (`--max-running`), as an array's `%K`."""
+
+    holding: int
+    limit: int
+
+    def sentence(self) -> str:
+        return f"{self.holding} of its tasks run, at most {self.limit} at once (--max-running)"
+
+
+@dataclass(frozen=True)
 class BehindReservation(Reason):
     job_id: int
 

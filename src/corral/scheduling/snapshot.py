@@ -30,6 +30,7 @@ class JobPlacement:
     custom: tuple[tuple[str, float], ...] = ()
     gpu_memory: int = 0  # bytes each of its GPUs must have
     spread: bool = False
+    max_running: int | None = None
     after: tuple[int, ...] = ()
     after_any: tuple[int, ...] = ()
     begin: float | None = None
@@ -49,7 +50,7 @@ class JobPlacement:
             priority=priority, constraints=tuple(constraints),
             custom=custom_slots(resources.get("custom")),
             gpu_memory=int(resources.get("gpu_memory") or 0),
-            spread=bool(spec.get("spread")), after=tuple(spec.get("after") or ()),
+            spread=bool(spec.get("spread")), max_running=spec.get("max_running"), after=tuple(spec.get("after") or ()),
             after_any=tuple(spec.get("after_any") or ()), begin=spec.get("begin"), gang=gang,
         )
 

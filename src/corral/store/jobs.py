@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -10,26 +14,55 @@ from corral.core.states import JobState, TaskState
 from corral.store.schema import history, jobs, tasks
 
 
+@dataclass(frozen=True)
+class NewJob:
+    """A job to create. `name` overrides the spec's (a launched job's carries its launcher's as a prefix);
+    `columns`: further job columns (a retry's chain columns); `created_by` and `note` head its history."""
+
+    spec: JobSpec
+    idempotency_key: str | None = None
+    name: str | None = None
+    launched_by: int | None = None
+    created_by: str = "Submit"
+    note: str | None = None
+    columns: Mapping[str, Any] = field(default_factory=dict)
+
+
 async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key: str | None, now: float, *,
                      name: str | None = None, launched_by: int | None = None, created_by: str = "Submit",
                      note: str | None = None, **columns) -> int:
-    """`name` overrides the spec's (a launched job's carries its launcher's as a prefix); `columns`: further
-    job columns (a retry's chain columns); `created_by` and `note` head its history."""
-    job_id = (await connection.execute(insert(jobs).values(
-        name=name or spec.name, spec=spec.model_dump(mode="json"), state=JobState.PENDING, gang=spec.gang,
-        priority=spec.priority, replicas=spec.replicas, max_task_failures=spec.max_task_failures,
-        max_retries_failure=spec.max_retries_failure, max_retries_preemption=spec.max_retries_preemption,
-        scheduling_timeout=spec.scheduling_timeout, grace_period=spec.grace_period, cancelled=False, tries=0,
-        idempotency_key=idempotency_key, created_at=now, state_since=now, launched_by=launched_by, **columns,
-    ).returning(jobs.c.id))).scalar_one()
-    resources = spec.resources
+    """One job, as `insert_jobs` makes many."""
+    new = NewJob(spec, idempotency_key, name, launched_by, created_by, note, columns)
+    return (await insert_jobs(connection, [new], now))[0]
+
+
+async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: float) -> list[int]:
+    """The jobs' rows (their ids, in order), then every task row of them in one statement and every first
+    history record in another: a batch costs a statement per job, not three."""
+    if not new:
+        return []
+    ids = [(await connection.execute(insert(jobs).values(
+        name=job.name or job.spec.name, spec=job.spec.model_dump(mode="json"), state=JobState.PENDING,
+        gang=job.spec.gang, priority=job.spec.priority, replicas=job.spec.replicas,
+        max_task_failures=job.spec.max_task_failures, max_retries_failure=job.spec.max_retries_failure,
+        max_retries_preemption=job.spec.max_retries_preemption, scheduling_timeout=job.spec.scheduling_timeout,
+        grace_period=job.spec.grace_period, cancelled=False, tries=0, idempotency_key=job.idempotency_key,
+        created_at=now, state_since=now, launched_by=job.launched_by, **job.columns,
+    ).returning(jobs.c.id))).scalar_one() for job in new]
     await connection.execute(insert(tasks), [
         dict(job_id=job_id, index=i, state=TaskState.PENDING, state_since=now, attempt=0, tries=0, failures=0,
-             preemptions=0, gpu_ids=[], cpu=resources.cpu, memory=resources.memory, gpu=resources.gpu)
-        for i in range(spec.replicas)
+             preemptions=0, gpu_ids=[], cpu=job.spec.resources.cpu, memory=job.spec.resources.memory,
+             gpu=job.spec.resources.gpu)
+        for job_id, job in zip(ids, new, strict=True) for i in range(job.spec.replicas)
     ])
-    await connection.execute(insert(history).values(
-        at=now, job_id=job_id, handler=created_by, result="SUCCESS", to_state=JobState.PENDING, event="job.submitted",
-        message=note or f"{spec.replicas} task(s){', gang' if spec.gang else ''}"
-                + (f", launched by job {launched_by}" if launched_by else "")))
-    return job_id
+    await connection.execute(insert(history), [
+        dict(at=now, job_id=job_id, handler=job.created_by, result="SUCCESS", to_state=JobState.PENDING,
+             event="job.submitted", message=job.note or _submitted(job))
+        for job_id, job in zip(ids, new, strict=True)
+    ])
+    return ids
+
+
+def _submitted(job: NewJob) -> str:
+    return (f"{job.spec.replicas} task(s){', gang' if job.spec.gang else ''}"
+            + (f", launched by job {job.launched_by}" if job.launched_by else ""))

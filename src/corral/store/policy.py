@@ -19,6 +19,13 @@ async def read_policy(connection: AsyncConnection) -> Policy:
     )
 
 
+async def read_pool_policy(connection: AsyncConnection, name: str) -> PoolPolicy:
+    """One pool's policy (the defaults where none is set), in one row's read: what a submission is checked
+    against."""
+    stored = (await connection.execute(select(pools.c.policy).where(pools.c.name == name))).scalar()
+    return Policy(pools={} if stored is None else {name: PoolPolicy.model_validate(stored)}).pool(name)
+
+
 async def put_pool(connection: AsyncConnection, name: str, policy: PoolPolicy, now: float) -> None:
     await _upsert(connection, pools, pools.c.name, name,
                   {"policy": policy.model_dump(mode="json", exclude_defaults=True), "updated_at": now})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from sqlalchemy import and_, delete, func, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -134,9 +134,13 @@ async def chain_ids(connection: AsyncConnection, job_ids: Collection[int]) -> di
     rows = (await connection.execute(
         select(jobs.c.id, jobs.c.retry_root_id).where(jobs.c.id.in_(list(job_ids)))
     )).all()
-    root_of = {r.id: r.retry_root_id or r.id for r in rows}
-    roots = set(root_of.values())
+    return await chains_from(connection, {r.id: r.retry_root_id or r.id for r in rows})
+
+
+async def chains_from(connection: AsyncConnection, root_of: Mapping[int, int]) -> dict[int, list[int]]:
+    """As `chain_ids`, for jobs whose chain roots the caller has read already (job id -> its root's id)."""
     members: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    roots = set(root_of.values())
     for row in (await connection.execute(
         select(jobs.c.id, jobs.c.retry_root_id, jobs.c.retry_count)
         .where(or_(jobs.c.id.in_(roots), jobs.c.retry_root_id.in_(roots)))
@@ -150,6 +154,16 @@ async def stored_default(connection: AsyncConnection, kind: str, name: str) -> R
         select(retry_defaults.c.policy).where(retry_defaults.c.kind == kind, retry_defaults.c.name == name)
     )).scalar()
     return None if policy is None else RetryPolicy.model_validate(policy)
+
+
+async def stored_defaults(connection: AsyncConnection, keys: Collection[tuple[str, str]]
+                          ) -> dict[tuple[str, str], RetryPolicy]:
+    """The stored defaults of these (kind, name) keys, in one read; a key with none is left out."""
+    rows = (await connection.execute(
+        select(retry_defaults.c.kind, retry_defaults.c.name, retry_defaults.c.policy)
+        .where(or_(*(and_(retry_defaults.c.kind == kind, retry_defaults.c.name == name) for kind, name in keys)))
+    )).all()
+    return {(r.kind, r.name): RetryPolicy.model_validate(r.policy) for r in rows}
 
 
 async def store_default(connection: AsyncConnection, kind: str, name: str, policy: RetryPolicy | None,

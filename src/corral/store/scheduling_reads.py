@@ -38,19 +38,21 @@ async def read_cluster(connection: AsyncConnection) -> ClusterSnapshot:
 
 async def rooms_and_running(connection: AsyncConnection) -> tuple[list[WorkerRoom], list[RunningTask]]:
     """Alive workers with their free room, and the tasks holding it, as placement sees them (the serving router
-    asks what fits)."""
-    running = await _running_tasks(connection, await _active_jobs(connection))
+    asks what fits). Only the jobs holding room are read: a backlog of pending jobs costs this nothing."""
+    running = await _running_tasks(connection, await _active_jobs(connection, holding_room_only=True))
     return await _rooms(connection, running), running
 
 
-async def _active_jobs(connection: AsyncConnection,
-                       unreadable: dict[int, str] | None = None) -> dict[int, JobPlacement]:
-    """The placement facts of active jobs. A spec that cannot be read (a row older than a validation) is noted in
-    `unreadable` and read as the defaults, so that the room its running tasks hold is still counted."""
-    rows = (await connection.execute(
-        select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
-        .where(jobs.c.state.in_([str(s) for s in JOB_ACTIVE]))
-    )).all()
+async def _active_jobs(connection: AsyncConnection, unreadable: dict[int, str] | None = None, *,
+                       holding_room_only: bool = False) -> dict[int, JobPlacement]:
+    """The placement facts of active jobs (`holding_room_only`: of those with tasks holding room). A spec that
+    cannot be read (a row older than a validation) is noted in `unreadable` and read as the defaults, so that
+    the room its running tasks hold is still counted."""
+    query = (select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
+             .where(jobs.c.state.in_([str(s) for s in JOB_ACTIVE])))
+    if holding_room_only:
+        query = query.where(jobs.c.id.in_(select(tasks.c.job_id).where(_holds_room())))
+    rows = (await connection.execute(query)).all()
     facts = {}
     for row in rows:
         try:
@@ -68,7 +70,7 @@ async def _running_tasks(connection: AsyncConnection, job_facts: dict[int, JobPl
                tasks.c.gpu, tasks.c.gpu_ids, attempts.c.assigned_at)
         .select_from(tasks.outerjoin(attempts, and_(attempts.c.task_id == tasks.c.id,
                                                     attempts.c.attempt == tasks.c.attempt)))
-        .where(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
+        .where(_holds_room())
     )).all()
     running = []
     for row in rows:
@@ -81,6 +83,10 @@ async def _running_tasks(connection: AsyncConnection, job_facts: dict[int, JobPl
             stopping=TaskState(row.state) in STOPPING,
         ))
     return running
+
+
+def _holds_room():
+    return and_(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
 
 
 async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> list[WorkerRoom]:

@@ -42,7 +42,7 @@ from corral.core.states import (
 from corral.engine.effects import Doom, Effect, Place, Preempt, effect_moves
 from corral.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Request, Unit, place
+from corral.scheduling.placement import Request, Unit, place_over
 from corral.scheduling.reasons import DependencyFailed, TimedOut
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
 
@@ -181,8 +181,7 @@ class ScheduleJobs(Handler):
             units.append(self._unit(target, job, snapshot, since[target.key]))
         for unit in units:
             self._count(unit)
-        placement = place(units, cluster.rooms, policy=cluster.policy, running=cluster.running, now=now,
-                          mixes=self.mixes)
+        placement = place_over(units, cluster.capacity(), policy=cluster.policy, now=now, mixes=self.mixes)
         waits.update(placement.waiting)
         decision.result.successes = list(placement.assignments)
         decision.effects += [Place(key[0], a.task_id, a.worker_id, a.gpu_ids)

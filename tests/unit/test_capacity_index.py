@@ -14,7 +14,7 @@ from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.placement import Unit, place, place_over
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import Request, RoomBook, WorkerRoom, group_of
+from corral.scheduling.rooms import RANKED, Members, Request, RoomBook, WorkerRoom, rank_key
 
 GiB = 2**30
 POOLS = ("a", "b")
@@ -55,7 +55,8 @@ def pool_use(index: CapacityIndex) -> dict:
 
 
 def state(index: CapacityIndex) -> tuple:
-    groups = {(pool, c): index.group(pool, c) for pool in POOLS for c in CONSTRAINTS}
+    groups = {(pool, c): (index.group(pool, c), [index.ranked(pool, c, r) for r in RANKED])
+              for pool in POOLS for c in CONSTRAINTS}
     return (index.rooms, index.position, list(index.running.values()), nonzero(index.quota_use), pool_use(index),
             index.lowest_priorities(), index.last_placed(), {p: dict(index.capacity(p)) for p in POOLS}, groups)
 
@@ -115,11 +116,14 @@ def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, u
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 7), REQUESTS), max_size=12), st.sampled_from(POOLS),
        st.sampled_from(CONSTRAINTS))
-def test_a_group_first_asked_after_the_book_took_room_is_sorted_by_the_room_left(takes, pool, constraints):
+def test_a_group_first_asked_after_the_book_took_room_is_ordered_by_the_room_left(takes, pool, constraints):
     index = CapacityIndex([worker(n) for n in range(8)])
     book = RoomBook(index.rooms, kept=index)
     for n, request in takes:
         if book.rooms[n].fits(request):
             book.take(n, request)
-    assert book.group(pool, constraints).index == group_of(book.rooms, pool, constraints)[1]
+    group = book.group(pool, constraints)
+    assert group.index == Members.of(book.rooms, pool, constraints).keys
+    for resource in RANKED if group.members else ():
+        assert book.most_free(group, resource) == min(rank_key(book.rooms[i], i, resource) for i in group.members)[1]
     assert index.rooms == [worker(n) for n in range(8)]  # the book copied what it changed

@@ -42,7 +42,7 @@ from corral.core.states import (
 from corral.engine.effects import Doom, Effect, Place, Preempt, effect_moves
 from corral.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Request, Unit, place_over
+from corral.scheduling.placement import Request, RunningTask, Unit, place_over
 from corral.scheduling.reasons import DependencyFailed, TimedOut
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
 
@@ -219,14 +219,30 @@ class ScheduleJobs(Handler):
         self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
 
     @staticmethod
+    def running_of(placed: Sequence[Place], snapshot: Snapshot) -> list[RunningTask]:
+        """The tasks these placements start, as the capacity index counts them once they are on record."""
+        cluster = snapshot.cluster
+        running = []
+        for effect in placed:
+            job = cluster.jobs.get(effect.job_id, JobPlacement())
+            running.append(RunningTask(effect.task_id, effect.job_id, effect.worker_id,
+                                       _request(job, snapshot.jobs[effect.job_id]), effect.gpu_ids, job.priority,
+                                       job.project, snapshot.now, job.gang))
+        return running
+
+    @staticmethod
     def _unit(target: Target, job: JobPlacement, snapshot: Snapshot, since: float) -> Unit:
         pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
         failed_on = snapshot.cluster.avoid
         avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
-        base = snapshot.jobs[target.job_id].request
-        request = Request(base.cpu, base.memory, base.gpu, job.custom, job.gpu_memory)
+        request = _request(job, snapshot.jobs[target.job_id])
         return Unit(target.key, pending, request, pool=job.pool, constraints=job.constraints, spread=job.spread,
                     priority=job.priority, project=job.project, since=since, avoid=avoid)
+
+
+def _request(job: JobPlacement, facts: JobFacts) -> Request:
+    """What each task of a job reserves: its row's amounts, its spec's custom slots and device memory."""
+    return Request(facts.request.cpu, facts.request.memory, facts.request.gpu, job.custom, job.gpu_memory)
 
 
 class PrepareJobs(Handler):

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import WorkerRoom, group_of, room_key
+from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, room_key
 
 GroupKey = tuple[str, tuple[AnyConstraint, ...]]
 Use = dict[str, dict[str, float]]  # project -> resource -> amount
@@ -42,7 +42,8 @@ class CapacityIndex:
         self._latest: dict[str, RunningTask] = {}  # pool -> the task placed last
         self._stale_latest: set[str] = set()  # pools whose latest task ended: found again when asked
         self._capacity: dict[str, dict[str, float]] = {}
-        self._groups: dict[GroupKey, tuple[list[int], list[tuple]]] = {}
+        self._groups: dict[GroupKey, Members] = {}
+        self._ranked: dict[tuple[GroupKey, str], list[tuple]] = {}  # asked for by reasons only
         self._member_of: dict[int, list[GroupKey]] = defaultdict(list)
         self._renumbered()
         for task in running:
@@ -50,15 +51,22 @@ class CapacityIndex:
 
     # What a pass reads ------------------------------------------------------------------------
 
-    def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> tuple[list[int], list[tuple]]:
-        """The members of a pool that match the constraints, in registration order, and their free-room keys
-        sorted (the book copies the keys; a pass never changes these)."""
+    def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
+        """The members of a pool that match the constraints (a pass reads them, never changes them)."""
         key = (pool, constraints)
         if key not in self._groups:
-            members, _ = self._groups[key] = group_of(self.rooms, pool, constraints)
-            for i in members:
+            members = self._groups[key] = Members.of(self.rooms, pool, constraints)
+            for i in members.members:
                 self._member_of[i].append(key)
         return self._groups[key]
+
+    def ranked(self, pool: str, constraints: tuple[AnyConstraint, ...], resource: str) -> list[tuple]:
+        """The group's rank_key for one RANKED resource, sorted: the worker with the most free first."""
+        group = self.group(pool, constraints)
+        key = ((pool, constraints), resource)
+        if key not in self._ranked:
+            self._ranked[key] = sorted(rank_key(self.rooms[i], i, resource) for i in group.members)
+        return self._ranked[key]
 
     def capacity(self, pool: str) -> dict[str, float]:
         """What the pool's alive workers have in all, per resource."""
@@ -128,6 +136,7 @@ class CapacityIndex:
         """Positions moved (a worker joined or was lost): the groups and totals are found again when asked."""
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
         self._groups.clear()
+        self._ranked.clear()
         self._member_of.clear()
         self._capacity = {}
         for room in self.rooms:
@@ -139,13 +148,14 @@ class CapacityIndex:
                 total[name] += amount
 
     def _change_room(self, i: int, change) -> None:
-        old = room_key(self.rooms[i], i)
-        change(self.rooms[i])
-        new = room_key(self.rooms[i], i)
+        room = self.rooms[i]
+        old, old_ranks = room_key(room, i), [rank_key(room, i, resource) for resource in RANKED]
+        change(room)
         for key in self._member_of.get(i, ()):
-            keys = self._groups[key][1]
-            keys.pop(bisect_left(keys, old))
-            insort(keys, new)
+            _resort(self._groups[key].keys, old, room_key(room, i))
+            for resource, old_rank in zip(RANKED, old_ranks, strict=True):
+                if (key, resource) in self._ranked:
+                    _resort(self._ranked[key, resource], old_rank, rank_key(room, i, resource))
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)
@@ -184,6 +194,12 @@ class CapacityIndex:
         elif sign < 0 and latest is not None and latest.task_id == task.task_id:
             del self._latest[pool]
             self._stale_latest.add(pool)
+
+
+def _resort(entries: list[tuple], old: tuple, new: tuple) -> None:
+    """Move a room's entry in a sorted list."""
+    entries.pop(bisect_left(entries, old))
+    insort(entries, new)
 
 
 def _charge(use: Use, counts: Counter, count_key, project: str, task: RunningTask, sign: int) -> None:

@@ -50,7 +50,7 @@ from corral.scheduling.reasons import (
     free_for,
     share_room,
 )
-from corral.scheduling.rooms import EPS, SHARES, Group, Request, RoomBook, WorkerRoom
+from corral.scheduling.rooms import EPS, RANKED, SHARES, Group, Request, RoomBook, WorkerRoom
 from corral.scheduling.sequencing import Queue
 
 __all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place", "place_over"]
@@ -266,7 +266,9 @@ class _Pass:
         rooms, request, tasks = self.book.rooms, unit.request, len(unit.task_ids)
         need, gpu_memory = request.amounts(), request.gpu_memory
         wanted = [resource for resource, amount in need.items() if amount > 0]
-        most_free = {r: rooms[_most(rooms, group.members, r, request, free=True)] for r in wanted}
+        most_free = {r: rooms[self.book.most_free(group, r) if r in RANKED and not gpu_memory
+                              and not (r == "gpu" and request.share)
+                              else _most(rooms, group.members, r, request, free=True)] for r in wanted}
         # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
         binding = next((r for r in wanted if need[r] > free_for(most_free[r], r, request) + EPS), None)
         if binding is None and tasks > 1 and wanted:

@@ -16,7 +16,6 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
 
 EPS = 1e-9  # fractional cores add up with rounding errors
 SHARES = 100  # a device is shared in hundredths
+RANKED = ("gpu", "cpu", "memory")  # whole GPUs, cores, memory: kept ranked by how much each worker has free
 
 
 def gpu_share(gpu: float) -> int:
@@ -241,10 +241,11 @@ class Group:
     `fits` has the last word.
     """
 
-    def __init__(self, pool: str, members: list[int], index: list[tuple]) -> None:
-        self.pool = pool
+    def __init__(self, pool: str, constraints: tuple[AnyConstraint, ...], members: list[int], member_set: set[int],
+                 index: list[tuple]) -> None:
+        self.pool, self.constraints = pool, constraints
         self.members = members  # in registration order, for round-robin and reasons
-        self.member_set = set(members)
+        self.member_set = member_set
         self.index = index  # the members' room_key, sorted
         self.cursor = 0
         # The fragmentation-aware strategy's view: members by state id; the order in which states gained
@@ -258,11 +259,25 @@ def room_key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
     return (len(room.free_gpu_ids), room.free_cpu, room.free_memory, i)
 
 
-def group_of(rooms: Sequence[WorkerRoom], pool: str,
-             constraints: tuple[AnyConstraint, ...]) -> tuple[list[int], list[tuple]]:
-    """The positions of the rooms of a pool that match the constraints, and their room_key sorted."""
-    members = [i for i, room in enumerate(rooms) if room.pool == pool and all(c.admits(room) for c in constraints)]
-    return members, sorted(room_key(rooms[i], i) for i in members)
+def rank_key(room: WorkerRoom, i: int, resource: str) -> tuple[float, int]:
+    """Orders rooms by how much of a RANKED resource they have free, the most first, then by registration."""
+    free = len(room.free_gpu_ids) if resource == "gpu" else room.free_cpu if resource == "cpu" else room.free_memory
+    return (-free, i)
+
+
+@dataclass
+class Members:
+    """The rooms of a pool that match some constraints: positions in registration order, and sorted by room_key."""
+
+    members: list[int]
+    member_set: set[int]
+    keys: list[tuple]
+
+    @classmethod
+    def of(cls, rooms: Sequence[WorkerRoom], pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
+        members = [i for i, room in enumerate(rooms)
+                   if room.pool == pool and all(c.admits(room) for c in constraints)]
+        return cls(members, set(members), sorted(room_key(rooms[i], i) for i in members))
 
 
 class KeptGroups(Protocol):
@@ -270,7 +285,9 @@ class KeptGroups(Protocol):
 
     position: Mapping[str, int]
 
-    def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> tuple[list[int], list[tuple]]: ...
+    def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> Members: ...
+
+    def ranked(self, pool: str, constraints: tuple[AnyConstraint, ...], resource: str) -> list[tuple]: ...
 
 
 def _bucket(group: Group, state: int, i: int) -> None:
@@ -306,7 +323,6 @@ class RoomBook:
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
         self.measures = dict(measures or {})
         self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
-        self._member_of: dict[int, list[Group]] = defaultdict(list)
         self._states: dict[int, int] = {}  # room -> its state id, for rooms in a bucketed group
         self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
 
@@ -315,21 +331,31 @@ class RoomBook:
         key = (pool, constraints)
         if key not in self._groups:
             if self._kept is None:
-                members, index = group_of(self.rooms, pool, constraints)
+                found = Members.of(self.rooms, pool, constraints)
+                index = found.keys
             else:
-                members, kept = self._kept.group(pool, constraints)
-                index = list(kept)
-                for i in self._copied.intersection(members):  # rooms this pass changed: not where the index has them
+                found = self._kept.group(pool, constraints)
+                index = list(found.keys)
+                for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
                     index.pop(bisect_left(index, room_key(self.originals[i], i)))
                     insort(index, room_key(self.rooms[i], i))
-            group = self._groups[key] = Group(pool, members, [entry for entry in index if entry[3] not in self.held]
+            members = found.members
+            group = self._groups[key] = Group(pool, constraints, members, found.member_set,
+                                              [entry for entry in index if entry[3] not in self.held]
                                               if self.held else index)
             last = self.position.get(start_after) if start_after else None
             if last in group.member_set:
                 group.cursor = (members.index(last) + 1) % len(members)
-            for i in members:
-                self._member_of[i].append(group)
         return self._groups[key]
+
+    def most_free(self, group: Group, resource: str) -> int:
+        """The member with the most of a RANKED resource free now, the first registered among equals."""
+        if self._kept is None:
+            return min(group.members, key=lambda i: rank_key(self.rooms[i], i, resource))
+        unchanged = next((entry for entry in self._kept.ranked(group.pool, group.constraints, resource)
+                          if entry[1] not in self._copied), None)
+        changed = [rank_key(self.rooms[i], i, resource) for i in self._copied if i in group.member_set]
+        return min([*changed, unchanged] if unchanged else changed)[1]
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
         """The room the strategy gives this task to, or None when none in the group fits now."""
@@ -367,7 +393,7 @@ class RoomBook:
         if i in self.held:
             return
         key = room_key(self.rooms[i], i)
-        for group in self._member_of[i]:
+        for group in self._groups_of(i):
             group.index.pop(bisect_left(group.index, key))
             if group.by_state is not None:
                 _unbucket(group.by_state, self._states[i], i)
@@ -380,12 +406,15 @@ class RoomBook:
         old_state = self._states.get(i)
         if old_state is not None:
             self._states[i] = self.measures[self.rooms[i].pool].state(self.rooms[i])
-        for group in self._member_of[i]:
+        for group in self._groups_of(i):
             group.index.pop(bisect_left(group.index, old))
             insort(group.index, new)
             if group.by_state is not None:
                 _unbucket(group.by_state, old_state, i)
                 _bucket(group, self._states[i], i)
+
+    def _groups_of(self, i: int) -> list[Group]:
+        return [group for group in self._groups.values() if i in group.member_set]
 
     def _least_fragmenting(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """The worker (and, for a share, the device) whose fragmentation grows least; ties toward best fit.

@@ -46,8 +46,7 @@ class CapacityIndex:
         self._ranked: dict[tuple[GroupKey, str], list[tuple]] = {}  # asked for by reasons only
         self._member_of: dict[int, list[GroupKey]] = defaultdict(list)
         self._renumbered()
-        for task in running:
-            self._count(task, 1)
+        self._count_all(running)
 
     # What a pass reads ------------------------------------------------------------------------
 
@@ -147,6 +146,28 @@ class CapacityIndex:
             for name, amount in room.custom.items():
                 total[name] += amount
 
+    def _count_all(self, running: Iterable[RunningTask]) -> None:
+        """What `_count` adds task by task, added up at once: tasks alike (project, pool, request) are summed as
+        one amount times their number."""
+        alike: Counter[tuple[str, str | None, object]] = Counter()
+        for task in running:
+            self.running[task.task_id] = task
+            self.on_worker[task.worker_id].add(task.task_id)
+            pool = self._pool(task)
+            alike[task.project, pool, task.request] += 1
+            if pool is not None:
+                self._priorities[pool][task.priority] += 1
+                latest = self._latest.get(pool)
+                if latest is None or _placed_order(task) > _placed_order(latest):
+                    self._latest[pool] = task
+        for (project, pool, request), n in alike.items():
+            amounts = request.amounts(n)
+            _add(self.quota_use, project, amounts)
+            self._tasks_of[project] += n
+            if pool is not None:
+                _add(self.pool_use.setdefault(pool, {}), project, amounts)
+                self._pool_tasks_of[pool, project] += n
+
     def _change_room(self, i: int, change) -> None:
         room = self.rooms[i]
         old, old_ranks = room_key(room, i), [rank_key(room, i, resource) for resource in RANKED]
@@ -210,9 +231,13 @@ def _charge(use: Use, counts: Counter, count_key, project: str, task: RunningTas
         del counts[count_key]
         use.pop(project, None)
         return
+    _add(use, project, task.request.amounts(sign))
+
+
+def _add(use: Use, project: str, amounts: dict[str, float]) -> None:
     project_use = use.setdefault(project, defaultdict(float))
-    for resource, amount in task.request.amounts().items():
-        project_use[resource] += sign * amount
+    for resource, amount in amounts.items():
+        project_use[resource] += amount
 
 
 def _placed_order(task: RunningTask) -> tuple[float, int]:

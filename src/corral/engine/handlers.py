@@ -168,6 +168,7 @@ class ScheduleJobs(Handler):
         waits: dict = {}
         units: list[Unit] = []
         since: dict = {}
+        requests: dict[int, Request] = {}
         for target in targets:
             job = cluster.jobs.get(target.job_id, JobPlacement())
             held_back = gate(job, cluster.dependencies, now)
@@ -178,7 +179,9 @@ class ScheduleJobs(Handler):
                 waits[target.key] = held_back
                 continue
             since[target.key] = eligible_since(job, cluster.dependencies, target.since)
-            units.append(self._unit(target, job, snapshot, since[target.key]))
+            if target.job_id not in requests:  # one per job: its units share it, and its hash
+                requests[target.job_id] = _request(job, snapshot.jobs[target.job_id])
+            units.append(self._unit(target, job, requests[target.job_id], snapshot, since[target.key]))
         for unit in units:
             self._count(unit)
         placement = place_over(units, cluster.capacity(), policy=cluster.policy, now=now, mixes=self.mixes)
@@ -231,11 +234,10 @@ class ScheduleJobs(Handler):
         return running
 
     @staticmethod
-    def _unit(target: Target, job: JobPlacement, snapshot: Snapshot, since: float) -> Unit:
+    def _unit(target: Target, job: JobPlacement, request: Request, snapshot: Snapshot, since: float) -> Unit:
         pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
         failed_on = snapshot.cluster.avoid
         avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
-        request = _request(job, snapshot.jobs[target.job_id])
         return Unit(target.key, pending, request, pool=job.pool, constraints=job.constraints, spread=job.spread,
                     priority=job.priority, project=job.project, since=since, avoid=avoid)
 

@@ -54,6 +54,14 @@ class Request:
     custom: tuple[tuple[str, float], ...] = ()  # sorted (name, amount) pairs, hashable
     gpu_memory: int = 0  # whole devices: bytes each must have; a share: bytes of its device it reserves; 0: any
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        """Computed once: a pass hashes a request for every unit it offers room (its kind, its strategy's cache)."""
+        return hash((self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory))
+
     @cached_property
     def share(self) -> int:
         """Hundredths of one device, for a share; 0 for whole devices."""

@@ -6,8 +6,9 @@ one GPU each in jobs of 10 independent tasks with mixed priorities, a tenth of t
 constrained to a label. One ScheduleJobs run is timed in two parts: the decision (reading
 the targets and the cluster, then placing in memory) and the whole pass, which also writes
 every placement, its attempt and its history in one transaction. The decision is the
-fastest of three runs; its CPU seconds are printed beside the wall time, since the wall
-time of a machine shared with other work also counts the neighbours.
+fastest of three runs; its CPU seconds (and those of placing alone, over the capacity index the
+pass builds from what it read) are printed beside the wall time, since the wall time of a
+machine shared with other work also counts the neighbours.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ PENDING = (1_000, 10_000, 100_000)
 WORKERS = (100, 1_000, 10_000)
 TASKS_PER_JOB = 10
 GPUS_PER_WORKER = 8
-TARGET = (10_000, 1_000, 1.0)  # a pass over 10k pending tasks on 1k workers, decided within 1 s
+TARGET = (10_000, 1_000, 0.1)  # a pass over 10k pending tasks on 1k workers, decided within 100 ms
 NOW = 1_000_000.0
 REPEATS = 3
 
@@ -70,8 +71,9 @@ async def populate(store: Store, n_workers: int, n_pending: int) -> None:
         ])
 
 
-async def decide(store: Store) -> tuple[float, float, int]:
-    """(seconds reading, seconds placing, CPU seconds of both, placements) of one decision, writing nothing."""
+async def decide(store: Store) -> tuple[float, float, float, float, int]:
+    """(seconds reading, seconds placing, CPU seconds of both, CPU seconds placing, placements) of one decision,
+    writing nothing."""
     handler = ScheduleJobs()
     cpu = time.process_time()
     started = time.perf_counter()
@@ -82,10 +84,11 @@ async def decide(store: Store) -> tuple[float, float, int]:
         snapshot = Snapshot(NOW, {job_id: info.facts for job_id, info in job_info.items()})
         snapshot.cluster = await read_cluster(connection)
     read = time.perf_counter() - started
-    started = time.perf_counter()
+    started, placing = time.perf_counter(), time.process_time()
     decision = handler.execute(targets, snapshot)
+    placing = time.process_time() - placing
     placed = sum(isinstance(effect, Place) for effect in decision.effects)
-    return read, time.perf_counter() - started, time.process_time() - cpu, placed
+    return read, time.perf_counter() - started, time.process_time() - cpu, placing, placed
 
 
 async def one(n_workers: int, n_pending: int, tmp: Path) -> dict:
@@ -94,24 +97,26 @@ async def one(n_workers: int, n_pending: int, tmp: Path) -> dict:
         await populate(store, n_workers, n_pending)
         # The decision writes nothing, so it is repeated and the fastest run kept: on a shared machine the
         # slower runs measure the neighbours (as timeit does).
-        read, place, cpu, placed = min([await decide(store) for _ in range(REPEATS)], key=lambda r: r[0] + r[1])
+        runs = [await decide(store) for _ in range(REPEATS)]
+        read, place, cpu, place_cpu, placed = min(runs, key=lambda r: r[0] + r[1])
         started = time.perf_counter()
         report = await run_handler(store, ScheduleJobs(), NOW)
         whole = time.perf_counter() - started
         assigned = sum(1 for o in report.outcomes if o.result == "SUCCESS")
         assert assigned == placed, (assigned, placed)
         return dict(workers=n_workers, pending=n_pending, read=read, place=place, decide=read + place, cpu=cpu,
-                    pass_=whole, placed=placed)
+                    place_cpu=place_cpu, pass_=whole, placed=placed)
     finally:
         await store.close()
 
 
 def table(results: list[dict]) -> str:
     lines = [f"{'pending':>8} {'workers':>8} {'placed':>7} {'read s':>8} {'place s':>8} {'decide s':>9} "
-             f"{'cpu s':>7} {'pass s':>8} {'placed/s (decide)':>18} {'placed/s (pass)':>16}"]
+             f"{'cpu s':>7} {'place cpu s':>12} {'pass s':>8} {'placed/s (decide)':>18} {'placed/s (pass)':>16}"]
     for r in results:
         lines.append(f"{r['pending']:>8} {r['workers']:>8} {r['placed']:>7} {r['read']:>8.3f} {r['place']:>8.3f} "
-                     f"{r['decide']:>9.3f} {r['cpu']:>7.3f} {r['pass_']:>8.3f} {r['placed'] / r['decide']:>18.0f} "
+                     f"{r['decide']:>9.3f} {r['cpu']:>7.3f} {r['place_cpu']:>12.3f} {r['pass_']:>8.3f} "
+                     f"{r['placed'] / r['decide']:>18.0f} "
                      f"{r['placed'] / r['pass_']:>16.0f}")
     return "\n".join(lines)
 
@@ -129,7 +134,7 @@ async def main(pending: tuple[int, ...], worker_counts: tuple[int, ...]) -> None
     if goal is not None:
         verdict = {True: "met", False: "MISSED"}
         print(f"target: 10k pending on 1k workers decided within {TARGET[2]:g}s: "
-              f"{goal['cpu']:.3f}s CPU ({verdict[goal['cpu'] < TARGET[2]]}), "
+              f"{goal['cpu']:.3f}s CPU ({verdict[goal['cpu'] < TARGET[2]]}; placing alone {goal['place_cpu']:.3f}s), "
               f"{goal['decide']:.3f}s wall ({verdict[goal['decide'] < TARGET[2]]}, load {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} cores)")
     for n_workers in worker_counts:

@@ -13,6 +13,11 @@ as the arrived load passes each mark; a pod that fits nowhere is dropped. The fi
 median over the seeds. The fragmentation-aware strategy measures against the mix of the file's
 GPU pods, as a pool that has long seen this workload would; with `--live-mix`, against the mix a
 live pool keeps as the pods arrive (passes of PASS pods, each counted before its pass places it).
+
+Then the decision path: every pod of the default file in its order (a share rounded up to one
+GPU), one ScheduleJobs pass per arrival over the capacity index the passes keep (each placement
+added to it as the coordinator adds it once on record), best fit, beside a plain best fit (a scan
+of the nodes for the fewest free GPUs that hold the pod) over the same pods in the same run.
 """
 
 from __future__ import annotations
@@ -30,10 +35,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from corral.core.config import Strategy  # noqa: E402
+from corral.core.config import PoolPolicy, Strategy  # noqa: E402
 from corral.core.constraints import Constraint  # noqa: E402
+from corral.core.lifecycle import Target, TaskView  # noqa: E402
+from corral.core.states import TaskState  # noqa: E402
+from corral.engine.effects import Place  # noqa: E402
+from corral.engine.handlers import JobFacts, ScheduleJobs, Snapshot  # noqa: E402
+from corral.scheduling.capacity import CapacityIndex  # noqa: E402
 from corral.scheduling.fragmentation import Fragmentation, RequestMix  # noqa: E402
+from corral.scheduling.policy import Policy  # noqa: E402
+from corral.scheduling.preemption import RunningTask  # noqa: E402
 from corral.scheduling.rooms import SHARES, Request, RoomBook, WorkerRoom  # noqa: E402
+from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "alibaba-gpu-v2023"
 NODES = "openb_node_list_gpu_node.csv"
@@ -130,6 +143,96 @@ def replay(nodes: list[WorkerRoom], pods: list[Pod], strategy: Strategy, mix: Re
     return unallocated, len(pods) / max(time.process_time() - start, 1e-9)
 
 
+def whole_gpus(pods: list[Pod]) -> list[Pod]:
+    """The pods with a share of one GPU rounded up to the whole device."""
+    return [Pod(Request(p.request.cpu, p.request.memory, 1), p.constraints) if p.request.share else p for p in pods]
+
+
+def replay_decisions(nodes: list[WorkerRoom], pods: list[Pod]) -> tuple[int, list[float]]:
+    """Pods placed, and the seconds of each pass: one ScheduleJobs decision per arriving pod over the kept index,
+    its placement then added to the index."""
+    index, handler, seconds, placed = CapacityIndex(nodes), ScheduleJobs(), [], 0
+    policy = Policy(pools={POOL: PoolPolicy(strategy=Strategy.CONCENTRATED)})
+    for n, pod in enumerate(pods, 1):
+        target = Target(n, False, str(TaskState.PENDING), 0.0, 0, (TaskView(n, 0, TaskState.PENDING),))
+        snapshot = Snapshot(float(n), {n: JobFacts(pod.request, 0, None)},
+                            ClusterSnapshot(jobs={n: JobPlacement(constraints=pod.constraints)}, policy=policy,
+                                            index=index))
+        started = time.perf_counter()
+        decision = handler.execute([target], snapshot)
+        for task in handler.running_of([e for e in decision.effects if isinstance(e, Place)], snapshot):
+            index.add(task)
+            placed += 1
+        seconds.append(time.perf_counter() - started)
+    return placed, seconds
+
+
+def plain_best_fit(nodes: list[WorkerRoom], pods: list[Pod]) -> tuple[int, float]:
+    """Pods placed, and the seconds taken, by a scan of every node for the fewest free GPUs, then cores, that
+    hold the pod: the floor a decision is measured against."""
+    free = [[len(node.free_gpu_ids), node.free_cpu, node.free_memory, node] for node in nodes]
+    placed, started = 0, time.perf_counter()
+    for pod in pods:
+        request, best = pod.request, None
+        for entry in free:
+            gpus, cpu, memory, node = entry
+            if (gpus >= request.gpu and cpu >= request.cpu and memory >= request.memory
+                    and (best is None or (gpus, cpu) < (best[0], best[1]))
+                    and all(c.admits(node) for c in pod.constraints)):
+                best = entry
+        if best is not None:
+            best[0] -= request.gpu
+            best[1] -= request.cpu
+            best[2] -= request.memory
+            placed += 1
+    return placed, time.perf_counter() - started
+
+
+def one_pending(nodes: list[WorkerRoom], running: int = 8000, repeats: int = 200) -> tuple[float, float]:
+    """Median seconds of one ScheduleJobs decision for one pending one-GPU job on the nodes with `running` one-core
+    tasks spread over them: over the kept index, and over the rooms and tasks as read (the index built per pass)."""
+    rooms = [node.copy() for node in nodes]
+    tasks = []
+    for n in range(running):
+        room = rooms[n % len(rooms)]
+        request = Request(1, 0, 0)
+        room.hold(request, ())
+        tasks.append(RunningTask(n, n, room.id, request, (), priority=n % 3, project=f"p{n % 7}", since=float(n)))
+    policy = Policy(pools={POOL: PoolPolicy(strategy=Strategy.CONCENTRATED)})
+    job = running + 1
+    target = Target(job, False, str(TaskState.PENDING), 0.0, 0, (TaskView(job, 0, TaskState.PENDING),))
+    facts = {job: JobFacts(Request(1, 0, 1), 0, None)}
+    kept = CapacityIndex(rooms, tasks)
+    timings: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeats):
+        for over_index in (True, False):
+            cluster = ClusterSnapshot(rooms=rooms, running=tasks, jobs={job: JobPlacement()}, policy=policy,
+                                      index=kept if over_index else None)
+            started = time.perf_counter()
+            decision = ScheduleJobs().execute([target], Snapshot(1.0, facts, cluster))
+            timings[over_index].append(time.perf_counter() - started)
+            assert any(isinstance(e, Place) for e in decision.effects)
+    return statistics.median(timings[True]), statistics.median(timings[False])
+
+
+def decision_path(nodes: list[WorkerRoom], path: Path) -> None:
+    kept, rebuilt = one_pending(nodes)
+    print(f"\none pending job, {len(nodes)} nodes, 8000 running tasks: ScheduleJobs decides in {kept * 1e3:.3f} ms "
+          f"over the kept index, {rebuilt * 1e3:.3f} ms building it from the rooms and tasks read "
+          f"({rebuilt / kept:.0f}x); target < 1 ms: {'met' if kept < 1e-3 else 'MISSED'}")
+    pods = whole_gpus(load_pods(path))
+    placed, seconds = replay_decisions(nodes, pods)
+    plain_placed, plain_seconds = plain_best_fit(nodes, pods)
+    ordered = sorted(seconds)
+    rate, plain_rate = len(pods) / sum(seconds), len(pods) / plain_seconds
+    print(f"\n{path.name}, {len(pods)} pods in file order (shares as one GPU), one ScheduleJobs pass per arrival "
+          f"over the kept capacity index, best fit: {placed} placed, {rate:.0f} placements/s, per pass median "
+          f"{statistics.median(seconds) * 1e3:.3f} ms, p99 {ordered[int(len(ordered) * 0.99)] * 1e3:.3f} ms; "
+          f"plain best fit (a scan of the nodes) in the same run: {plain_placed} placed, {plain_rate:.0f} "
+          f"placements/s ({rate / plain_rate:.2f}x); target >= 2000 placements/s: "
+          f"{'met' if rate >= 2000 else 'MISSED'}")
+
+
 def run_file(path: Path, nodes: list[WorkerRoom], strategies: list[Strategy], seeds: int, shuffled: bool = True,
              live_mix: bool = False) -> dict[Strategy, tuple[dict[int, float], float]]:
     """Per strategy, the median unallocated share at each mark and placements per second; fragmentation-aware
@@ -155,6 +258,7 @@ def main() -> None:
     parser.add_argument("--live-mix", action="store_true",
                         help=f"fragmentation-aware keeps its mix as the pods arrive (passes of {PASS}), as a live pool "
                              "does, rather than measuring against the whole file's")
+    parser.add_argument("--decisions", action="store_true", help="only the decision path (ScheduleJobs per arrival)")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
@@ -162,6 +266,9 @@ def main() -> None:
         print(f"trace_replay: no trace at {args.data} ({NODES} missing); skipped")
         return
     nodes = load_nodes(args.data / NODES)
+    if args.decisions:
+        decision_path(nodes, args.data / "openb_pod_list_default.csv")
+        return
     files = sorted(args.data.glob("openb_pod_list_*.csv"))
     if args.quick:
         files, args.seeds = [args.data / "openb_pod_list_default.csv"], 1
@@ -179,6 +286,7 @@ def main() -> None:
             print(f"{strategy.value:22}" + "".join(f"{medians[m]:7.2f}" for m in MARKS) + f"{rate:10.0f}")
         if path.name == "openb_pod_list_default.csv":
             print("published at 100%: " + ", ".join(f"{name} {value}%" for name, value in PUBLISHED_DEFAULT.items()))
+    decision_path(nodes, args.data / "openb_pod_list_default.csv")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from corral.core.states import (
 from corral.engine.effects import Doom, Effect, Place, Preempt, effect_moves
 from corral.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Request, Unit, place
+from corral.scheduling.placement import Request, RunningTask, Unit, place_over
 from corral.scheduling.reasons import DependencyFailed, TimedOut
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
 
@@ -168,6 +168,7 @@ class ScheduleJobs(Handler):
         waits: dict = {}
         units: list[Unit] = []
         since: dict = {}
+        requests: dict[int, Request] = {}
         for target in targets:
             job = cluster.jobs.get(target.job_id, JobPlacement())
             held_back = gate(job, cluster.dependencies, now)
@@ -178,11 +179,12 @@ class ScheduleJobs(Handler):
                 waits[target.key] = held_back
                 continue
             since[target.key] = eligible_since(job, cluster.dependencies, target.since)
-            units.append(self._unit(target, job, snapshot, since[target.key]))
+            if target.job_id not in requests:  # one per job: its units share it, and its hash
+                requests[target.job_id] = _request(job, snapshot.jobs[target.job_id])
+            units.append(self._unit(target, job, requests[target.job_id], snapshot, since[target.key]))
         for unit in units:
             self._count(unit)
-        placement = place(units, cluster.rooms, policy=cluster.policy, running=cluster.running, now=now,
-                          mixes=self.mixes)
+        placement = place_over(units, cluster.capacity(), policy=cluster.policy, now=now, mixes=self.mixes)
         waits.update(placement.waiting)
         decision.result.successes = list(placement.assignments)
         decision.effects += [Place(key[0], a.task_id, a.worker_id, a.gpu_ids)
@@ -220,15 +222,30 @@ class ScheduleJobs(Handler):
         self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
 
     @staticmethod
-    def _unit(target: Target, job: JobPlacement, snapshot: Snapshot, since: float) -> Unit:
+    def running_of(placed: Sequence[Place], snapshot: Snapshot) -> list[RunningTask]:
+        """The tasks these placements start, as the capacity index counts them once they are on record."""
+        cluster = snapshot.cluster
+        running = []
+        for effect in placed:
+            job = cluster.jobs.get(effect.job_id, JobPlacement())
+            running.append(RunningTask(effect.task_id, effect.job_id, effect.worker_id,
+                                       _request(job, snapshot.jobs[effect.job_id]), effect.gpu_ids, job.priority,
+                                       job.project, snapshot.now, job.gang))
+        return running
+
+    @staticmethod
+    def _unit(target: Target, job: JobPlacement, request: Request, snapshot: Snapshot, since: float) -> Unit:
         pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
         failed_on = snapshot.cluster.avoid
         avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
-        base = snapshot.jobs[target.job_id].request
-        request = Request(base.cpu, base.memory, base.gpu, job.custom, job.gpu_memory)
         return Unit(target.key, pending, request, pool=job.pool, constraints=job.constraints, spread=job.spread,
                     priority=job.priority, project=job.project, since=since, avoid=avoid,
                     max_running=job.max_running)
+
+
+def _request(job: JobPlacement, facts: JobFacts) -> Request:
+    """What each task of a job reserves: its row's amounts, its spec's custom slots and device memory."""
+    return Request(facts.request.cpu, facts.request.memory, facts.request.gpu, job.custom, job.gpu_memory)
 
 
 class PrepareJobs(Handler):

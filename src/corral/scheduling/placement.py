@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from corral.core.config import Strategy
 from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.core.lifecycle import TargetKey
+from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import Fragmentation, RequestMix
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
 from corral.scheduling.preemption import RunningTask, VictimPlan, choose_victims
@@ -50,10 +51,10 @@ from corral.scheduling.reasons import (
     free_for,
     share_room,
 )
-from corral.scheduling.rooms import EPS, SHARES, Group, Request, RoomBook, WorkerRoom
+from corral.scheduling.rooms import EPS, RANKED, SHARES, Group, Request, RoomBook, WorkerRoom
 from corral.scheduling.sequencing import Queue
 
-__all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place"]
+__all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place", "place_over"]
 
 
 @dataclass(frozen=True)
@@ -97,21 +98,26 @@ def place(units: Sequence[Unit], rooms: Sequence[WorkerRoom], *, policy: Policy 
     `mixes`: per pool, the requests it has seen lately, which the fragmentation-aware strategy
     places against; a pool without one is measured against its running and pending tasks.
     """
-    return _Pass(rooms, policy or Policy(), running, now, mixes or {}).run(units)
+    return place_over(units, CapacityIndex(rooms, running), policy=policy, now=now, mixes=mixes)
+
+
+def place_over(units: Sequence[Unit], index: CapacityIndex, *, policy: Policy | None = None, now: float = 0.0,
+               mixes: Mapping[str, RequestMix] | None = None) -> Placement:
+    """`place` over an index kept across passes (changing nothing in it): no pass walks every worker or task."""
+    return _Pass(index, policy or Policy(), now, mixes or {}).run(units)
 
 
 class _Pass:
-    def __init__(self, rooms: Sequence[WorkerRoom], policy: Policy, running: Sequence[RunningTask],
-                 now: float, mixes: Mapping[str, RequestMix]) -> None:
-        self.book = RoomBook(rooms)
-        self.policy, self.running, self.now, self.mixes = policy, running, now, mixes
+    def __init__(self, index: CapacityIndex, policy: Policy, now: float, mixes: Mapping[str, RequestMix]) -> None:
+        self.index = index
+        self.book = RoomBook(index.rooms, kept=index)
+        self.policy, self.running, self.now, self.mixes = policy, index.running.values(), now, mixes
         self.result = Placement()
-        self.quota_use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        for task in running:
-            for resource, amount in task.request.amounts().items():
-                self.quota_use[task.project][resource] += amount
-        self.lowest_running = self._lowest_priority_per_pool()
-        self.last_placed = self._last_placed_per_pool()  # round-robin goes on from there, pass after pass
+        # Only projects with a quota are read, and charged as the pass places.
+        self.quota_use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float), {
+            project: defaultdict(float, index.quota_use.get(project, {})) for project in policy.quotas})
+        self.lowest_running = index.lowest_priorities()
+        self.last_placed = index.last_placed()  # round-robin goes on from there, pass after pass
         self.blocked: dict[tuple, Reason] = {}  # one failed request of a kind settles its equals in this pass
         self.ever_fits: dict[tuple, bool] = {}
         self.no_plan: set[tuple] = set()
@@ -136,7 +142,8 @@ class _Pass:
                     mix = self._mix_seen(pool, pool_units)
                 self.book.measures[pool] = Fragmentation(mix.weights(), [r for r in self.book.rooms if r.pool == pool])
             # 1. The pool's sequencer decides who is offered room first.
-            queue = Queue(pool_units, pool_policy.sequencer, self._pool_use(pool), self._pool_capacity(pool))
+            queue = Queue(pool_units, pool_policy.sequencer, self.index.pool_use.get(pool, {}),
+                          self.index.capacity(pool))
             while (unit := queue.next()) is not None:
                 reason = self._offer(unit, pool_policy)
                 if reason is None:
@@ -267,7 +274,9 @@ class _Pass:
         rooms, request, tasks = self.book.rooms, unit.request, len(unit.task_ids)
         need, gpu_memory = request.amounts(), request.gpu_memory
         wanted = [resource for resource, amount in need.items() if amount > 0]
-        most_free = {r: rooms[_most(rooms, group.members, r, request, free=True)] for r in wanted}
+        most_free = {r: rooms[self.book.most_free(group, r) if r in RANKED and not gpu_memory
+                              and not (r == "gpu" and request.share)
+                              else _most(rooms, group.members, r, request, free=True)] for r in wanted}
         # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
         binding = next((r for r in wanted if need[r] > free_for(most_free[r], r, request) + EPS), None)
         if binding is None and tasks > 1 and wanted:
@@ -370,27 +379,9 @@ class _Pass:
         for worker_id in worker_ids:
             self.book.hold(self.book.position[worker_id], job_id)
 
-    def _lowest_priority_per_pool(self) -> dict[str, int]:
-        pools = {room.id: room.pool for room in self.book.rooms}
-        lowest: dict[str, int] = {}
-        for task in self.running:
-            pool = pools.get(task.worker_id)
-            if pool is not None:
-                lowest[pool] = min(lowest.get(pool, task.priority), task.priority)
-        return lowest
-
-    def _last_placed_per_pool(self) -> dict[str, str]:
-        pools = {room.id: room.pool for room in self.book.rooms}
-        latest: dict[str, RunningTask] = {}
-        for task in self.running:
-            pool = pools.get(task.worker_id)
-            if pool is not None and (pool not in latest or task.since > latest[pool].since):
-                latest[pool] = task
-        return {pool: task.worker_id for pool, task in latest.items()}
-
     def _default_strategy(self, pool: str) -> Strategy:
         """Fragmentation-aware where the pool has GPUs (it leaves fewer of them unused), concentrated elsewhere."""
-        has_gpus = any(room.gpu for room in self.book.rooms if room.pool == pool)
+        has_gpus = self.index.capacity(pool).get("gpu", 0) > 0
         return Strategy.FRAGMENTATION_AWARE if has_gpus else Strategy.CONCENTRATED
 
     def _mix_seen(self, pool: str, units: Sequence[Unit]) -> RequestMix:
@@ -403,27 +394,6 @@ class _Pass:
         for unit in units:
             mix.add(unit.request, unit.constraints, len(unit.task_ids))
         return mix
-
-    def _pool_use(self, pool: str) -> dict[str, dict[str, float]]:
-        pools = {room.id: room.pool for room in self.book.rooms}
-        use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        for task in self.running:
-            if pools.get(task.worker_id) == pool:
-                for resource, amount in task.request.amounts().items():
-                    use[task.project][resource] += amount
-        return use
-
-    def _pool_capacity(self, pool: str) -> dict[str, float]:
-        capacity: dict[str, float] = defaultdict(float)
-        for room in self.book.rooms:
-            if room.pool == pool:
-                capacity["cpu"] += room.cpu
-                capacity["memory"] += room.memory
-                capacity["gpu"] += room.gpu
-                for name, amount in room.custom.items():
-                    capacity[name] += amount
-        return capacity
-
 
 def _free_gpus(room: WorkerRoom, gpu_memory: int) -> float:
     """Unused devices, and the free hundredths of shared ones, with at least `gpu_memory` bytes."""

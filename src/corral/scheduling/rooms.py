@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from corral.core.config import Strategy
 from corral.core.constraints import AnyConstraint
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 EPS = 1e-9  # fractional cores add up with rounding errors
 SHARES = 100  # a device is shared in hundredths
+RANKED = ("gpu", "cpu", "memory")  # whole GPUs, cores, memory: kept ranked by how much each worker has free
 
 
 def gpu_share(gpu: float) -> int:
@@ -52,6 +53,14 @@ class Request:
     gpu: float  # whole devices (a whole number), or a share of one device (0.01-0.99)
     custom: tuple[tuple[str, float], ...] = ()  # sorted (name, amount) pairs, hashable
     gpu_memory: int = 0  # whole devices: bytes each must have; a share: bytes of its device it reserves; 0: any
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        """Computed once: a pass hashes a request for every unit it offers room (its kind, its strategy's cache)."""
+        return hash((self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory))
 
     @cached_property
     def share(self) -> int:
@@ -156,6 +165,20 @@ class WorkerRoom:
             gpu_ids, self.free_gpu_ids = self.free_gpu_ids[: request.whole], self.free_gpu_ids[request.whole :]
         return sorted(gpu_ids)  # chosen smallest first, handed to the task in index order
 
+    def hold(self, request: Request, gpu_ids: Sequence[int]) -> None:
+        """Reserve a request's room on the devices it was given (a task on record here)."""
+        self.free_cpu -= request.cpu
+        self.free_memory -= request.memory
+        for name, amount in request.custom:
+            self.free_custom[name] = self.free_custom.get(name, 0.0) - amount
+        for device in gpu_ids:
+            if device in self.free_gpu_ids:
+                self.free_gpu_ids.remove(device)
+            if request.share:
+                self.gpu_shared[device] = self.gpu_shared.get(device, 0) + request.share
+                if request.gpu_memory:
+                    self.gpu_memory_shared[device] = self.gpu_memory_shared.get(device, 0) + request.gpu_memory
+
     def give(self, request: Request, gpu_ids: Sequence[int]) -> None:
         """Undo a `take` (a gang that did not fit whole), or release a victim's reservation."""
         self.free_cpu += request.cpu
@@ -226,11 +249,12 @@ class Group:
     `fits` has the last word.
     """
 
-    def __init__(self, pool: str, members: list[int], rooms: list[WorkerRoom]) -> None:
-        self.pool = pool
+    def __init__(self, pool: str, constraints: tuple[AnyConstraint, ...], members: list[int], member_set: set[int],
+                 index: list[tuple]) -> None:
+        self.pool, self.constraints = pool, constraints
         self.members = members  # in registration order, for round-robin and reasons
-        self.member_set = set(members)
-        self.index = sorted(_key(rooms[i], i) for i in members)
+        self.member_set = member_set
+        self.index = index  # the members' room_key, sorted
         self.cursor = 0
         # The fragmentation-aware strategy's view: members by state id; the order in which states gained
         # members; per request, a heap of (choice, state) and how much of that order it has taken in.
@@ -239,8 +263,39 @@ class Group:
         self.ranked: dict[Request, tuple[list[tuple[tuple, int]], list[int]]] = {}
 
 
-def _key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
+def room_key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
     return (len(room.free_gpu_ids), room.free_cpu, room.free_memory, i)
+
+
+def rank_key(room: WorkerRoom, i: int, resource: str) -> tuple[float, int]:
+    """Orders rooms by how much of a RANKED resource they have free, the most first, then by registration."""
+    free = len(room.free_gpu_ids) if resource == "gpu" else room.free_cpu if resource == "cpu" else room.free_memory
+    return (-free, i)
+
+
+@dataclass
+class Members:
+    """The rooms of a pool that match some constraints: positions in registration order, and sorted by room_key."""
+
+    members: list[int]
+    member_set: set[int]
+    keys: list[tuple]
+
+    @classmethod
+    def of(cls, rooms: Sequence[WorkerRoom], pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
+        members = [i for i, room in enumerate(rooms)
+                   if room.pool == pool and all(c.admits(room) for c in constraints)]
+        return cls(members, set(members), sorted(room_key(rooms[i], i) for i in members))
+
+
+class KeptGroups(Protocol):
+    """Groups kept sorted across passes (scheduling.capacity)."""
+
+    position: Mapping[str, int]
+
+    def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> Members: ...
+
+    def ranked(self, pool: str, constraints: tuple[AnyConstraint, ...], resource: str) -> list[tuple]: ...
 
 
 def _bucket(group: Group, state: int, i: int) -> None:
@@ -263,14 +318,19 @@ def _device_state(room: WorkerRoom, device: int) -> tuple[int, int]:
 
 
 class RoomBook:
-    def __init__(self, rooms: Sequence[WorkerRoom], measures: Mapping[str, Fragmentation] | None = None) -> None:
-        """`measures`: per pool, the fragmentation the fragmentation-aware strategy minimises there."""
-        self.rooms = [room.copy() for room in rooms]
-        self.position = {room.id: i for i, room in enumerate(self.rooms)}
+    def __init__(self, rooms: Sequence[WorkerRoom], measures: Mapping[str, Fragmentation] | None = None,
+                 kept: KeptGroups | None = None) -> None:
+        """`rooms` are never changed: a room is copied the first time the book takes from it or gives to it.
+        `measures`: per pool, the fragmentation the fragmentation-aware strategy minimises there.
+        `kept`: the groups of these rooms, sorted, as an index keeps them across passes; else sorted here."""
+        self.originals = rooms
+        self.rooms = list(rooms)
+        self.position = {room.id: i for i, room in enumerate(self.rooms)} if kept is None else kept.position
+        self._kept = kept
+        self._copied: set[int] = set()
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
         self.measures = dict(measures or {})
         self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
-        self._member_of: list[list[Group]] = [[] for _ in self.rooms]
         self._states: dict[int, int] = {}  # room -> its state id, for rooms in a bucketed group
         self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
 
@@ -278,16 +338,32 @@ class RoomBook:
         """The workers of a pool that match the constraints; round-robin turns start after `start_after`."""
         key = (pool, constraints)
         if key not in self._groups:
-            members = [i for i, room in enumerate(self.rooms)
-                       if room.pool == pool and all(c.admits(room) for c in constraints)]
-            group = self._groups[key] = Group(pool, members, self.rooms)
-            group.index = [entry for entry in group.index if entry[3] not in self.held]
+            if self._kept is None:
+                found = Members.of(self.rooms, pool, constraints)
+                index = found.keys
+            else:
+                found = self._kept.group(pool, constraints)
+                index = list(found.keys)
+                for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
+                    index.pop(bisect_left(index, room_key(self.originals[i], i)))
+                    insort(index, room_key(self.rooms[i], i))
+            members = found.members
+            group = self._groups[key] = Group(pool, constraints, members, found.member_set,
+                                              [entry for entry in index if entry[3] not in self.held]
+                                              if self.held else index)
             last = self.position.get(start_after) if start_after else None
             if last in group.member_set:
                 group.cursor = (members.index(last) + 1) % len(members)
-            for i in members:
-                self._member_of[i].append(group)
         return self._groups[key]
+
+    def most_free(self, group: Group, resource: str) -> int:
+        """The member with the most of a RANKED resource free now, the first registered among equals."""
+        if self._kept is None:
+            return min(group.members, key=lambda i: rank_key(self.rooms[i], i, resource))
+        unchanged = next((entry for entry in self._kept.ranked(group.pool, group.constraints, resource)
+                          if entry[1] not in self._copied), None)
+        changed = [rank_key(self.rooms[i], i, resource) for i in self._copied if i in group.member_set]
+        return min([*changed, unchanged] if unchanged else changed)[1]
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
         """The room the strategy gives this task to, or None when none in the group fits now."""
@@ -301,24 +377,31 @@ class RoomBook:
 
     def take(self, i: int, request: Request) -> list[int]:
         """Reserve room on `i`; a share goes to the device the strategy chose for it, if it chose one."""
-        old = _key(self.rooms[i], i)
+        old = room_key(self.rooms[i], i)
         device = self._device_for[2] if self._device_for and self._device_for[:2] == (i, request) else None
         self._device_for = None
-        gpu_ids = self.rooms[i].take(request, device)
+        gpu_ids = self._own(i).take(request, device)
         self._moved(i, old)
         return gpu_ids
 
     def give(self, i: int, request: Request, gpu_ids: Sequence[int]) -> None:
-        old = _key(self.rooms[i], i)
-        self.rooms[i].give(request, gpu_ids)
+        old = room_key(self.rooms[i], i)
+        self._own(i).give(request, gpu_ids)
         self._moved(i, old)
+
+    def _own(self, i: int) -> WorkerRoom:
+        """The book's own copy of room `i`, made the first time it changes."""
+        if i not in self._copied:
+            self.rooms[i] = self.rooms[i].copy()
+            self._copied.add(i)
+        return self.rooms[i]
 
     def hold(self, i: int, job_id: int) -> None:
         """Keep everyone else off this room for the rest of the pass."""
         if i in self.held:
             return
-        key = _key(self.rooms[i], i)
-        for group in self._member_of[i]:
+        key = room_key(self.rooms[i], i)
+        for group in self._groups_of(i):
             group.index.pop(bisect_left(group.index, key))
             if group.by_state is not None:
                 _unbucket(group.by_state, self._states[i], i)
@@ -327,16 +410,19 @@ class RoomBook:
     def _moved(self, i: int, old: tuple) -> None:
         if i in self.held:
             return
-        new = _key(self.rooms[i], i)
+        new = room_key(self.rooms[i], i)
         old_state = self._states.get(i)
         if old_state is not None:
             self._states[i] = self.measures[self.rooms[i].pool].state(self.rooms[i])
-        for group in self._member_of[i]:
+        for group in self._groups_of(i):
             group.index.pop(bisect_left(group.index, old))
             insort(group.index, new)
             if group.by_state is not None:
                 _unbucket(group.by_state, old_state, i)
                 _bucket(group, self._states[i], i)
+
+    def _groups_of(self, i: int) -> list[Group]:
+        return [group for group in self._groups.values() if i in group.member_set]
 
     def _least_fragmenting(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """The worker (and, for a share, the device) whose fragmentation grows least; ties toward best fit.

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral.core.constraints import AnyConstraint, PythonConstraint, SharedDirectory, parse_constraint
+from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import DependencyFailed, NotBefore, Reason, WaitingForJobs
@@ -70,6 +71,13 @@ class ClusterSnapshot:
     dependencies: dict[int, JobEnd] = field(default_factory=dict)  # jobs named in after / after_any
     policy: Policy = field(default_factory=Policy)
     unreadable: dict[int, str] = field(default_factory=dict)  # active job -> why its spec could not be read
+    index: CapacityIndex | None = None  # kept across passes; else built from `rooms` and `running` when asked
+
+    def capacity(self) -> CapacityIndex:
+        """The index placement reads."""
+        if self.index is None:
+            self.index = CapacityIndex(self.rooms, self.running)
+        return self.index
 
 
 def gate(job: JobPlacement, dependencies: Mapping[int, JobEnd], now: float) -> Reason | None:

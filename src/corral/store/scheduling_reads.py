@@ -99,30 +99,17 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
         on_worker[task.worker_id].append(task)
     rooms = []
     for worker in alive:
-        held = on_worker.get(worker.id, [])
         custom = {name: float(amount) for name, amount in (worker.custom or {}).items()}
-        free_custom = dict(custom)
-        taken_gpus: set[int] = set()
-        shared: dict[int, int] = defaultdict(int)
-        memory_shared: dict[int, int] = defaultdict(int)
         gpus = min(worker.gpu, MAX_GPU)  # a row from before registration was bounded costs what a real machine does
-        for task in held:
-            for name, amount in task.request.custom:
-                free_custom[name] = free_custom.get(name, 0.0) - amount
-            taken_gpus.update(task.gpu_ids)
-            for device in task.gpu_ids if task.request.share else ():
-                shared[device] += task.request.share
-                memory_shared[device] += task.request.gpu_memory
-        rooms.append(WorkerRoom(
+        room = WorkerRoom(
             id=worker.id, name=worker.name, cpu=worker.cpu, memory=worker.memory, gpu=gpus,
-            free_cpu=worker.cpu - sum(t.request.cpu for t in held),
-            free_memory=worker.memory - sum(t.request.memory for t in held),
-            free_gpu_ids=[i for i in range(gpus) if i not in taken_gpus],
-            pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=free_custom,
+            free_cpu=worker.cpu, free_memory=worker.memory, free_gpu_ids=list(range(gpus)),
+            pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=dict(custom),
             gpu_memory=_device_memory(gpus, worker.gpu_devices), pythons=tuple(worker.pythons or ()),
-            filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()),
-            gpu_shared=dict(shared), gpu_memory_shared={d: b for d, b in memory_shared.items() if b},
-        ))
+            filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()))
+        for task in on_worker.get(worker.id, ()):
+            room.hold(task.request, task.gpu_ids)
+        rooms.append(room)
     return rooms
 
 

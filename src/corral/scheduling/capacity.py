@@ -1,0 +1,244 @@
+"""The free room of the alive workers, and what placement reads of the running tasks, kept by deltas.
+
+A pass that copied and sorted every worker's room, and walked every running task for quota
+use, fair-share use, the lowest running priority and the last placement, cost time in the
+size of the cluster whatever it placed. The index is built once from the rooms and running
+tasks read, then told of each change that moves room: a task placed (`add`), a task that
+ended (`remove`), one starting to stop (`stop`), a worker joining or lost. Beside the rooms it
+keeps, per group of workers (pool, constraints), the members sorted by free room; per project
+the quota use; per pool and project the use fair share charges; per pool the running
+priorities and the latest placement. A pass reads it and changes nothing in it: the book
+copies a room only when it takes from it. Sums of fractional amounts drift by rounding as
+deltas add up; a project's use restarts at exactly zero whenever it has nothing running.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import replace
+
+from corral.core.constraints import AnyConstraint
+from corral.scheduling.preemption import RunningTask
+from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, room_key
+
+GroupKey = tuple[str, tuple[AnyConstraint, ...]]
+Use = dict[str, dict[str, float]]  # project -> resource -> amount
+
+
+class CapacityIndex:
+    def __init__(self, rooms: Iterable[WorkerRoom], running: Iterable[RunningTask] = ()) -> None:
+        """`rooms`: the alive workers in registration order, their free room already net of `running`."""
+        self.rooms: list[WorkerRoom] = [room.copy() for room in rooms]
+        self.position = {room.id: i for i, room in enumerate(self.rooms)}
+        self.running: dict[int, RunningTask] = {}
+        self.on_worker: dict[str, set[int]] = defaultdict(set)
+        self.quota_use: Use = {}
+        self.pool_use: dict[str, Use] = {}
+        self._tasks_of: Counter[str] = Counter()  # project -> running tasks
+        self._pool_tasks_of: Counter[tuple[str, str]] = Counter()  # (pool, project) -> its tasks on alive workers
+        self._priorities: dict[str, Counter[int]] = defaultdict(Counter)  # pool -> priority -> tasks
+        self._latest: dict[str, RunningTask] = {}  # pool -> the task placed last
+        self._stale_latest: set[str] = set()  # pools whose latest task ended: found again when asked
+        self._capacity: dict[str, dict[str, float]] = {}
+        self._groups: dict[GroupKey, Members] = {}
+        self._ranked: dict[tuple[GroupKey, str], list[tuple]] = {}  # asked for by reasons only
+        self._member_of: dict[int, list[GroupKey]] = defaultdict(list)
+        self._renumbered()
+        self._count_all(running)
+
+    # What a pass reads ------------------------------------------------------------------------
+
+    def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
+        """The members of a pool that match the constraints (a pass reads them, never changes them)."""
+        key = (pool, constraints)
+        if key not in self._groups:
+            members = self._groups[key] = Members.of(self.rooms, pool, constraints)
+            for i in members.members:
+                self._member_of[i].append(key)
+        return self._groups[key]
+
+    def ranked(self, pool: str, constraints: tuple[AnyConstraint, ...], resource: str) -> list[tuple]:
+        """The group's rank_key for one RANKED resource, sorted: the worker with the most free first."""
+        group = self.group(pool, constraints)
+        key = ((pool, constraints), resource)
+        if key not in self._ranked:
+            self._ranked[key] = sorted(rank_key(self.rooms[i], i, resource) for i in group.members)
+        return self._ranked[key]
+
+    def capacity(self, pool: str) -> dict[str, float]:
+        """What the pool's alive workers have in all, per resource."""
+        return self._capacity.get(pool, {})
+
+    def lowest_priorities(self) -> dict[str, int]:
+        """Per pool, the lowest priority running on its alive workers."""
+        return {pool: min(counts) for pool, counts in self._priorities.items()}
+
+    def last_placed(self) -> dict[str, str]:
+        """Per pool, the worker of the latest placement (the latest id among those placed at one moment)."""
+        for pool in self._stale_latest:
+            tasks = [t for t in self.running.values() if self._pool(t) == pool]
+            if tasks:
+                self._latest[pool] = max(tasks, key=_placed_order)
+        self._stale_latest.clear()
+        return {pool: task.worker_id for pool, task in self._latest.items()}
+
+    # The changes that move room ---------------------------------------------------------------
+
+    def add(self, task: RunningTask) -> None:
+        """A task placed: it holds its room from now."""
+        self._count(task, 1)
+        i = self.position.get(task.worker_id)
+        if i is not None:
+            self._change_room(i, lambda room: room.hold(task.request, task.gpu_ids))
+
+    def remove(self, task_id: int) -> None:
+        """A task that ended: its room is free again."""
+        task = self.running.get(task_id)
+        if task is None:
+            return
+        self._count(task, -1)
+        i = self.position.get(task.worker_id)
+        if i is not None:
+            self._change_room(i, lambda room: room.give(task.request, task.gpu_ids))
+
+    def stop(self, task_id: int) -> None:
+        """A task being evicted or terminated: it holds its room until it ends."""
+        if task_id in self.running:
+            self.running[task_id] = replace(self.running[task_id], stopping=True)
+
+    def join(self, room: WorkerRoom) -> None:
+        """A worker now alive, with all its room free: the tasks on record on it hold theirs."""
+        self.lose(room.id)
+        joined = room.copy()
+        for task_id in self.on_worker.get(room.id, ()):
+            joined.hold(self.running[task_id].request, self.running[task_id].gpu_ids)
+        self.rooms.append(joined)
+        self._renumbered()
+        for task_id in self.on_worker.get(room.id, ()):
+            self._count_in_pool(self.running[task_id], 1)
+
+    def lose(self, worker_id: str) -> None:
+        """A worker no longer alive: its room is gone; its tasks stay on record until they are reported ended."""
+        i = self.position.get(worker_id)
+        if i is None:
+            return
+        for task_id in self.on_worker.get(worker_id, ()):
+            self._count_in_pool(self.running[task_id], -1)
+        del self.rooms[i]
+        self._renumbered()
+
+    # Upkeep -----------------------------------------------------------------------------------
+
+    def _renumbered(self) -> None:
+        """Positions moved (a worker joined or was lost): the groups and totals are found again when asked."""
+        self.position = {room.id: i for i, room in enumerate(self.rooms)}
+        self._groups.clear()
+        self._ranked.clear()
+        self._member_of.clear()
+        self._capacity = {}
+        for room in self.rooms:
+            total = self._capacity.setdefault(room.pool, defaultdict(float))
+            total["cpu"] += room.cpu
+            total["memory"] += room.memory
+            total["gpu"] += room.gpu
+            for name, amount in room.custom.items():
+                total[name] += amount
+
+    def _count_all(self, running: Iterable[RunningTask]) -> None:
+        """What `_count` adds task by task, added up at once: tasks alike (project, pool, request) are summed as
+        one amount times their number."""
+        alike: Counter[tuple[str, str | None, object]] = Counter()
+        for task in running:
+            self.running[task.task_id] = task
+            self.on_worker[task.worker_id].add(task.task_id)
+            pool = self._pool(task)
+            alike[task.project, pool, task.request] += 1
+            if pool is not None:
+                self._priorities[pool][task.priority] += 1
+                latest = self._latest.get(pool)
+                if latest is None or _placed_order(task) > _placed_order(latest):
+                    self._latest[pool] = task
+        for (project, pool, request), n in alike.items():
+            amounts = request.amounts(n)
+            _add(self.quota_use, project, amounts)
+            self._tasks_of[project] += n
+            if pool is not None:
+                _add(self.pool_use.setdefault(pool, {}), project, amounts)
+                self._pool_tasks_of[pool, project] += n
+
+    def _change_room(self, i: int, change) -> None:
+        room = self.rooms[i]
+        old, old_ranks = room_key(room, i), [rank_key(room, i, resource) for resource in RANKED]
+        change(room)
+        for key in self._member_of.get(i, ()):
+            _resort(self._groups[key].keys, old, room_key(room, i))
+            for resource, old_rank in zip(RANKED, old_ranks, strict=True):
+                if (key, resource) in self._ranked:
+                    _resort(self._ranked[key, resource], old_rank, rank_key(room, i, resource))
+
+    def _pool(self, task: RunningTask) -> str | None:
+        i = self.position.get(task.worker_id)
+        return None if i is None else self.rooms[i].pool
+
+    def _count(self, task: RunningTask, sign: int) -> None:
+        if sign > 0:
+            self.running[task.task_id] = task
+            self.on_worker[task.worker_id].add(task.task_id)
+        else:
+            del self.running[task.task_id]
+            self.on_worker[task.worker_id].discard(task.task_id)
+            if not self.on_worker[task.worker_id]:
+                del self.on_worker[task.worker_id]
+        _charge(self.quota_use, self._tasks_of, task.project, task.project, task, sign)
+        self._count_in_pool(task, sign)
+
+    def _count_in_pool(self, task: RunningTask, sign: int) -> None:
+        pool = self._pool(task)
+        if pool is None:
+            return
+        _charge(self.pool_use.setdefault(pool, {}), self._pool_tasks_of, (pool, task.project), task.project, task,
+                sign)
+        if not self.pool_use[pool]:
+            del self.pool_use[pool]
+        priorities = self._priorities[pool]
+        priorities[task.priority] += sign
+        if not priorities[task.priority]:
+            del priorities[task.priority]
+            if not priorities:
+                del self._priorities[pool]
+        latest = self._latest.get(pool)
+        if sign > 0 and pool not in self._stale_latest and (latest is None or
+                                                           _placed_order(task) > _placed_order(latest)):
+            self._latest[pool] = task
+        elif sign < 0 and latest is not None and latest.task_id == task.task_id:
+            del self._latest[pool]
+            self._stale_latest.add(pool)
+
+
+def _resort(entries: list[tuple], old: tuple, new: tuple) -> None:
+    """Move a room's entry in a sorted list."""
+    entries.pop(bisect_left(entries, old))
+    insort(entries, new)
+
+
+def _charge(use: Use, counts: Counter, count_key, project: str, task: RunningTask, sign: int) -> None:
+    """Add (or take back) a task's amounts to a project's use; with none of its tasks left, its use is dropped, so
+    that rounding never leaves a trace of what ended."""
+    counts[count_key] += sign
+    if not counts[count_key]:
+        del counts[count_key]
+        use.pop(project, None)
+        return
+    _add(use, project, task.request.amounts(sign))
+
+
+def _add(use: Use, project: str, amounts: dict[str, float]) -> None:
+    project_use = use.setdefault(project, defaultdict(float))
+    for resource, amount in amounts.items():
+        project_use[resource] += amount
+
+
+def _placed_order(task: RunningTask) -> tuple[float, int]:
+    return (task.since, task.task_id)

@@ -1,0 +1,129 @@
+"""The capacity index kept by deltas equals one rebuilt from scratch after any sequence of changes, and
+placement over it decides as placement over the rooms and tasks read afresh."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.core.config import PoolPolicy, Sequencer, Strategy
+from corral.core.constraints import parse_constraint
+from corral.scheduling.capacity import CapacityIndex
+from corral.scheduling.placement import Unit, place, place_over
+from corral.scheduling.policy import Policy
+from corral.scheduling.preemption import RunningTask
+from corral.scheduling.rooms import RANKED, Members, Request, RoomBook, WorkerRoom, rank_key
+
+GiB = 2**30
+POOLS = ("a", "b")
+CONSTRAINTS = ((), (parse_constraint("zone=x"),))
+# Amounts are multiples of a power of two, so that sums are exact whatever order they are added in.
+REQUESTS = st.builds(Request, cpu=st.sampled_from([0.25, 0.5, 1.0, 2.0]), memory=st.sampled_from([0, GiB]),
+                     gpu=st.sampled_from([0, 1, 2, 0.25, 0.5]), custom=st.sampled_from([(), (("fpga", 1.0),)]))
+
+
+def worker(n: int) -> WorkerRoom:
+    """The worker `w<n>`, all its room free: the same worker each time it joins."""
+    gpus, custom = (0, 2, 4, 8)[n % 4], {"fpga": 2.0} if n % 3 == 0 else {}
+    memory = tuple(80 * GiB if d % 2 else 24 * GiB for d in range(gpus)) if n % 5 == 1 else ()
+    return WorkerRoom(f"w{n}", f"w{n}", 8.0, 16 * GiB, gpus, 8.0, 16 * GiB, list(range(gpus)),
+                      pool=POOLS[n % 2], labels={"zone": "x" if n % 3 else "y"}, custom=dict(custom),
+                      free_custom=dict(custom), gpu_memory=memory)
+
+
+def rebuilt(alive: list[str], tasks: dict[int, RunningTask]) -> CapacityIndex:
+    """The index as a restart builds it: each alive worker's room less what the tasks on it hold."""
+    rooms = []
+    for worker_id in alive:
+        room = worker(int(worker_id[1:]))
+        for task in tasks.values():
+            if task.worker_id == worker_id:
+                room.hold(task.request, task.gpu_ids)
+        rooms.append(room)
+    return CapacityIndex(rooms, tasks.values())
+
+
+def nonzero(use: dict) -> dict:
+    """Use with the resources at zero left out (a use read as missing is zero)."""
+    return {key: {r: a for r, a in amounts.items() if a} for key, amounts in use.items()}
+
+
+def pool_use(index: CapacityIndex) -> dict:
+    return {pool: nonzero(use) for pool, use in index.pool_use.items()}
+
+
+def state(index: CapacityIndex) -> tuple:
+    groups = {(pool, c): (index.group(pool, c), [index.ranked(pool, c, r) for r in RANKED])
+              for pool in POOLS for c in CONSTRAINTS}
+    return (index.rooms, index.position, list(index.running.values()), nonzero(index.quota_use), pool_use(index),
+            index.lowest_priorities(), index.last_placed(), {p: dict(index.capacity(p)) for p in POOLS}, groups)
+
+
+CHANGES = st.lists(st.tuples(st.sampled_from(["join", "lose", "place", "end", "stop"]), st.integers(0, 7),
+                             REQUESTS, st.integers(0, 3), st.integers(0, 2)), max_size=40)
+UNITS = st.lists(st.tuples(REQUESTS, st.sampled_from(POOLS), st.sampled_from(CONSTRAINTS), st.integers(1, 3),
+                           st.integers(0, 3)), max_size=6)
+POLICIES = st.builds(lambda strategy, sequencer, quota: Policy(
+    pools={pool: PoolPolicy(strategy=strategy, sequencer=sequencer) for pool in POOLS},
+    quotas={"p1": {"gpu": quota}} if quota is not None else {}),
+    st.sampled_from([None, *Strategy]), st.sampled_from(list(Sequencer)), st.sampled_from([None, 2.0, 6.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(CHANGES, UNITS, POLICIES)
+def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, units, policy):
+    index, alive, tasks, next_id = CapacityIndex([]), [], {}, 1
+    for change, n, request, priority, moment in changes:
+        worker_id = f"w{n}"
+        if change == "join":
+            index.join(worker(n))
+            alive = [w for w in alive if w != worker_id] + [worker_id]
+        elif change == "lose":
+            index.lose(worker_id)
+            alive = [w for w in alive if w != worker_id]
+        elif change == "place" and worker_id in alive:
+            room = index.rooms[index.position[worker_id]].copy()
+            if room.fits(request):
+                task = RunningTask(next_id, next_id, worker_id, request, tuple(room.take(request)), priority * 10,
+                                   project=f"p{priority % 2}", since=float(moment))
+                index.add(task)
+                tasks[next_id] = task
+                next_id += 1
+        elif change in ("end", "stop") and tasks:
+            task_id = list(tasks)[n % len(tasks)]
+            if change == "end":
+                index.remove(task_id)
+                del tasks[task_id]
+            else:
+                index.stop(task_id)
+                tasks[task_id] = replace(tasks[task_id], stopping=True)
+    fresh = rebuilt(alive, tasks)
+    assert state(index) == state(fresh)
+
+    pending = [Unit((100 + j, None), tuple(1000 + 10 * j + t for t in range(size)), request, pool=pool,
+                    constraints=constraints, priority=priority * 10 + 5, project=f"p{priority % 2}")
+               for j, (request, pool, constraints, size, priority) in enumerate(units)]
+    kept = state(index)
+    over_index = place_over(pending, index, policy=policy, now=10.0)
+    afresh = place(pending, fresh.rooms, policy=policy, running=list(tasks.values()), now=10.0)
+    assert (over_index.assignments, over_index.waiting, over_index.victims) == (
+        afresh.assignments, afresh.waiting, afresh.victims)
+    assert state(index) == kept  # a pass changes nothing in the index
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), REQUESTS), max_size=12), st.sampled_from(POOLS),
+       st.sampled_from(CONSTRAINTS))
+def test_a_group_first_asked_after_the_book_took_room_is_ordered_by_the_room_left(takes, pool, constraints):
+    index = CapacityIndex([worker(n) for n in range(8)])
+    book = RoomBook(index.rooms, kept=index)
+    for n, request in takes:
+        if book.rooms[n].fits(request):
+            book.take(n, request)
+    group = book.group(pool, constraints)
+    assert group.index == Members.of(book.rooms, pool, constraints).keys
+    for resource in RANKED if group.members else ():
+        assert book.most_free(group, resource) == min(rank_key(book.rooms[i], i, resource) for i in group.members)[1]
+    assert index.rooms == [worker(n) for n in range(8)]  # the book copied what it changed

@@ -58,7 +58,8 @@ def state(index: CapacityIndex) -> tuple:
     groups = {(pool, c): (index.group(pool, c), [index.ranked(pool, c, r) for r in RANKED])
               for pool in POOLS for c in CONSTRAINTS}
     return (index.rooms, index.position, list(index.running.values()), nonzero(index.quota_use), pool_use(index),
-            index.lowest_priorities(), index.last_placed(), {p: dict(index.capacity(p)) for p in POOLS}, groups)
+            index.lowest_priorities(), index.last_placed(), {p: dict(index.capacity(p)) for p in POOLS}, groups,
+            dict(index.tasks_of_job))
 
 
 CHANGES = st.lists(st.tuples(st.sampled_from(["join", "lose", "place", "end", "stop"]), st.integers(0, 7),

@@ -37,6 +37,7 @@ class CapacityIndex:
         self.quota_use: Use = {}
         self.pool_use: dict[str, Use] = {}
         self._tasks_of: Counter[str] = Counter()  # project -> running tasks
+        self.tasks_of_job: Counter[int] = Counter()  # job -> its tasks holding room (what --max-running caps)
         self._pool_tasks_of: Counter[tuple[str, str]] = Counter()  # (pool, project) -> its tasks on alive workers
         self._priorities: dict[str, Counter[int]] = defaultdict(Counter)  # pool -> priority -> tasks
         self._latest: dict[str, RunningTask] = {}  # pool -> the task placed last
@@ -153,6 +154,7 @@ class CapacityIndex:
         for task in running:
             self.running[task.task_id] = task
             self.on_worker[task.worker_id].add(task.task_id)
+            self.tasks_of_job[task.job_id] += 1
             pool = self._pool(task)
             alike[task.project, pool, task.request] += 1
             if pool is not None:
@@ -183,6 +185,9 @@ class CapacityIndex:
         return None if i is None else self.rooms[i].pool
 
     def _count(self, task: RunningTask, sign: int) -> None:
+        self.tasks_of_job[task.job_id] += sign
+        if not self.tasks_of_job[task.job_id]:
+            del self.tasks_of_job[task.job_id]
         if sign > 0:
             self.running[task.task_id] = task
             self.on_worker[task.worker_id].add(task.task_id)

@@ -21,7 +21,7 @@ No I/O happens here. The pass reads top to bottom as a person would explain it. 
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -125,9 +125,7 @@ class _Pass:
         self.evicted_jobs: set[int] = set()
         self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
         self.strategies: dict[str, Strategy] = {}
-        self.holding: dict[int, int] = defaultdict(int)  # job -> its tasks holding room, placed ones included
-        for task in running:
-            self.holding[task.job_id] += 1
+        self.holding = Counter(index.tasks_of_job)  # job -> its tasks holding room, placed ones included
 
     def run(self, units: Sequence[Unit]) -> Placement:
         by_pool: dict[str, list[Unit]] = defaultdict(list)

@@ -10,17 +10,17 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from typing import Any, overload
 
 import httpx
 
-from corral.client import functions, logs, plans, teams
+from corral.client import functions, logs, plans, sse, teams
 from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
 from corral.client.jobs import FunctionJob
-from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
+from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec, forwarding_in_background
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
 from corral.core.spec import JobSpec, Resources, Workdir
@@ -85,9 +85,10 @@ class Client:
         return response
 
     @contextmanager
-    def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
-        """A response read as it arrives, with no read timeout (streams stay quiet between events)."""
-        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+    def stream(self, method: str, path: str, read_timeout: float | None = None,
+               **kwargs: Any) -> Iterator[httpx.Response]:
+        """A response read as it arrives, with no read timeout unless given (streams stay quiet between events)."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
         try:
             with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
@@ -107,13 +108,9 @@ class Client:
         return self.request(call.method, call.path, ok=call.ok, **kwargs)
 
     def _run(self, plan: Plan) -> Any:
-        reply = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = self._step(step)
+        """Drives an operation's plan to its result; a stream it reads on its way is closed when it returns."""
+        with closing(self._iterate(returning(plan))) as result:
+            return next(result)
 
     def _iterate(self, plan: Plan) -> Iterator:
         """Drives an iterating plan; the stream it opened (if any) is closed when it ends or is abandoned."""
@@ -128,7 +125,7 @@ class Client:
                 elif isinstance(step, Open):
                     opened.close()
                     try:
-                        lines = opened.enter_context(self.stream(step.call.method, step.call.path,
+                        lines = opened.enter_context(self.stream(step.call.method, step.call.path, step.call.timeout,
                                                                  **step.call.kwargs)).iter_lines()
                     except CorralError as error:
                         failure = error
@@ -214,9 +211,9 @@ class Client:
     def cancel(self, job_id: int) -> JobView:
         return self._run(plans.cancel(job_id))
 
-    def wait(self, job_id: int, timeout: float | None = None, poll: float = 0.2) -> JobView:
-        """Poll until the job is terminal; TimeoutError after `timeout` seconds."""
-        return self._run(plans.wait(job_id, timeout, poll))
+    def wait(self, job_id: int, timeout: float | None = None) -> JobView:
+        """The job once it is terminal, as soon as its event says so; TimeoutError after `timeout` seconds."""
+        return self._run(sse.wait(job_id, timeout))
 
     def results(self, job_id: int, timeout: float | None = None) -> list:
         """A function job's return values, one per task in order; raises what the first failed task raised."""

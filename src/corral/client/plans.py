@@ -10,7 +10,6 @@ results by construction, and no I/O happens in this module.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,7 +18,7 @@ from pydantic import TypeAdapter
 
 from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobSpec, Workdir
-from corral.core.states import JOB_TERMINAL, JobState
+from corral.core.states import JobState
 from corral.core.usage import UsageReport
 from corral.core.views import (
     HistoryEntry,
@@ -58,7 +57,8 @@ class Item:
 
 @dataclass(frozen=True)
 class Open:
-    """Open `call` as a stream read line by line, with no read timeout (a stream stays quiet between lines).
+    """Open `call` as a stream read line by line, with no read timeout (a stream stays quiet between lines) unless
+    the call has a `timeout`: then a read that waits longer fails as a dropped stream does.
 
     A failure to connect, an HTTP error or a dropped stream is thrown into the plan as a CorralError
     (`status` None when no answer came), at this step or at a NEXT_LINE, so the plan decides what follows.
@@ -75,6 +75,12 @@ NEXT_LINE = NextLine()
 
 Step = Call | Sleep | Item | Open | NextLine
 Plan = Generator[Step, Any, T]
+
+
+def returning(plan: Plan[T]) -> Plan[None]:
+    """An operation's plan as an iterating one whose one Item is its result: how the clients run every operation,
+    so one that reads a stream on its way (`sse.wait`) is driven like the rest."""
+    yield Item((yield from plan))
 
 
 def advance(plan: Plan, reply: Any, failure: BaseException | None = None) -> Step | None:
@@ -213,18 +219,6 @@ def list_jobs(states: Iterable[JobState | str] | None = None, limit: int | None 
         if page.next_cursor is None or not page.items:
             return
         cursor = page.next_cursor
-
-
-def wait(job_id: int, timeout: float | None = None, poll: float = 0.2) -> Plan[JobView]:
-    """Poll until the job is terminal; TimeoutError after `timeout` seconds."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        job = yield from get(job_id)
-        if job.state in JOB_TERMINAL:
-            return job
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
-        yield Sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
 
 def workdir_sharing(workdir: Workdir, pool: str) -> Plan[WorkdirSharing]:

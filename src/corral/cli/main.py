@@ -85,9 +85,10 @@ class CorralGroup(click.Group):
         return getattr(importlib.import_module(module), attribute)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click lists commands, from the help kept in COMMANDS (cut by click's rule, on a stand-in command)."""
         limit = formatter.width - 6 - max(map(len, COMMANDS))
         with formatter.section("Commands"):
-            formatter.write_dl([(name, click.utils.make_default_short_help(COMMANDS[name][1], limit))
+            formatter.write_dl([(name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit))
                                 for name in self.list_commands(ctx)])
 
     def invoke(self, ctx: click.Context):

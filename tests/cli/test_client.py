@@ -198,7 +198,7 @@ def test_an_unchanged_tree_is_not_archived_again_while_the_controller_has_it(tmp
     api = client_for(handler)
     digest = api.upload_bundle(tree)
     archived = []
-    monkeypatch.setattr("corral.client.http.make_bundle", lambda directory: archived.append(directory) or b"x")
+    monkeypatch.setattr("corral.client.bundle.make_bundle", lambda directory: archived.append(directory) or b"x")
     calls.clear()
     assert api.upload_bundle(tree) == digest and calls == ["HEAD"] and archived == []
     stored.clear()  # the controller lost it: archived and sent again

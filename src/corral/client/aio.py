@@ -17,7 +17,7 @@ import httpx
 from corral.client import functions, logs, plans, sse, teams
 from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.errors import CorralError
-from corral.client.http import endpoint, message, unreachable
+from corral.client.http import endpoint, message, tls_verification, unreachable
 from corral.client.jobs import AsyncFunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec
@@ -36,7 +36,8 @@ class AsyncClient:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url, token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+                                       verify=tls_verification(self.url))
         self.relay = Relay(self.url, token)
 
     async def __aenter__(self) -> AsyncClient:

@@ -2,40 +2,45 @@
 
 Every operation is a plan from `plans` (or `functions`, `logs`); this class only sends its
 requests, sleeps its pauses and hands out its items. `AsyncClient` drives the same plans.
+
+What only some operations need (functions and their bundles, the relay into tasks) is imported by
+them, so a CLI command that lists jobs does not load it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
+import ssl
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, closing, contextmanager
-from typing import Any, overload
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, overload
 
 import httpx
 
-from corral.client import functions, logs, plans, sse, teams
-from corral.client.bundle import TreeMemo, make_bundle
+from corral.client import logs, plans, sse, teams
 from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
-from corral.client.jobs import FunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
-from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec, forwarding_in_background
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
 from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
-from corral.core.usage import UsageReport
-from corral.core.views import (
-    HistoryEntry,
-    JobPage,
-    JobView,
-    PlacementAnalysis,
-    RetryAttemptView,
-    TaskView,
-    WorkdirSharing,
-    WorkerView,
-)
+
+if TYPE_CHECKING:
+    from corral.client.jobs import FunctionJob
+    from corral.client.relay import ExecResult, Relay
+    from corral.core.usage import UsageReport
+    from corral.core.views import (
+        HistoryEntry,
+        JobPage,
+        JobView,
+        PlacementAnalysis,
+        RetryAttemptView,
+        TaskView,
+        WorkdirSharing,
+        WorkerView,
+    )
 
 
 def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
@@ -44,6 +49,13 @@ def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
         found = discover()
         return found.url, token or found.token, found.source
     return url.rstrip("/"), token, "the arguments"
+
+
+def tls_verification(url: str) -> ssl.SSLContext | bool:
+    """True for an https:// controller: httpx checks its certificate against the certificate store. An http://
+    one speaks no TLS, so it gets a context that trusts nothing rather than a store loaded for nothing (a
+    tenth of a CLI command's start)."""
+    return True if url.startswith("https://") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 def unreachable(url: str, source: str, error: Exception) -> CorralError:
@@ -58,10 +70,17 @@ class Client:
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.url, token, self._source = endpoint(url, token)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
-        self.relay = Relay(self.url, token)
+        self.url, self._token, self._source = endpoint(url, token)
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+                                  verify=tls_verification(self.url))
+
+    @cached_property
+    def relay(self) -> Relay:
+        """The channels into running tasks (terminals, exec, ports)."""
+        from corral.client.relay import Relay
+
+        return Relay(self.url, self._token)
 
     def __enter__(self) -> Client:
         return self
@@ -170,6 +189,9 @@ class Client:
             if args or kwargs or resources or replicas or workdir or options or pip or python:
                 raise TypeError("a job spec carries its own options: pass only idempotency_key with it")
             return self._run(plans.submit(target, idempotency_key))
+        from corral.client import functions
+        from corral.client.jobs import FunctionJob
+
         view = self._run(functions.submit_function(
             target, args, kwargs, resources=resources, replicas=replicas, workdir=workdir, options=options,
             pip=pip, python=python, idempotency_key=idempotency_key))
@@ -217,6 +239,8 @@ class Client:
 
     def results(self, job_id: int, timeout: float | None = None) -> list:
         """A function job's return values, one per task in order; raises what the first failed task raised."""
+        from corral.client import functions
+
         return self._run(functions.results(job_id, None, timeout))
 
     def logs(self, job_id: int, task: int = 0, stream: str = "stdout", attempt: int | None = None,
@@ -241,6 +265,9 @@ class Client:
     def exec(self, job_id: int, command: Sequence[str], *, task: int = 0, stdin: bytes = b"") -> ExecResult:
         """Run `command` in a running task's environment (its directory, environment and devices), feed it
         `stdin`, and return its exit code and output once it exits."""
+        import asyncio
+
+        from corral.client.relay import capture_exec
 
         async def run() -> ExecResult:
             async with self.relay.exec(job_id, command, task) as channel:
@@ -253,6 +280,8 @@ class Client:
                      address: str = "127.0.0.1") -> Iterator[tuple[str, int]]:
         """`with client.port_forward(job, 8888) as (host, port):` connections to host:port reach port 8888 of
         the task, each through a channel of its own, while the block runs (local_port 0: any free port)."""
+        from corral.client.relay import PortForwarder, forwarding_in_background
+
         forwarder = PortForwarder(self.relay, job_id, remote_port, task=task, address=address, local_port=local_port)
         with forwarding_in_background(forwarder) as bound:
             yield bound
@@ -327,6 +356,8 @@ class Client:
     def upload_bundle(self, directory: str | os.PathLike) -> str:
         """Archive `directory` and upload it unless the controller has it already; returns its sha256.
         A tree unchanged since its last upload is not even archived (TreeMemo)."""
+        from corral.client.bundle import TreeMemo, make_bundle
+
         memo = TreeMemo(directory)
         known = memo.digest()
         if known is not None and self._run(plans.has_bundle(known)):

@@ -12,14 +12,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter
 
-from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobSpec, Workdir
 from corral.core.states import JobState
-from corral.core.usage import UsageReport
 from corral.core.views import (
     HistoryEntry,
     JobPage,
@@ -30,6 +28,10 @@ from corral.core.views import (
     WorkdirSharing,
     WorkerView,
 )
+
+if TYPE_CHECKING:  # the models of what the CLI's common commands never ask, imported by the plans that do
+    from corral.core.deployment_views import CatalogView, DeploymentView
+    from corral.core.usage import UsageReport
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -154,6 +156,8 @@ def usage(since: str | None = None, until: str | None = None, by: str = "project
     """Usage and cost over [since, until] (unix seconds, ISO 8601, or how long ago: 30d) by project, user or pool."""
     params = {"by": by, **{k: v for k, v in (("since", since), ("until", until)) if v is not None}}
     response = yield Call("GET", f"{API}/usage", params=params)
+    from corral.core.usage import UsageReport
+
     return UsageReport.model_validate(response.json())
 
 
@@ -166,12 +170,16 @@ def healthz(timeout: float) -> Plan[bool]:
 def scale_deployment(name: str, replicas: int, reason: str) -> Plan[DeploymentView]:
     """`reason` lands in the deployment's history."""
     response = yield Call("POST", f"{API}/deployments/{name}/scale", json={"replicas": replicas, "reason": reason})
+    from corral.core.deployment_views import DeploymentView
+
     return DeploymentView.model_validate(response.json())
 
 
 def router_catalog() -> Plan[CatalogView]:
     """What a standalone router routes on: live deployments, their keys and healthy endpoints, and the pool."""
     response = yield Call("GET", f"{API}/router/catalog")
+    from corral.core.deployment_views import CatalogView
+
     return CatalogView.model_validate(response.json())
 
 

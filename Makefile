@@ -51,6 +51,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/interactive.py
 	$(BIN)/python bench/authz.py
 	$(BIN)/python bench/usage.py
+	$(BIN)/python bench/cli_latency.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools

@@ -129,10 +129,54 @@ def test_upload_puts_only_a_missing_bundle(tmp_path):
     assert api.upload_bundle(tmp_path) == digest and stored[digest] == b"kept"
 
 
+def sse_event(event_id: int, job_id: int, to_state: str, task_id: int | None = None) -> str:
+    data = {"id": event_id, "job_id": job_id, "task_id": task_id, "to_state": to_state}
+    return f"id: {event_id}\nevent: x\ndata: {json.dumps(data)}\n\n"
+
+
+def waiting_controller(states: list[str], streams: list[str]):
+    """A controller whose job 3 goes through `states` at each read, and whose event stream is `streams`, one per
+    connection; what it was asked is recorded in `asked`."""
+    asked: list[httpx.Request] = []
+    reads, connections = iter(states), iter(streams)
+
+    def handler(request):
+        asked.append(request)
+        if request.url.path == "/api/v1/events":
+            return httpx.Response(200, text=next(connections, "retry: 10\n\n"),
+                                  headers={"Content-Type": "text/event-stream"})
+        return httpx.Response(200, json=json.loads(job_view(3, state=next(reads, states[-1])).model_dump_json()))
+
+    return handler, asked
+
+
+def test_wait_returns_on_the_jobs_terminal_event_after_reading_the_job_twice():
+    handler, asked = waiting_controller(["RUNNING", "SUCCEEDED"], [
+        sse_event(1, 3, "SUCCEEDED", task_id=30) + sse_event(2, 3, "RUNNING") + sse_event(3, 3, "SUCCEEDED")])
+    assert client_for(handler).wait(3).state == "SUCCEEDED"
+    assert [r.url.path for r in asked] == ["/api/v1/events", "/api/v1/jobs/3", "/api/v1/jobs/3"]
+    assert dict(asked[0].url.params) == {"job": "3", "last": "1", "follow": "true"}
+
+
+def test_wait_on_a_job_that_already_ended_reads_it_once():
+    handler, asked = waiting_controller(["FAILED"], [])
+    assert client_for(handler).wait(3).state == "FAILED"
+    assert [r.url.path for r in asked] == ["/api/v1/events", "/api/v1/jobs/3"]
+
+
+def test_wait_resumes_a_dropped_stream_after_the_last_event_seen():
+    handler, asked = waiting_controller(["PENDING", "CANCELLED"], [
+        sse_event(7, 3, "RUNNING"), sse_event(8, 3, "CANCELLED")])
+    assert client_for(handler).wait(3).state == "CANCELLED"
+    reconnect = [r for r in asked if r.url.path == "/api/v1/events"][1]
+    assert reconnect.headers["Last-Event-ID"] == "7" and reconnect.url.params["after"] == "7"
+    assert sum(r.url.path == "/api/v1/jobs/3" for r in asked) == 2
+
+
 def test_wait_times_out():
-    api = client_for(lambda request: httpx.Response(200, json=json.loads(job_view(3).model_dump_json())))
+    handler, _ = waiting_controller(["PENDING"], [])
     with pytest.raises(TimeoutError):
-        api.wait(3, timeout=0.05, poll=0.01)
+        client_for(handler).wait(3, timeout=0.05)
 
 
 def test_an_unchanged_tree_is_not_archived_again_while_the_controller_has_it(tmp_path, monkeypatch):
@@ -154,7 +198,7 @@ def test_an_unchanged_tree_is_not_archived_again_while_the_controller_has_it(tmp
     api = client_for(handler)
     digest = api.upload_bundle(tree)
     archived = []
-    monkeypatch.setattr("corral.client.http.make_bundle", lambda directory: archived.append(directory) or b"x")
+    monkeypatch.setattr("corral.client.bundle.make_bundle", lambda directory: archived.append(directory) or b"x")
     calls.clear()
     assert api.upload_bundle(tree) == digest and calls == ["HEAD"] and archived == []
     stored.clear()  # the controller lost it: archived and sent again

@@ -42,7 +42,8 @@ def test_the_package_exports_the_api():
 
 
 def test_sync_and_async_clients_give_the_same_pages_waits_and_logs():
-    states = iter(["PENDING", "RUNNING", "SUCCEEDED"] * 2)
+    states = iter(["RUNNING", "SUCCEEDED"] * 2)
+    ended = {"id": 4, "job_id": 5, "task_id": None, "to_state": "SUCCEEDED"}
     log = b"0123456789"
 
     def handler(request):
@@ -52,6 +53,8 @@ def test_sync_and_async_clients_give_the_same_pages_waits_and_logs():
             ids, nxt = {None: ([9, 8], 8), "8": ([7], None)}[cursor]
             return httpx.Response(200, json={"items": [job_view(i).model_dump(mode="json") for i in ids],
                                              "next_cursor": nxt})
+        if path == "/api/v1/events":
+            return httpx.Response(200, text=f"id: 4\ndata: {json.dumps(ended)}\n\n")
         if path == "/api/v1/jobs/5":
             return httpx.Response(200, json=job_view(5, state=next(states)).model_dump(mode="json"))
         offset = int(request.url.params["offset"])
@@ -59,11 +62,11 @@ def test_sync_and_async_clients_give_the_same_pages_waits_and_logs():
             "X-Corral-Attempt": "0", "X-Corral-Task-State": "RUNNING", "X-Corral-Log-Size": str(len(log))})
 
     sync, aio = both(handler)
-    expected = ([j.id for j in sync.list(limit=None)], sync.wait(5, poll=0).state, b"".join(sync.logs(5)))
+    expected = ([j.id for j in sync.list(limit=None)], sync.wait(5).state, b"".join(sync.logs(5)))
 
     async def scenario():
         async with aio:
-            return ([j.id async for j in aio.list(limit=None)], (await aio.wait(5, poll=0)).state,
+            return ([j.id async for j in aio.list(limit=None)], (await aio.wait(5)).state,
                     b"".join([chunk async for chunk in aio.logs(5)]))
 
     assert expected == ([9, 8, 7], "SUCCEEDED", log)

@@ -36,3 +36,12 @@ def test_jobs_says_how_many_more_match_than_it_lists(bare_cluster):
     assert [job["id"] for job in json.loads(run.stdout)] == ids[:0:-1]
     every = corral(bare_cluster, "jobs", "--all", "--json")
     assert [job["id"] for job in json.loads(every.stdout)] == ids[::-1] and every.stderr == ""
+
+
+def test_submit_wait_ends_with_the_job_and_exits_by_its_state(cluster):
+    ok = corral(cluster, "submit", "--wait", "--json", "--", "true")
+    view = json.loads(ok.stdout)
+    assert ok.returncode == 0 and view["state"] == "SUCCEEDED"
+    assert ok.stderr == f"job {view['id']} SUCCEEDED (1 SUCCEEDED)\n"
+    failed = corral(cluster, "submit", "--wait", "--", "false")
+    assert failed.returncode == 1 and failed.stderr.endswith("FAILED (1 FAILED)\n")

@@ -1,18 +1,22 @@
-"""What every command shares: the client, the error convention, key=value options and JSON output."""
+"""What every command shares: the client, the error convention, key=value options and JSON output.
+
+Every command imports this module, its help too: the client, the models and rich are imported by the
+functions that use them, not here (see main.py).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import BaseModel
-from rich.console import Console
 
-from corral.client.http import Client
-from corral.core.spec import MAX_CUSTOM_AMOUNT, parse_gpus
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from corral.client.http import Client
 
 
 class CliError(click.ClickException):
@@ -27,6 +31,8 @@ def client(ctx: click.Context | None = None) -> Client:
     ctx = ctx or click.get_current_context()
     obj = ctx.find_root().ensure_object(dict)
     if obj.get("client") is None:
+        from corral.client.http import Client
+
         obj["client"] = Client()
         ctx.find_root().call_on_close(obj["client"].close)
     return obj["client"]
@@ -45,6 +51,8 @@ def parse_pairs(ctx: click.Context | None, param: click.Parameter | None, values
 
 def parse_amounts(ctx: click.Context | None, param: click.Parameter | None, values: Iterable[str]) -> dict[str, float]:
     """Click callback for repeatable NAME=N options (custom resources): N a non-negative number."""
+    from corral.core.spec import MAX_CUSTOM_AMOUNT
+
     amounts: dict[str, float] = {}
     for name, value in parse_pairs(ctx, param, values).items():
         try:
@@ -64,6 +72,8 @@ class GpuAmount(click.ParamType):
     HELP = "whole GPUs, or a share of one (0.01-0.99)"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from corral.core.spec import parse_gpus
+
         try:
             return parse_gpus(value)
         except ValueError as error:
@@ -71,6 +81,8 @@ class GpuAmount(click.ParamType):
 
 
 def to_jsonable(value: Any) -> Any:
+    from pydantic import BaseModel
+
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, dict):
@@ -87,6 +99,8 @@ def print_json(value: Any) -> None:
 def console() -> Console:
     """A console on the current stdout, so CliRunner captures tables too."""
     # Piped output keeps whole values (for grep and awk) instead of cutting them to 80 columns.
+    from rich.console import Console
+
     width = None if sys.stdout.isatty() else 1000
     return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
 

@@ -248,6 +248,3 @@ def replica_summary(counts: dict[str, int]) -> str:
 
 def _state(state: str) -> Text:
     return Text(str(state), style=STATE_STYLES.get(str(state), ""))
-
-
-COMMANDS = (deploy, deployments, deployment, undeploy, router)

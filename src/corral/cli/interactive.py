@@ -410,6 +410,3 @@ async def wait_listening(relay: Relay, job_id: int, port: int, timeout: float = 
         await asyncio.sleep(1)
     raise CliError(f"JupyterLab did not answer within {timeout:g}s" + (f": {last}" if last else "")
                    + f"; is it installed in the task (--pip jupyterlab)? `corral attach {job_id}` shows its output")
-
-
-COMMANDS = (shell, attach, exec_command, port_forward)

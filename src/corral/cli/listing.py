@@ -1,23 +1,33 @@
-"""`corral jobs` and `corral workers`: one row per job or worker."""
+"""`corral jobs` and `corral workers`: one row per job or worker.
+
+rich and the views are imported by the functions that draw, when they draw: `corral jobs --help` must not
+load them.
+"""
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
-from rich.text import Text
 
 from corral.cli.common import client, console, json_option, print_json
 from corral.cli.format import format_age, format_bytes, format_number, task_summary
 from corral.core.states import JobState, WorkerState
-from corral.core.views import JobView, WorkerView
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
+
+    from corral.core.views import JobView, WorkerView
 
 STATE_STYLES = {"SUCCEEDED": "green", "FAILED": "red", "LOST": "red", "UNSCHEDULABLE": "red",
                 "CANCELLED": "yellow", "RUNNING": "cyan", "PENDING": "magenta"}
 
 
 def state_text(state: str) -> Text:
+    from rich.text import Text
+
     return Text(str(state), style=STATE_STYLES.get(str(state), ""))
 
 
@@ -47,6 +57,9 @@ def jobs(states: tuple[str, ...], limit: int, every: bool, mine: bool, owner: st
 
 
 def jobs_table(found: list[JobView], now: float) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, pad_edge=False)
     for column in ("ID", "NAME", "OWNER", "STATE", "TASKS", "AGE"):
         table.add_column(column, no_wrap=column != "STATE")
@@ -61,11 +74,15 @@ def jobs_table(found: list[JobView], now: float) -> Table:
 
 def kind_mark(job: JobView) -> Text:
     """" interactive" on an interactive job (corral shell): one with a terminal to attach to."""
+    from rich.text import Text
+
     return Text(" interactive", style="cyan") if job.spec.interactive else Text()
 
 
 def retry_mark(job: JobView) -> Text:
     """" retry 2/3" on a job that is a retry, " retried" on a first job whose retry is scheduled or created."""
+    from rich.text import Text
+
     if job.retry_count:
         return Text(f" retry {job.retry_count}/{job.max_retries}", style="yellow")
     has_child = bool(job.retry_chain) and job.retry_chain[-1] != job.id
@@ -80,6 +97,8 @@ def retry_mark(job: JobView) -> Text:
 @json_option
 def workers(per_device: bool, as_json: bool) -> None:
     """List the workers: capacity and use per resource (GPUs as shares: 1.75/2)."""
+    from rich.text import Text
+
     found = client().workers()
     if as_json:
         print_json(found)
@@ -90,6 +109,9 @@ def workers(per_device: bool, as_json: bool) -> None:
 
 
 def workers_table(found: list[WorkerView], now: float) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, pad_edge=False)
     for column in ("ID", "NAME", "POOL", "ADDRESS", "STATE", "CPU", "MEM", "GPU", "HEARTBEAT", "TASKS", "ENVS",
                    "RUNS AS"):
@@ -126,6 +148,9 @@ def usage(worker: WorkerView) -> tuple[str, str, str]:
 
 def devices_table(found: list[WorkerView]) -> Table:
     """One row per GPU: what it is, the share booked on it and by which tasks (job:task), and NVML's last reading."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title="devices", title_justify="left", box=None, pad_edge=False)
     for column in ("WORKER", "GPU", "MODEL", "MEMORY", "BOOKED", "RESERVED", "TASKS", "USED", "BUSY"):
         table.add_column(column, no_wrap=column != "TASKS")

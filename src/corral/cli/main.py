@@ -1,42 +1,112 @@
-"""The `corral` command: a Click group whose commands live in one module per idea."""
+"""The `corral` command: a Click group whose commands live in one module per idea, imported when used.
+
+`corral --help` lists the commands from COMMANDS without importing any of them, and a command's module is
+imported only when it runs or shows its help, so neither loads the client, httpx, pydantic or rich.
+"""
 
 from __future__ import annotations
 
-import click
-from pydantic import ValidationError
+import importlib
+import sys
 
-from corral.cli.actions import cancel, logs
-from corral.cli.audit import audit
-from corral.cli.checkpoint import checkpoint
+import click
+
 from corral.cli.common import CliError
-from corral.cli.daemons import controller, worker
-from corral.cli.deploy import COMMANDS as serving_commands
-from corral.cli.events import events
-from corral.cli.info import info
-from corral.cli.interactive import COMMANDS as interactive_commands
-from corral.cli.listing import jobs, workers
-from corral.cli.projects import project
-from corral.cli.submit import submit
-from corral.cli.teams import COMMANDS as team_commands
-from corral.cli.up import down, up
-from corral.cli.usage import usage
 from corral.client.errors import CorralError, format_validation
 
 # Specs the CLI itself validates from the user's options and files: their errors are the user's to fix.
 USER_SPECS = {"JobSpec": "invalid job spec", "DeploymentSpec": "invalid deployment spec"}
 
+# Each command: where it lives ("module:attribute") and its line in `corral --help`, kept here so the listing
+# needs no import (tests/cli/test_lazy_cli.py checks each line against the command's own help).
+COMMANDS = {
+    "attach": ("corral.cli.interactive:attach", "Attach to an interactive job's terminal again (--watch: only watch)."),
+    "audit": ("corral.cli.audit:audit",
+              "The audit log, newest first: every mutating API call, refused ones too (cluster admins)."),
+    "cancel": ("corral.cli.actions:cancel",
+               "Cancel a job: its tasks are stopped (SIGTERM, then SIGKILL after its grace period)."),
+    "checkpoint": ("corral.cli.checkpoint:checkpoint", "Checkpoints of a task, kept across its attempts."),
+    "controller": ("corral.cli.daemons:controller",
+                   "Run the controller (API, scheduler, dashboard) in the foreground."),
+    "deploy": ("corral.cli.deploy:deploy",
+               "Deploy a service: corral deploy NAME [OPTIONS] -- CMD [ARGS...], where CMD serves HTTP on $PORT."),
+    "deployment": ("corral.cli.deploy:deployment", "Inspect a deployment, issue it a key, or scale it."),
+    "deployments": ("corral.cli.deploy:deployments",
+                    "List deployments: state, replicas wanted and by state, models, project."),
+    "down": ("corral.cli.up:down",
+             "Stop the cluster of a data directory: `corral up`, its workers and its controller, and wait for..."),
+    "events": ("corral.cli.events:events",
+               "Print state changes of jobs, tasks, workers, deployments and replicas, oldest first."),
+    "exec": ("corral.cli.interactive:exec_command",
+             "Run a command inside a running task (its directory, environment and devices): corral exec JOB --..."),
+    "info": ("corral.cli.info:info", "Show a job: its spec, tasks, attempts and the history of its transitions."),
+    "jobs": ("corral.cli.listing:jobs", "List jobs, newest first."),
+    "login": ("corral.cli.teams:login",
+              "Store a token for the controller at URL, after checking it; client commands then use it."),
+    "logout": ("corral.cli.teams:logout", "Remove the token `corral login` stored."),
+    "logs": ("corral.cli.actions:logs", "Print a task's output, byte for byte."),
+    "member": ("corral.cli.teams:member",
+               "Add, change and remove a project's members (cluster admins, and the project's admins)."),
+    "port-forward": ("corral.cli.interactive:port_forward",
+                     "Forward a local port to a port a task listens on (each connection through the controller), "
+                     "until..."),
+    "project": ("corral.cli.projects:project", "Issue, list and revoke a project's tokens (admin)."),
+    "router": ("corral.cli.deploy:router",
+               "Run a standalone router (scale-out): proxies /v1 and /serve like the controller does."),
+    "shell": ("corral.cli.interactive:shell",
+              "Run an interactive job and attach its terminal: corral shell [OPTIONS] [-- COMMAND]"),
+    "submit": ("corral.cli.submit:submit", "Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"),
+    "token": ("corral.cli.teams:token", "Create, list and revoke personal tokens."),
+    "undeploy": ("corral.cli.deploy:undeploy", "Stop every replica of a deployment and remove it."),
+    "up": ("corral.cli.up:up", "Start a local cluster: a controller and N workers, until Ctrl-C."),
+    "usage": ("corral.cli.usage:usage",
+              "Usage per project, user or pool: cpu, memory and GPU hours the jobs' attempts held (a GPU share..."),
+    "user": ("corral.cli.teams:user", "Create, list and change users (cluster admins)."),
+    "whoami": ("corral.cli.teams:whoami",
+               "Who your token acts as: name, role, projects, and the token's kind and expiry."),
+    "worker": ("corral.cli.daemons:worker",
+               "Run a worker in the foreground: register with the controller and run the tasks it is given."),
+    "workers": ("corral.cli.listing:workers",
+                "List the workers: capacity and use per resource (GPUs as shares: 1.75/2)."),
+}
+
 
 class CorralGroup(click.Group):
-    """Turns the client's errors into `error: ...` and exit code 1, whatever command raised them."""
+    """Imports a command's module only when it is asked for, and turns the client's errors into `error: ...`
+    and exit code 1, whatever command raised them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, _, attribute = COMMANDS[name][0].partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click lists commands, from the help kept in COMMANDS (cut by click's rule, on a stand-in command)."""
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit))
+                                for name in self.list_commands(ctx)])
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except CorralError as error:
             raise CliError(str(error)) from None
-        except ValidationError as error:
+        except Exception as error:
+            if not is_validation_error(error):
+                raise
             what = USER_SPECS.get(error.title, f"unexpected {error.title} from the controller")
             raise CliError(f"{what}: {format_validation(error)}") from None
+
+
+def is_validation_error(error: Exception) -> bool:
+    """A pydantic ValidationError; pydantic not imported yet means the command never used it, so it is not."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(error, pydantic.ValidationError)
 
 
 @click.group(cls=CorralGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,8 +118,3 @@ def main() -> None:
     stored, else the cluster.json that `corral up` writes in its data directory (CORRAL_DATA_DIR, default
     ./.corral).
     """
-
-
-for command in (up, down, submit, jobs, info, logs, cancel, workers, events, controller, worker, checkpoint, project,
-                audit, usage, *interactive_commands, *serving_commands, *team_commands):
-    main.add_command(command)

@@ -275,6 +275,3 @@ def logout() -> None:
     """Remove the token `corral login` stored."""
     removed = credentials.forget()
     click.echo(f"removed {removed}" if removed else f"not signed in: {credentials.credentials_file()} does not exist")
-
-
-COMMANDS = (user, member, token, whoami, login, logout)

@@ -14,12 +14,12 @@ from typing import Any, overload
 
 import httpx
 
-from corral.client import functions, logs, plans, teams
+from corral.client import functions, logs, plans, sse, teams
 from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.errors import CorralError
-from corral.client.http import endpoint, message, unreachable
+from corral.client.http import endpoint, message, tls_verification, unreachable
 from corral.client.jobs import AsyncFunctionJob
-from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
+from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec
 from corral.client.sse import RECONNECTS, Event, follow_events
 from corral.core.deployment_views import CatalogView, DeploymentView
@@ -36,7 +36,8 @@ class AsyncClient:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url, token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+                                       verify=tls_verification(self.url))
         self.relay = Relay(self.url, token)
 
     async def __aenter__(self) -> AsyncClient:
@@ -69,18 +70,18 @@ class AsyncClient:
         return await self.request(step.method, step.path, ok=step.ok, **kwargs)
 
     async def _run(self, plan: Plan) -> Any:
-        reply = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = await self._step(step)
+        """As `Client._run`."""
+        result = self._iterate(returning(plan))
+        try:
+            return await anext(result)
+        finally:
+            await result.aclose()
 
     @asynccontextmanager
-    async def stream(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+    async def stream(self, method: str, path: str, read_timeout: float | None = None,
+                     **kwargs: Any) -> AsyncIterator[httpx.Response]:
         """As `Client.stream`."""
-        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
         try:
             async with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
@@ -104,7 +105,7 @@ class AsyncClient:
                     await opened.aclose()
                     try:
                         response = await opened.enter_async_context(
-                            self.stream(step.call.method, step.call.path, **step.call.kwargs))
+                            self.stream(step.call.method, step.call.path, step.call.timeout, **step.call.kwargs))
                         lines = response.aiter_lines()
                     except CorralError as error:
                         failure = error
@@ -182,8 +183,9 @@ class AsyncClient:
     async def cancel(self, job_id: int) -> JobView:
         return await self._run(plans.cancel(job_id))
 
-    async def wait(self, job_id: int, timeout: float | None = None, poll: float = 0.2) -> JobView:
-        return await self._run(plans.wait(job_id, timeout, poll))
+    async def wait(self, job_id: int, timeout: float | None = None) -> JobView:
+        """As `Client.wait`."""
+        return await self._run(sse.wait(job_id, timeout))
 
     async def results(self, job_id: int, timeout: float | None = None) -> list:
         return await self._run(functions.results(job_id, None, timeout))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported by `corral --help` too, which must not load pydantic
+    from pydantic import ValidationError
 
 
 class CorralError(Exception):

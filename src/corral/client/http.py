@@ -2,40 +2,45 @@
 
 Every operation is a plan from `plans` (or `functions`, `logs`); this class only sends its
 requests, sleeps its pauses and hands out its items. `AsyncClient` drives the same plans.
+
+What only some operations need (functions and their bundles, the relay into tasks) is imported by
+them, so a CLI command that lists jobs does not load it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
+import ssl
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
-from typing import Any, overload
+from contextlib import ExitStack, closing, contextmanager
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, overload
 
 import httpx
 
-from corral.client import functions, logs, plans, teams
-from corral.client.bundle import TreeMemo, make_bundle
+from corral.client import logs, plans, sse, teams
 from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
-from corral.client.jobs import FunctionJob
-from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance
-from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec, forwarding_in_background
+from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
 from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
-from corral.core.usage import UsageReport
-from corral.core.views import (
-    HistoryEntry,
-    JobPage,
-    JobView,
-    PlacementAnalysis,
-    RetryAttemptView,
-    TaskView,
-    WorkdirSharing,
-    WorkerView,
-)
+
+if TYPE_CHECKING:
+    from corral.client.jobs import FunctionJob
+    from corral.client.relay import ExecResult, Relay
+    from corral.core.usage import UsageReport
+    from corral.core.views import (
+        HistoryEntry,
+        JobPage,
+        JobView,
+        PlacementAnalysis,
+        RetryAttemptView,
+        TaskView,
+        WorkdirSharing,
+        WorkerView,
+    )
 
 
 def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
@@ -44,6 +49,13 @@ def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
         found = discover()
         return found.url, token or found.token, found.source
     return url.rstrip("/"), token, "the arguments"
+
+
+def tls_verification(url: str) -> ssl.SSLContext | bool:
+    """True for an https:// controller: httpx checks its certificate against the certificate store. An http://
+    one speaks no TLS, so it gets a context that trusts nothing rather than a store loaded for nothing (a
+    tenth of a CLI command's start)."""
+    return True if url.startswith("https://") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 def unreachable(url: str, source: str, error: Exception) -> CorralError:
@@ -58,10 +70,17 @@ class Client:
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.url, token, self._source = endpoint(url, token)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
-        self.relay = Relay(self.url, token)
+        self.url, self._token, self._source = endpoint(url, token)
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+                                  verify=tls_verification(self.url))
+
+    @cached_property
+    def relay(self) -> Relay:
+        """The channels into running tasks (terminals, exec, ports)."""
+        from corral.client.relay import Relay
+
+        return Relay(self.url, self._token)
 
     def __enter__(self) -> Client:
         return self
@@ -85,9 +104,10 @@ class Client:
         return response
 
     @contextmanager
-    def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
-        """A response read as it arrives, with no read timeout (streams stay quiet between events)."""
-        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+    def stream(self, method: str, path: str, read_timeout: float | None = None,
+               **kwargs: Any) -> Iterator[httpx.Response]:
+        """A response read as it arrives, with no read timeout unless given (streams stay quiet between events)."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
         try:
             with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
@@ -107,13 +127,9 @@ class Client:
         return self.request(call.method, call.path, ok=call.ok, **kwargs)
 
     def _run(self, plan: Plan) -> Any:
-        reply = None
-        while True:
-            try:
-                step = plan.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply = self._step(step)
+        """Drives an operation's plan to its result; a stream it reads on its way is closed when it returns."""
+        with closing(self._iterate(returning(plan))) as result:
+            return next(result)
 
     def _iterate(self, plan: Plan) -> Iterator:
         """Drives an iterating plan; the stream it opened (if any) is closed when it ends or is abandoned."""
@@ -128,7 +144,7 @@ class Client:
                 elif isinstance(step, Open):
                     opened.close()
                     try:
-                        lines = opened.enter_context(self.stream(step.call.method, step.call.path,
+                        lines = opened.enter_context(self.stream(step.call.method, step.call.path, step.call.timeout,
                                                                  **step.call.kwargs)).iter_lines()
                     except CorralError as error:
                         failure = error
@@ -173,6 +189,9 @@ class Client:
             if args or kwargs or resources or replicas or workdir or options or pip or python:
                 raise TypeError("a job spec carries its own options: pass only idempotency_key with it")
             return self._run(plans.submit(target, idempotency_key))
+        from corral.client import functions
+        from corral.client.jobs import FunctionJob
+
         view = self._run(functions.submit_function(
             target, args, kwargs, resources=resources, replicas=replicas, workdir=workdir, options=options,
             pip=pip, python=python, idempotency_key=idempotency_key))
@@ -220,12 +239,14 @@ class Client:
     def cancel(self, job_id: int) -> JobView:
         return self._run(plans.cancel(job_id))
 
-    def wait(self, job_id: int, timeout: float | None = None, poll: float = 0.2) -> JobView:
-        """Poll until the job is terminal; TimeoutError after `timeout` seconds."""
-        return self._run(plans.wait(job_id, timeout, poll))
+    def wait(self, job_id: int, timeout: float | None = None) -> JobView:
+        """The job once it is terminal, as soon as its event says so; TimeoutError after `timeout` seconds."""
+        return self._run(sse.wait(job_id, timeout))
 
     def results(self, job_id: int, timeout: float | None = None) -> list:
         """A function job's return values, one per task in order; raises what the first failed task raised."""
+        from corral.client import functions
+
         return self._run(functions.results(job_id, None, timeout))
 
     def logs(self, job_id: int, task: int = 0, stream: str = "stdout", attempt: int | None = None,
@@ -250,6 +271,9 @@ class Client:
     def exec(self, job_id: int, command: Sequence[str], *, task: int = 0, stdin: bytes = b"") -> ExecResult:
         """Run `command` in a running task's environment (its directory, environment and devices), feed it
         `stdin`, and return its exit code and output once it exits."""
+        import asyncio
+
+        from corral.client.relay import capture_exec
 
         async def run() -> ExecResult:
             async with self.relay.exec(job_id, command, task) as channel:
@@ -262,6 +286,8 @@ class Client:
                      address: str = "127.0.0.1") -> Iterator[tuple[str, int]]:
         """`with client.port_forward(job, 8888) as (host, port):` connections to host:port reach port 8888 of
         the task, each through a channel of its own, while the block runs (local_port 0: any free port)."""
+        from corral.client.relay import PortForwarder, forwarding_in_background
+
         forwarder = PortForwarder(self.relay, job_id, remote_port, task=task, address=address, local_port=local_port)
         with forwarding_in_background(forwarder) as bound:
             yield bound
@@ -336,6 +362,8 @@ class Client:
     def upload_bundle(self, directory: str | os.PathLike) -> str:
         """Archive `directory` and upload it unless the controller has it already; returns its sha256.
         A tree unchanged since its last upload is not even archived (TreeMemo)."""
+        from corral.client.bundle import TreeMemo, make_bundle
+
         memo = TreeMemo(directory)
         known = memo.digest()
         if known is not None and self._run(plans.has_bundle(known)):

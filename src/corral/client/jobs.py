@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from corral.client import functions, plans
+from corral.client import functions
 from corral.core.views import JobView
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class FunctionJob:
         return _one_or_all(self.view, self.client._run(functions.results(self.id, self.view.replicas, timeout)))
 
     def wait(self, timeout: float | None = None) -> JobView:
-        self.view = self.client._run(plans.wait(self.id, timeout, 0.1))
+        self.view = self.client.wait(self.id, timeout)
         return self.view
 
     def refresh(self) -> JobView:
@@ -65,7 +65,7 @@ class AsyncFunctionJob:
                                                                                  timeout)))
 
     async def wait(self, timeout: float | None = None) -> JobView:
-        self.view = await self.client._run(plans.wait(self.id, timeout, 0.1))
+        self.view = await self.client.wait(self.id, timeout)
         return self.view
 
     async def refresh(self) -> JobView:

@@ -10,17 +10,14 @@ results by construction, and no I/O happens in this module.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter
 
-from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobBatch, JobSpec, Workdir
-from corral.core.states import JOB_TERMINAL, JobState
-from corral.core.usage import UsageReport
+from corral.core.states import JobState
 from corral.core.views import (
     HistoryEntry,
     JobPage,
@@ -31,6 +28,10 @@ from corral.core.views import (
     WorkdirSharing,
     WorkerView,
 )
+
+if TYPE_CHECKING:  # the models of what the CLI's common commands never ask, imported by the plans that do
+    from corral.core.deployment_views import CatalogView, DeploymentView
+    from corral.core.usage import UsageReport
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -58,7 +59,8 @@ class Item:
 
 @dataclass(frozen=True)
 class Open:
-    """Open `call` as a stream read line by line, with no read timeout (a stream stays quiet between lines).
+    """Open `call` as a stream read line by line, with no read timeout (a stream stays quiet between lines) unless
+    the call has a `timeout`: then a read that waits longer fails as a dropped stream does.
 
     A failure to connect, an HTTP error or a dropped stream is thrown into the plan as a CorralError
     (`status` None when no answer came), at this step or at a NEXT_LINE, so the plan decides what follows.
@@ -75,6 +77,12 @@ NEXT_LINE = NextLine()
 
 Step = Call | Sleep | Item | Open | NextLine
 Plan = Generator[Step, Any, T]
+
+
+def returning(plan: Plan[T]) -> Plan[None]:
+    """An operation's plan as an iterating one whose one Item is its result: how the clients run every operation,
+    so one that reads a stream on its way (`sse.wait`) is driven like the rest."""
+    yield Item((yield from plan))
 
 
 def advance(plan: Plan, reply: Any, failure: BaseException | None = None) -> Step | None:
@@ -162,6 +170,8 @@ def usage(since: str | None = None, until: str | None = None, by: str = "project
     """Usage and cost over [since, until] (unix seconds, ISO 8601, or how long ago: 30d) by project, user or pool."""
     params = {"by": by, **{k: v for k, v in (("since", since), ("until", until)) if v is not None}}
     response = yield Call("GET", f"{API}/usage", params=params)
+    from corral.core.usage import UsageReport
+
     return UsageReport.model_validate(response.json())
 
 
@@ -174,12 +184,16 @@ def healthz(timeout: float) -> Plan[bool]:
 def scale_deployment(name: str, replicas: int, reason: str) -> Plan[DeploymentView]:
     """`reason` lands in the deployment's history."""
     response = yield Call("POST", f"{API}/deployments/{name}/scale", json={"replicas": replicas, "reason": reason})
+    from corral.core.deployment_views import DeploymentView
+
     return DeploymentView.model_validate(response.json())
 
 
 def router_catalog() -> Plan[CatalogView]:
     """What a standalone router routes on: live deployments, their keys and healthy endpoints, and the pool."""
     response = yield Call("GET", f"{API}/router/catalog")
+    from corral.core.deployment_views import CatalogView
+
     return CatalogView.model_validate(response.json())
 
 
@@ -227,18 +241,6 @@ def list_jobs(states: Iterable[JobState | str] | None = None, limit: int | None 
         if page.next_cursor is None or not page.items:
             return
         cursor = page.next_cursor
-
-
-def wait(job_id: int, timeout: float | None = None, poll: float = 0.2) -> Plan[JobView]:
-    """Poll until the job is terminal; TimeoutError after `timeout` seconds."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        job = yield from get(job_id)
-        if job.state in JOB_TERMINAL:
-            return job
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
-        yield Sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
 
 def workdir_sharing(workdir: Workdir, pool: str) -> Plan[WorkdirSharing]:

@@ -1,4 +1,5 @@
-"""Server-sent events: the parser of the `text/event-stream` format, and the plan that follows the event stream.
+"""Server-sent events: the parser of the `text/event-stream` format, the plan that follows the event stream, and
+the wait for a job's end that follows it.
 
 The one parser of the clients (`Client.events`, `AsyncClient.events` and `corral events`); the
 plan is driven by both clients like every other plan (see `plans`), so the reconnect rules are
@@ -8,11 +9,16 @@ written once.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.client.errors import CorralError
-from corral.client.plans import NEXT_LINE, Call, Item, Open, Plan, Sleep
+from corral.client.plans import NEXT_LINE, Call, Item, Open, Plan, Sleep, Step, get
+from corral.core.states import JOB_TERMINAL
+
+if TYPE_CHECKING:
+    from corral.core.views import JobView
 
 EVENTS_PATH = "/api/v1/events"
 RECONNECTS = 5  # a dropped stream is resumed from the last id this many times in a row before giving up
@@ -133,3 +139,57 @@ def follow_events(params: dict[str, Any], last_event_id: str | None = None, foll
                 raise
         last_id, retry = parser.last_id, parser.retry or retry
         yield Sleep(reconnect_delay(failures, retry))
+
+
+def ends_job(event: Event, job_id: int) -> bool:
+    """Whether `event` is the job's own move to a terminal state."""
+    data = event.data if isinstance(event.data, dict) else {}
+    return data.get("job_id") == job_id and data.get("task_id") is None and data.get("to_state") in JOB_TERMINAL
+
+
+def wait(job_id: int, timeout: float | None = None) -> Plan[JobView]:
+    """The job once it is terminal, told by its event stream rather than by polling; TimeoutError after `timeout`.
+
+    1. Open the job's event stream from its newest event on (what came before is in the job's state).
+    2. Once it is open, read the job: it may have ended before; then it is the answer.
+    3. Else follow the events until the job's move to a terminal state, and read the job then. A dropped
+       stream is resumed after the last event seen (`follow_events`), so the move is not missed.
+    With a `timeout`, no read of the stream waits past it.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    events = follow_events({"job": job_id, "last": 1})
+    reply: Any = None
+    failure: CorralError | None = None
+    checked = False
+    while True:
+        step = events.throw(failure) if failure is not None else events.send(reply)
+        reply, failure = None, None
+        if isinstance(step, Item):
+            if ends_job(step.value, job_id):
+                return (yield from get(job_id))
+            continue
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"job {job_id} did not end within {timeout}s")
+            step = bounded(step, left)
+        try:
+            reply = yield step
+        except CorralError as error:
+            failure = error
+            continue
+        if isinstance(step, Open) and not checked:
+            checked = True
+            job = yield from get(job_id)
+            if job.state in JOB_TERMINAL:
+                return job
+
+
+def bounded(step: Step, seconds: float) -> Step:
+    """A step that waits at most `seconds`: a shorter sleep, or a stream whose reads time out then."""
+    if isinstance(step, Sleep):
+        return Sleep(min(step.seconds, seconds))
+    if isinstance(step, Open):
+        call = step.call
+        return Open(Call(call.method, call.path, ok=call.ok, timeout=seconds, **call.kwargs))
+    return step

@@ -1,0 +1,69 @@
+"""`make bench`: how long the `corral` command takes, beside a bare interpreter start, in the same run.
+
+The median wall time of SAMPLES runs of `corral --help`, `corral jobs` over 100 jobs and
+`corral submit --wait -- true` (on an idle local cluster: a controller and one worker, the e2e
+harness), each printed with `python -c pass`'s and the ratio to it. The targets are the ratios in
+TARGETS. corral runs as an installed one does, with its bytecode cached (PYTHONDONTWRITEBYTECODE is
+dropped). With CORRAL_BENCH_FLAMES=1, py-spy records one run of each into bench/results/.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.flames import RESULTS, wanted  # noqa: E402
+from bench.peers import bare_python, median_seconds  # noqa: E402
+from tests.e2e.cluster import Cluster  # noqa: E402  (the same harness the e2e tests use)
+
+SAMPLES = 7
+LISTED = 100
+# Most times a bare interpreter start each command may take.
+TARGETS = {"--help": 10, "jobs": 15, "submit --wait -- true": 15}
+
+
+def record_flame(argv: list[str], name: str, env: dict[str, str]) -> None:
+    """One run of `argv` under py-spy (the process is too short-lived to attach to)."""
+    RESULTS.mkdir(exist_ok=True)
+    subprocess.run(["py-spy", "record", "--rate", "1000", "--output", str(RESULTS / f"{name}.svg"), "--", *argv],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
+        cluster = Cluster(Path(tmp), heartbeat_interval=2.0, loss_timeout=30)
+        cluster.start_controller()
+        cluster.start_worker("bench", cpus=8)
+        try:
+            for _ in range(LISTED):
+                cluster.submit(command=["true"])
+            cluster.wait_end(cluster.submit(command=["true"]), timeout=120)  # the worker is warm
+            env = {**os.environ, "CORRAL_URL": cluster.url, "CORRAL_TOKEN": cluster.admin_token,
+                   "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            corral = [sys.executable, "-m", "corral"]
+            commands = {"--help": ["--help"], "jobs": ["jobs", "--limit", str(LISTED)],
+                        "submit --wait -- true": ["submit", "--wait", "--", "true"]}
+            bare = bare_python(SAMPLES)
+            print(f"bare interpreter (python -c pass): median {bare * 1000:.0f} ms (n={SAMPLES})")
+            for what, args in commands.items():
+                median_seconds(corral + args, 1, env=env)  # a first run writes the bytecode
+                seconds = median_seconds(corral + args, SAMPLES, env=env)
+                ratio = seconds / bare
+                verdict = "ok" if ratio <= TARGETS[what] else "over"
+                print(f"corral {what}: median {seconds * 1000:.0f} ms, bare python {bare * 1000:.0f} ms, "
+                      f"ratio {ratio:.1f}x (target <= {TARGETS[what]}x: {verdict})")
+                if wanted():
+                    record_flame(corral + args, "cli-" + args[0].strip("-"), env)
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

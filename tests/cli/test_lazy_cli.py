@@ -1,0 +1,52 @@
+"""The command's help loads no client, httpx, pydantic or rich, and its listing agrees with the commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import click
+import pytest
+
+from corral.cli.main import COMMANDS, main
+
+# What only running a command may import: the clients, the HTTP library, the models and the tables.
+HEAVY = ("httpx", "pydantic", "rich", "yaml", "corral.client.http", "corral.client.aio", "corral.core.spec",
+         "corral.core.views")
+
+
+def imported_by(*args: str) -> set[str]:
+    """The modules a fresh `corral ARGS` process had imported when it exited."""
+    script = ("import atexit, json, sys\n"
+              "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+              "from corral.cli.main import main\n"
+              "main(prog_name='corral')\n")
+    run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "CORRAL_URL": "http://127.0.0.1:9"})
+    assert run.returncode == 0, run.stderr
+    return set(json.loads(run.stderr.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("args", [("--help",), ("jobs", "--help"), ("workers", "--help"), ("logs", "--help"),
+                                  ("cancel", "--help")])
+def test_help_imports_nothing_heavy(args):
+    modules = imported_by(*args)
+    assert "click" in modules  # the probe saw the process's modules
+    assert modules.isdisjoint(HEAVY), sorted(modules.intersection(HEAVY))
+
+
+def test_the_listing_says_what_each_command_says_of_itself():
+    for name, (where, line) in COMMANDS.items():
+        command = main.get_command(click.Context(main), name)
+        assert f"{command.callback.__module__}:{command.callback.__name__}" == where
+        for limit in range(20, 80):
+            assert click.Command(name, help=line).get_short_help_str(limit) == command.get_short_help_str(limit), name
+
+
+def test_the_listing_names_every_command_and_an_unknown_one_is_refused(cli):
+    listed = cli("--help").output.split("Commands:\n", 1)[1]
+    assert [row.split()[0] for row in listed.splitlines()] == sorted(COMMANDS)
+    result = cli("nope")
+    assert result.exit_code == 2 and "No such command 'nope'" in result.output

@@ -267,7 +267,8 @@ async def test_a_task_keeps_running_through_an_outage_and_its_end_is_reported_af
         controller.down = True
         go.touch()
         stdout = tmp_path / "tasks" / "1-0" / "stdout"
-        await wait_until(lambda: stdout.read_bytes() == b"done\n" and controller.missed >= 3, what="the outage")
+        await wait_until(lambda: stdout.exists() and stdout.read_bytes() == b"done\n" and controller.missed >= 3,
+                         what="the outage")
         controller.down = False
         await wait_until(lambda: "SUCCEEDED" in controller.states(1), what="the report after the outage")
     assert controller.logs_at_end[1][(1, 0, "stdout")] == b"done\n"

@@ -45,6 +45,7 @@ class FakeController:
     def __init__(self) -> None:
         self.registrations: list[tuple[str, RegisterRequest]] = []
         self.reports: list[tuple[str, TaskReport]] = []
+        self.batches: list[list[tuple[int, str]]] = []  # the (task, state) reports of each heartbeat carrying some
         self.logs: defaultdict[tuple[int, int, str], bytes] = defaultdict(bytes)
         self.logs_at_end: dict[int, dict] = {}
         self.tasks: dict[int, dict] = {}  # task id -> {"state", "worker", "build"}
@@ -61,9 +62,10 @@ class FakeController:
         self.acks: list[tuple[str, int, PreemptedAck]] = []  # (worker, task, acknowledgement)
         self.ack_status = 200
 
-    def assign(self, task_id: int, worker: str, command: list[str]) -> None:
+    def assign(self, task_id: int, worker: str, command: list[str], start: bool = False) -> None:
+        """`start`: an independent task's build, which starts it; without, it waits for a start order (a gang's)."""
         build = BuildOrder(task_id=task_id, attempt=0, job_id=1, task_index=0, command=command, env={},
-                           grace_period=0.5)
+                           grace_period=0.5, start=start)
         self.tasks[task_id] = {"state": "ASSIGNED", "worker": worker, "build": build}
         self.changed.set()
 
@@ -129,6 +131,8 @@ class FakeController:
             self.pythons.append(body.pythons)
         if body.gpus is not None:
             self.gpu_readings.append(body.gpus)
+        if body.reports:
+            self.batches.append([(r.task_id, r.state) for r in body.reports])
         for report in body.reports:
             self.reports.append((worker, report))
             task = self.tasks[report.task_id]
@@ -361,3 +365,13 @@ async def test_a_relay_order_is_dialed_back_with_the_join_token_and_served(contr
     assert seen["auth"] == "Bearer secret"
     assert seen["frames"] == [bytes([STDOUT]) + b"via-relay\n", '{"type":"exit","code":0,"reason":null}']
     assert seen["close"] == 1000
+
+
+async def test_a_task_with_nothing_to_build_reports_building_prepared_and_running_in_one_heartbeat(controller,
+                                                                                                  tmp_path):
+    async with running_agent(controller, tmp_path) as (agent, _):
+        agent.linger = 30.0  # longer than any spawn here: the RUNNING report, not the time limit, ends the wait
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sleep", "60"], start=True)
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+    assert controller.batches[0] == [(1, "BUILDING"), (1, "PREPARED"), (1, "RUNNING")]

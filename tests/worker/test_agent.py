@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import threading
 from collections import defaultdict
 
 import httpx
@@ -31,7 +32,7 @@ from corral.core.protocol import (
 )
 from corral.core.relay import STDOUT
 from corral.core.states import TASK_TERMINAL, TaskState
-from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address
+from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address, watch_children_by_pidfd
 from corral.worker.environments import Interpreter
 from tests.waiting import wait_until
 from tests.worker.support import gone
@@ -375,3 +376,16 @@ async def test_a_task_with_nothing_to_build_reports_building_prepared_and_runnin
         controller.assign(1, "w1", ["sleep", "60"], start=True)
         await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
     assert controller.batches[0] == [(1, "BUILDING"), (1, "PREPARED"), (1, "RUNNING")]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 waits for children through pidfds by itself")
+async def test_the_worker_waits_for_its_tasks_through_a_pidfd_not_a_thread_each():
+    before = asyncio.get_child_watcher()
+    try:
+        watch_children_by_pidfd()
+        threads = threading.active_count()
+        process = await asyncio.create_subprocess_exec("sleep", "0.2")
+        assert threading.active_count() == threads
+        assert await process.wait() == 0
+    finally:
+        asyncio.set_child_watcher(before)

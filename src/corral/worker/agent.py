@@ -511,6 +511,22 @@ async def run(options: WorkerOptions, stop: asyncio.Event) -> None:
             raise error
 
 
+def watch_children_by_pidfd() -> None:
+    """Have asyncio wait for the worker's children through a pidfd on the event loop, as Python 3.12 does by
+    default, rather than as 3.11 does, in a thread started for each: one thread per task started, which a
+    worker running hundreds of short tasks a second spends a tenth of its time on. Kept where pidfds are
+    missing (a kernel before 5.3)."""
+    if sys.version_info >= (3, 12):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
+
+
 def run_worker(options: WorkerOptions) -> None:
     """The `corral worker` process: runs until SIGTERM or SIGINT, then stops its tasks and exits 0."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -519,6 +535,7 @@ def run_worker(options: WorkerOptions) -> None:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        watch_children_by_pidfd()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await run(options, stop)

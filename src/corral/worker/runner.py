@@ -156,13 +156,6 @@ async def _create(argv: list[str], cwd: Path, env: dict[str, str], stdin: int, s
                                                 preexec_fn=take_terminal if tty else None)
 
 
-def _make_private(directory: Path) -> None:
-    """The attempt's directory, readable by the worker alone. Run off the event loop: on a busy disk these two
-    calls can block for a millisecond, which every other attempt of the worker would wait on."""
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o700)
-
-
 def _check_executable(program: str, cwd: Path, path: str) -> None:
     """Raise what exec would raise for a program that is missing or not executable."""
     if os.sep in program:
@@ -383,7 +376,8 @@ class Runner:
             try:
                 if self.run_as_owners and att.order.run_as:
                     att.account = Account.named(att.order.run_as, self.name)
-                await asyncio.to_thread(_make_private, att.directory)
+                att.directory.mkdir(parents=True, exist_ok=True)
+                att.directory.chmod(0o700)
                 att.world = self._world(att.order, att.directory)
                 if att.world.start == "bundle":
                     archive = await self._fetch_bundle(att.order.bundle)

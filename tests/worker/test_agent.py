@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import threading
 from collections import defaultdict
 
 import httpx
@@ -31,7 +32,7 @@ from corral.core.protocol import (
 )
 from corral.core.relay import STDOUT
 from corral.core.states import TASK_TERMINAL, TaskState
-from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address
+from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address, watch_children_by_pidfd
 from corral.worker.environments import Interpreter
 from tests.waiting import wait_until
 from tests.worker.support import gone
@@ -45,6 +46,7 @@ class FakeController:
     def __init__(self) -> None:
         self.registrations: list[tuple[str, RegisterRequest]] = []
         self.reports: list[tuple[str, TaskReport]] = []
+        self.batches: list[list[tuple[int, str]]] = []  # the (task, state) reports of each heartbeat carrying some
         self.logs: defaultdict[tuple[int, int, str], bytes] = defaultdict(bytes)
         self.logs_at_end: dict[int, dict] = {}
         self.tasks: dict[int, dict] = {}  # task id -> {"state", "worker", "build"}
@@ -61,9 +63,10 @@ class FakeController:
         self.acks: list[tuple[str, int, PreemptedAck]] = []  # (worker, task, acknowledgement)
         self.ack_status = 200
 
-    def assign(self, task_id: int, worker: str, command: list[str]) -> None:
+    def assign(self, task_id: int, worker: str, command: list[str], start: bool = False) -> None:
+        """`start`: an independent task's build, which starts it; without, it waits for a start order (a gang's)."""
         build = BuildOrder(task_id=task_id, attempt=0, job_id=1, task_index=0, command=command, env={},
-                           grace_period=0.5)
+                           grace_period=0.5, start=start)
         self.tasks[task_id] = {"state": "ASSIGNED", "worker": worker, "build": build}
         self.changed.set()
 
@@ -129,6 +132,8 @@ class FakeController:
             self.pythons.append(body.pythons)
         if body.gpus is not None:
             self.gpu_readings.append(body.gpus)
+        if body.reports:
+            self.batches.append([(r.task_id, r.state) for r in body.reports])
         for report in body.reports:
             self.reports.append((worker, report))
             task = self.tasks[report.task_id]
@@ -267,7 +272,8 @@ async def test_a_task_keeps_running_through_an_outage_and_its_end_is_reported_af
         controller.down = True
         go.touch()
         stdout = tmp_path / "tasks" / "1-0" / "stdout"
-        await wait_until(lambda: stdout.read_bytes() == b"done\n" and controller.missed >= 3, what="the outage")
+        await wait_until(lambda: stdout.exists() and stdout.read_bytes() == b"done\n" and controller.missed >= 3,
+                         what="the outage")
         controller.down = False
         await wait_until(lambda: "SUCCEEDED" in controller.states(1), what="the report after the outage")
     assert controller.logs_at_end[1][(1, 0, "stdout")] == b"done\n"
@@ -360,3 +366,26 @@ async def test_a_relay_order_is_dialed_back_with_the_join_token_and_served(contr
     assert seen["auth"] == "Bearer secret"
     assert seen["frames"] == [bytes([STDOUT]) + b"via-relay\n", '{"type":"exit","code":0,"reason":null}']
     assert seen["close"] == 1000
+
+
+async def test_a_task_with_nothing_to_build_reports_building_prepared_and_running_in_one_heartbeat(controller,
+                                                                                                  tmp_path):
+    async with running_agent(controller, tmp_path) as (agent, _):
+        agent.linger = 30.0  # longer than any spawn here: the RUNNING report, not the time limit, ends the wait
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sleep", "60"], start=True)
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+    assert controller.batches[0] == [(1, "BUILDING"), (1, "PREPARED"), (1, "RUNNING")]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 waits for children through pidfds by itself")
+async def test_the_worker_waits_for_its_tasks_through_a_pidfd_not_a_thread_each():
+    before = asyncio.get_child_watcher()
+    try:
+        watch_children_by_pidfd()
+        threads = threading.active_count()
+        process = await asyncio.create_subprocess_exec("sleep", "0.2")
+        assert threading.active_count() == threads
+        assert await process.wait() == 0
+    finally:
+        asyncio.set_child_watcher(before)

@@ -92,7 +92,8 @@ async def test_a_detached_exec_is_started_and_its_output_joins_the_tasks_logs(ha
     assert exit_["code"] is None and exit_["reason"].startswith("started, pid ")
     assert await client.end() == (1000, "")
     for stream in ("stdout", "stderr"):
-        await wait_until(lambda s=stream: f"detached-{s[3:]}\n" in (harness.attempt_dir() / s).read_text(), 5,
+        path = harness.attempt_dir() / stream  # created with the first byte written to it
+        await wait_until(lambda s=stream, p=path: p.exists() and f"detached-{s[3:]}\n" in p.read_text(), 5,
                          f"the detached output in {stream}")
 
 

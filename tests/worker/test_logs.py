@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 
 import pytest
 
-from corral.worker.logs import LogShipper
+from corral.worker.logs import LogShipper, capture
 
 
 class Controller:
@@ -127,3 +129,38 @@ async def test_a_round_waiting_on_a_flush_that_ends_the_attempt_carries_on(tmp_p
     release.set()
     await asyncio.gather(flushing, rounding)
     assert controller.received() == b"last words"
+
+
+async def captured(path, *chunks: bytes, limit: int = 1 << 20) -> None:
+    """Run `capture` into `path` over a pipe the chunks are written to, then closed."""
+    read, write = os.pipe()
+    capturing = asyncio.create_task(capture(read, path, limit))
+    for chunk in chunks:
+        os.write(write, chunk)
+    os.close(write)
+    await asyncio.wait_for(capturing, 10)
+
+
+async def test_a_silent_stream_creates_no_file_and_a_printing_one_gets_everything(tmp_path):
+    await captured(tmp_path / "stdout")
+    assert not (tmp_path / "stdout").exists()
+    await captured(tmp_path / "stderr", b"first ", b"second")
+    assert (tmp_path / "stderr").read_bytes() == b"first second"
+
+
+async def test_a_stream_appends_to_what_an_earlier_capture_wrote(tmp_path):
+    await captured(tmp_path / "stdout", b"task\n")
+    await captured(tmp_path / "stdout", b"exec\n")
+    assert (tmp_path / "stdout").read_bytes() == b"task\nexec\n"
+
+
+async def test_a_link_or_a_fifo_put_where_a_stream_goes_is_refused_not_written_through(tmp_path):
+    secret = tmp_path / "root-only"
+    secret.write_bytes(b"secret")
+    (tmp_path / "stdout").symlink_to(secret)
+    with pytest.raises(OSError) as refused:
+        await captured(tmp_path / "stdout", b"overwrite")
+    assert refused.value.errno == errno.ELOOP and secret.read_bytes() == b"secret"
+    os.mkfifo(tmp_path / "stderr")
+    with pytest.raises(OSError):  # no reader: refused at once rather than blocking the open
+        await captured(tmp_path / "stderr", b"out")

@@ -9,12 +9,15 @@ offset next round and the controller's copy never has a gap or a duplicate.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from corral.core.log_limits import truncation_marker
 from corral.worker.accounts import no_follow
@@ -32,22 +35,42 @@ READ_SIZE = 1 << 18  # what one read of a task's pipe takes at most
 async def capture(pipe: int, path: Path, limit: int) -> None:
     """Append what the task prints into the pipe's read end (which this closes) to `path`, until `limit` bytes,
     then the truncation marker; the rest is read and dropped, so the task never blocks on a full pipe and the
-    file never grows past the cap. Appended, so that an `exec --detach`'s output can join a running task's."""
+    file never grows past the cap. Appended, so that an `exec --detach`'s output can join a running task's.
+
+    The file is created with the first byte, not before: a task that prints nothing (most of a large array)
+    costs no file, and creating one can block for a millisecond on a busy disk. The shipper and the retention
+    already take a missing stream as an empty one."""
     loop = asyncio.get_running_loop()
     stream = asyncio.StreamReader(limit=READ_SIZE)
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(pipe, "rb"))
     kept = 0
+    file = None
     try:
-        with path.open("ab", buffering=0) as file:
-            while data := await stream.read(READ_SIZE):
-                if kept > limit:
-                    continue  # cut already
-                file.write(data[:limit - kept])
-                kept += len(data)
-                if kept > limit:
-                    file.write(truncation_marker(limit))
+        while data := await stream.read(READ_SIZE):
+            if kept > limit:
+                continue  # cut already
+            if file is None:
+                file = await asyncio.to_thread(open_log, path)
+            file.write(data[:limit - kept])
+            kept += len(data)
+            if kept > limit:
+                file.write(truncation_marker(limit))
     finally:
         transport.close()
+        if file is not None:
+            file.close()
+
+
+def open_log(path: Path) -> BinaryIO:
+    """`path` opened to append, created if missing. It may be opened after the task has run for a while, in a
+    directory a task run as its owner may write: a symbolic link put there is refused (ELOOP) rather than followed
+    to one of root's files, and anything but a plain file (a FIFO would block the open) is refused too."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a plain file", str(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab", buffering=0)
 
 
 @dataclass

@@ -69,6 +69,10 @@ class Timings:
     failures: list[str] = field(default_factory=list)
 
 
+class WorkerLost(RuntimeError):
+    """The controller declared a simulated worker lost: the run has failed its guarantee and stops."""
+
+
 class SimulatedWorker:
     """The agent's poller and reporter, with a runner that ends every task at once, successfully."""
 
@@ -79,6 +83,13 @@ class SimulatedWorker:
         self.acted_on: set[tuple[int, int]] = set()
         self.outbox: list[TaskReport] = []
         self.outbox_filled = asyncio.Event()
+        self.registered = asyncio.Event()
+
+    async def serve(self) -> None:
+        """Register, then heartbeat at once: a worker silent between the two would be declared lost."""
+        await self.register()
+        self.registered.set()
+        await asyncio.gather(self.poll(), self.deliver())
 
     async def register(self) -> None:
         request = RegisterRequest(name=self.name, address="127.0.0.1",
@@ -92,6 +103,8 @@ class SimulatedWorker:
         body = HeartbeatRequest(reports=reports, wait=wait).model_dump(mode="json")
         response = await self.http.post(f"{API}/workers/{self.worker_id}/heartbeat", json=body,
                                         timeout=wait + REQUEST_TIMEOUT)
+        if response.status_code == 409:
+            raise WorkerLost(f"{self.name} declared lost: {response.text}")
         response.raise_for_status()
         return HeartbeatReply.model_validate(response.json())
 
@@ -185,19 +198,28 @@ async def drive(cluster: Cluster, workers: int, tasks: int, label: str) -> dict:
             httpx.AsyncClient(base_url=cluster.url, timeout=REQUEST_TIMEOUT,
                               headers={"Authorization": f"Bearer {cluster.admin_token}"}) as admin:
         simulated = [SimulatedWorker(http, f"sim-{i:04d}", timings) for i in range(workers)]
-        await asyncio.gather(*(worker.register() for worker in simulated))
-        loops = [asyncio.create_task(loop()) for worker in simulated for loop in (worker.poll, worker.deliver)]
+        loops = [asyncio.create_task(worker.serve()) for worker in simulated]
+        await asyncio.gather(*(worker.registered.wait() for worker in simulated))
+        print(f"{label}: {workers} workers registered", flush=True)
         pid = cluster.controller.pid
         cpu_before, own_before = cpu_seconds(pid), resource.getrusage(resource.RUSAGE_SELF)
         try:
             with flame(pid, f"many-workers-{label.lower()}"):
+                began = time.perf_counter()
                 job_ids = []
                 for start in range(0, tasks, JOB_REPLICAS):
                     response = await admin.post(f"{API}/jobs", json={
                         "command": ["true"], "replicas": min(JOB_REPLICAS, tasks - start), "resources": {"cpu": 1}})
                     assert response.status_code == 201, response.text
                     job_ids.append(response.json()["id"])
-                jobs = await finished(admin, job_ids)
+                finishing = asyncio.create_task(finished(admin, job_ids))
+                await asyncio.wait([finishing, *loops], return_when=asyncio.FIRST_COMPLETED)
+                if finishing.done():
+                    jobs, outcome = finishing.result(), "every task SUCCEEDED"
+                else:
+                    finishing.cancel()
+                    lost = next(loop.exception() for loop in loops if loop.done())
+                    jobs, outcome = [], f"abandoned {time.perf_counter() - began:.0f} s in: {lost}"
         finally:
             for loop in loops:
                 loop.cancel()
@@ -205,10 +227,10 @@ async def drive(cluster: Cluster, workers: int, tasks: int, label: str) -> dict:
         own_after = resource.getrusage(resource.RUSAGE_SELF)
         listed = (await admin.get(f"{API}/workers")).json()
     assert all(job["state"] == "SUCCEEDED" for job in jobs), [job["state"] for job in jobs]
-    seconds = max(job["finished_at"] for job in jobs) - min(job["created_at"] for job in jobs)
+    seconds = max(job["finished_at"] for job in jobs) - min(job["created_at"] for job in jobs) if jobs else None
     late_after = LATE_FRACTION * Settings.heartbeat_interval
     return {
-        "tasks/s": tasks / seconds, "seconds": seconds,
+        "outcome": outcome, "tasks/s": tasks / seconds if seconds else None, "seconds": seconds,
         "report round trip": percentiles(timings.report_round_trips),
         "long-poll overrun": percentiles(timings.poll_overruns),
         "late long polls": sum(1 for overrun in timings.poll_overruns if overrun > late_after),
@@ -264,9 +286,9 @@ def main() -> None:
             results["SQLite"] = measure(Path(tmp) / "sqlite", None, args.workers, args.tasks, "SQLite")
         if args.only != "sqlite":
             results["PostgreSQL"] = asyncio.run(on_postgres(Path(tmp) / "postgres", args.workers, args.tasks))
-    print(f"{args.workers} simulated workers, {args.tasks} tasks of `true`, heartbeat every "
-          f"{Settings.heartbeat_interval:g} s, late = a long poll answered {LATE_FRACTION * Settings.heartbeat_interval:g} s "
-          f"past its wait")
+    interval = Settings.heartbeat_interval
+    print(f"{args.workers} simulated workers, {args.tasks} tasks of `true`, heartbeat every {interval:g} s, "
+          f"late = a long poll answered {LATE_FRACTION * interval:g} s past its wait")
     for key in next(r for r in results.values() if r is not None):
         cells = [("skipped: no server at " + POSTGRES_URL) if r is None else _cell(r[key]) for r in results.values()]
         print(f"  {key:<24} " + "  |  ".join(f"{name}: {cell}" for name, cell in zip(results, cells, strict=True)))

@@ -50,6 +50,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/interactive.py
 	$(BIN)/python bench/authz.py
 	$(BIN)/python bench/usage.py
+	$(BIN)/python bench/many_workers.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools

@@ -55,6 +55,7 @@ from tests.postgres import POSTGRES_URL, scratch_database  # noqa: E402
 WORKER_CPUS = 8
 JOB_REPLICAS = 1000  # the tasks are array jobs of this many `true`s, 1 CPU each
 LATE_FRACTION = 0.5  # a long poll answered later than its wait by this part of the interval is late
+REGISTERING_AT_ONCE = 20  # a cluster's machines come up over time; a thousand registrations in one instant is a storm
 RUN_DEADLINE = 1800.0  # seconds the tasks may take before the run is abandoned
 ENDED = TaskState.SUCCEEDED
 LIFE = (TaskState.BUILDING, TaskState.PREPARED, TaskState.RUNNING, ENDED)  # what the agent reports of a `true`
@@ -85,9 +86,10 @@ class SimulatedWorker:
         self.outbox_filled = asyncio.Event()
         self.registered = asyncio.Event()
 
-    async def serve(self) -> None:
+    async def serve(self, registering: asyncio.Semaphore) -> None:
         """Register, then heartbeat at once: a worker silent between the two would be declared lost."""
-        await self.register()
+        async with registering:
+            await self.register()
         self.registered.set()
         await asyncio.gather(self.poll(), self.deliver())
 
@@ -198,7 +200,8 @@ async def drive(cluster: Cluster, workers: int, tasks: int, label: str) -> dict:
             httpx.AsyncClient(base_url=cluster.url, timeout=REQUEST_TIMEOUT,
                               headers={"Authorization": f"Bearer {cluster.admin_token}"}) as admin:
         simulated = [SimulatedWorker(http, f"sim-{i:04d}", timings) for i in range(workers)]
-        loops = [asyncio.create_task(worker.serve()) for worker in simulated]
+        registering = asyncio.Semaphore(REGISTERING_AT_ONCE)
+        loops = [asyncio.create_task(worker.serve(registering)) for worker in simulated]
         await asyncio.gather(*(worker.registered.wait() for worker in simulated))
         print(f"{label}: {workers} workers registered", flush=True)
         pid = cluster.controller.pid

@@ -52,6 +52,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/authz.py
 	$(BIN)/python bench/usage.py
 	$(BIN)/python bench/cli_latency.py
+	$(BIN)/python bench/many_workers.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools

@@ -321,3 +321,19 @@ async def test_a_users_token_attaches_as_its_role_allows_and_is_recorded_by_name
         assert (await member.post(f"/api/v1/jobs/{job_id}/tickets")).status_code == 403
     await _pairs(live, worker, f"/api/v1/jobs/{job_id}/tasks/0/terminal?watch=1", tokens["pa"])
     assert (await _ended(live, job_id))[0]["actor"] == "pa"
+
+
+async def test_an_opening_no_client_waits_for_orders_nothing(cluster, tmp_path):
+    """Relay orders come from the channels this controller holds waiting for a worker: a row alone, with no client
+    behind it, orders nothing (a heartbeat reads the channels only while one waits for its worker)."""
+    live, worker, interactive, _ = cluster
+    store = await Store.open(sqlite_url(tmp_path / "corral.db"))
+    try:
+        async with store.write() as connection:
+            target = await read_target(connection, interactive, 0)
+            await open_attachment(connection, Opening("t" * 32, target, "terminal", {}, "admin", None), time.time())
+    finally:
+        await store.close()
+    assert [order for order in await worker.heartbeat() if order["action"] == "relay"] == []
+    async with live.open(f"/api/v1/jobs/{interactive}/tasks/0/terminal"):
+        assert (await worker.relay_order())["action"] == "relay"  # while a client's channel waits, it is ordered

@@ -49,6 +49,7 @@ from corral.controller.settings import ControllerSettings, load_tokens, private_
 from corral.controller.tickets import Tickets
 from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.loop import Engine, WorkerSignals
+from corral.engine.reports import SeenMarks
 from corral.metrics import CLUSTER, exposition
 from corral.serving import proxy
 from corral.serving.access import StorePeople
@@ -98,7 +99,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
-            logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
+            seen=SeenMarks(store), logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,
             serving=serving, relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets(),

@@ -39,6 +39,7 @@ NOTE = "audit_note"  # the key of request.state under which a route leaves its s
 EACH = "audit_each"  # ... and, for a call that makes many objects, each one's fields and detail
 MACHINE_CALLS = ("/api/v1/workers", "/api/v1/relay/", "/api/v1/router/load",
                  "/api/v1/jobs/{job_id}/tasks/{index}/result")
+WORKER_CALLS = "/api/v1/workers"  # a worker's own calls, the most frequent of all: let through unwatched
 REPLY_LIMIT = 64 * 1024  # bytes of a creating call's reply read for its object's fields; past them: none
 
 
@@ -117,7 +118,8 @@ class AuditCalls:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in MUTATING or not scope["path"].startswith(API):
+        if scope["type"] != "http" or scope["method"] not in MUTATING or not scope["path"].startswith(API) \
+                or _worker_call(scope["path"]):
             await self.app(scope, receive, send)
             return
         scope.setdefault("state", {})  # shared with the request the route sees: its principal and its note
@@ -144,6 +146,11 @@ class AuditCalls:
             if outcome is None and (named := _named(scope, scope["method"])) is not None:
                 await _record(scope, named, 500, {})
             raise
+
+
+def _worker_call(path: str) -> bool:
+    """A worker's registration, heartbeat or upload (never recorded, see MACHINE_CALLS), known from its raw path."""
+    return path == WORKER_CALLS or path.startswith(WORKER_CALLS + "/")
 
 
 async def record_channel(websocket: HTTPConnection, outcome: int) -> None:

@@ -30,8 +30,9 @@ def master_port(job_id: int, attempt: int) -> int:
 
 
 async def orders_for(connection: AsyncConnection, worker_id: str,
-                     job_token: Callable[[int], str] | None = None, relays_after: float = 0.0) -> list[Order]:
-    """`relays_after`: channels opened before then are no longer waited for (corral.controller.relays)."""
+                     job_token: Callable[[int], str] | None = None, relays_after: float | None = 0.0) -> list[Order]:
+    """`relays_after`: channels opened before then are no longer waited for (corral.controller.relays); None when
+    none waits for this worker, which spares every heartbeat a read of the channels."""
     rows = await ordered_tasks(connection, worker_id)
     builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)]
     masters = await gang_masters(connection, {r.job_id for r in builds if r.gang})
@@ -61,8 +62,9 @@ async def orders_for(connection: AsyncConnection, worker_id: str,
             interactive=spec.get("interactive", False), idle_timeout=spec.get("idle_timeout"),
             run_as=row.unix_user if row.owner != ADMIN else None,
         ))
-    orders.extend(RelayOrder(session=row.session, task_id=row.task_id, attempt=row.attempt, kind=row.kind, **row.detail)
-                  for row in await fresh_openings(connection, worker_id, relays_after))
+    if relays_after is not None:
+        orders.extend(RelayOrder(session=row.session, task_id=row.task_id, attempt=row.attempt, kind=row.kind,
+                                 **row.detail) for row in await fresh_openings(connection, worker_id, relays_after))
     return orders
 
 

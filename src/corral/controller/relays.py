@@ -95,6 +95,10 @@ class Relays:
         async with self.store.write() as connection:
             await mark_ended(connection, opening.session, ending.code, ending.reason, time.time())
 
+    def awaited_by(self, worker_id: str) -> bool:
+        """Whether a channel waits for this worker to dial back: only then has a heartbeat a relay order to read."""
+        return any(waiting.worker_id == worker_id for waiting in self._waiting.values())
+
     def claim(self, session: str, worker_id: str) -> Waiting:
         """The session a worker dials back for, taken out of waiting; Refused when it is not this worker's."""
         waiting = self._waiting.get(session)

@@ -20,6 +20,7 @@ from corral.controller.settings import ControllerSettings, Tokens
 from corral.controller.tickets import Tickets
 from corral.core.retry_policy import RetryPolicy
 from corral.engine.loop import Engine, WorkerSignals
+from corral.engine.reports import SeenMarks
 from corral.engine.serving_loop import ServingEngine
 from corral.serving.access import StorePeople
 from corral.serving.router import Router
@@ -33,6 +34,7 @@ class Services:
     retry_config: RetryPolicy | None  # the config file's default retry policy, under the stored ones
     store: Store
     signals: WorkerSignals  # wakes a worker's waiting heartbeat when it has new orders
+    seen: SeenMarks  # the heartbeats that carry nothing else, marked together
     engine: Engine
     logs: LogFiles
     bundles: BundleStore

@@ -16,7 +16,7 @@ from corral.controller.job_tokens import mint
 from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
 from corral.controller.services import services_of
-from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
+from corral.core.protocol import HeartbeatReply, HeartbeatRequest, Order, RegisterReply, RegisterRequest
 from corral.core.roles import Action
 from corral.core.spec import MAX_GPU
 from corral.core.views import DeviceTask, DeviceView, WorkerView
@@ -50,16 +50,28 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
     def job_token(job_id: int) -> str:
         return mint(services.tokens.admin, job_id)
 
-    def relays_after() -> float:
+    def relays_after() -> float | None:
+        if not services.relays.awaited_by(worker_id):
+            return None
         return time.time() - services.settings.relay_connect_timeout
+
+    async def current_orders() -> list[Order]:
+        """Read after the reports are committed, outside the one writer's lock: orders are derived, not written."""
+        async with services.store.read() as connection:
+            return await orders_for(connection, worker_id, job_token, relays_after())
 
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
     try:
         with HEARTBEAT_SECONDS.time():
-            async with services.store.write() as connection:
-                changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(), gpus=body.gpus,
-                                                 environments=body.environments, pythons=body.pythons)
-                orders = await orders_for(connection, worker_id, job_token, relays_after())
+            if body.only_liveness:
+                await services.seen.seen(worker_id)
+            else:
+                async with services.store.write() as connection:
+                    changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(), gpus=body.gpus,
+                                                     environments=body.environments, pythons=body.pythons)
+                if not changes.empty:
+                    services.engine.wake()
+                    services.signals.notify(changes.touched_workers - {worker_id})
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None
@@ -70,12 +82,9 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             "message": f"heartbeat refused, nothing of it applied: {refused}",
             "refused": [{"task_id": r.task_id, "attempt": r.attempt, "state": r.state} for r in refused.refusals],
         }) from None
-    if not changes.empty:
-        services.engine.wake()
-        services.signals.notify(changes.touched_workers - {worker_id})
+    orders = await current_orders()
     if not orders and body.wait > 0 and await woken(signal, body.wait):
-        async with services.store.read() as connection:
-            orders = await orders_for(connection, worker_id, job_token, relays_after())
+        orders = await current_orders()
     return HeartbeatReply(orders=orders, heartbeat_interval=services.settings.heartbeat_interval)
 
 

@@ -187,6 +187,11 @@ class HeartbeatRequest(WireModel):
                                       description="each NVIDIA device's use, where NVML reads it")
     wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
 
+    @property
+    def only_liveness(self) -> bool:
+        """It says only that the worker lives: no report, none of the facts it sends when they change."""
+        return not self.reports and self.environments is None and self.pythons is None and not self.gpus
+
     @field_validator("gpus")
     @classmethod
     def _one_reading_per_device(cls, gpus: list[GpuUse] | None) -> list[GpuUse] | None:

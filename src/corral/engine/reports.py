@@ -9,7 +9,9 @@ the report) is stale and changes nothing, as a repeat does.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,10 +24,19 @@ from corral.engine.drain import start_drains
 from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import task_row, tasks_with_budgets
-from corral.store.worker_state import forget_lost, insert_worker, mark_lost, mark_seen, silent_workers
+from corral.store.worker_state import (
+    forget_lost,
+    insert_worker,
+    mark_all_seen,
+    mark_lost,
+    mark_seen,
+    silent_workers,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from corral.store.store import Store
 
 log = logging.getLogger("corral.reports")
 
@@ -71,6 +82,44 @@ async def prune_lost_workers(connection: AsyncConnection, before: float) -> int:
     if pruned:
         log.info("forgot %d worker(s) lost before %.0f", pruned, before)
     return pruned
+
+
+class SeenMarks:
+    """Heartbeats that carry nothing but the worker's liveness, written together: the marks that arrive while one
+    transaction is being written go in the next, one statement and one commit for them all (a group commit),
+    rather than one transaction each, queued one by one behind the single writer. Each heartbeat is answered only
+    once its mark is committed, as when it was written alone."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._waiting: dict[str, list[asyncio.Future[bool]]] = defaultdict(list)
+        self._writer: asyncio.Task | None = None
+
+    async def seen(self, worker_id: str) -> None:
+        """Mark the worker seen now; raises UnknownWorker when it is not registered, or was declared lost."""
+        marked = asyncio.get_running_loop().create_future()
+        self._waiting[worker_id].append(marked)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        if not await marked:
+            raise UnknownWorker(worker_id)
+
+    async def _write(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, defaultdict(list)
+            try:
+                async with self.store.write() as connection:
+                    alive = await mark_all_seen(connection, list(batch), time.time())
+            except Exception as error:
+                for futures in batch.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(error)
+                continue
+            for worker_id, futures in batch.items():
+                for future in futures:
+                    if not future.done():  # its request may have gone meanwhile
+                        future.set_result(worker_id in alive)
 
 
 async def ingest_heartbeat(

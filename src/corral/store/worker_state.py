@@ -41,6 +41,14 @@ async def mark_seen(connection: AsyncConnection, worker_id: str, now: float, **f
     return seen.rowcount > 0
 
 
+async def mark_all_seen(connection: AsyncConnection, worker_ids: list[str], now: float) -> set[str]:
+    """Note many live workers' heartbeats in one statement; returns those that are ALIVE (the others are unknown
+    or LOST, and were not touched)."""
+    return set((await connection.execute(
+        update(workers).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
+        .values(last_heartbeat=now).returning(workers.c.id))).scalars())
+
+
 async def silent_workers(connection: AsyncConnection, before: float) -> list:
     """ALIVE workers last heard from before `before`: id, name, last_heartbeat."""
     return list((await connection.execute(

@@ -1,0 +1,57 @@
+"""Heartbeats that carry only liveness are marked together: one commit for all that arrive at once, each one still
+refused when its worker is unknown or LOST, and none answered before its mark is committed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import select
+
+from corral.engine.reports import SeenMarks, UnknownWorker
+from corral.store.schema import workers
+from tests.store.helpers import NOW, add_worker, reap
+
+
+async def last_heartbeats(store) -> dict[str, float]:
+    async with store.read() as connection:
+        return dict((await connection.execute(select(workers.c.id, workers.c.last_heartbeat))).all())
+
+
+async def test_marks_arriving_together_share_one_commit(store):
+    ids = [await add_worker(store, f"w{i}", now=NOW) for i in range(40)]
+    commits = []
+    store.on_commit.append(lambda: commits.append(1))
+    marks = SeenMarks(store)
+    await asyncio.gather(*(marks.seen(worker_id) for worker_id in ids))
+    assert len(commits) <= 2  # the first mark's own transaction, then every one that queued behind it
+    assert all(seen > NOW for seen in (await last_heartbeats(store)).values())
+
+
+async def test_an_unknown_or_lost_worker_is_refused_and_the_others_are_marked(store):
+    lost = await add_worker(store, "lost", now=NOW)
+    await reap(store, NOW + 60, loss_timeout=30)
+    alive = await add_worker(store, "alive", now=NOW + 60)
+    marks = SeenMarks(store)
+    outcomes = await asyncio.gather(marks.seen(alive), marks.seen(lost), marks.seen("never-registered"),
+                                    return_exceptions=True)
+    assert outcomes[0] is None
+    assert [type(outcome) for outcome in outcomes[1:]] == [UnknownWorker, UnknownWorker]
+    seen = await last_heartbeats(store)
+    assert seen[alive] > NOW + 60 and seen[lost] == NOW  # a LOST row is not brought back to life
+
+
+async def test_a_failed_write_fails_every_heartbeat_of_its_batch_and_the_next_batch_is_written(store):
+    worker_id = await add_worker(store, "w", now=NOW)
+    marks = SeenMarks(store)
+    real_write = store.write
+
+    def broken():
+        raise OSError("disk gone")
+
+    store.write = broken
+    with pytest.raises(OSError):
+        await marks.seen(worker_id)
+    store.write = real_write
+    await marks.seen(worker_id)
+    assert (await last_heartbeats(store))[worker_id] > NOW

@@ -299,7 +299,8 @@ class KeptCapacity:
         return True
 
     async def _tasks_changed(self, connection: AsyncConnection, task_ids: set[int]) -> None:
-        """Each task's room as its row says now: given back, then held again if it still holds it."""
+        """Each task's room as its row says now: given back, then held again if it still holds it (one unchanged is
+        left alone, so that the pool's latest placement is not looked for again)."""
         ids = sorted(task_ids)
         rows = []
         for start in range(0, len(ids), CHUNK):
@@ -308,10 +309,13 @@ class KeptCapacity:
         holding = [row for row in rows if row.state in HOLDS_ROOM and row.worker_id is not None]
         await self._read_facts(connection, {row.job_id for row in holding})
         index = self.index
+        now = {row.id: _running_task(row, self._facts.get(row.job_id, (JobPlacement(), None))[0]) for row in holding}
         for task_id in ids:
-            index.remove(task_id)
-        for row in holding:
-            index.add(_running_task(row, self._facts.get(row.job_id, (JobPlacement(), None))[0]))
+            if task_id not in now or index.running.get(task_id) != now[task_id]:
+                index.remove(task_id)  # a no-op for one not on record
+        for task_id, task in now.items():
+            if index.running.get(task_id) != task:
+                index.add(task)
 
     async def _read_facts(self, connection: AsyncConnection, job_ids: Collection[int]) -> None:
         missing = sorted(set(job_ids) - self._facts.keys())

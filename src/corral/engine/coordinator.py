@@ -103,7 +103,7 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         started = time.perf_counter()
         failed: dict[int, BaseException | str] = {}
         if handler.needs_rooms:
-            snapshot.cluster = await read_cluster(connection)
+            snapshot.cluster = await read_cluster(connection, handler.kept, job_info.keys())
             failed.update((job_id, cause) for job_id, cause in snapshot.cluster.unreadable.items()
                           if job_id in job_info)
         decision, targets = decide_apart(lambda some: handler.execute(some, snapshot),

@@ -45,6 +45,7 @@ from corral.scheduling.fragmentation import RequestMix
 from corral.scheduling.placement import Request, RunningTask, Unit, place_over
 from corral.scheduling.reasons import DependencyFailed, TimedOut
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
+from corral.store.scheduling_reads import KeptCapacity
 
 J, T = JobState, TaskState
 E = TypeVar("E", bound=Effect)
@@ -117,6 +118,7 @@ class Handler:
     max_tries: int | None = None
     effects: tuple[type[Effect], ...] = ()  # the kinds of effect its decisions may carry
     needs_rooms: bool = False
+    kept: KeptCapacity | None = None  # where it needs rooms: the capacity index it keeps across passes
     batch_rows: int | None = None  # task rows fetched per run; None: the store's default
 
     @property
@@ -158,6 +160,7 @@ class ScheduleJobs(Handler):
     remembered_units = 100_000  # units already counted in the request mixes; the oldest are forgotten past this
 
     def __init__(self) -> None:
+        self.kept = KeptCapacity()
         # Per pool, the requests seen lately, kept across passes: what fragmentation-aware placement measures by.
         self.mixes: dict[str, RequestMix] = defaultdict(RequestMix)
         self.counted: dict[TargetKey, None] = {}  # insertion-ordered: the oldest first

@@ -138,7 +138,11 @@ async def ingest_heartbeat(
     if not await mark_seen(connection, worker_id, now, **cached):
         raise UnknownWorker(worker_id)
     changes = ChangeSet(now)
+    if pythons is not None:  # a fact placement reads (python constraints): on record, so the kept index sees it
+        changes.worker(worker_id, "Heartbeat", WorkerState.ALIVE, WorkerState.ALIVE,
+                       f"found Pythons: {', '.join(pythons) or 'none'}")
     if not reports:
+        await changes.flush(connection)
         return changes
     rows = {row.id: row for row in await tasks_with_budgets(connection, task_ids={r.task_id for r in reports})}
     current = {task_id: task_row(row) for task_id, row in rows.items()}

@@ -1,28 +1,46 @@
 """The reads a scheduling pass needs, a handful of queries: workers and their free room, the tasks
-holding room, the placement facts of active jobs, where retried tasks failed, dependencies, policy.
+holding room, the placement facts of active jobs, where retried tasks failed, dependencies, policy;
+and the capacity index the engine keeps across passes, brought up to date from the history.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Collection
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.spec import MAX_GPU
 from corral.core.states import JOB_ACTIVE, TASK_HOLDS_RESOURCES, TaskState, WorkerState
+from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request, WorkerRoom
 from corral.scheduling.snapshot import ClusterSnapshot, JobEnd, JobPlacement
 from corral.store.policy import read_policy
-from corral.store.schema import attempts, jobs, tasks, workers
+from corral.store.schema import attempts, history, jobs, tasks, workers
 
 CHUNK = 5000  # ids per IN (...) list, under every driver's parameter limit
 STOPPING = frozenset({TaskState.PREEMPTING, TaskState.TERMINATING})
+HOLDS_ROOM = frozenset(str(s) for s in TASK_HOLDS_RESOURCES)
+GAP_SECONDS = 60.0  # how long an id skipped by the rows read is looked for again (a rolled-back id never comes)
+GAP_WINDOW = 1000  # ids behind the latest at a build that may still be committing
+MAX_GAPS = 10_000  # more ids missing at once than this: rebuilt instead of looked for one by one
 
 
-async def read_cluster(connection: AsyncConnection) -> ClusterSnapshot:
-    unreadable: dict[int, str] = {}
+async def read_cluster(connection: AsyncConnection, kept: KeptCapacity | None = None,
+                       job_ids: Collection[int] = ()) -> ClusterSnapshot:
+    """The whole cluster read afresh; with `kept`, its index brought up to date instead, and the placement facts
+    of `job_ids` only (the pass's targets)."""
+    if kept is not None:
+        unreadable: dict[int, str] = {}
+        index = await kept.refresh(connection)
+        job_facts = await kept.facts(connection, job_ids, unreadable)
+        return ClusterSnapshot(unreadable=unreadable, jobs=job_facts, index=index, avoid=await _failed_on(connection),
+                               dependencies=await _dependencies(connection, job_facts),
+                               policy=await read_policy(connection))
+    unreadable = {}
     job_facts = await _active_jobs(connection, unreadable)
     running = await _running_tasks(connection, job_facts)
     return ClusterSnapshot(
@@ -55,34 +73,42 @@ async def _active_jobs(connection: AsyncConnection, unreadable: dict[int, str] |
     rows = (await connection.execute(query)).all()
     facts = {}
     for row in rows:
-        try:
-            facts[row.id] = JobPlacement.from_spec(row.spec, priority=row.priority, gang=row.gang)
-        except Exception as error:
-            facts[row.id] = JobPlacement(priority=row.priority, gang=row.gang)
-            if unreadable is not None:
-                unreadable[row.id] = f"its spec cannot be read: {type(error).__name__}: {error}"
+        facts[row.id], why = _placement(row)
+        if why is not None and unreadable is not None:
+            unreadable[row.id] = why
     return facts
 
 
+def _placement(row) -> tuple[JobPlacement, str | None]:
+    """A job's placement facts from its row, and why its spec cannot be read (then read as the defaults)."""
+    try:
+        return JobPlacement.from_spec(row.spec, priority=row.priority, gang=row.gang), None
+    except Exception as error:
+        return (JobPlacement(priority=row.priority, gang=row.gang),
+                f"its spec cannot be read: {type(error).__name__}: {error}")
+
+
 async def _running_tasks(connection: AsyncConnection, job_facts: dict[int, JobPlacement]) -> list[RunningTask]:
-    rows = (await connection.execute(
-        select(tasks.c.id, tasks.c.job_id, tasks.c.worker_id, tasks.c.state, tasks.c.cpu, tasks.c.memory,
-               tasks.c.gpu, tasks.c.gpu_ids, attempts.c.assigned_at)
-        .select_from(tasks.outerjoin(attempts, and_(attempts.c.task_id == tasks.c.id,
-                                                    attempts.c.attempt == tasks.c.attempt)))
-        .where(_holds_room())
-    )).all()
-    running = []
-    for row in rows:
-        job = job_facts.get(row.job_id, JobPlacement())
-        running.append(RunningTask(
-            task_id=row.id, job_id=row.job_id, worker_id=row.worker_id,
-            request=Request(row.cpu, row.memory, row.gpu, job.custom, job.gpu_memory),
-            gpu_ids=tuple(row.gpu_ids or ()),
-            priority=job.priority, project=job.project, since=row.assigned_at or 0.0, gang=job.gang,
-            stopping=TaskState(row.state) in STOPPING,
-        ))
-    return running
+    rows = (await connection.execute(_task_room_columns().where(_holds_room()))).all()
+    return [_running_task(row, job_facts.get(row.job_id, JobPlacement())) for row in rows]
+
+
+def _task_room_columns():
+    """A task's columns that say what room it holds, with when its attempt was placed."""
+    return (select(tasks.c.id, tasks.c.job_id, tasks.c.worker_id, tasks.c.state, tasks.c.cpu, tasks.c.memory,
+                   tasks.c.gpu, tasks.c.gpu_ids, attempts.c.assigned_at)
+            .select_from(tasks.outerjoin(attempts, and_(attempts.c.task_id == tasks.c.id,
+                                                        attempts.c.attempt == tasks.c.attempt))))
+
+
+def _running_task(row, job: JobPlacement) -> RunningTask:
+    return RunningTask(
+        task_id=row.id, job_id=row.job_id, worker_id=row.worker_id,
+        request=Request(row.cpu, row.memory, row.gpu, job.custom, job.gpu_memory),
+        gpu_ids=tuple(row.gpu_ids or ()),
+        priority=job.priority, project=job.project, since=row.assigned_at or 0.0, gang=job.gang,
+        stopping=TaskState(row.state) in STOPPING,
+    )
 
 
 def _holds_room():
@@ -99,18 +125,23 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
         on_worker[task.worker_id].append(task)
     rooms = []
     for worker in alive:
-        custom = {name: float(amount) for name, amount in (worker.custom or {}).items()}
-        gpus = min(worker.gpu, MAX_GPU)  # a row from before registration was bounded costs what a real machine does
-        room = WorkerRoom(
-            id=worker.id, name=worker.name, cpu=worker.cpu, memory=worker.memory, gpu=gpus,
-            free_cpu=worker.cpu, free_memory=worker.memory, free_gpu_ids=list(range(gpus)),
-            pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=dict(custom),
-            gpu_memory=_device_memory(gpus, worker.gpu_devices), pythons=tuple(worker.pythons or ()),
-            filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()))
+        room = _free_room(worker)
         for task in on_worker.get(worker.id, ()):
             room.hold(task.request, task.gpu_ids)
         rooms.append(room)
     return rooms
+
+
+def _free_room(worker) -> WorkerRoom:
+    """A worker's room from its row, all of it free."""
+    custom = {name: float(amount) for name, amount in (worker.custom or {}).items()}
+    gpus = min(worker.gpu, MAX_GPU)  # a row from before registration was bounded costs what a real machine does
+    return WorkerRoom(
+        id=worker.id, name=worker.name, cpu=worker.cpu, memory=worker.memory, gpu=gpus,
+        free_cpu=worker.cpu, free_memory=worker.memory, free_gpu_ids=list(range(gpus)),
+        pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=dict(custom),
+        gpu_memory=_device_memory(gpus, worker.gpu_devices), pythons=tuple(worker.pythons or ()),
+        filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()))
 
 
 async def file_systems_in_pool(connection: AsyncConnection, pool: str) -> list[tuple[str | None, list[str]]]:
@@ -151,3 +182,149 @@ async def _dependencies(connection: AsyncConnection, job_facts: dict[int, JobPla
         )).all():
             ends[row.id] = JobEnd(str(row.state), row.finished_at)
     return ends
+
+
+class KeptCapacity:
+    """The capacity index the engine keeps across scheduling passes, and the parsed placement facts of jobs.
+
+    Why it stays right: every change of a fact the index holds writes a history row in the same transaction.
+    A task's state moves go through the one write path with a row each (its placement, worker and GPUs
+    with its move to ASSIGNED); a worker's registration, its loss and the Pythons it finds later are rows of
+    the worker's own. What has no row never changes: a worker's pool, labels and capacity are fixed under
+    its id (coming back is a new id), a job's spec and priority once stored. So the rows past the last one
+    read name every task and worker whose room may have moved, and each pass re-reads exactly those as they
+    are now: a task's state decides whether it holds room, a worker's whether it is alive. Reading current
+    facts makes the order of the rows irrelevant; only a row never read could leave the index wrong.
+    On SQLite one writer commits at a time, so ids commit in order. With several writers (PostgreSQL) an id
+    may commit after a higher one was read: each id skipped is looked for again every pass until it appears
+    or is GAP_SECONDS old (a rolled-back id never appears). The index is built afresh on the first pass, on
+    another database, or when the ids went back (the database was replaced).
+    """
+
+    def __init__(self) -> None:
+        self.index: CapacityIndex | None = None
+        self.seen = 0  # the highest history id read
+        self.gaps: dict[int, float] = {}  # ids below `seen` not read yet -> when first missed
+        self.rebuilds = 0
+        self._database = None
+        self._facts: dict[int, tuple[JobPlacement, str | None]] = {}  # job -> its placement facts, parsed once
+
+    async def refresh(self, connection: AsyncConnection) -> CapacityIndex:
+        """The index as the store is now: built on the first call, else updated by the rows since the last."""
+        now = time.monotonic()
+        if self.index is None or self._database is not connection.sync_engine:
+            return await self._build(connection, now)
+        gaps = [i for i, since in self.gaps.items() if now - since < GAP_SECONDS]
+        fresh = history.c.id > self.seen
+        rows = (await connection.execute(
+            select(history.c.id, history.c.task_id, history.c.worker_id, history.c.job_id, history.c.deployment_id)
+            .where(or_(fresh, history.c.id.in_(gaps)) if gaps else fresh))).all()
+        if not rows and await _latest_id(connection) < self.seen:
+            return await self._build(connection, now)  # the ids went back: another database
+        self.gaps = {i: self.gaps[i] for i in gaps}
+        if not self._note_gaps([row.id for row in rows], now):
+            return await self._build(connection, now)
+        task_ids = {row.task_id for row in rows if row.task_id is not None}
+        worker_ids = {row.worker_id for row in rows
+                      if row.job_id is None and row.deployment_id is None and row.worker_id is not None}
+        if not await self._workers_changed(connection, worker_ids):
+            return await self._build(connection, now)
+        await self._tasks_changed(connection, task_ids)
+        return self.index
+
+    async def facts(self, connection: AsyncConnection, job_ids: Collection[int],
+                    unreadable: dict[int, str]) -> dict[int, JobPlacement]:
+        """The placement facts of these jobs (specs never change once stored: each is parsed once); those of jobs
+        neither asked for nor holding room are forgotten."""
+        await self._read_facts(connection, job_ids)
+        facts = {}
+        for job_id in job_ids:
+            facts[job_id], why = self._facts.get(job_id, (JobPlacement(), None))
+            if why is not None:
+                unreadable[job_id] = why
+        if self.index is not None and len(self._facts) > 2 * (len(job_ids) + len(self.index.tasks_of_job)):
+            keep = set(job_ids) | set(self.index.tasks_of_job)
+            self._facts = {job_id: fact for job_id, fact in self._facts.items() if job_id in keep}
+        return facts
+
+    async def _build(self, connection: AsyncConnection, now: float) -> CapacityIndex:
+        self.rebuilds += 1
+        self._database = connection.sync_engine
+        self._facts.clear()  # job ids may name other jobs in another database
+        self.seen = await _latest_id(connection)
+        recent = (await connection.execute(
+            select(history.c.id).where(history.c.id > self.seen - GAP_WINDOW))).scalars().all()
+        self.gaps = {}
+        self._note_gaps(recent, now, after=max(self.seen - GAP_WINDOW, 0))
+        self.seen = max(recent, default=self.seen)
+        running = await _running_tasks(connection, await _active_jobs(connection, holding_room_only=True))
+        self.index = CapacityIndex(await _rooms(connection, running), running)
+        return self.index
+
+    def _note_gaps(self, ids: list[int], now: float, after: int | None = None) -> bool:
+        """Read `ids`: those between the last seen and the highest read that were not are gaps to look for again.
+        False when too many are missing to look for one by one."""
+        for found in ids:
+            self.gaps.pop(found, None)
+        start = self.seen if after is None else after
+        top = max(ids, default=start)
+        if top <= start:
+            return True
+        missing = top - start - len([i for i in ids if i > start])
+        if missing > MAX_GAPS:
+            return False
+        if missing:
+            read = set(ids)
+            self.gaps.update((i, now) for i in range(start + 1, top) if i not in read)
+        self.seen = max(self.seen, top)
+        return True
+
+    async def _workers_changed(self, connection: AsyncConnection, worker_ids: set[str]) -> bool:
+        """Join the workers now alive, lose the others; False when an alive worker's room changed in place
+        (Pythons found), which the index cannot take in by deltas."""
+        if not worker_ids:
+            return True
+        alive = {row.id: _free_room(row) for row in (await connection.execute(
+            select(workers).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
+            .order_by(workers.c.registered_at))).all()}
+        index = self.index
+        for worker_id in worker_ids - set(alive):
+            index.lose(worker_id)
+        for worker_id, room in alive.items():
+            i = index.position.get(worker_id)
+            if i is None:
+                index.join(room)
+            elif index.rooms[i].pythons != room.pythons:
+                return False
+        return True
+
+    async def _tasks_changed(self, connection: AsyncConnection, task_ids: set[int]) -> None:
+        """Each task's room as its row says now: given back, then held again if it still holds it (one unchanged is
+        left alone, so that the pool's latest placement is not looked for again)."""
+        ids = sorted(task_ids)
+        rows = []
+        for start in range(0, len(ids), CHUNK):
+            rows += (await connection.execute(
+                _task_room_columns().where(tasks.c.id.in_(ids[start:start + CHUNK])))).all()
+        holding = [row for row in rows if row.state in HOLDS_ROOM and row.worker_id is not None]
+        await self._read_facts(connection, {row.job_id for row in holding})
+        index = self.index
+        now = {row.id: _running_task(row, self._facts.get(row.job_id, (JobPlacement(), None))[0]) for row in holding}
+        for task_id in ids:
+            if task_id not in now or index.running.get(task_id) != now[task_id]:
+                index.remove(task_id)  # a no-op for one not on record
+        for task_id, task in now.items():
+            if index.running.get(task_id) != task:
+                index.add(task)
+
+    async def _read_facts(self, connection: AsyncConnection, job_ids: Collection[int]) -> None:
+        missing = sorted(set(job_ids) - self._facts.keys())
+        for start in range(0, len(missing), CHUNK):
+            for row in (await connection.execute(
+                    select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
+                    .where(jobs.c.id.in_(missing[start:start + CHUNK])))).all():
+                self._facts[row.id] = _placement(row)
+
+
+async def _latest_id(connection: AsyncConnection) -> int:
+    return (await connection.execute(select(func.max(history.c.id)))).scalar() or 0

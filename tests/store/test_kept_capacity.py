@@ -1,0 +1,124 @@
+"""The capacity index the engine keeps across passes, brought up to date from the history, equals the one rebuilt
+from the store after any sequence of real changes (placements, ends, stops, workers joining, lost, coming back
+with other capacity, finding Pythons), and the engine sees room freed or added without rebuilding it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from corral.engine.cancel import cancel_job
+from corral.engine.handlers import JOB_HANDLERS
+from corral.engine.reports import ingest_heartbeat
+from corral.scheduling.capacity import CapacityIndex
+from corral.store.scheduling_reads import KeptCapacity, read_cluster
+from corral.store.worker_state import mark_seen
+from tests.store.helpers import NOW, add_worker, job_tasks, reap, report, settle, submit
+
+SCHEDULE = next(handler for handler in JOB_HANDLERS if handler.name == "ScheduleJobs")
+
+
+def facts(index: CapacityIndex) -> tuple:
+    """What placement reads of an index, with amounts at zero left out (missing reads as zero)."""
+    def nonzero(use):
+        return {key: {r: a for r, a in amounts.items() if a} for key, amounts in use.items()}
+    return (index.rooms, index.position, dict(sorted(index.running.items())), nonzero(index.quota_use),
+            {pool: nonzero(use) for pool, use in index.pool_use.items()}, index.lowest_priorities(),
+            index.last_placed(), {room.pool: dict(index.capacity(room.pool)) for room in index.rooms},
+            dict(index.tasks_of_job))
+
+
+async def rebuilt(store) -> CapacityIndex:
+    async with store.read() as connection:
+        return (await read_cluster(connection)).capacity()
+
+
+async def kept_now(store, kept: KeptCapacity) -> CapacityIndex:
+    async with store.read() as connection:
+        return await kept.refresh(connection)
+
+
+async def lose(store, worker_id: str, alive: list[str], moment: float) -> None:
+    """The reaper declares `worker_id` lost: every other alive worker was heard from at `moment`."""
+    async with store.write() as connection:
+        for other in alive:
+            if other != worker_id:
+                await mark_seen(connection, other, moment)
+    await reap(store, moment, loss_timeout=30.0)
+
+
+async def tasks_in(store, job_ids, states) -> list:
+    return [t for job_id in job_ids for t in await job_tasks(store, job_id) if t.state in states]
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_the_kept_index_equals_the_one_rebuilt_after_any_real_changes(store, seed):
+    rng, kept = random.Random(seed), KeptCapacity()
+    alive, names, job_ids, moment = [], 0, [], NOW
+    assert facts(await kept_now(store, kept)) == facts(await rebuilt(store))
+    for _ in range(30):
+        moment += 100
+        step = rng.choice(["join", "join", "submit", "submit", "submit", "run", "end", "cancel", "lose", "pythons"])
+        if step == "join" or not alive:
+            names += 1
+            alive.append(await add_worker(store, f"w{rng.randrange(names)}", cpu=rng.choice([2.0, 4.0]),
+                                          gpu=rng.choice([0, 2]), pool=rng.choice(["default", "big"]),
+                                          labels={"zone": rng.choice("xy")}, now=moment))
+        elif step == "submit":
+            job_ids.append(await submit(store, replicas=rng.randint(1, 3), priority=rng.choice([0, 5]),
+                                        pool=rng.choice(["default", "big"]), project=rng.choice(["p", "q"]),
+                                        resources={"cpu": rng.choice([1, 2]), "gpu": rng.choice([0, 1])}))
+        elif step in ("run", "end"):
+            placed = await tasks_in(store, job_ids, {"ASSIGNED"})
+            if placed:
+                task = rng.choice(placed)
+                events = [(task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"),
+                          (task.id, task.attempt, "RUNNING")]
+                if step == "end":
+                    events.append((task.id, task.attempt, rng.choice(["SUCCEEDED", "FAILED"]), 1))
+                await report(store, task.worker_id, *events, now=moment)
+        elif step == "cancel" and job_ids:  # its placed tasks stop, holding their room until they end
+            cancelled = job_ids.pop(rng.randrange(len(job_ids)))
+            async with store.write() as connection:
+                await cancel_job(connection, cancelled, moment)
+        elif step == "lose":
+            victim = rng.choice(alive)
+            await lose(store, victim, alive, moment + 1000)
+            moment += 1000
+            alive.remove(victim)
+        elif step == "pythons":
+            async with store.write() as connection:
+                await ingest_heartbeat(connection, rng.choice(alive), [], moment, pythons=[f"3.{rng.randint(10, 13)}"])
+        await settle(store, now=moment)
+        assert facts(await kept_now(store, kept)) == facts(await rebuilt(store)), step
+
+
+async def test_a_task_ending_frees_its_room_for_the_next_pass_without_a_rebuild(store):
+    worker = await add_worker(store, cpu=1.0)
+    first, second = await submit(store, resources={"cpu": 1}), await submit(store, resources={"cpu": 1})
+    before = SCHEDULE.kept.rebuilds
+    await settle(store)
+    ((task,), (waiting,)) = await job_tasks(store, first), await job_tasks(store, second)
+    assert (task.state, waiting.state) == ("ASSIGNED", "PENDING")
+    await report(store, worker, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"),
+                 (task.id, task.attempt, "RUNNING"), (task.id, task.attempt, "SUCCEEDED", 0))
+    await settle(store)
+    ((placed,),) = [await job_tasks(store, second)]
+    assert (placed.state, placed.worker_id) == ("ASSIGNED", worker)
+    assert SCHEDULE.kept.rebuilds == before + 1  # built on this store's first pass only
+
+
+async def test_a_worker_coming_back_with_other_capacity_is_seen(store):
+    small = await add_worker(store, "box", cpu=1.0)
+    big_job = await submit(store, resources={"cpu": 4})
+    before = SCHEDULE.kept.rebuilds
+    await settle(store)
+    assert (await job_tasks(store, big_job))[0].state == "PENDING"
+    await lose(store, small, [small], NOW + 1000)
+    bigger = await add_worker(store, "box", cpu=8.0, now=NOW + 2000)
+    await settle(store, now=NOW + 2000)
+    ((task,),) = [await job_tasks(store, big_job)]
+    assert (task.state, task.worker_id) == ("ASSIGNED", bigger)
+    assert SCHEDULE.kept.rebuilds == before + 1
+    assert facts(await kept_now(store, SCHEDULE.kept)) == facts(await rebuilt(store))

@@ -156,12 +156,14 @@ class Fragmentation:
     def state(self, room: WorkerRoom) -> int:
         """The id of the room's state: equal for workers that fragment alike."""
         admitted = self.admitted(room)
-        devices = tuple(sorted(
-            (SHARES - room.gpu_shared.get(d, 0) if d not in room.free_gpu_ids else SHARES,
-             room.device_memory(d) - room.gpu_memory_shared.get(d, 0))
-            for d in range(room.gpu) if d in room.free_gpu_ids or d in room.gpu_shared))
+        free, shared, reserved = set(room.free_gpu_ids), room.gpu_shared, room.gpu_memory_shared
+        # Only the devices with room are visited (not every device asking whether it is free): a pass states
+        # the room of every worker it takes from.
+        devices = [(SHARES, room.device_memory(d) - reserved.get(d, 0)) for d in free if d < room.gpu]
+        devices += [(SHARES - used, room.device_memory(d) - reserved.get(d, 0)) for d, used in shared.items()
+                    if d < room.gpu and d not in free and used < SHARES]
         return self._intern((admitted, room.free_cpu, room.free_memory, tuple(sorted(room.free_custom.items())),
-                             tuple(device for device in devices if device[0] > 0)))
+                             tuple(sorted(devices))))
 
     def _intern(self, state: State) -> int:
         if state not in self.ids:

@@ -126,6 +126,7 @@ class _Pass:
         self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
         self.strategies: dict[str, Strategy] = {}
         self.holding = Counter(index.tasks_of_job)  # job -> its tasks holding room, placed ones included
+        self.alike: tuple[tuple, Group] | None = None  # (kind, group) of the last offer, when it placed one task
 
     def run(self, units: Sequence[Unit]) -> Placement:
         by_pool: dict[str, list[Unit]] = defaultdict(list)
@@ -151,6 +152,16 @@ class _Pass:
         return self.result
 
     def _offer(self, unit: Unit, pool_policy: PoolPolicy) -> Reason | None:
+        # A task alike the one placed by the offer just before passes every check that one passed (a kind is
+        # blocked only by a failed offer, and nothing failed since): only the choice of worker is left.
+        if self.alike is not None and self.alike[0] == (unit.pool, unit.constraints, unit.request) \
+                and self._checks_nothing(unit):
+            i = self.book.choose(self.alike[1], unit.request, self.strategies[unit.pool])
+            if i is not None:
+                self._placed(unit, [Assignment(unit.task_ids[0], self.book.rooms[i].id,
+                                               tuple(self.book.take(i, unit.request)))])
+                return None
+        self.alike = None
         # 2. The job's own cap, then quota.
         if unit.max_running is not None and self.holding[unit.job_id] + len(unit.task_ids) > unit.max_running:
             return AtMostRunning(self.holding[unit.job_id], unit.max_running)
@@ -169,17 +180,28 @@ class _Pass:
             return self._instead_of_waiting(unit, group, pool_policy, self.blocked[kind])
         assignments, placeable = self._fit(unit, group)
         if assignments is not None:
-            self.result.assignments[unit.key] = assignments
-            self.holding[unit.job_id] += len(unit.task_ids)
-            if unit.project in self.policy.quotas:
-                for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
-                    self.quota_use[unit.project][resource] += amount
+            self._placed(unit, assignments)
+            if self._checks_nothing(unit):
+                self.alike = ((unit.pool, unit.constraints, unit.request), group)
             return None
         # 5. It waits; those behind it go on.
         reason = self._no_room(unit, group, placeable)
         if single:
             self.blocked[kind] = reason
         return self._instead_of_waiting(unit, group, pool_policy, reason)
+
+    def _placed(self, unit: Unit, assignments: list[Assignment]) -> None:
+        self.result.assignments[unit.key] = assignments
+        self.holding[unit.job_id] += len(unit.task_ids)
+        if unit.project in self.policy.quotas:
+            for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
+                self.quota_use[unit.project][resource] += amount
+
+    def _checks_nothing(self, unit: Unit) -> bool:
+        """Whether, once a unit of its kind was placed, placing this one is only choosing a worker: one task with
+        nothing to avoid, no cap on its job, no quota on its project."""
+        return (len(unit.task_ids) == 1 and not unit.avoid and unit.max_running is None
+                and unit.project not in self.policy.quotas)
 
     def _instead_of_waiting(self, unit: Unit, group: Group, pool_policy: PoolPolicy, reason: Reason) -> Reason:
         # 5a. Room held for another would have fitted it.

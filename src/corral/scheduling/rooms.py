@@ -18,7 +18,6 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
 
@@ -54,23 +53,17 @@ class Request:
     custom: tuple[tuple[str, float], ...] = ()  # sorted (name, amount) pairs, hashable
     gpu_memory: int = 0  # whole devices: bytes each must have; a share: bytes of its device it reserves; 0: any
 
+    def __post_init__(self) -> None:
+        """Its hash and its GPU parts, worked out once as plain attributes: a pass reads them for every task it offers
+        room and every worker it tries (a cached property answers each read some ten times slower). Not fields:
+        a request is sent as its fields."""
+        share = gpu_share(self.gpu)
+        object.__setattr__(self, "share", share)  # hundredths of one device, for a share; 0 for whole devices
+        object.__setattr__(self, "whole", 0 if share else int(self.gpu))  # whole devices, 0 for a share
+        object.__setattr__(self, "_hash", hash((self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory)))
+
     def __hash__(self) -> int:
         return self._hash
-
-    @cached_property
-    def _hash(self) -> int:
-        """Computed once: a pass hashes a request for every unit it offers room (its kind, its strategy's cache)."""
-        return hash((self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory))
-
-    @cached_property
-    def share(self) -> int:
-        """Hundredths of one device, for a share; 0 for whole devices."""
-        return gpu_share(self.gpu)
-
-    @cached_property
-    def whole(self) -> int:
-        """Whole devices, 0 for a share."""
-        return 0 if self.share else int(self.gpu)
 
     def amounts(self, tasks: int = 1) -> dict[str, float]:
         """Per resource, in the order a reason names them: the scarcest kinds first."""

@@ -1,0 +1,78 @@
+"""A task alike the one placed just before is placed by choosing a worker only: the pass decides exactly what it
+decides when every unit goes through every check (any strategy, sequencer, reservation, preemption, quota, cap)."""
+
+from __future__ import annotations
+
+from unittest.mock import patch
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.core.config import PoolPolicy, Sequencer, Strategy
+from corral.scheduling.placement import Unit, _Pass, place
+from corral.scheduling.policy import Policy
+from corral.scheduling.preemption import RunningTask
+from corral.scheduling.rooms import Request
+from tests.unit.test_capacity_index import CONSTRAINTS, POOLS, REQUESTS, worker
+
+# Runs of alike tasks: a kind repeated, now and then broken by a gang, an avoiding retry or a capped job.
+RUNS = st.lists(st.tuples(REQUESTS, st.sampled_from(POOLS), st.sampled_from(CONSTRAINTS), st.integers(1, 8),
+                          st.integers(0, 3), st.sampled_from(["plain", "plain", "gang", "avoid", "capped"]),
+                          st.booleans()), max_size=8)
+RUNNING = st.lists(st.tuples(st.integers(0, 7), REQUESTS, st.integers(0, 3), st.booleans()), max_size=10)
+POLICIES = st.builds(lambda strategy, sequencer, reservation, preemption, quota: Policy(
+    pools={pool: PoolPolicy(strategy=strategy, sequencer=sequencer, reservation_time=reservation,
+                            preemption=preemption) for pool in POOLS},
+    quotas={"p1": {"gpu": quota}} if quota is not None else {}),
+    st.sampled_from([None, *Strategy]), st.sampled_from(list(Sequencer)), st.sampled_from([None, 0.0, 5.0]),
+    st.booleans(), st.sampled_from([None, 2.0, 6.0]))
+
+
+def units_of(runs) -> list[Unit]:
+    units, job = [], 100
+    for request, pool, constraints, count, priority, shape, early in runs:
+        since = 0.0 if early else 9.0
+        common = dict(pool=pool, constraints=constraints, priority=priority * 10 + 5, project=f"p{priority % 2}",
+                      since=since)
+        if shape == "gang":
+            units.append(Unit((job, None), tuple(job * 100 + t for t in range(count)), request, spread=early,
+                              **common))
+        else:
+            for t in range(count):
+                units.append(Unit((job, job * 100 + t), (job * 100 + t,), request,
+                                  avoid=frozenset({"w1", "w2"}) if shape == "avoid" and t % 2 else frozenset(),
+                                  max_running=count // 2 if shape == "capped" else None, **common))
+        job += 1
+    return units
+
+
+def running_on(rooms, tasks) -> list[RunningTask]:
+    running, by_id = [], {room.id: room for room in rooms}
+    for n, (w, request, priority, stopping) in enumerate(tasks):
+        room = by_id.get(f"w{w}")
+        if room is not None and room.fits(request):
+            running.append(RunningTask(n + 1, n + 1, room.id, request, tuple(room.take(request)), priority * 10,
+                                       project=f"p{priority % 2}", since=float(n), stopping=stopping))
+    return running
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 11), unique=True, max_size=8), RUNNING, RUNS, POLICIES)
+def test_placing_alike_tasks_by_their_choice_alone_decides_as_every_check_does(workers, tasks, runs, policy):
+    rooms = [worker(n) for n in workers]
+    running = running_on(rooms, tasks)
+    units = units_of(runs)
+    quick = place(units, rooms, policy=policy, running=running, now=10.0)
+    with patch.object(_Pass, "_checks_nothing", lambda self, unit: False):  # every unit through every check
+        checked = place(units, rooms, policy=policy, running=running, now=10.0)
+    assert (quick.assignments, quick.waiting, quick.victims) == (checked.assignments, checked.waiting,
+                                                                 checked.victims)
+
+
+def test_alike_tasks_after_the_first_skip_its_checks():
+    rooms = [worker(n) for n in (2, 6)]  # pool "a", 8 cores each
+    units = [Unit((1, t), (t,), Request(1.0, 0, 0), pool="a") for t in range(12)]
+    with patch.object(_Pass, "_absent", autospec=True, side_effect=_Pass._absent) as absent:
+        placement = place(units, rooms)
+    assert len(placement.assignments) == 12
+    assert absent.call_count == 1  # the first task; the other eleven only chose a worker

@@ -1,31 +1,42 @@
 """A thousand workers against one controller: heartbeats stay on time while 20,000 tasks go through.
 
-One process simulates the workers (asyncio + httpx), each speaking the worker protocol as
-corral.worker.agent does, with the protocol's own models: it registers, keeps one long-poll heartbeat
-outstanding, and reports every task it is ordered to build as BUILDING, PREPARED, RUNNING and SUCCEEDED
-at once, in report heartbeats of their own (wait 0), as the agent's reporter sends them. The controller
-is a real one (tests/e2e/cluster.py) with no real worker, at the default heartbeat interval and loss timeout.
+Load generator processes (`--generators K`, spawned; default: the CPUs less one, at least one) share the
+simulated workers; each runs one asyncio loop for its share, with an httpx client per simulated worker.
+Every simulated worker speaks the worker protocol's wire format as corral.worker.agent does (the controller
+validates every body with the protocol's models; the generator builds and reads plain JSON, so its cost per
+heartbeat stays small): it registers, keeps one long-poll heartbeat outstanding, and reports every task it is
+ordered to build as BUILDING, PREPARED, RUNNING and SUCCEEDED at once, in report heartbeats of their own
+(wait 0), as the agent's reporter sends them. The controller is a real one (tests/e2e/cluster.py) with no
+real worker, at the default heartbeat interval and loss timeout. At the end each generator sends its samples
+to this process, which merges them.
 
 Measured, on SQLite and then PostgreSQL: tasks per second from the first submission to the last job's end;
-each report heartbeat's round trip (p50/p99/max); each long poll's overrun past its wait (an answer that
-comes later than the wait lets the worker's interval slip; one later by half an interval is counted late);
-the workers declared LOST (must be none); the controller's CPU seconds and peak RSS (from /proc).
-CORRAL_BENCH_FLAMES=1 records a flame graph of the controller while the tasks go through.
+each report heartbeat's round trip (p50/p99/max over all generators' samples); each long poll's overrun
+past its wait (an answer that comes later than the wait lets the worker's interval slip; one later by half
+an interval is counted late); the workers declared LOST (must be none); the controller's CPU seconds, its
+share of the run's wall time and its peak RSS (from /proc); the generators' CPU seconds, and which side used
+more (when the generators did, the round trips include their own queueing). CORRAL_BENCH_FLAMES=1 records
+flame graphs of the controller and of the first generator while the tasks go through.
 
-    python bench/many_workers.py [--workers 1000] [--tasks 20000] [--only sqlite|postgres]
+    python bench/many_workers.py [--workers 1000] [--tasks 20000] [--only sqlite|postgres] [--generators K]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import math
+import multiprocessing
 import os
-import resource
+import queue
+import ssl
 import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import httpx
@@ -35,18 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.flames import flame  # noqa: E402
 from corral.controller.settings import ControllerSettings as Settings  # noqa: E402
-from corral.core.protocol import (  # noqa: E402
-    API,
-    MAX_REPORTS,
-    AttemptWorld,
-    BuildOrder,
-    Capacity,
-    HeartbeatReply,
-    HeartbeatRequest,
-    RegisterReply,
-    RegisterRequest,
-    TaskReport,
-)
+from corral.core.protocol import API, MAX_REPORTS  # noqa: E402
 from corral.core.states import TaskState  # noqa: E402
 from corral.worker.agent import PACE_FIRST, REQUEST_TIMEOUT  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402
@@ -56,18 +56,45 @@ WORKER_CPUS = 8
 JOB_REPLICAS = 1000  # the tasks are array jobs of this many `true`s, 1 CPU each
 LATE_FRACTION = 0.5  # a long poll answered later than its wait by this part of the interval is late
 REGISTERING_AT_ONCE = 20  # a cluster's machines come up over time; a thousand registrations in one instant is a storm
+REGISTRATION_DEADLINE = 600.0  # seconds the generators may take to register all their workers
 RUN_DEADLINE = 1800.0  # seconds the tasks may take before the run is abandoned
+STOP_DEADLINE = 60.0  # seconds a generator may take to stop and send its samples
 ENDED = TaskState.SUCCEEDED
 LIFE = (TaskState.BUILDING, TaskState.PREPARED, TaskState.RUNNING, ENDED)  # what the agent reports of a `true`
 
 
 @dataclass
 class Timings:
-    """What every simulated worker saw of the controller's answers, in seconds."""
+    """What the simulated workers saw of the controller's answers, in seconds."""
 
     report_round_trips: list[float] = field(default_factory=list)
     poll_overruns: list[float] = field(default_factory=list)  # a long poll's answer past its wait, or 0
     failures: list[str] = field(default_factory=list)
+
+    def merge(self, other: Timings) -> None:
+        self.report_round_trips += other.report_round_trips
+        self.poll_overruns += other.poll_overruns
+        self.failures += other.failures
+
+
+@dataclass(frozen=True)
+class Share:
+    """One generator process's part: workers sim-FIRST to sim-(FIRST+COUNT-1) of the controller at URL."""
+
+    url: str
+    join_token: str
+    first: int
+    count: int
+    registering_at_once: int
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A generator's last word: its samples and, where a worker of its share failed, why."""
+
+    first: int
+    timings: Timings
+    failure: str | None
 
 
 class WorkerLost(RuntimeError):
@@ -82,7 +109,7 @@ class SimulatedWorker:
         self.worker_id = ""
         self.interval = Settings.heartbeat_interval
         self.acted_on: set[tuple[int, int]] = set()
-        self.outbox: list[TaskReport] = []
+        self.outbox: list[dict] = []  # TaskReports, as the wire has them
         self.outbox_filled = asyncio.Event()
         self.registered = asyncio.Event()
 
@@ -94,21 +121,20 @@ class SimulatedWorker:
         await asyncio.gather(self.poll(), self.deliver())
 
     async def register(self) -> None:
-        request = RegisterRequest(name=self.name, address="127.0.0.1",
-                                  capacity=Capacity(cpu=WORKER_CPUS, memory=16 << 30))
-        response = await self.http.post(f"{API}/workers", json=request.model_dump(mode="json"))
+        request = {"name": self.name, "address": "127.0.0.1", "capacity": {"cpu": WORKER_CPUS, "memory": 16 << 30}}
+        response = await self.http.post(f"{API}/workers", json=request)
         response.raise_for_status()
-        reply = RegisterReply.model_validate(response.json())
-        self.worker_id, self.interval = reply.worker_id, reply.heartbeat_interval
+        reply = response.json()
+        self.worker_id, self.interval = reply["worker_id"], reply["heartbeat_interval"]
 
-    async def heartbeat(self, reports: list[TaskReport], wait: float) -> HeartbeatReply:
-        body = HeartbeatRequest(reports=reports, wait=wait).model_dump(mode="json")
-        response = await self.http.post(f"{API}/workers/{self.worker_id}/heartbeat", json=body,
-                                        timeout=wait + REQUEST_TIMEOUT)
+    async def heartbeat(self, reports: list[dict], wait: float) -> dict:
+        """One heartbeat; the reply as JSON (a HeartbeatReply: `orders` and `heartbeat_interval`)."""
+        response = await self.http.post(f"{API}/workers/{self.worker_id}/heartbeat",
+                                        json={"reports": reports, "wait": wait}, timeout=wait + REQUEST_TIMEOUT)
         if response.status_code == 409:
             raise WorkerLost(f"{self.name} declared lost: {response.text}")
         response.raise_for_status()
-        return HeartbeatReply.model_validate(response.json())
+        return response.json()
 
     async def poll(self) -> None:
         pace = PACE_FIRST
@@ -122,8 +148,8 @@ class SimulatedWorker:
                 await asyncio.sleep(PACE_FIRST)
                 continue
             took = time.perf_counter() - began
-            self.timings.poll_overruns.append(0.0 if reply.orders else max(0.0, took - wait))
-            if self.dispatch(reply) or not reply.orders:
+            self.timings.poll_overruns.append(0.0 if reply["orders"] else max(0.0, took - wait))
+            if self.dispatch(reply) or not reply["orders"]:
                 pace = PACE_FIRST
             else:
                 await asyncio.sleep(pace)
@@ -148,24 +174,74 @@ class SimulatedWorker:
                 self.outbox_filled.set()
             self.dispatch(reply)
 
-    def dispatch(self, reply: HeartbeatReply) -> bool:
+    def dispatch(self, reply: dict) -> bool:
         """Run each new build order to its end at once: its whole life goes to the reporter. True if any was new."""
-        self.interval = reply.heartbeat_interval
+        self.interval = reply["heartbeat_interval"]
         new = False
-        for order in reply.orders:
-            ref = (order.task_id, order.attempt)
-            if not isinstance(order, BuildOrder) or ref in self.acted_on:
+        for order in reply["orders"]:
+            ref = (order.get("task_id"), order.get("attempt"))
+            if order["action"] != "build" or ref in self.acted_on:
                 continue
             self.acted_on.add(ref)
             new = True
-            world = AttemptWorld(start="empty", directory=f"/tmp/{self.name}/{order.task_id}")
-            self.outbox.extend(TaskReport(task_id=order.task_id, attempt=order.attempt, state=state, at=time.time(),
-                                          exit_code=0 if state is ENDED else None,
-                                          world=world if state is TaskState.PREPARED else None)
+            world = {"start": "empty", "directory": f"/tmp/{self.name}/{order['task_id']}"}
+            self.outbox.extend({"task_id": order["task_id"], "attempt": order["attempt"], "state": state.value,
+                                "at": time.time(), "exit_code": 0 if state is ENDED else None,
+                                "world": world if state is TaskState.PREPARED else None}
                                for state in LIFE)
         if new:
             self.outbox_filled.set()
         return new
+
+
+def generate(share: Share, events: multiprocessing.Queue, stop: Event) -> None:
+    """A generator process: simulate the share's workers until told to stop, then send back what they saw."""
+    asyncio.run(simulate(share, events, stop))
+
+
+async def simulate(share: Share, events: multiprocessing.Queue, stop: Event) -> None:
+    """Put ("registered", FIRST) once every worker of the share is registered, and a Stopped at the end.
+
+    It ends when `stop` is set or as soon as one of its workers fails (declared LOST, or a registration refused).
+    """
+    timings = Timings()
+    unused_tls = ssl.create_default_context()  # plain HTTP; made once, not once per client
+    async with contextlib.AsyncExitStack() as clients:
+        simulated = [SimulatedWorker(await clients.enter_async_context(own_client(share, unused_tls)), f"sim-{i:04d}",
+                                     timings)
+                     for i in range(share.first, share.first + share.count)]
+        registering = asyncio.Semaphore(share.registering_at_once)
+        loops = [asyncio.create_task(worker.serve(registering)) for worker in simulated]
+        registered = asyncio.ensure_future(asyncio.gather(*(worker.registered.wait() for worker in simulated)))
+        await asyncio.wait([registered, *loops], return_when=asyncio.FIRST_COMPLETED)
+        if registered.done():
+            events.put(("registered", share.first))
+            stopping = asyncio.create_task(stopped(stop))
+            await asyncio.wait([stopping, *loops], return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+        registered.cancel()
+        failed = [loop for loop in loops if loop.done() and not loop.cancelled() and loop.exception()]
+        failure = f"{type(failed[0].exception()).__name__}: {failed[0].exception()}" if failed else None
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+    events.put(("stopped", Stopped(share.first, timings, failure)))
+
+
+def own_client(share: Share, unused_tls: ssl.SSLContext) -> httpx.AsyncClient:
+    """A worker's own HTTP client, as each agent has: its poll and its reports, two connections.
+
+    One client shared by all the process's workers would be slower: its pool looks at every connection it holds
+    on every request (py-spy: 64% of a generator's samples at 200 workers, in one pool).
+    """
+    return httpx.AsyncClient(base_url=share.url, limits=httpx.Limits(max_connections=2), timeout=REQUEST_TIMEOUT,
+                             headers={"Authorization": f"Bearer {share.join_token}"}, verify=unused_tls)
+
+
+async def stopped(stop: Event) -> None:
+    """Return once `stop` is set; it is looked at every second, so no thread outlives the loop for long."""
+    while not await asyncio.to_thread(stop.wait, 1.0):
+        pass
 
 
 def cpu_seconds(pid: int) -> float:
@@ -191,109 +267,169 @@ def percentiles(values: list[float]) -> str:
             f"max {ordered[-1] * 1000:.0f} ms (n={len(ordered)})")
 
 
-async def drive(cluster: Cluster, workers: int, tasks: int, label: str) -> dict:
-    """Register the workers, submit the tasks, and keep heartbeating until every job has SUCCEEDED."""
+def shares(cluster: Cluster, workers: int, generators: int) -> list[Share]:
+    """The workers split as evenly as they go over the generators, registering REGISTERING_AT_ONCE in all."""
+    at_once = math.ceil(REGISTERING_AT_ONCE / generators)
+    bounds = [workers * i // generators for i in range(generators + 1)]
+    return [Share(cluster.url, cluster.join_token, first, end - first, at_once)
+            for first, end in zip(bounds, bounds[1:], strict=False) if end > first]
+
+
+def drive(cluster: Cluster, workers: int, tasks: int, generators: int, label: str) -> dict:
+    """Start the generators, submit the tasks once every worker is registered, and wait until every job has ended."""
+    spawning = multiprocessing.get_context("spawn")
+    events, stop = spawning.Queue(), spawning.Event()
+    processes = [spawning.Process(target=generate, args=(share, events, stop), name=f"load-generator-{share.first}")
+                 for share in shares(cluster, workers, generators)]
+    for process in processes:
+        process.start()
+    ends: list[Stopped] = []
+    try:
+        registered = 0
+        while registered + len(ends) < len(processes):
+            kind, detail = events.get(timeout=REGISTRATION_DEADLINE)
+            registered, ends = (registered + 1, ends) if kind == "registered" else (registered, [*ends, detail])
+        if ends:
+            return {"outcome": f"abandoned while registering: {ends[0].failure}"}
+        print(f"{label}: {workers} workers registered, in {len(processes)} load generator processes", flush=True)
+        result = run_tasks(cluster, processes, events, tasks, label, ends)
+    finally:
+        stop.set()
+        ends += stopping(events, len(processes) - len(ends))
+        for process in processes:
+            process.join(timeout=STOP_DEADLINE)
+            if process.is_alive():
+                process.kill()
     timings = Timings()
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=2 * workers)
-    async with httpx.AsyncClient(base_url=cluster.url, limits=limits, timeout=REQUEST_TIMEOUT,
-                                 headers={"Authorization": f"Bearer {cluster.join_token}"}) as http, \
-            httpx.AsyncClient(base_url=cluster.url, timeout=REQUEST_TIMEOUT,
-                              headers={"Authorization": f"Bearer {cluster.admin_token}"}) as admin:
-        simulated = [SimulatedWorker(http, f"sim-{i:04d}", timings) for i in range(workers)]
-        registering = asyncio.Semaphore(REGISTERING_AT_ONCE)
-        loops = [asyncio.create_task(worker.serve(registering)) for worker in simulated]
-        await asyncio.gather(*(worker.registered.wait() for worker in simulated))
-        print(f"{label}: {workers} workers registered", flush=True)
-        pid = cluster.controller.pid
-        cpu_before, own_before = cpu_seconds(pid), resource.getrusage(resource.RUSAGE_SELF)
-        try:
-            with flame(pid, f"many-workers-{label.lower()}"):
-                began = time.perf_counter()
-                job_ids = []
-                for start in range(0, tasks, JOB_REPLICAS):
-                    response = await admin.post(f"{API}/jobs", json={
-                        "command": ["true"], "replicas": min(JOB_REPLICAS, tasks - start), "resources": {"cpu": 1}})
-                    assert response.status_code == 201, response.text
-                    job_ids.append(response.json()["id"])
-                finishing = asyncio.create_task(finished(admin, job_ids))
-                await asyncio.wait([finishing, *loops], return_when=asyncio.FIRST_COMPLETED)
-                if finishing.done():
-                    jobs, outcome = finishing.result(), "every task SUCCEEDED"
-                else:
-                    finishing.cancel()
-                    lost = next(loop.exception() for loop in loops if loop.done())
-                    jobs, outcome = [], f"abandoned {time.perf_counter() - began:.0f} s in: {lost}"
-        finally:
-            for loop in loops:
-                loop.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
-        own_after = resource.getrusage(resource.RUSAGE_SELF)
-        listed = (await admin.get(f"{API}/workers")).json()
-    assert all(job["state"] == "SUCCEEDED" for job in jobs), [job["state"] for job in jobs]
-    seconds = max(job["finished_at"] for job in jobs) - min(job["created_at"] for job in jobs) if jobs else None
+    for end in ends:
+        timings.merge(end.timings)
     late_after = LATE_FRACTION * Settings.heartbeat_interval
     return {
-        "outcome": outcome, "tasks/s": tasks / seconds if seconds else None, "seconds": seconds,
+        **result,
         "report round trip": percentiles(timings.report_round_trips),
         "long-poll overrun": percentiles(timings.poll_overruns),
         "late long polls": sum(1 for overrun in timings.poll_overruns if overrun > late_after),
         "failed requests": len(timings.failures), "first failure": timings.failures[:1],
-        "workers lost": sum(1 for worker in listed if worker["state"] != "ALIVE"),
-        "controller cpu s": cpu_seconds(pid) - cpu_before, "controller peak rss MiB": peak_rss_mib(pid),
-        "load generator cpu s": own_after.ru_utime + own_after.ru_stime - own_before.ru_utime - own_before.ru_stime,
     }
 
 
-async def finished(admin: httpx.AsyncClient, job_ids: list[int]) -> list[dict]:
-    """The jobs once all have ended, read once a second until RUN_DEADLINE."""
+def run_tasks(cluster: Cluster, processes: list, events: multiprocessing.Queue, tasks: int, label: str,
+              ends: list[Stopped]) -> dict:
+    """Submit the tasks and wait for the jobs' end, or for a generator to stop early (a worker lost)."""
+    pid, admin = cluster.controller.pid, cluster.http
+    controller_before = cpu_seconds(pid)
+    generators_before = {process.pid: cpu_seconds(process.pid) for process in processes}
+    with flame(pid, f"many-workers-{label.lower()}"), \
+            flame(processes[0].pid, f"many-workers-{label.lower()}-generator"):
+        began = time.perf_counter()
+        job_ids = []
+        for start in range(0, tasks, JOB_REPLICAS):
+            response = admin.post(f"{API}/jobs", json={
+                "command": ["true"], "replicas": min(JOB_REPLICAS, tasks - start), "resources": {"cpu": 1}})
+            assert response.status_code == 201, response.text
+            job_ids.append(response.json()["id"])
+        jobs = finished(admin, job_ids, events, ends)
+        wall = time.perf_counter() - began
+        controller_cpu = cpu_seconds(pid) - controller_before
+        generator_cpu = {p: cpu_seconds(p) - before for p, before in generators_before.items()}
+    listed = admin.get(f"{API}/workers").json()
+    outcome = ("every task SUCCEEDED" if jobs else
+               f"abandoned {wall:.0f} s in: {ends[-1].failure if ends else 'no generator left'}")
+    assert all(job["state"] == "SUCCEEDED" for job in jobs), [job["state"] for job in jobs]
+    seconds = max(job["finished_at"] for job in jobs) - min(job["created_at"] for job in jobs) if jobs else None
+    generators_cpu = sum(generator_cpu.values())
+    return {
+        "outcome": outcome, "tasks/s": tasks / seconds if seconds else None, "seconds": seconds,
+        "workers lost": sum(1 for worker in listed if worker["state"] != "ALIVE"),
+        "controller cpu s": controller_cpu, "controller cpu share": f"{controller_cpu / wall:.0%} of a core",
+        "controller peak rss MiB": peak_rss_mib(pid),
+        "generators cpu s": generators_cpu,
+        "busiest generator": f"{max(generator_cpu.values()) / wall:.0%} of a core",
+        "more CPU used by": ("the load generators: their queueing is in the round trips"
+                             if generators_cpu > controller_cpu else "the controller"),
+    }
+
+
+def finished(admin: httpx.Client, job_ids: list[int], events: multiprocessing.Queue,
+             ends: list[Stopped]) -> list[dict]:
+    """The jobs once all have ended, read once a second until RUN_DEADLINE; none if a generator stopped first."""
     deadline = time.monotonic() + RUN_DEADLINE
     while True:
-        jobs = [(await admin.get(f"{API}/jobs/{job_id}")).json() for job_id in job_ids]
+        jobs = [admin.get(f"{API}/jobs/{job_id}").json() for job_id in job_ids]
         if all(job["finished_at"] is not None for job in jobs):
             return jobs
         if time.monotonic() > deadline:
             raise TimeoutError(f"jobs not done after {RUN_DEADLINE:.0f} s: {[job['state'] for job in jobs]}")
-        await asyncio.sleep(1.0)
+        with contextlib.suppress(queue.Empty):
+            kind, detail = events.get(timeout=1.0)
+            assert kind == "stopped", kind
+            ends.append(detail)
+            return []
 
 
-def measure(root: Path, db_url: str | None, workers: int, tasks: int, label: str) -> dict:
+def stopping(events: multiprocessing.Queue, left: int) -> list[Stopped]:
+    """The last words of the `left` generators still running, read before they are joined (a full pipe blocks them)."""
+    ends = []
+    with contextlib.suppress(queue.Empty):
+        while len(ends) < left:
+            kind, detail = events.get(timeout=STOP_DEADLINE)
+            if kind == "stopped":
+                ends.append(detail)
+    return ends
+
+
+def measure(root: Path, db_url: str | None, workers: int, tasks: int, generators: int, label: str) -> dict:
     root.mkdir()
     cluster = Cluster(root, db_url=db_url, heartbeat_interval=Settings.heartbeat_interval,
                       loss_timeout=Settings.loss_timeout)
     cluster.start_controller()
     try:
-        return asyncio.run(drive(cluster, workers, tasks, label))
+        return drive(cluster, workers, tasks, generators, label)
     finally:
         cluster.stop()
 
 
-async def on_postgres(root: Path, workers: int, tasks: int) -> dict | None:
+async def on_postgres(root: Path, workers: int, tasks: int, generators: int) -> dict | None:
     try:
         async with scratch_database() as url:
-            return await asyncio.to_thread(measure, root, url, workers, tasks, "PostgreSQL")
+            return await asyncio.to_thread(measure, root, url, workers, tasks, generators, "PostgreSQL")
     except BaseException as error:  # tests.postgres skips (pytest's exception) where there is no server
         if type(error).__name__ != "Skipped":
             raise
         return None
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=1000)
-    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--workers", type=positive, default=1000)
+    parser.add_argument("--tasks", type=positive, default=20_000)
     parser.add_argument("--only", choices=("sqlite", "postgres"))
+    parser.add_argument("--generators", type=positive, default=max(1, (os.cpu_count() or 1) - 1),
+                        help="load generator processes (default: the CPUs less one, at least one)")
     args = parser.parse_args()
+    generators = min(args.generators, args.workers)
+    print(f"{generators} load generator processes for {args.workers} simulated workers", flush=True)
     results: dict[str, dict | None] = {}
     with tempfile.TemporaryDirectory(prefix="corral-bench-workers-") as tmp:
         if args.only != "postgres":
-            results["SQLite"] = measure(Path(tmp) / "sqlite", None, args.workers, args.tasks, "SQLite")
+            results["SQLite"] = measure(Path(tmp) / "sqlite", None, args.workers, args.tasks, generators, "SQLite")
         if args.only != "sqlite":
-            results["PostgreSQL"] = asyncio.run(on_postgres(Path(tmp) / "postgres", args.workers, args.tasks))
+            results["PostgreSQL"] = asyncio.run(on_postgres(Path(tmp) / "postgres", args.workers, args.tasks,
+                                                            generators))
     interval = Settings.heartbeat_interval
-    print(f"{args.workers} simulated workers, {args.tasks} tasks of `true`, heartbeat every {interval:g} s, "
-          f"late = a long poll answered {LATE_FRACTION * interval:g} s past its wait")
-    for key in next(r for r in results.values() if r is not None):
-        cells = [("skipped: no server at " + POSTGRES_URL) if r is None else _cell(r[key]) for r in results.values()]
+    print(f"{args.workers} simulated workers in {generators} load generators, {args.tasks} tasks of `true`, "
+          f"heartbeat every {interval:g} s, late = a long poll answered {LATE_FRACTION * interval:g} s past its wait")
+    keys = list(dict.fromkeys(key for result in results.values() if result is not None for key in result))
+    for key in keys:
+        cells = [("skipped: no server at " + POSTGRES_URL) if r is None else _cell(r.get(key, ""))
+                 for r in results.values()]
         print(f"  {key:<24} " + "  |  ".join(f"{name}: {cell}" for name, cell in zip(results, cells, strict=True)))
 
 

@@ -12,6 +12,7 @@ from corral.engine.handlers import JOB_HANDLERS
 from corral.engine.reports import prune_lost_workers, reap_lost_workers
 from corral.engine.retries import run_retries
 from corral.engine.target_errors import TargetErrors
+from corral.metrics import ENGINE_PASSES
 from corral.store.store import Store
 from corral.waiting import woken
 
@@ -97,6 +98,7 @@ class Engine:
     async def run_pass(self) -> bool:
         self._woken.clear()
         self.passes += 1
+        ENGINE_PASSES.inc()
         changed = await self._run_retries()  # first, so that the children it creates are placed in this pass
         for handler in JOB_HANDLERS:
             if self.retry_due is not None and time.time() >= self.retry_due:

@@ -7,11 +7,20 @@ clock (created_at to finished_at) and as a user sees it, around `corral submit -
 are printed beside the machine's raw spawn rate (a bare `Popen(["true"])` loop), the ceiling
 of any workload manager here. CORRAL_BENCH_FLAMES=1 records flame graphs of the controller
 and the worker during the controller-clock array run (bench/flames.py).
+
+Beside each array it prints the controller's own counts from /metrics, per task: commits (write
+transactions) and engine passes, and how busy the store's single writer was (commits/s, ms held per
+commit, the share of the run's wall time it was held). The same array then runs on PostgreSQL (a
+fresh database on the server tests/postgres.py names), when that server answers. `--array-only`
+skips the latency samples and the `submit --wait` run.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from bench.flames import flame  # noqa: E402
 from bench.peers import ratio_line, slurm, spawn_rate  # noqa: E402
 from tests.e2e.cluster import Cluster, wait_for  # noqa: E402  (the same harness the e2e tests use)
+from tests.postgres import scratch_database  # noqa: E402
 
 WORKER_CPUS = 64
 WORKLOADS = [
@@ -40,6 +50,57 @@ def run_array(cluster: Cluster, workload: dict) -> float:
     job = cluster.wait_end(job_id, timeout=600)
     assert job["state"] == "SUCCEEDED", job
     return workload["replicas"] / (job["finished_at"] - job["created_at"])
+
+
+def controller_counts(cluster: Cluster) -> dict[str, float]:
+    """The controller's counters this bench reads from /metrics: commits, seconds the writer was held, passes."""
+    text = cluster.http.get("/metrics").text
+    names = {"commits": "corral_store_write_seconds_count", "held": "corral_store_write_seconds_sum",
+             "passes": "corral_engine_passes_total"}
+    return {key: float(re.search(rf"^{name} (\S+)$", text, re.M).group(1)) for key, name in names.items()}
+
+
+def measured_array(cluster: Cluster, workload: dict, flames: str | None = None) -> tuple[float, str]:
+    """The array's jobs/s, and a line of what it cost the controller per task and how busy its writer was."""
+    before, started = controller_counts(cluster), time.perf_counter()
+    if flames:
+        with flame(cluster.controller.pid, f"{flames}-controller"), \
+                flame(cluster.workers["bench"].pid, f"{flames}-worker"):
+            rate = run_array(cluster, workload)
+    else:
+        rate = run_array(cluster, workload)
+    wall = time.perf_counter() - started
+    after = controller_counts(cluster)
+    commits, held, passes = (after[k] - before[k] for k in ("commits", "held", "passes"))
+    tasks = workload["replicas"]
+    return rate, (f"commits per task {commits / tasks:.2f}, engine passes per task {passes / tasks:.2f}; "
+                  f"writer: {commits / wall:.0f} commits/s, {held / max(commits, 1) * 1000:.2f} ms held per commit, "
+                  f"held {held / wall:.0%} of the run")
+
+
+def start_cluster(root: Path, db_url: str | None = None) -> Cluster:
+    cluster = Cluster(root, heartbeat_interval=2.0, loss_timeout=30, db_url=db_url)
+    cluster.start_controller()
+    cluster.start_worker("bench", cpus=WORKER_CPUS)
+    wait_for(lambda: submit_to_running(cluster) >= 0, 30, "a warm-up job")
+    return cluster
+
+
+async def postgres_array(workload: dict) -> tuple[float, str] | None:
+    """The same array with the controller on a fresh PostgreSQL database; None without the server."""
+    try:
+        async with scratch_database() as url:
+            with tempfile.TemporaryDirectory(prefix="corral-bench-pg-") as tmp:
+                cluster = start_cluster(Path(tmp), db_url=url)
+                try:
+                    return await asyncio.to_thread(measured_array, cluster, workload)
+                finally:
+                    cluster.stop()
+    except BaseException as error:  # scratch_database skips (a pytest outcome) when there is no server
+        if type(error).__name__ != "Skipped":
+            raise
+        print(f"  PostgreSQL: {error}")
+        return None
 
 
 def run_array_as_user(cluster: Cluster, workload: dict) -> float:
@@ -63,27 +124,33 @@ def submit_to_running(cluster: Cluster) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--array-only", action="store_true", help="only the array, on each store, with its peer")
+    array_only = parser.parse_args().array_only
     with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
-        cluster = Cluster(Path(tmp), heartbeat_interval=2.0, loss_timeout=30)
-        cluster.start_controller()
-        cluster.start_worker("bench", cpus=WORKER_CPUS)
+        cluster = start_cluster(Path(tmp))
         try:
-            wait_for(lambda: submit_to_running(cluster) >= 0, 30, "a warm-up job")
-            latencies = [submit_to_running(cluster) for _ in range(LATENCY_SAMPLES)]
-            print(f"submit-to-RUNNING, idle cluster: median {statistics.median(latencies) * 1000:.0f} ms "
-                  f"(min {min(latencies) * 1000:.0f}, max {max(latencies) * 1000:.0f}, n={LATENCY_SAMPLES})")
+            if not array_only:
+                latencies = [submit_to_running(cluster) for _ in range(LATENCY_SAMPLES)]
+                print(f"submit-to-RUNNING, idle cluster: median {statistics.median(latencies) * 1000:.0f} ms "
+                      f"(min {min(latencies) * 1000:.0f}, max {max(latencies) * 1000:.0f}, n={LATENCY_SAMPLES})")
             for workload in WORKLOADS:
-                with flame(cluster.controller.pid, f"{workload['name']}-controller"), \
-                        flame(cluster.workers["bench"].pid, f"{workload['name']}-worker"):
-                    ours = run_array(cluster, workload)
-                as_user = run_array_as_user(cluster, workload)
+                ours, costs = measured_array(cluster, workload, flames=workload["name"])
+                as_user = None if array_only else run_array_as_user(cluster, workload)
                 peer = slurm(*workload["peer"])
                 spawns = spawn_rate(workload["replicas"])
                 what = f"{workload['name']} {workload['replicas']} x {' '.join(workload['command'])}"
                 print(ratio_line(what + " (controller clock)", ours, peer), flush=True)
-                print(ratio_line(what + " (as a user waits: corral submit --wait)", as_user, peer), flush=True)
+                print(f"  SQLite: {costs}", flush=True)
+                if as_user is not None:
+                    print(ratio_line(what + " (as a user waits: corral submit --wait)", as_user, peer), flush=True)
                 print(f"  raw spawn rate here {spawns:.0f} processes/s: corral reaches {ours / spawns:.0%} of it "
-                      f"(controller clock), {as_user / spawns:.0%} (as a user waits)", flush=True)
+                      f"(controller clock)" + (f", {as_user / spawns:.0%} (as a user waits)" if as_user else ""),
+                      flush=True)
+                on_postgres = asyncio.run(postgres_array(workload))
+                if on_postgres:
+                    print(ratio_line(what + " (controller clock, PostgreSQL store)", on_postgres[0], peer), flush=True)
+                    print(f"  PostgreSQL: {on_postgres[1]}", flush=True)
         finally:
             cluster.stop()
 

@@ -52,6 +52,10 @@ DRAIN_SECONDS = Histogram(
 HANDLER_TARGET_ERRORS = Counter(
     "corral_handler_target_errors", "Errors about one target of a handler run: the target was set aside, the "
     "others proceeded.", ["handler"], registry=REGISTRY)
+STORE_WRITE_SECONDS = Histogram(
+    "corral_store_write_seconds", "Time each committed write transaction held the store's single writer.",
+    registry=REGISTRY, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+ENGINE_PASSES = Counter("corral_engine_passes", "Passes the engine loop ran over its handlers.", registry=REGISTRY)
 PLACEMENTS = Counter("corral_placements", "Tasks placed on a worker by the scheduler.", registry=REGISTRY)
 EVENTS_SENT = Counter("corral_events_sent", "Events sent to event stream subscribers.", registry=REGISTRY)
 EVENTS_PRUNED = Counter("corral_events_pruned", "Events deleted for being older than the retention window.",

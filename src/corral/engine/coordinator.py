@@ -42,7 +42,7 @@ from corral.engine.target_errors import TargetError, TargetErrors, decide_apart
 from corral.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
-from corral.store.reads import BATCH_ROWS, target_rows, task_row
+from corral.store.reads import BATCH_ROWS, TASK_TARGET_JOB_STATES, target_rows, task_row
 from corral.store.scheduling_reads import read_cluster
 from corral.store.store import Store
 
@@ -126,6 +126,18 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         await changes.flush(connection)
         handler.observe(outcomes, snapshot)
         return RunReport(changes.moved, changes.touched_workers, outcomes)
+
+
+def may_have_targets(handler: Handler, present: set[tuple[str, bool, str]]) -> bool:
+    """Whether target_rows could find any target of `handler` among these (job state, gang, task state) rows
+    (store.reads.present_states): when not, its run would read nothing and change nothing, and is left out."""
+    for job_state, gang, task_state in present:
+        if job_state in handler.job_states and (gang or not handler.gang_only):
+            return True
+        if (handler.task_states and not gang and job_state in TASK_TARGET_JOB_STATES
+                and task_state in handler.task_states):
+            return True
+    return False
 
 
 def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job_info: dict[int, _Job],

@@ -7,17 +7,25 @@ import logging
 import time
 from collections import defaultdict
 
-from corral.engine.coordinator import run_handler
+from corral.core.retries import NAME as RETRY_JOBS
+from corral.engine.coordinator import may_have_targets, run_handler
 from corral.engine.handlers import JOB_HANDLERS
 from corral.engine.reports import prune_lost_workers, reap_lost_workers
 from corral.engine.retries import run_retries
 from corral.engine.target_errors import TargetErrors
+from corral.metrics import ENGINE_PASSES
+from corral.store.reads import TASK_TARGET_JOB_STATES, present_states
+from corral.store.retries import next_due, retries_wanted
 from corral.store.store import Store
+from corral.store.worker_state import reaping_due
 from corral.waiting import woken
 
 log = logging.getLogger("corral.engine")
 
 PERIOD = 1.0  # with no event, every handler still runs this often (expiry, joins, safety net)
+REAP_PERIOD = 1.0  # the reaper judges by time (silent for the loss timeout): once a second is soon enough
+# The job states any handler's targets can be in: what a pass reads the presence of before running them.
+TARGET_JOB_STATES = frozenset(TASK_TARGET_JOB_STATES).union(*(h.job_states for h in JOB_HANDLERS))
 
 
 class WorkerSignals:
@@ -57,7 +65,7 @@ class Engine:
         self.lost_retention = lost_retention
         self._woken = asyncio.Event()
         self.passes = 0
-        self.reap_after = time.time() + reconnect_grace(heartbeat_interval, loss_timeout)
+        self.reap_after = time.time() + reconnect_grace(heartbeat_interval, loss_timeout)  # then every REAP_PERIOD
         self.retry_due: float | None = None  # the earliest scheduled job retry: the loop wakes for it
         self.target_errors = TargetErrors()  # streaks of errors about one job, across passes
         self._failing: set[str] = set()  # handlers whose last run failed as a whole: logged once per streak
@@ -94,13 +102,38 @@ class Engine:
             log.exception("handler %s failed; its transaction was rolled back (logged again only after it recovers)",
                           handler)
 
+    async def _present(self) -> tuple[set[tuple[str, bool, str]], bool]:
+        """One read: which (job state, gang, task state) have rows, and whether RetryJobs has a target. A handler
+        with no target in them is not run: it would take the writer for a read that finds nothing."""
+        async with self.store.read() as connection:
+            now = time.time()
+            wanted = await retries_wanted(connection, now)
+            if not wanted and self.retry_due is not None and self.retry_due <= now:
+                self.retry_due = await next_due(connection)  # it went (cancelled): wake for the next one only
+            return await present_states(connection, TARGET_JOB_STATES), wanted
+
     async def run_pass(self) -> bool:
+        """Every handler in order, each in its own transaction; only those that may have targets (read once, and
+        again after a run that moved something, since one handler's successes are the next one's targets). A
+        pass that finds nothing to do commits nothing."""
         self._woken.clear()
         self.passes += 1
-        changed = await self._run_retries()  # first, so that the children it creates are placed in this pass
+        ENGINE_PASSES.inc()
+        present, retries = await self._present()
+        changed = False
+        if retries:
+            changed = await self._run_retries()  # first, so that the children it creates are placed in this pass
+        else:
+            self.target_errors.report(RETRY_JOBS, {})  # a run with no target ends every streak, as a run would
+        if changed:
+            present, _ = await self._present()
         for handler in JOB_HANDLERS:
-            if self.retry_due is not None and time.time() >= self.retry_due:
-                changed |= await self._run_retries()  # fell due during the pass: it does not wait for the pass
+            if self.retry_due is not None and time.time() >= self.retry_due and await self._run_retries():
+                changed = True  # fell due during the pass: it does not wait for the pass
+                present, _ = await self._present()
+            if not may_have_targets(handler, present):
+                self.target_errors.report(handler.name, {})
+                continue
             try:
                 report = await run_handler(self.store, handler, time.time(), self.target_errors)
             except Exception:
@@ -110,16 +143,26 @@ class Engine:
             if report.changed:
                 changed = True
                 self.signals.notify(report.workers)
-        if time.time() < self.reap_after:
-            return changed
+                present, _ = await self._present()
+        return await self._reap() or changed
+
+    async def _reap(self) -> bool:
+        """The reaper, once per REAP_PERIOD after the grace, taking the writer only when a worker is due for it."""
+        now = time.time()
+        if now < self.reap_after:
+            return False
+        self.reap_after = now + REAP_PERIOD
         try:
+            async with self.store.read() as connection:
+                if not await reaping_due(connection, now - self.loss_timeout, now - self.lost_retention):
+                    return False
             async with self.store.write() as connection:
                 reaped = await reap_lost_workers(connection, time.time(), self.loss_timeout)
                 await prune_lost_workers(connection, time.time() - self.lost_retention)
         except Exception:
             log.exception("reaper failed; its transaction was rolled back")
-            return changed
-        if not reaped.empty:
-            changed = True
-            self.signals.notify(reaped.touched_workers)
-        return changed
+            return False
+        if reaped.empty:
+            return False
+        self.signals.notify(reaped.touched_workers)
+        return True

@@ -15,6 +15,7 @@ from corral.store.changes import TaskRow
 from corral.store.schema import jobs, tasks
 
 BATCH_ROWS = 10_000  # a handler run fetches at most this many task rows; the rest wait a pass
+TASK_TARGET_JOB_STATES = (JobState.PENDING, JobState.RUNNING)  # the independent jobs whose tasks are targets
 
 JOB_COLUMNS = (
     jobs.c.id.label("job_id"), jobs.c.state.label("job_state"), jobs.c.gang, jobs.c.tries.label("job_tries"),
@@ -43,7 +44,7 @@ async def target_rows(
     whole = and_(jobs.c.state.in_([str(s) for s in job_states]), jobs.c.gang if gang_only else true())
     per_task = and_(
         jobs.c.gang.is_(False),
-        jobs.c.state.in_([JobState.PENDING, JobState.RUNNING]),
+        jobs.c.state.in_([str(s) for s in TASK_TARGET_JOB_STATES]),
         tasks.c.state.in_([str(s) for s in task_states]),
     ) if task_states else false()
     query = (
@@ -73,6 +74,16 @@ def _plain_row(columns: tuple[str, ...]) -> type:
     and a database row answers a name (above all "index", which it first asks whether it means its own method)
     some twenty times slower than a named tuple does."""
     return namedtuple("TargetRow", columns)
+
+
+async def present_states(connection: AsyncConnection, job_states: Collection[JobState]) -> set[tuple[str, bool, str]]:
+    """Which (job state, gang, task state) there are rows of, among jobs in `job_states`: what a pass reads once to
+    know which handlers could have targets at all (one query, not a transaction per handler)."""
+    return {(row.state, row.gang, row.task_state) for row in (await connection.execute(
+        select(jobs.c.state, jobs.c.gang, tasks.c.state.label("task_state")).distinct()
+        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
+        .where(jobs.c.state.in_([str(s) for s in job_states]))
+    )).all()}
 
 
 def task_row(row) -> TaskRow:

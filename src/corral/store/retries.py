@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Mapping
 
-from sqlalchemy import and_, delete, func, insert, or_, select
+from sqlalchemy import and_, delete, exists, func, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.failure import JobEnd, TaskEnd
@@ -20,6 +20,19 @@ BATCH_JOBS = 1000  # a RetryJobs run takes at most this many jobs; the rest wait
 CLUSTER = ("cluster", "")
 
 
+def _retry_wanted(now: float):
+    """Jobs RetryJobs has a decision to make about: armed ones that have ended, scheduled ones that are due."""
+    return or_(
+        and_(jobs.c.retry_state == RetryState.ARMED, jobs.c.state.in_([str(s) for s in JOB_TERMINAL])),
+        and_(jobs.c.retry_state == RetryState.SCHEDULED, jobs.c.retry_due_at <= now),
+    )
+
+
+async def retries_wanted(connection: AsyncConnection, now: float) -> bool:
+    """Whether RetryJobs has any target now: a pass reads this before it takes the writer for it."""
+    return (await connection.execute(select(exists().where(_retry_wanted(now))))).scalar()
+
+
 async def retry_targets(connection: AsyncConnection, now: float,
                         unreadable: dict[int, str] | None = None) -> list[RetryTarget]:
     """Armed jobs that have ended and scheduled retries that are due (one query), with how the failed ones ended.
@@ -29,10 +42,7 @@ async def retry_targets(connection: AsyncConnection, now: float,
     rows = (await connection.execute(
         select(jobs.c.id, jobs.c.state, jobs.c.cancelled, jobs.c.retry_state, jobs.c.retry_count,
                jobs.c.retry_policy, jobs.c.finished_at, jobs.c.retry_due_at)
-        .where(or_(
-            and_(jobs.c.retry_state == RetryState.ARMED, jobs.c.state.in_([str(s) for s in JOB_TERMINAL])),
-            and_(jobs.c.retry_state == RetryState.SCHEDULED, jobs.c.retry_due_at <= now),
-        ))
+        .where(_retry_wanted(now))
         .order_by(jobs.c.id).limit(BATCH_JOBS)
     )).all()
     policies = {}

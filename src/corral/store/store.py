@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from corral.metrics import STORE_WRITE_SECONDS
 from corral.store.database import open_engine
 
 
@@ -27,8 +29,11 @@ class Store:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A read-modify-write transaction: what it reads is what it writes against."""
-        async with self._write_lock, self.engine.begin() as connection:
-            yield connection
+        async with self._write_lock:
+            started = time.perf_counter()
+            async with self.engine.begin() as connection:
+                yield connection
+            STORE_WRITE_SECONDS.observe(time.perf_counter() - started)
         for listener in self.on_commit:
             listener()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import and_, delete, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.protocol import RegisterRequest
@@ -52,8 +52,22 @@ async def mark_all_seen(connection: AsyncConnection, worker_ids: list[str], now:
 async def silent_workers(connection: AsyncConnection, before: float) -> list:
     """ALIVE workers last heard from before `before`: id, name, last_heartbeat."""
     return list((await connection.execute(
-        select(workers.c.id, workers.c.name, workers.c.last_heartbeat)
-        .where(workers.c.state == WorkerState.ALIVE, workers.c.last_heartbeat < before))).all())
+        select(workers.c.id, workers.c.name, workers.c.last_heartbeat).where(_silent(before)))).all())
+
+
+async def reaping_due(connection: AsyncConnection, silent_before: float, lost_before: float) -> bool:
+    """Whether an ALIVE worker is silent since `silent_before`, or a LOST one since `lost_before`: the reaper's
+    targets, read before it takes the writer for them."""
+    due = or_(_silent(silent_before), _forgettable(lost_before))
+    return (await connection.execute(select(exists().where(due)))).scalar()
+
+
+def _silent(before: float):
+    return and_(workers.c.state == WorkerState.ALIVE, workers.c.last_heartbeat < before)
+
+
+def _forgettable(before: float):
+    return and_(workers.c.state == WorkerState.LOST, workers.c.last_heartbeat < before)
 
 
 async def mark_lost(connection: AsyncConnection, worker_ids: list[str]) -> None:
@@ -62,6 +76,5 @@ async def mark_lost(connection: AsyncConnection, worker_ids: list[str]) -> None:
 
 async def forget_lost(connection: AsyncConnection, before: float) -> int:
     """Delete LOST workers not heard from since `before` (their history stays); returns how many."""
-    pruned = await connection.execute(
-        delete(workers).where(workers.c.state == WorkerState.LOST, workers.c.last_heartbeat < before))
+    pruned = await connection.execute(delete(workers).where(_forgettable(before)))
     return pruned.rowcount

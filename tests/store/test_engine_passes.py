@@ -1,0 +1,87 @@
+"""The engine's passes over a real store: a handler with no target takes no transaction, an idle pass commits
+nothing, and what a pass does is still done (placement, the reaper, the order of the handlers)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+
+import pytest
+
+from corral.engine.loop import Engine, WorkerSignals
+from corral.store.worker_state import silent_workers
+from tests.store.helpers import add_worker, job, job_tasks, report, submit
+
+REPORTED = ("BUILDING", "PREPARED", "RUNNING", "SUCCEEDED")  # a task's way on its worker, in one heartbeat
+
+
+@pytest.fixture
+def engine(store):
+    engine = Engine(store, WorkerSignals(), loss_timeout=30.0, heartbeat_interval=0.5, lost_retention=3600.0)
+    engine.reap_after = 0.0  # no grace: the reaper is due from the first pass
+    return engine
+
+
+@pytest.fixture
+def writes(store, monkeypatch) -> list[int]:
+    """One entry per write transaction the store is asked for."""
+    taken: list[int] = []
+    write = store.write
+
+    @asynccontextmanager
+    async def counted():
+        taken.append(1)
+        async with write() as connection:
+            yield connection
+
+    monkeypatch.setattr(store, "write", counted)
+    return taken
+
+
+async def run_to_idle(engine: Engine) -> int:
+    """Passes until one changes nothing, as the loop runs them; returns how many changed something."""
+    for changing in range(20):
+        if not await engine.run_pass():
+            return changing
+    raise AssertionError("the passes did not reach a fixed point")
+
+
+async def test_an_idle_pass_takes_no_write_transaction(engine, writes):
+    await add_worker(engine.store, now=time.time())
+    writes.clear()
+    assert not await engine.run_pass()
+    assert not await engine.run_pass()
+    assert writes == []
+
+
+async def test_a_pass_runs_only_the_handlers_with_targets_and_still_settles_the_job(engine, writes):
+    worker = await add_worker(engine.store, now=time.time())
+    job_id = await submit(engine.store, now=time.time(), replicas=3)
+    writes.clear()
+    assert await run_to_idle(engine) >= 1
+    assert {(task.state, task.worker_id) for task in await job_tasks(engine.store, job_id)} == {("ASSIGNED", worker)}
+    assert (await job(engine.store, job_id)).state == "RUNNING"
+    assert 1 <= len(writes) < 4  # placing takes the writer once (ScheduleJobs), not once per handler of each pass
+    for task in await job_tasks(engine.store, job_id):
+        await report(engine.store, worker, *[(task.id, task.attempt, state, 0) for state in REPORTED], now=time.time())
+    await run_to_idle(engine)
+    assert (await job(engine.store, job_id)).state == "SUCCEEDED"
+    writes.clear()
+    assert not await engine.run_pass()
+    assert writes == []  # once it has ended, a pass commits nothing
+
+
+async def test_the_reaper_takes_the_writer_only_for_a_silent_worker_and_at_most_once_a_period(engine, writes):
+    await add_worker(engine.store, now=time.time() - 60)  # past the 30 s loss timeout
+    writes.clear()
+    assert await engine.run_pass()  # reaped: a change
+    assert len(writes) == 1
+    async with engine.store.read() as connection:
+        assert await silent_workers(connection, time.time()) == []  # LOST now
+    await add_worker(engine.store, name="w1", now=time.time() - 60)
+    writes.clear()
+    assert not await engine.run_pass()  # within the period: the reaper waits for its next turn
+    assert writes == []
+    engine.reap_after = 0.0
+    assert await engine.run_pass()
+    assert len(writes) == 1

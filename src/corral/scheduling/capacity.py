@@ -20,10 +20,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from corral.core.constraints import AnyConstraint
+from corral.scheduling.fragmentation import Fragmentation, Kind
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, room_key
 
 GroupKey = tuple[str, tuple[AnyConstraint, ...]]
+# A kept measure remembers every state it has scored: past this many it is built afresh, so memory stays bounded.
+MAX_KEPT_STATES = 50_000
 Use = dict[str, dict[str, float]]  # project -> resource -> amount
 
 
@@ -46,6 +49,11 @@ class CapacityIndex:
         self._groups: dict[GroupKey, Members] = {}
         self._ranked: dict[tuple[GroupKey, str], list[tuple]] = {}  # asked for by reasons only
         self._member_of: dict[int, list[GroupKey]] = defaultdict(list)
+        # Fragmentation-aware placement's view, kept while a pool's workers and request mix stay the same: per pool
+        # the mix and its measure; each stated room's state id; per group, its members by state id.
+        self._measures: dict[str, tuple[dict[Kind, float], Fragmentation]] = {}
+        self._state_of: dict[int, int] = {}
+        self._buckets: dict[GroupKey, dict[int, set[int]]] = {}
         self._renumbered()
         self._count_all(running)
 
@@ -67,6 +75,36 @@ class CapacityIndex:
         if key not in self._ranked:
             self._ranked[key] = sorted(rank_key(self.rooms[i], i, resource) for i in group.members)
         return self._ranked[key]
+
+    def fragmentation(self, pool: str, weights: dict[Kind, float]) -> Fragmentation:
+        """The pool's fragmentation measure for a mix of requests. Kept across passes while the pool's workers
+        and the mix are unchanged: its scores depend on nothing else, and building it walks every worker."""
+        kept = self._measures.get(pool)
+        if kept is None or kept[0] != weights or len(kept[1].states) > MAX_KEPT_STATES:
+            kept = self._measures[pool] = (weights, Fragmentation(weights, [r for r in self.rooms if r.pool == pool]))
+            for key in [key for key in self._buckets if key[0] == pool]:
+                del self._buckets[key]
+            for i in [i for i in self._state_of if self.rooms[i].pool == pool]:  # in place: a pass holds this map
+                del self._state_of[i]
+        return kept[1]
+
+    def states(self) -> dict[int, int]:
+        """Each stated room's state id under its pool's kept measure (a pass copies, never changes it)."""
+        return self._state_of
+
+    def buckets(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> dict[int, set[int]]:
+        """The group's members by state id under the pool's measure (`fragmentation` first); kept up to date by
+        each change of room, so a pass states only the rooms it changes (it copies these, never changes them)."""
+        key = (pool, constraints)
+        if key not in self._buckets:
+            measure = self._measures[pool][1]
+            by_state: dict[int, set[int]] = {}
+            for i in self.group(pool, constraints).members:
+                if i not in self._state_of:
+                    self._state_of[i] = measure.state(self.rooms[i])
+                by_state.setdefault(self._state_of[i], set()).add(i)
+            self._buckets[key] = by_state
+        return self._buckets[key]
 
     def capacity(self, pool: str) -> dict[str, float]:
         """What the pool's alive workers have in all, per resource."""
@@ -138,6 +176,9 @@ class CapacityIndex:
         self._groups.clear()
         self._ranked.clear()
         self._member_of.clear()
+        self._measures.clear()
+        self._state_of.clear()
+        self._buckets.clear()
         self._capacity = {}
         for room in self.rooms:
             total = self._capacity.setdefault(room.pool, defaultdict(float))
@@ -179,6 +220,12 @@ class CapacityIndex:
             for resource, old_rank in zip(RANKED, old_ranks, strict=True):
                 if (key, resource) in self._ranked:
                     _resort(self._ranked[key, resource], old_rank, rank_key(room, i, resource))
+        if i in self._state_of:
+            old_state = self._state_of[i]
+            new_state = self._state_of[i] = self._measures[room.pool][1].state(room)
+            for key in self._member_of.get(i, ()):
+                if key in self._buckets and new_state != old_state:
+                    _move(self._buckets[key], old_state, new_state, i)
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)
@@ -226,6 +273,14 @@ def _resort(entries: list[tuple], old: tuple, new: tuple) -> None:
     """Move a room's entry in a sorted list."""
     entries.pop(bisect_left(entries, old))
     insort(entries, new)
+
+
+def _move(by_state: dict[int, set[int]], old: int, new: int, i: int) -> None:
+    """Move a room from one state's bucket to another's."""
+    by_state[old].discard(i)
+    if not by_state[old]:
+        del by_state[old]
+    by_state.setdefault(new, set()).add(i)
 
 
 def _charge(use: Use, counts: Counter, count_key, project: str, task: RunningTask, sign: int) -> None:

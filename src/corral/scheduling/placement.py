@@ -29,7 +29,7 @@ from corral.core.config import Strategy
 from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
 from corral.core.lifecycle import TargetKey
 from corral.scheduling.capacity import CapacityIndex
-from corral.scheduling.fragmentation import Fragmentation, RequestMix
+from corral.scheduling.fragmentation import RequestMix
 from corral.scheduling.policy import DEFAULT_POOL, DEFAULT_PROJECT, Policy, PoolPolicy
 from corral.scheduling.preemption import RunningTask, VictimPlan, choose_victims
 from corral.scheduling.reasons import (
@@ -139,7 +139,7 @@ class _Pass:
                 mix = self.mixes.get(pool)
                 if mix is None or not mix.counts:  # none kept yet: the tasks in view stand in
                     mix = self._mix_seen(pool, pool_units)
-                self.book.measures[pool] = Fragmentation(mix.weights(), [r for r in self.book.rooms if r.pool == pool])
+                self.book.measures[pool] = self.index.fragmentation(pool, mix.weights())
             # 1. The pool's sequencer decides who is offered room first.
             queue = Queue(pool_units, pool_policy.sequencer, self.index.pool_use.get(pool, {}),
                           self.index.capacity(pool))

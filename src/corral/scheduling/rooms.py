@@ -290,6 +290,10 @@ class KeptGroups(Protocol):
 
     def ranked(self, pool: str, constraints: tuple[AnyConstraint, ...], resource: str) -> list[tuple]: ...
 
+    def buckets(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> Mapping[int, set[int]]: ...
+
+    def states(self) -> Mapping[int, int]: ...
+
 
 def _bucket(group: Group, state: int, i: int) -> None:
     members = group.by_state.setdefault(state, set())
@@ -324,7 +328,8 @@ class RoomBook:
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
         self.measures = dict(measures or {})
         self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
-        self._states: dict[int, int] = {}  # room -> its state id, for rooms in a bucketed group
+        self._states: dict[int, int] = {}  # room -> its state id, for rooms stated in this pass
+        self._kept_states: Mapping[int, int] = {} if kept is None else kept.states()  # as the index states them
         self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
 
     def group(self, pool: str, constraints: tuple[AnyConstraint, ...], start_after: str | None = None) -> Group:
@@ -385,6 +390,8 @@ class RoomBook:
     def _own(self, i: int) -> WorkerRoom:
         """The book's own copy of room `i`, made the first time it changes."""
         if i not in self._copied:
+            if i in self._kept_states:  # its state until now, as the index has it
+                self._states.setdefault(i, self._kept_states[i])
             self.rooms[i] = self.rooms[i].copy()
             self._copied.add(i)
         return self.rooms[i]
@@ -397,15 +404,15 @@ class RoomBook:
         for group in self._groups_of(i):
             group.index.pop(bisect_left(group.index, key))
             if group.by_state is not None:
-                _unbucket(group.by_state, self._states[i], i)
+                _unbucket(group.by_state, self._state(i), i)
         self.held[i] = job_id
 
     def _moved(self, i: int, old: tuple) -> None:
         if i in self.held:
             return
         new = room_key(self.rooms[i], i)
-        old_state = self._states.get(i)
-        if old_state is not None:
+        old_state = self._state(i)
+        if old_state is not None and self.rooms[i].pool in self.measures:
             self._states[i] = self.measures[self.rooms[i].pool].state(self.rooms[i])
         for group in self._groups_of(i):
             group.index.pop(bisect_left(group.index, old))
@@ -413,6 +420,30 @@ class RoomBook:
             if group.by_state is not None:
                 _unbucket(group.by_state, old_state, i)
                 _bucket(group, self._states[i], i)
+
+    def _state(self, i: int) -> int | None:
+        """Room `i`'s state id now, or None when nothing stated it."""
+        return self._states[i] if i in self._states else self._kept_states.get(i)
+
+    def _bucketed(self, group: Group, measure: Fragmentation) -> dict[int, set[int]]:
+        """The group's members (none held) by state id: the index's buckets, with the rooms this pass changed
+        restated."""
+        if self._kept is None:
+            by_state: dict[int, set[int]] = {}
+            for *_, i in group.index:
+                if i not in self._states:
+                    self._states[i] = measure.state(self.rooms[i])
+                by_state.setdefault(self._states[i], set()).add(i)
+            return by_state
+        kept = self._kept.buckets(group.pool, group.constraints)
+        by_state = {state: set(members) for state, members in kept.items()}
+        for i in group.member_set.intersection(self._copied.union(self.held)):
+            _unbucket(by_state, self._kept_states[i], i)
+            if i not in self.held:
+                if i not in self._states:
+                    self._states[i] = measure.state(self.rooms[i])
+                by_state.setdefault(self._states[i], set()).add(i)
+        return by_state
 
     def _groups_of(self, i: int) -> list[Group]:
         return [group for group in self._groups.values() if i in group.member_set]
@@ -424,23 +455,22 @@ class RoomBook:
         gained members since it last looked; states that lost all their members drop off its top."""
         measure = self.measures[group.pool]
         if group.by_state is None:
-            group.by_state = {}
-            for *_, i in group.index:
-                if i not in self._states:
-                    self._states[i] = measure.state(self.rooms[i])
-                _bucket(group, self._states[i], i)
+            group.by_state = self._bucketed(group, measure)
+            group.revived = list(group.by_state)
+        # Equal choices go to the smaller state (fewer admitted constraint sets, cores, memory, ...): a rule of the
+        # states alone, so a measure kept across passes decides as a fresh one.
         if exclude:
-            ranked = sorted((choice, state) for state in group.by_state
+            ranked = sorted((choice, measure.states[state], state) for state in group.by_state
                             if (choice := measure.choice(state, request)) is not None)
-            return next((i for _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
+            return next((i for _, _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
                          if self._fits(i, request, measure.choice(state, request))), None)
         heap, seen = group.ranked.setdefault(request, ([], [0]))
         for state in group.revived[seen[0]:]:
             if state in group.by_state and (choice := measure.choice(state, request)) is not None:
-                heappush(heap, (choice, state))
+                heappush(heap, (choice, measure.states[state], state))
         seen[0] = len(group.revived)
         while heap:
-            choice, state = heap[0]
+            choice, _, state = heap[0]
             members = group.by_state.get(state)
             if members:
                 i = min(members)

@@ -3,7 +3,9 @@ placement over it decides as placement over the rooms and tasks read afresh."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from itertools import count
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from corral.core.config import PoolPolicy, Sequencer, Strategy
 from corral.core.constraints import parse_constraint
 from corral.scheduling.capacity import CapacityIndex
+from corral.scheduling.fragmentation import Fragmentation, RequestMix
 from corral.scheduling.placement import Unit, place, place_over
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
@@ -128,3 +131,49 @@ def test_a_group_first_asked_after_the_book_took_room_is_ordered_by_the_room_lef
     for resource in RANKED if group.members else ():
         assert book.most_free(group, resource) == min(rank_key(book.rooms[i], i, resource) for i in group.members)[1]
     assert index.rooms == [worker(n) for n in range(8)]  # the book copied what it changed
+
+
+MIXES = st.sampled_from([RequestMix.of([(Request(1.0, 0, 1), ())]),
+                         RequestMix.of([(Request(1.0, 0, 1), ()), (Request(0.5, GiB, 0.5), CONSTRAINTS[1]),
+                                        (Request(2.0, 0, 2), ())])])
+ROUNDS = st.lists(st.tuples(st.lists(st.tuples(st.booleans(), st.integers(0, 7), REQUESTS), max_size=8), UNITS,
+                            MIXES), min_size=1, max_size=5)
+
+
+def by_state(measure: Fragmentation, buckets: Mapping[int, set[int]]) -> dict:
+    return {measure.states[state]: members for state, members in buckets.items()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(ROUNDS)
+def test_the_fragmentation_kept_across_passes_is_the_one_measured_afresh(rounds):
+    """Passes and changes of room in turn: the measure and state buckets the index keeps equal fresh ones, and a
+    fragmentation-aware pass over the index decides as one over a fresh index."""
+    index = CapacityIndex([worker(n) for n in range(8)])
+    tasks: dict[int, RunningTask] = {}
+    task_ids = count(1)
+    policy = Policy(pools={pool: PoolPolicy(strategy=Strategy.FRAGMENTATION_AWARE) for pool in POOLS})
+    for changes, units, mix in rounds:
+        for end, n, request in changes:
+            room = index.rooms[n].copy()
+            if end and tasks:
+                index.remove(tasks.pop(list(tasks)[n % len(tasks)]).task_id)
+            elif not end and room.fits(request):
+                task = RunningTask(next(task_ids), 1, room.id, request, tuple(room.take(request)), 0)
+                index.add(task)
+                tasks[task.task_id] = task
+        fresh = rebuilt([f"w{n}" for n in range(8)], tasks)
+        for pool in POOLS:
+            kept, afresh = index.fragmentation(pool, mix.weights()), fresh.fragmentation(pool, mix.weights())
+            for constraints in CONSTRAINTS:
+                assert by_state(kept, index.buckets(pool, constraints)) == by_state(
+                    afresh, fresh.buckets(pool, constraints))
+            for i, room in enumerate(index.rooms):
+                if room.pool == pool:
+                    assert kept.score(index.states()[i]) == afresh.score(afresh.state(room))
+        pending = [Unit((100 + j, None), tuple(1000 + 10 * j + t for t in range(size)), request, pool=pool,
+                        constraints=constraints) for j, (request, pool, constraints, size, _) in enumerate(units)]
+        mixes = dict.fromkeys(POOLS, mix)
+        over_kept = place_over(pending, index, policy=policy, now=1.0, mixes=mixes)
+        over_fresh = place_over(pending, fresh, policy=policy, now=1.0, mixes=mixes)
+        assert (over_kept.assignments, over_kept.waiting) == (over_fresh.assignments, over_fresh.waiting)

@@ -18,7 +18,7 @@ a kind few workers could ever hold weighs more.
 
 The measure works on worker states (free cores, memory, custom slots, and each device's free
 hundredths and device memory), so identical workers are scored once, and each state's score is
-remembered for the pass.
+remembered for as long as the measure is kept (see scheduling.capacity).
 """
 
 from __future__ import annotations

@@ -128,10 +128,13 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         return RunReport(changes.moved, changes.touched_workers, outcomes)
 
 
-def may_have_targets(handler: Handler, present: set[tuple[str, bool, str]]) -> bool:
-    """Whether target_rows could find any target of `handler` among these (job state, gang, task state) rows
-    (store.reads.present_states): when not, its run would read nothing and change nothing, and is left out."""
-    for job_state, gang, task_state in present:
+def may_have_targets(handler: Handler, present: set[tuple[str, bool, str, bool]]) -> bool:
+    """Whether target_rows could find any target of `handler` among these (job state, gang, task state, launched by
+    a job) rows (store.reads.present_states): when not, its run would read nothing and change nothing, and is left
+    out. A handler of launched jobs only (launcher_states) has none where no job was launched by another."""
+    for job_state, gang, task_state, launched in present:
+        if handler.launcher_states and not launched:
+            continue
         if job_state in handler.job_states and (gang or not handler.gang_only):
             return True
         if (handler.task_states and not gang and job_state in TASK_TARGET_JOB_STATES

@@ -8,9 +8,12 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from corral.engine import loop
+from corral.engine.cancel import cancel_job
 from corral.engine.loop import Engine, WorkerSignals
 from corral.store.worker_state import silent_workers
 from tests.store.helpers import add_worker, job, job_tasks, report, submit
+from tests.store.test_launches import launch
 
 REPORTED = ("BUILDING", "PREPARED", "RUNNING", "SUCCEEDED")  # a task's way on its worker, in one heartbeat
 
@@ -85,3 +88,26 @@ async def test_the_reaper_takes_the_writer_only_for_a_silent_worker_and_at_most_
     engine.reap_after = 0.0
     assert await engine.run_pass()
     assert len(writes) == 1
+
+
+async def test_a_pass_runs_the_cascade_only_where_a_job_was_launched_by_another(engine, monkeypatch):
+    ran: list[str] = []
+    run = loop.run_handler
+
+    async def recorded(store, handler, now, errors=None):
+        ran.append(handler.name)
+        return await run(store, handler, now, errors)
+
+    monkeypatch.setattr(loop, "run_handler", recorded)
+    await add_worker(engine.store, cpu=8, now=time.time())
+    root = await launch(engine.store, None)
+    await run_to_idle(engine)
+    assert "ScheduleJobs" in ran and "CancelLaunched" not in ran  # no job here was launched by another
+    child = await launch(engine.store, root)
+    await run_to_idle(engine)
+    assert "CancelLaunched" in ran
+    async with engine.store.write() as connection:
+        await cancel_job(connection, root, time.time())
+    await run_to_idle(engine)
+    row = await job(engine.store, child)
+    assert (row.state, row.cancelled) == ("TERMINATING", True)  # the cascade, through the engine's passes

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -42,7 +43,7 @@ from corral.engine.target_errors import TargetError, TargetErrors, decide_apart
 from corral.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
-from corral.store.reads import BATCH_ROWS, TASK_TARGET_JOB_STATES, target_rows, task_row
+from corral.store.reads import BATCH_ROWS, TASK_STATES, TASK_TARGET_JOB_STATES, target_rows, task_row
 from corral.store.scheduling_reads import read_cluster
 from corral.store.store import Store
 
@@ -128,10 +129,13 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         return RunReport(changes.moved, changes.touched_workers, outcomes)
 
 
-def may_have_targets(handler: Handler, present: set[tuple[str, bool, str]]) -> bool:
-    """Whether target_rows could find any target of `handler` among these (job state, gang, task state) rows
-    (store.reads.present_states): when not, its run would read nothing and change nothing, and is left out."""
-    for job_state, gang, task_state in present:
+def may_have_targets(handler: Handler, present: set[tuple[str, bool, str, bool]]) -> bool:
+    """Whether target_rows could find any target of `handler` among these (job state, gang, task state, launched by
+    a job) rows (store.reads.present_states): when not, its run would read nothing and change nothing, and is left
+    out. A handler of launched jobs only (launcher_states) has none where no job was launched by another."""
+    for job_state, gang, task_state, launched in present:
+        if handler.launcher_states and not launched:
+            continue
         if job_state in handler.job_states and (gang or not handler.gang_only):
             return True
         if (handler.task_states and not gang and job_state in TASK_TARGET_JOB_STATES
@@ -147,6 +151,7 @@ def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job
     A job's effects come first (a placement's worker is on its move's record), then its outcomes' moves.
     """
     per_job: dict[int, ChangeSet] = {}
+    moves: Counter[SchedulingResult] = Counter()  # counted here, added to the metric once per result
     run = _Run(handler, job_info, task_rows)
     effects = [e for e in decision.effects if type(e) in JOB_APPLIERS]
     work = [(e.job_id, e) for e in effects] + [(o.target.job_id, o) for o in outcomes]
@@ -159,11 +164,13 @@ def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job
                 JOB_APPLIERS[type(item)](item, changes, run)
             else:
                 _apply(item, handler, changes, job_info, task_rows)
-                TRANSITIONS.labels(handler.name, item.result).inc()
+                moves[item.result] += 1
         except Exception as error:
             if STRICT and isinstance(error, IllegalTransition):
                 raise
             failed[job_id] = error
+    for result, count in moves.items():
+        TRANSITIONS.labels(handler.name, result).inc(count)
     changes = ChangeSet(now)
     for job_id, job_changes in per_job.items():
         if job_id not in failed:
@@ -181,10 +188,23 @@ def _set_aside(job_id: int, error: TargetError, handler: Handler, changes: Chang
         changes.wait(job_id, handler.name, state, error.note(handler.name), repeated=not error.first)
 
 
+class _TaskRows(dict[int, TaskRow]):
+    """The run's task rows by id, each made on first use: most targets of a run are skipped (a queue that waits
+    for room), and only a task the run moves needs its row; once made, a row is the one every later use changes."""
+
+    def __init__(self, rows: list) -> None:
+        super().__init__()
+        self.read = {row.id: row for row in rows}
+
+    def __missing__(self, task_id: int) -> TaskRow:
+        row = self[task_id] = task_row(self.read[task_id])
+        return row
+
+
 def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dict[int, TaskRow]]:
     targets: list[Target] = []
     job_info: dict[int, _Job] = {}
-    task_rows = {row.id: task_row(row) for row in rows}
+    task_rows = _TaskRows(rows)
     for job_id, group in groupby(rows, key=lambda r: r.job_id):
         group = list(group)
         first = group[0]
@@ -194,7 +214,7 @@ def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dic
                          _launcher(first) if handler.launcher_states else None)
         job_info[job_id] = _Job(JobState(first.job_state), first.gang, facts, first.pending_reason, first.outcome,
                                 first.cancelled)
-        views = [TaskView(r.id, r.index, TaskState(r.state), r.worker_id, r.failures, r.preemptions) for r in group]
+        views = [TaskView(r.id, r.index, TASK_STATES[r.state], r.worker_id, r.failures, r.preemptions) for r in group]
         whole = first.job_state in handler.job_states and (first.gang or not handler.gang_only)
         if whole:
             targets.append(Target(job_id, True, first.job_state, first.job_since, first.job_tries,

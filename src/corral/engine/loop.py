@@ -102,7 +102,7 @@ class Engine:
             log.exception("handler %s failed; its transaction was rolled back (logged again only after it recovers)",
                           handler)
 
-    async def _present(self) -> tuple[set[tuple[str, bool, str]], bool]:
+    async def _present(self) -> tuple[set[tuple[str, bool, str, bool]], bool]:
         """One read: which (job state, gang, task state) have rows, and whether RetryJobs has a target. A handler
         with no target in them is not run: it would take the writer for a read that finds nothing."""
         async with self.store.read() as connection:

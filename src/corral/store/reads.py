@@ -76,18 +76,25 @@ def _plain_row(columns: tuple[str, ...]) -> type:
     return namedtuple("TargetRow", columns)
 
 
-async def present_states(connection: AsyncConnection, job_states: Collection[JobState]) -> set[tuple[str, bool, str]]:
-    """Which (job state, gang, task state) there are rows of, among jobs in `job_states`: what a pass reads once to
-    know which handlers could have targets at all (one query, not a transaction per handler)."""
-    return {(row.state, row.gang, row.task_state) for row in (await connection.execute(
-        select(jobs.c.state, jobs.c.gang, tasks.c.state.label("task_state")).distinct()
+async def present_states(connection: AsyncConnection,
+                         job_states: Collection[JobState]) -> set[tuple[str, bool, str, bool]]:
+    """Which (job state, gang, task state, launched by a job) there are rows of, among jobs in `job_states`: what a
+    pass reads once to know which handlers could have targets at all (one query, not a transaction per handler)."""
+    return {(row.state, row.gang, row.task_state, row.launched) for row in (await connection.execute(
+        select(jobs.c.state, jobs.c.gang, tasks.c.state.label("task_state"),
+               jobs.c.launched_by.is_not(None).label("launched")).distinct()
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
         .where(jobs.c.state.in_([str(s) for s in job_states]))
     )).all()}
 
 
+# A task state by its stored name: a dictionary answers in a tenth of the time the enum's own lookup takes, which
+# counts when a run reads every row of a large job.
+TASK_STATES = {str(state): state for state in TaskState}
+
+
 def task_row(row) -> TaskRow:
-    return TaskRow(row.id, row.job_id, row.index, TaskState(row.state), row.attempt, row.worker_id,
+    return TaskRow(row.id, row.job_id, row.index, TASK_STATES[row.state], row.attempt, row.worker_id,
                    row.failures, row.preemptions)
 
 

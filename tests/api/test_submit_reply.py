@@ -1,0 +1,64 @@
+"""POST /api/v1/jobs answers with the job's view built from what it wrote, in one commit with its audit row:
+the same view GET /api/v1/jobs/{id} reads back, field by field."""
+
+from __future__ import annotations
+
+import pytest
+
+JOB = {"command": ["true"]}
+
+
+async def _same_as_read_back(client, reply) -> None:
+    assert reply.status_code == 201, reply.text
+    made = reply.json()
+    read = (await client.get(f"/api/v1/jobs/{made['id']}")).json()
+    assert made.keys() == read.keys()
+    for field, value in read.items():
+        assert made[field] == value, field
+
+
+@pytest.mark.parametrize("spec", [
+    JOB,
+    {**JOB, "name": "train", "project": "vision", "replicas": 3, "priority": 5, "gang": True},
+    {**JOB, "retry_policy": {"max_retries": 2}},
+    {**JOB, "resources": {"cpu": 2, "memory": 1024}, "scheduling_timeout": 30, "grace_period": 3},
+])
+async def test_the_submit_reply_is_the_view_a_read_gives(api, spec) -> None:
+    async with api.admin() as admin:
+        await _same_as_read_back(admin, await admin.post("/api/v1/jobs", json=spec,
+                                                         headers={"Idempotency-Key": "k-1"}))
+
+
+async def test_a_job_under_a_project_retry_default_or_launched_by_a_task_is_answered_as_read(api) -> None:
+    async with api.admin() as admin:
+        assert (await admin.put("/api/v1/admin/projects/vision/retry-policy",
+                                json={"max_retries": 3})).status_code == 200
+        await _same_as_read_back(admin, await admin.post("/api/v1/jobs", json={**JOB, "project": "vision"}))
+        parent = (await admin.post("/api/v1/jobs", json={**JOB, "name": "parent"})).json()["id"]
+        async with api.job(parent) as task:
+            await _same_as_read_back(admin, await task.post("/api/v1/jobs", json={**JOB, "name": "child"}))
+
+
+async def test_a_submit_commits_its_audit_row_with_its_job_and_a_replay_or_a_refusal_still_gets_its_row(
+        api, monkeypatch) -> None:
+    from corral.controller import audit
+
+    written_apart = []
+    add_audit = audit.add_audit
+
+    async def counted(connection, entries):
+        written_apart.extend(entry["outcome"] for entry in entries)
+        await add_audit(connection, entries)
+
+    monkeypatch.setattr(audit, "add_audit", counted)  # the middleware's own transaction, not the route's
+    async with api.admin() as admin:
+        made = await admin.post("/api/v1/jobs", json={**JOB, "name": "once"}, headers={"Idempotency-Key": "k"})
+        assert (made.status_code, written_apart) == (201, [])
+        replay = await admin.post("/api/v1/jobs", json={**JOB, "name": "once"}, headers={"Idempotency-Key": "k"})
+        assert (replay.status_code, replay.json()["id"]) == (200, made.json()["id"])
+        refused = await admin.post("/api/v1/jobs", json={**JOB, "after": [999]})
+        assert refused.status_code == 400
+        rows = (await admin.get("/api/v1/audit")).json()
+    assert written_apart == [200, 400]
+    assert sorted((r["outcome"], r["object"], r["detail"].get("name")) for r in rows) == [
+        (200, f"job {made.json()['id']}", "once"), (201, f"job {made.json()['id']}", "once"), (400, None, "true")]

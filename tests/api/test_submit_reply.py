@@ -71,3 +71,18 @@ async def test_a_submit_commits_its_audit_row_with_its_job_and_a_replay_or_a_ref
     assert written_apart == [200, 400]
     assert sorted((r["outcome"], r["object"], r["detail"].get("name")) for r in rows) == [
         (200, f"job {made.json()['id']}", "once"), (201, f"job {made.json()['id']}", "once"), (400, None, "true")]
+
+
+async def test_a_pool_policy_or_retry_default_changed_through_the_api_holds_for_the_next_submit(api) -> None:
+    big = {**JOB, "project": "vision", "resources": {"cpu": 4}}
+    async with api.admin() as admin:
+        first = (await admin.post("/api/v1/jobs", json=big)).json()
+        assert first["max_retries"] == 0  # the settings read (and kept) by this submit
+        assert (await admin.put("/api/v1/admin/pools/default", json={"max_per_job": {"cpu": 2}})).status_code == 200
+        assert (await admin.post("/api/v1/jobs", json=big)).status_code == 400
+        assert (await admin.delete("/api/v1/admin/pools/default")).status_code == 204
+        assert (await admin.put("/api/v1/admin/projects/vision/retry-policy",
+                                json={"max_retries": 2})).status_code == 200
+        assert (await admin.post("/api/v1/jobs", json=big)).json()["max_retries"] == 2
+        assert (await admin.delete("/api/v1/admin/projects/vision/retry-policy")).status_code == 200
+        assert (await admin.post("/api/v1/jobs", json=big)).json()["max_retries"] == 0

@@ -105,7 +105,7 @@ async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None]
     fresh = [i for i in range(len(specs)) if i not in replayed]
     async with services.store.read() as connection:
         for i in fresh:
-            refused = await refusal(connection, specs[i])
+            refused = await refusal(connection, specs[i], services.submit_settings)
             if refused:
                 raise HTTPException(status.HTTP_400_BAD_REQUEST, whose(i) + refused)
 
@@ -135,13 +135,16 @@ async def _store(request: Request, specs: list[JobSpec], keys: list[str | None],
     services = services_of(request)
     principal = principal_of(request)
     launcher = principal.job_id
+    async with services.store.read() as connection:
+        layers = {project: await services.submit_settings.retry_layers(connection, project, services.retry_config)
+                  for project in {spec.project for spec in specs}}
     async with services.store.write() as connection:
         if launcher is not None:  # read again in this transaction: the launcher may be ending by now
             launching = await read_launcher(connection, launcher)
         new = []
         for spec, key in zip(specs, keys, strict=True):
             name = launch_name(launching, spec.name or "") if launcher is not None else spec.name or ""
-            retry = await retry_columns(connection, spec, services.retry_config)
+            retry = retry_columns(spec, layers[spec.project])
             new.append(NewJob(spec, key, name=name, launched_by=launcher, columns={"owner": principal.name, **retry}))
         ids = await insert_jobs(connection, new, now)
         await add_audit(connection, audit_rows(ids))

@@ -86,3 +86,18 @@ async def test_a_pool_policy_or_retry_default_changed_through_the_api_holds_for_
         assert (await admin.post("/api/v1/jobs", json=big)).json()["max_retries"] == 2
         assert (await admin.delete("/api/v1/admin/projects/vision/retry-policy")).status_code == 200
         assert (await admin.post("/api/v1/jobs", json=big)).json()["max_retries"] == 0
+
+
+async def test_concurrent_submits_are_each_answered_with_their_own_job_and_audit_row(api) -> None:
+    """Two calls for each of six keys, with other specs: one of each pair makes the job, the other is refused."""
+    async with api.admin() as admin:
+        replies = await asyncio.wait_for(asyncio.gather(*(
+            admin.post("/api/v1/jobs", json={**JOB, "name": f"job-{i}"}, headers={"Idempotency-Key": f"c{i % 6}"})
+            for i in range(12))), 60)
+        made = [reply.json() for reply in replies if reply.status_code == 201]
+        assert sorted(job["idempotency_key"] for job in made) == [f"c{i}" for i in range(6)]
+        assert sorted(reply.status_code for reply in replies if reply.status_code != 201) == [409] * 6
+        for job in made:
+            assert (await admin.get(f"/api/v1/jobs/{job['id']}")).json()["name"] == job["name"]
+        rows = (await admin.get("/api/v1/audit")).json()
+    assert sorted(r["job_id"] for r in rows if r["outcome"] == 201) == sorted(job["id"] for job in made)

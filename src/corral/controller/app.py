@@ -38,6 +38,7 @@ from corral.controller.body_limit import BodyLimit
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
+from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.log_retention import prune_logs_loop
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
@@ -100,7 +101,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
-            seen=SeenMarks(store), submit_settings=SubmitSettings(), logs=logs,
+            seen=SeenMarks(store), submissions=GroupedWrites(store), submit_settings=SubmitSettings(), logs=logs,
             bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,

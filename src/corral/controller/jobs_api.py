@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.admission import refusal
 from corral.controller.audit import created_rows, note, note_each, rows_written
@@ -20,6 +21,7 @@ from corral.controller.params import PathId
 from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields, retry_view_fields
 from corral.controller.services import services_of
+from corral.core.retry_policy import RetryPolicy
 from corral.core.roles import Action
 from corral.core.spec import JobBatch, JobSpec, begin_problem
 from corral.core.states import JobState, TaskState
@@ -108,6 +110,8 @@ async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None]
             refused = await refusal(connection, specs[i], services.submit_settings)
             if refused:
                 raise HTTPException(status.HTTP_400_BAD_REQUEST, whose(i) + refused)
+        layers = {project: await services.submit_settings.retry_layers(connection, project, services.retry_config)
+                  for project in {specs[i].project for i in fresh}}
 
     def audit_rows(created: list[int]) -> list[dict]:
         """One row per job of the call, replays included, written with the new jobs."""
@@ -117,7 +121,7 @@ async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None]
 
     try:
         created = await _store(request, [specs[i] for i in fresh], [keys[i] for i in fresh], now,
-                               audit_rows) if fresh else []
+                               layers, audit_rows) if fresh else []
     except Conflict:  # a key submitted concurrently: nothing of this call was stored; its jobs replay now
         if not any(keys[i] for i in fresh):
             raise
@@ -129,16 +133,16 @@ async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None]
 
 
 async def _store(request: Request, specs: list[JobSpec], keys: list[str | None], now: float,
+                 layers: dict[str, list[RetryPolicy | None]],
                  audit_rows: Callable[[list[int]], list[dict]]) -> list[JobView]:
     """The new jobs, all written in one transaction with the call's audit rows (given the new ids), and their views
-    built from what was written (not read back: nothing else can have changed a job before its reply)."""
+    built from what was written (not read back: nothing else can have changed a job before its reply). Concurrent
+    calls' transactions are committed together (GroupedWrites)."""
     services = services_of(request)
     principal = principal_of(request)
     launcher = principal.job_id
-    async with services.store.read() as connection:
-        layers = {project: await services.submit_settings.retry_layers(connection, project, services.retry_config)
-                  for project in {spec.project for spec in specs}}
-    async with services.store.write() as connection:
+
+    async def write(connection: AsyncConnection) -> tuple[list[NewJob], list[int]]:
         if launcher is not None:  # read again in this transaction: the launcher may be ending by now
             launching = await read_launcher(connection, launcher)
         new = []
@@ -148,6 +152,9 @@ async def _store(request: Request, specs: list[JobSpec], keys: list[str | None],
             new.append(NewJob(spec, key, name=name, launched_by=launcher, columns={"owner": principal.name, **retry}))
         ids = await insert_jobs(connection, new, now)
         await add_audit(connection, audit_rows(ids))
+        return new, ids
+
+    new, ids = await services.submissions.write(write)
     rows_written(request)
     return [new_job_view(SimpleNamespace(**written_job_row(job, job_id, now)), job.spec)
             for job, job_id in zip(new, ids, strict=True)]

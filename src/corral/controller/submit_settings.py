@@ -42,7 +42,7 @@ class SubmitSettings:
     async def retry_layers(self, connection: AsyncConnection, project: str,
                            config_default: RetryPolicy | None) -> list[RetryPolicy | None]:
         """Project default, then the cluster's (stored, then the config file's): what a job's own policy is merged
-        over, as retry_defaults.policy_layers reads them."""
+        over; both stored ones in one read where not kept."""
         keys = [("project", project), CLUSTER]
         known = {key: self._retry[key] for key in keys if key in self._retry}
         if len(known) < len(keys):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from corral.controller.retry_defaults import retry_columns
+from corral.controller.submit_settings import SubmitSettings
 from corral.core.protocol import Capacity, GpuDevice, RegisterRequest, TaskReport
 from corral.core.spec import JobSpec
 from corral.engine.coordinator import run_handler
@@ -96,3 +98,8 @@ async def acknowledge(store, worker_id, task, *, epoch=None, attempt=None, exit_
         return await acknowledge_preemption(
             connection, worker_id, task.id, attempt=current.attempt if attempt is None else attempt,
             epoch=current.preempt_epoch if epoch is None else epoch, exit_code=exit_code, reason=None, now=now)
+
+
+async def retry_columns_now(connection, spec, config_default) -> dict:
+    """The retry columns a submission gives the job (the stored defaults read now)."""
+    return retry_columns(spec, await SubmitSettings().retry_layers(connection, spec.project, config_default))

@@ -6,7 +6,6 @@ import asyncio
 
 from sqlalchemy import select
 
-from corral.controller.retry_defaults import retry_columns
 from corral.core.failure import classify_failure as classify
 from corral.core.protocol import TaskReport
 from corral.core.retry_policy import FailureCause, RetryPolicy
@@ -19,7 +18,18 @@ from corral.store.jobs import insert_job
 from corral.store.retries import chain_ids, retry_targets, store_default
 from corral.store.schema import audit, jobs
 from corral.store.store import Store
-from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, reap, report, run_task, settle
+from tests.store.helpers import (
+    NOW,
+    add_worker,
+    job,
+    job_history,
+    job_tasks,
+    reap,
+    report,
+    retry_columns_now,
+    run_task,
+    settle,
+)
 
 POLICY = {"max_retries": 2, "retry_delay": 5, "jitter": "none"}
 
@@ -28,7 +38,7 @@ async def submit(store, key=None, config_default=None, owner="admin", **spec) ->
     spec = JobSpec(**{"command": ["false"], **spec})
     async with store.write() as connection:
         return await insert_job(connection, spec, key, NOW, owner=owner,
-                                **await retry_columns(connection, spec, config_default))
+                                **await retry_columns_now(connection, spec, config_default))
 
 
 async def fail(store, worker, job_id, exit_code=1):
@@ -241,8 +251,9 @@ async def test_a_launched_jobs_retry_stays_in_its_launch_tree(store):
     spec = JobSpec(command=["false"], retry_policy=RetryPolicy(max_retries=1, retry_delay=1, jitter="none"))
     async with store.write() as connection:
         launched = await insert_job(connection, spec, None, NOW, name="driver/step", launched_by=driver,
-                                    **await retry_columns(connection, spec, None))
+                                    **await retry_columns_now(connection, spec, None))
     await fail(store, worker, launched)
     (child,) = (await run_retries(store, NOW + 2)).created
     row = await job(store, child)
     assert (row.launched_by, row.name) == (driver, "driver/step")
+

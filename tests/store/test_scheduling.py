@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from corral.controller.admission import refusal
+from corral.controller.submit_settings import SubmitSettings
 from corral.core.config import CorralConfig, PoolPolicy, ProjectQuota
 from corral.core.spec import JobSpec
 from corral.store.policy import apply_policy_file, put_quota, read_policy
@@ -118,14 +119,16 @@ async def test_a_retried_task_goes_to_another_worker(store):
 
 
 async def test_admission_refuses_over_a_pool_maximum_and_unknown_dependencies(store):
+    settings = SubmitSettings()
     async with store.write() as connection:
         await apply_policy_file(connection, CorralConfig(pools={"a100": PoolPolicy(max_per_job={"gpu": 16})}), NOW)
-        assert await refusal(connection, JobSpec(command=["x"], pool="a100", replicas=2, resources={"gpu": 8})) is None
-        assert await refusal(connection, JobSpec(command=["x"], pool="a100", replicas=3, resources={"gpu": 8})) == (
+        two, three = (JobSpec(command=["x"], pool="a100", replicas=n, resources={"gpu": 8}) for n in (2, 3))
+        assert await refusal(connection, two, settings) is None
+        assert await refusal(connection, three, settings) == (
             "pool a100: the job asks 24 gpu in total; the pool allows at most 16 per job")
         # A job larger than any worker present is not refused: workers may join.
-        assert await refusal(connection, JobSpec(command=["x"], resources={"gpu": 256})) is None
-        assert await refusal(connection, JobSpec(command=["x"], after=[4242])) == (
+        assert await refusal(connection, JobSpec(command=["x"], resources={"gpu": 256}), settings) is None
+        assert await refusal(connection, JobSpec(command=["x"], after=[4242]), settings) == (
             "no job 4242 to wait for (after / after_any name existing jobs)")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, update
 
-from corral.controller.retry_defaults import retry_columns
 from corral.core.deployment_spec import DeploymentSpec
 from corral.core.lifecycle import StatusTransitions, TransitionStatus
 from corral.core.retry_policy import RetryPolicy
@@ -25,7 +24,17 @@ from corral.metrics import HANDLER_TARGET_ERRORS
 from corral.store.deployments import insert_deployment
 from corral.store.jobs import insert_job
 from corral.store.schema import deployments, history, jobs, replicas
-from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, run_task, settle, submit
+from tests.store.helpers import (
+    NOW,
+    add_worker,
+    job,
+    job_history,
+    job_tasks,
+    retry_columns_now,
+    run_task,
+    settle,
+    submit,
+)
 from tests.store.test_serving_store import serve_pass
 
 SERVICE = DeploymentSpec(name="svc", command=["serve"], min_replicas=1, resources={"cpu": 1})
@@ -140,7 +149,7 @@ async def test_retry_jobs_sets_aside_a_job_it_cannot_retry_and_retries_the_other
 async def retry_job(store, policy) -> int:
     spec = JobSpec(command=["false"], retry_policy=policy)
     async with store.write() as connection:
-        return await insert_job(connection, spec, None, NOW, **await retry_columns(connection, spec, None))
+        return await insert_job(connection, spec, None, NOW, **await retry_columns_now(connection, spec, None))
 
 
 async def test_a_serving_handler_sets_aside_the_deployment_it_raises_about_and_moves_the_others(store):
@@ -221,3 +230,4 @@ async def test_a_serving_move_the_tables_refuse_sets_its_target_aside_in_product
     assert (state, record.result, record.from_state) == ("PENDING", "SKIPPED", "PENDING")
     assert record.message.startswith("CheckPendingDeployment failed on it (IllegalTransition: a deployment cannot go "
                                      "from PENDING to READY)")
+

@@ -36,6 +36,7 @@ async def get_pool(request: Request, name: str = Name) -> PoolPolicy:
 async def set_pool(policy: PoolPolicy, request: Request, name: str = Name) -> PoolPolicy:
     async with services_of(request).store.write() as connection:
         await put_pool(connection, name, policy, time.time())
+    services_of(request).submit_settings.changed()
     services_of(request).engine.wake()
     return policy
 
@@ -45,6 +46,7 @@ async def reset_pool(request: Request, name: str = Name) -> None:
     async with services_of(request).store.write() as connection:
         if not await delete_pool(connection, name):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"pool {name} has no configured policy")
+    services_of(request).submit_settings.changed()
     services_of(request).engine.wake()
 
 

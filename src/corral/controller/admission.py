@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 from corral.core.spec import JobSpec
 from corral.scheduling.policy import over_pool_maximum
 from corral.store.job_views import existing_job_ids
-from corral.store.policy import read_pool_policy
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from corral.controller.submit_settings import SubmitSettings
 
 
 def job_total(spec: JobSpec) -> dict[str, float]:
@@ -23,8 +24,8 @@ def job_total(spec: JobSpec) -> dict[str, float]:
             **{name: amount * n for name, amount in r.custom.items()}}
 
 
-async def refusal(connection: AsyncConnection, spec: JobSpec) -> str | None:
-    over = over_pool_maximum(await read_pool_policy(connection, spec.pool), job_total(spec))
+async def refusal(connection: AsyncConnection, spec: JobSpec, settings: SubmitSettings) -> str | None:
+    over = over_pool_maximum(await settings.pool_policy(connection, spec.pool), job_total(spec))
     if over is not None:
         return f"pool {spec.pool}: the job {over}"
     wanted = set(spec.after) | set(spec.after_any)

@@ -38,6 +38,7 @@ from corral.controller.body_limit import BodyLimit
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
+from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.log_retention import prune_logs_loop
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
@@ -46,6 +47,7 @@ from corral.controller.results import ResultFiles
 from corral.controller.samples import Samples
 from corral.controller.services import Services, services_of
 from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
+from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
 from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.loop import Engine, WorkerSignals
@@ -99,7 +101,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
-            seen=SeenMarks(store), logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
+            seen=SeenMarks(store), submissions=GroupedWrites(store), submit_settings=SubmitSettings(), logs=logs,
+            bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,
             serving=serving, relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets(),

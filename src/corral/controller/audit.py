@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from starlette import status
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,6 +38,7 @@ CHANNEL = "WEBSOCKET"  # the method under which ACTIONS names the relay's channe
 ANONYMOUS = "anonymous"  # the actor of a call refused before it said who it is
 NOTE = "audit_note"  # the key of request.state under which a route leaves its safe detail
 EACH = "audit_each"  # ... and, for a call that makes many objects, each one's fields and detail
+WRITTEN = "audit_written"  # the outcome under which the route wrote its call's rows itself, in its own transaction
 MACHINE_CALLS = ("/api/v1/workers", "/api/v1/relay/", "/api/v1/router/load",
                  "/api/v1/jobs/{job_id}/tasks/{index}/result")
 WORKER_CALLS = "/api/v1/workers"  # a worker's own calls, the most frequent of all: let through unwatched
@@ -110,6 +112,18 @@ def note_each(connection: HTTPConnection, objects: list[tuple[dict[str, Any], di
     setattr(connection.state, EACH, objects)
 
 
+def created_rows(connection: HTTPConnection, objects: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict]:
+    """The rows of a call that creates `objects` (each: its fields for the object template, its safe detail), for
+    the route to write in the very transaction that creates them: one commit for both. Once that is committed,
+    `rows_written` tells the middleware, which then writes none (unless the call ends otherwise after all)."""
+    named = _named(connection.scope, connection.scope["method"])
+    return [] if named is None else _entries(connection, named, status.HTTP_201_CREATED, objects)
+
+
+def rows_written(connection: HTTPConnection) -> None:
+    setattr(connection.state, WRITTEN, status.HTTP_201_CREATED)
+
+
 class AuditCalls:
     """ASGI middleware: one row per audited HTTP call, written before the reply's last byte leaves, so that a
     client that has its answer finds the row. A row that cannot be written is logged, never fails the call."""
@@ -135,7 +149,7 @@ class AuditCalls:
             elif message["type"] == "http.response.body" and named is not None:
                 if named.from_reply and len(reply) <= REPLY_LIMIT:
                     reply.extend(message.get("body", b""))
-                if not message.get("more_body", False):
+                if not message.get("more_body", False) and scope["state"].get(WRITTEN) != outcome:
                     fields = _reply_fields(bytes(reply)) if named.from_reply and outcome < 300 else {}
                     await _record(scope, named, outcome, fields)
             await send(message)
@@ -171,23 +185,28 @@ def _named(scope: Scope, method: str) -> Named | None:
 async def _record(scope: Scope, named: Named, outcome: int, reply_fields: Mapping[str, Any]) -> None:
     try:
         connection = HTTPConnection(scope)
-        path_fields = {k: str(v)[:64] for k, v in scope.get("path_params", {}).items()}
-        principal = _principal(connection, outcome)
-        client = scope.get("client")
         each = getattr(connection.state, EACH, None) if outcome < 300 else None
-        objects = each or [(reply_fields, getattr(connection.state, NOTE, {}))]
-        at = time.time()
-        entries = [dict(
-            at=at, actor=principal.name[:64] if principal else ANONYMOUS,
-            role=principal.role if principal else None, action=named.action,
-            object=_object(named, fields := {**made, **path_fields}),
-            job_id=parse_id(str(fields.get(named.job, ""))) if named.job else None,
-            address=client[0][:100] if client else None, outcome=outcome, detail=detail)
-            for made, detail in objects]
+        entries = _entries(connection, named, outcome, each or [(reply_fields, getattr(connection.state, NOTE, {}))])
         async with services_of(connection).store.write() as store:
             await add_audit(store, entries)
     except Exception:
         log.exception("could not write the audit row of %s", scope.get("path"))
+
+
+def _entries(connection: HTTPConnection, named: Named, outcome: int,
+             objects: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[dict]:
+    """The call's rows, one per object: (its fields, from the reply or the route, its safe detail)."""
+    path_fields = {k: str(v)[:64] for k, v in connection.scope.get("path_params", {}).items()}
+    principal = _principal(connection, outcome)
+    client = connection.scope.get("client")
+    at = time.time()
+    return [dict(
+        at=at, actor=principal.name[:64] if principal else ANONYMOUS,
+        role=principal.role if principal else None, action=named.action,
+        object=_object(named, fields := {**made, **path_fields}),
+        job_id=parse_id(str(fields.get(named.job, ""))) if named.job else None,
+        address=client[0][:100] if client else None, outcome=outcome, detail=dict(detail))
+        for made, detail in objects]
 
 
 def _principal(connection: HTTPConnection, outcome: int) -> Principal | None:

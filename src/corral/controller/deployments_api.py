@@ -58,7 +58,7 @@ async def deploy(spec: DeploymentSpec, request: Request) -> DeploymentView:
         raise HTTPException(status.HTTP_400_BAD_REQUEST,
                             f"bundle {spec.bundle} was not uploaded (PUT /api/v1/bundles/{spec.bundle} first)")
     async with services.store.read() as connection:
-        refused = await refusal(connection, spec.replica_job())
+        refused = await refusal(connection, spec.replica_job(), services.submit_settings)
     if refused:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{refused} (each replica runs as a job)")
     try:

@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Literal
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.admission import refusal
-from corral.controller.audit import note, note_each
+from corral.controller.audit import created_rows, note, note_each, rows_written
 from corral.controller.identity import allow, authenticate, principal_of, refuse_unless, visible_projects
 from corral.controller.job_tokens import out_of_reach
 from corral.controller.launches import bounded_by, launch_name, read_launcher
 from corral.controller.params import PathId
 from corral.controller.retry_defaults import retry_columns
-from corral.controller.retry_views import retry_fields
+from corral.controller.retry_views import retry_fields, retry_view_fields
 from corral.controller.services import services_of
+from corral.core.retry_policy import RetryPolicy
 from corral.core.roles import Action
 from corral.core.spec import JobBatch, JobSpec, begin_problem
-from corral.core.states import JobState
+from corral.core.states import JobState, TaskState
 from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
 from corral.core.wire import MAX_ID, STORED, Text
 from corral.engine.cancel import AlreadyEnded, NoSuchJob, cancel_job, cancel_scheduled_retry
+from corral.store.audit import add_audit
 from corral.store.database import Conflict
 from corral.store.job_views import (
     JobFilter,
@@ -37,7 +42,7 @@ from corral.store.job_views import (
     task_rows,
     task_state_counts,
 )
-from corral.store.jobs import NewJob, insert_jobs
+from corral.store.jobs import NewJob, insert_jobs, written_job_row
 from corral.store.launches import launched_within
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)])
@@ -102,36 +107,57 @@ async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None]
     fresh = [i for i in range(len(specs)) if i not in replayed]
     async with services.store.read() as connection:
         for i in fresh:
-            refused = await refusal(connection, specs[i])
+            refused = await refusal(connection, specs[i], services.submit_settings)
             if refused:
                 raise HTTPException(status.HTTP_400_BAD_REQUEST, whose(i) + refused)
+        layers = {project: await services.submit_settings.retry_layers(connection, project, services.retry_config)
+                  for project in {specs[i].project for i in fresh}}
+
+    def audit_rows(created: list[int]) -> list[dict]:
+        """One row per job of the call, replays included, written with the new jobs."""
+        ids = {**{i: view.id for i, view in replayed.items()}, **dict(zip(fresh, created, strict=True))}
+        return created_rows(request, [({"id": ids[i]}, {"name": spec.name, "project": spec.project})
+                                      for i, spec in enumerate(specs)])
+
     try:
-        created = await _store(request, [specs[i] for i in fresh], [keys[i] for i in fresh], now) if fresh else []
+        created = await _store(request, [specs[i] for i in fresh], [keys[i] for i in fresh], now,
+                               layers, audit_rows) if fresh else []
     except Conflict:  # a key submitted concurrently: nothing of this call was stored; its jobs replay now
         if not any(keys[i] for i in fresh):
             raise
         return await _accept(request, specs, keys, single=single)
     if created:
         services.engine.wake()
-    ids = {**{i: view.id for i, view in replayed.items()}, **dict(zip(fresh, created, strict=True))}
-    views = {view.id: view for view in await job_views(request, list(ids.values()))}
-    return [views[ids[i]] for i in range(len(specs))], bool(created)
+    views = {**replayed, **dict(zip(fresh, created, strict=True))}
+    return [views[i] for i in range(len(specs))], bool(created)
 
 
-async def _store(request: Request, specs: list[JobSpec], keys: list[str | None], now: float) -> list[int]:
-    """The new jobs' ids, all written in one transaction."""
+async def _store(request: Request, specs: list[JobSpec], keys: list[str | None], now: float,
+                 layers: dict[str, list[RetryPolicy | None]],
+                 audit_rows: Callable[[list[int]], list[dict]]) -> list[JobView]:
+    """The new jobs, all written in one transaction with the call's audit rows (given the new ids), and their views
+    built from what was written (not read back: nothing else can have changed a job before its reply). Concurrent
+    calls' transactions are committed together (GroupedWrites)."""
     services = services_of(request)
     principal = principal_of(request)
     launcher = principal.job_id
-    async with services.store.write() as connection:
+
+    async def write(connection: AsyncConnection) -> tuple[list[NewJob], list[int]]:
         if launcher is not None:  # read again in this transaction: the launcher may be ending by now
             launching = await read_launcher(connection, launcher)
         new = []
         for spec, key in zip(specs, keys, strict=True):
             name = launch_name(launching, spec.name or "") if launcher is not None else spec.name or ""
-            retry = await retry_columns(connection, spec, services.retry_config)
+            retry = retry_columns(spec, layers[spec.project])
             new.append(NewJob(spec, key, name=name, launched_by=launcher, columns={"owner": principal.name, **retry}))
-        return await insert_jobs(connection, new, now)
+        ids = await insert_jobs(connection, new, now)
+        await add_audit(connection, audit_rows(ids))
+        return new, ids
+
+    new, ids = await services.submissions.write(write)
+    rows_written(request)
+    return [new_job_view(SimpleNamespace(**written_job_row(job, job_id, now)), job.spec)
+            for job, job_id in zip(new, ids, strict=True)]
 
 
 async def _replays(request: Request, specs: list[JobSpec], keys: list[str | None]) -> dict[int, JobView]:
@@ -255,12 +281,20 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
         rows = await job_rows(connection, ids)
         counts = await task_state_counts(connection, ids)
         retry = await retry_fields(connection, list(rows.values()))
-    return [
-        JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
-                spec=JobSpec.model_validate(r.spec, context=STORED), pending_reason=r.pending_reason,
-                created_at=r.created_at,
-                state_since=r.state_since, finished_at=r.finished_at, task_counts=counts[r.id],
-                idempotency_key=r.idempotency_key, preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger,
-                launched_by=r.launched_by, owner=r.owner, **retry[r.id])
-        for r in (rows[i] for i in ids if i in rows)
-    ]
+    return [job_view(r, JobSpec.model_validate(r.spec, context=STORED), counts[r.id], retry[r.id])
+            for r in (rows[i] for i in ids if i in rows)]
+
+
+def job_view(r: Any, spec: JobSpec, task_counts: dict[str, int], retry: dict) -> JobView:
+    """The one place a JobView is made, from a job's row (read, or as just written), its parsed spec, its tasks'
+    counts by state and its retry fields."""
+    return JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
+                   spec=spec, pending_reason=r.pending_reason, created_at=r.created_at, state_since=r.state_since,
+                   finished_at=r.finished_at, task_counts=task_counts, idempotency_key=r.idempotency_key,
+                   preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger, launched_by=r.launched_by,
+                   owner=r.owner, **retry)
+
+
+def new_job_view(r: Any, spec: JobSpec) -> JobView:
+    """A job just written: all its tasks pending, alone in its retry chain."""
+    return job_view(r, spec, {TaskState.PENDING: r.replicas}, retry_view_fields(r, [r.id]))

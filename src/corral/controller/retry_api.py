@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from corral.controller.audit import note
 from corral.controller.identity import allow, person
 from corral.controller.params import PathId
-from corral.controller.retry_defaults import cluster_layers, policy_layers
+from corral.controller.retry_defaults import cluster_layers
 from corral.controller.retry_views import retry_fields
 from corral.controller.services import services_of
 from corral.core.retry_policy import RetryPolicy, effective_policy
@@ -89,6 +89,7 @@ async def _set(request: Request, scope: tuple[str, str], policy: RetryPolicy | N
     now = time.time()
     async with services_of(request).store.write() as connection:
         await store_default(connection, *scope, policy, now)
+    services_of(request).submit_settings.changed()
     if policy is not None:
         note(request, policy=policy.model_dump(mode="json", exclude_unset=True))
     return await _view(request, scope)
@@ -99,7 +100,7 @@ async def _view(request: Request, scope: tuple[str, str]) -> DefaultPolicyView:
     async with services_of(request).store.read() as connection:
         stored = await stored_default(connection, *scope)
         layers = (await cluster_layers(connection, config_default) if scope == CLUSTER
-                  else await policy_layers(connection, scope[1], config_default))
+                  else await services_of(request).submit_settings.retry_layers(connection, scope[1], config_default))
     return DefaultPolicyView(scope=_scope_name(scope), policy=stored, effective=effective_policy(layers))
 
 

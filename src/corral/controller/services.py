@@ -13,10 +13,12 @@ from fastapi import Request
 from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub
 from corral.controller.files import BundleStore, LogFiles
+from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.relays import Relays
 from corral.controller.results import ResultFiles
 from corral.controller.samples import Samples
 from corral.controller.settings import ControllerSettings, Tokens
+from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
 from corral.core.retry_policy import RetryPolicy
 from corral.engine.loop import Engine, WorkerSignals
@@ -35,6 +37,8 @@ class Services:
     store: Store
     signals: WorkerSignals  # wakes a worker's waiting heartbeat when it has new orders
     seen: SeenMarks  # the heartbeats that carry nothing else, marked together
+    submissions: GroupedWrites  # the jobs submitted by concurrent calls, committed together
+    submit_settings: SubmitSettings  # pool policies and retry defaults, kept until the admin API changes them
     engine: Engine
     logs: LogFiles
     bundles: BundleStore

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import Column, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.spec import JobSpec
@@ -41,14 +41,8 @@ async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: f
     history record in another: a batch costs a statement per job, not three."""
     if not new:
         return []
-    ids = [(await connection.execute(insert(jobs).values(
-        name=job.name or job.spec.name, spec=job.spec.model_dump(mode="json"), state=JobState.PENDING,
-        gang=job.spec.gang, priority=job.spec.priority, replicas=job.spec.replicas,
-        max_task_failures=job.spec.max_task_failures, max_retries_failure=job.spec.max_retries_failure,
-        max_retries_preemption=job.spec.max_retries_preemption, scheduling_timeout=job.spec.scheduling_timeout,
-        grace_period=job.spec.grace_period, cancelled=False, tries=0, idempotency_key=job.idempotency_key,
-        created_at=now, state_since=now, launched_by=job.launched_by, **job.columns,
-    ).returning(jobs.c.id))).scalar_one() for job in new]
+    ids = [(await connection.execute(insert(jobs).values(**new_job_columns(job, now)).returning(jobs.c.id)))
+           .scalar_one() for job in new]
     await connection.execute(insert(tasks), [
         dict(job_id=job_id, index=i, state=TaskState.PENDING, state_since=now, attempt=0, tries=0, failures=0,
              preemptions=0, gpu_ids=[], cpu=job.spec.resources.cpu, memory=job.spec.resources.memory,
@@ -61,6 +55,32 @@ async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: f
         for job_id, job in zip(ids, new, strict=True)
     ])
     return ids
+
+
+def new_job_columns(job: NewJob, now: float) -> dict[str, Any]:
+    """The columns `insert_jobs` writes for the job (its id aside): what its reply is built from, too."""
+    return dict(
+        name=job.name or job.spec.name, spec=job.spec.model_dump(mode="json"), state=JobState.PENDING,
+        gang=job.spec.gang, priority=job.spec.priority, replicas=job.spec.replicas,
+        max_task_failures=job.spec.max_task_failures, max_retries_failure=job.spec.max_retries_failure,
+        max_retries_preemption=job.spec.max_retries_preemption, scheduling_timeout=job.spec.scheduling_timeout,
+        grace_period=job.spec.grace_period, cancelled=False, tries=0, idempotency_key=job.idempotency_key,
+        created_at=now, state_since=now, launched_by=job.launched_by, **job.columns)
+
+
+def written_job_row(job: NewJob, job_id: int, now: float) -> dict[str, Any]:
+    """The job's row as `insert_jobs` just wrote it, every column there (the schema's defaults where it wrote
+    none), without reading it back."""
+    return {**NEW_ROW_DEFAULTS, **new_job_columns(job, now), "id": job_id}
+
+
+def _default(column: Column) -> Any:
+    if column.default is not None:
+        return column.default.arg
+    return None if column.server_default is None else column.server_default.arg
+
+
+NEW_ROW_DEFAULTS = {column.name: _default(column) for column in jobs.columns}
 
 
 def _submitted(job: NewJob) -> str:

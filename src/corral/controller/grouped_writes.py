@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
-
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from corral.store.store import Store
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
 T = TypeVar("T")
-Write = Callable[[AsyncConnection], Awaitable[Any]]
+Write = Callable[["AsyncConnection"], Awaitable[Any]]
 
 
 class GroupedWrites:

@@ -6,11 +6,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.controller.admission import refusal
 from corral.controller.audit import created_rows, note, note_each, rows_written
@@ -44,6 +43,9 @@ from corral.store.job_views import (
 )
 from corral.store.jobs import NewJob, insert_jobs, written_job_row
 from corral.store.launches import launched_within
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(authenticate)])
 

@@ -308,3 +308,6 @@ class HeartbeatReply(DeferredModel):
     orders: list[Order] = Field(default_factory=list)
     heartbeat_interval: float
 
+
+
+RegisterRequest.model_rebuild()

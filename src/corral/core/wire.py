@@ -77,9 +77,10 @@ class DeferredModel(BaseModel):
 
 class WireModel(BaseModel):
     """Base of every model read from a request: no NaN or infinity in a number, no NUL or lone surrogate
-    in a string, checked on the raw input so that no field can forget it. Built on first use, as DeferredModel."""
+    in a string, checked on the raw input so that no field can forget it. Built at import, unlike DeferredModel:
+    a route's `Body(alias=...)` over a deferred model makes pydantic warn when the route's adapter is built."""
 
-    model_config = ConfigDict(allow_inf_nan=False, defer_build=True)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, TypeAdapter
 
 from corral.core.spec import JobBatch, JobSpec, Workdir
 from corral.core.states import JobState
@@ -92,11 +92,12 @@ def advance(plan: Plan, reply: Any, failure: BaseException | None = None) -> Ste
     except StopIteration:
         return None
 
-_tasks = TypeAdapter(list[TaskView])
-_job_views = TypeAdapter(list[JobView])
-_history = TypeAdapter(list[HistoryEntry])
-_workers = TypeAdapter(list[WorkerView])
-_retry_attempts = TypeAdapter(list[RetryAttemptView])
+_ON_FIRST_USE = ConfigDict(defer_build=True)  # a command builds only the readers it uses, not all at import
+_tasks = TypeAdapter(list[TaskView], config=_ON_FIRST_USE)
+_job_views = TypeAdapter(list[JobView], config=_ON_FIRST_USE)
+_history = TypeAdapter(list[HistoryEntry], config=_ON_FIRST_USE)
+_workers = TypeAdapter(list[WorkerView], config=_ON_FIRST_USE)
+_retry_attempts = TypeAdapter(list[RetryAttemptView], config=_ON_FIRST_USE)
 
 
 def submit(spec: JobSpec | dict, idempotency_key: str | None = None) -> Plan[JobView]:

@@ -17,8 +17,6 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 MAX_PIP_ITEMS = 256
 MAX_PIP_ITEM = 1024  # characters of one item
 # Every CPython 3 a worker could run now or in the next years; anything else is a typo or a Python 2 script.
@@ -77,6 +75,9 @@ def check_items(items: list[str]) -> list[str]:
 
 
 def _requirement(text: str) -> str:
+    # Imported here: only a spec naming a requirement needs the parser (a command that lists jobs never does).
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         Requirement(text)
     except InvalidRequirement as error:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from corral.core import limits
 from corral.core.relay import MAX_COLS, MAX_ROWS, ChannelKind
@@ -27,7 +27,7 @@ from corral.core.spec import (
     Workdir,
 )
 from corral.core.states import TaskState
-from corral.core.wire import MAX_COUNT, Count, Id, WireModel, storable
+from corral.core.wire import MAX_COUNT, Count, DeferredModel, Id, WireModel, storable
 
 API = "/api/v1"
 
@@ -143,7 +143,7 @@ class RegisterRequest(WireModel):
     _labels_within_limits = field_validator("labels")(limits.capped(limits.check_labels))
 
 
-class RegisterReply(BaseModel):
+class RegisterReply(DeferredModel):
     worker_id: str
     heartbeat_interval: float
 
@@ -201,7 +201,7 @@ class HeartbeatRequest(WireModel):
         return gpus
 
 
-class BuildOrder(BaseModel):
+class BuildOrder(DeferredModel):
     """Prepare an attempt: make its directory, fetch and unpack its bundle. A gang member's start comes later, in a
     StartOrder to every member at once; an independent task (`start`) starts as soon as it is prepared.
 
@@ -238,13 +238,13 @@ class BuildOrder(BaseModel):
     idle_timeout: float | None = Field(None, gt=0, description="interactive: end once no client was attached this long")
 
 
-class StartOrder(BaseModel):
+class StartOrder(DeferredModel):
     action: Literal["start"] = "start"
     task_id: int
     attempt: int
 
 
-class StopOrder(BaseModel):
+class StopOrder(DeferredModel):
     """Stop for good: SIGTERM to the process group, the grace period, then SIGKILL; report KILLED."""
 
     action: Literal["stop"] = "stop"
@@ -254,7 +254,7 @@ class StopOrder(BaseModel):
     reason: str = "cancelled"
 
 
-class PreemptOrder(BaseModel):
+class PreemptOrder(DeferredModel):
     """Stop this attempt to come back later: SIGTERM to the process group, the grace period, then
     SIGKILL; upload the checkpoint the task left at CORRAL_CHECKPOINT_PATH; acknowledge with `epoch`."""
 
@@ -281,7 +281,7 @@ class PreemptedAck(WireModel):
         return _told(data)
 
 
-class RelayOrder(BaseModel):
+class RelayOrder(DeferredModel):
     """Dial back to the controller for one channel a client opened into this attempt (corral.core.relay): a
     WebSocket to `url` (this worker's controller when None) + /api/v1/relay/{session}. Repeated until the worker
     has dialed; the worker acts on each session once."""
@@ -304,9 +304,10 @@ class RelayOrder(BaseModel):
 Order = Annotated[BuildOrder | StartOrder | StopOrder | PreemptOrder | RelayOrder, Field(discriminator="action")]
 
 
-class HeartbeatReply(BaseModel):
+class HeartbeatReply(DeferredModel):
     orders: list[Order] = Field(default_factory=list)
     heartbeat_interval: float
+
 
 
 RegisterRequest.model_rebuild()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from corral.core.wire import WireModel
 
@@ -85,5 +85,6 @@ class Exit(WireModel):
     reason: str | None = Field(None, max_length=2000)
 
 
-ClientControl = TypeAdapter(Annotated[Resize | Eof, Field(discriminator="type")])
-WorkerControl = TypeAdapter(Annotated[Role | Notice | Exit | Eof, Field(discriminator="type")])
+_ON_FIRST_USE = ConfigDict(defer_build=True)  # built by the relay's first message, not by every import of this module
+ClientControl = TypeAdapter(Annotated[Resize | Eof, Field(discriminator="type")], config=_ON_FIRST_USE)
+WorkerControl = TypeAdapter(Annotated[Role | Notice | Exit | Eof, Field(discriminator="type")], config=_ON_FIRST_USE)

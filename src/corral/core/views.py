@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from corral.core.protocol import AttemptWorld, CachedEnvironment
 from corral.core.relay import ChannelKind
 from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState, WorkerState
-from corral.core.wire import WireModel
+from corral.core.wire import DeferredModel, WireModel
 
 
-class AttemptView(BaseModel):
+class AttemptView(DeferredModel):
     attempt: int
     worker_id: str | None
     state: TaskState
@@ -27,7 +27,7 @@ class AttemptView(BaseModel):
     world: AttemptWorld | None = None  # where it started and with which Python environment (from PREPARED on)
 
 
-class TaskView(BaseModel):
+class TaskView(DeferredModel):
     id: int
     index: int
     state: TaskState
@@ -45,7 +45,7 @@ class TaskView(BaseModel):
     checkpoint_size: int | None = None
 
 
-class JobView(BaseModel):
+class JobView(DeferredModel):
     id: int
     name: str
     state: JobState
@@ -74,7 +74,7 @@ class JobView(BaseModel):
     retry_chain: list[int] = []
 
 
-class RetryAttemptView(BaseModel):
+class RetryAttemptView(DeferredModel):
     """One job of a retry chain, as GET /jobs/{id}/attempts lists it."""
 
     id: int
@@ -86,13 +86,13 @@ class RetryAttemptView(BaseModel):
     finished_at: float | None
 
 
-class JobPage(BaseModel):
+class JobPage(DeferredModel):
     items: list[JobView]
     next_cursor: int | None
     total: int | None = None  # how many jobs match, when asked for
 
 
-class HistoryEntry(BaseModel):
+class HistoryEntry(DeferredModel):
     at: float
     job_id: int
     task_id: int | None
@@ -110,7 +110,7 @@ class HistoryEntry(BaseModel):
 AttachmentState = Literal["opening", "open", "closed", "failed"]
 
 
-class AttachmentView(BaseModel):
+class AttachmentView(DeferredModel):
     """A channel a client opened into a task through the controller's relay (corral.core.relay)."""
 
     id: int
@@ -130,14 +130,14 @@ class AttachmentView(BaseModel):
     close_reason: str | None
 
 
-class TicketView(BaseModel):
+class TicketView(DeferredModel):
     """A single-use ticket that opens one channel into a job (`?ticket=`), for a browser's WebSocket."""
 
     ticket: str
     expires_in: int = Field(..., description="seconds it stays valid")
 
 
-class DeviceTask(BaseModel):
+class DeviceTask(DeferredModel):
     """A task holding (part of) one GPU."""
 
     task_id: int
@@ -146,7 +146,7 @@ class DeviceTask(BaseModel):
     share: float = Field(..., description="of this device: 1.0 for a task holding whole devices")
 
 
-class DeviceView(BaseModel):
+class DeviceView(DeferredModel):
     """One GPU of a worker: what it is, what corral has booked on it, and what NVML last read of its use."""
 
     index: int
@@ -159,7 +159,7 @@ class DeviceView(BaseModel):
     utilization: int | None = Field(None, description="percent busy at the worker's last reading")
 
 
-class WorkerView(BaseModel):
+class WorkerView(DeferredModel):
     id: str
     name: str
     address: str
@@ -182,7 +182,7 @@ class WorkerView(BaseModel):
     account: str | None = None  # the local account it runs as (and its tasks, unless run as their owners)
 
 
-class WorkdirSharing(BaseModel):
+class WorkdirSharing(DeferredModel):
     """How many alive workers of a pool share a submission directory: its files are uploaded unless all do."""
 
     alive: int
@@ -194,7 +194,7 @@ class WorkdirSharing(BaseModel):
         return self.alive == 0 or self.sharing < self.alive
 
 
-class EventView(BaseModel):
+class EventView(DeferredModel):
     """One entry of the event stream: a history row, typed (see corral.core.events)."""
 
     id: int
@@ -215,14 +215,14 @@ class EventView(BaseModel):
     message: str | None
 
 
-class WorkerFit(BaseModel):
+class WorkerFit(DeferredModel):
     worker_id: str
     name: str
     fits: bool
     why: str
 
 
-class PlacementAnalysis(BaseModel):
+class PlacementAnalysis(DeferredModel):
     """Why a job is where it is, worker by worker, on the cluster as it is now."""
 
     job_id: int
@@ -241,7 +241,7 @@ class TokenRequest(WireModel):
                               description="the token to accept (printable, no spaces); by default a random one")
 
 
-class ProjectToken(BaseModel):
+class ProjectToken(DeferredModel):
     id: int
     project: str
     created_at: float
@@ -251,7 +251,7 @@ class IssuedToken(ProjectToken):
     token: str = Field(..., description="shown this once: only its hash is kept")
 
 
-class AuditEntry(BaseModel):
+class AuditEntry(DeferredModel):
     """One row of the audit log: an API call (role, object, address and outcome set), or the controller's own."""
 
     id: int

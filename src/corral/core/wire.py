@@ -68,9 +68,17 @@ def _check_strings(value: Any, where: str) -> None:
             _check_strings(item, f"{where}[{index}]")
 
 
+class DeferredModel(BaseModel):
+    """Base of the models corral writes (replies, orders) rather than reads from a request: pydantic builds a
+    model's validator on its first use, not at import, so a command builds only the models it uses."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
 class WireModel(BaseModel):
     """Base of every model read from a request: no NaN or infinity in a number, no NUL or lone surrogate
-    in a string, checked on the raw input so that no field can forget it."""
+    in a string, checked on the raw input so that no field can forget it. Built at import, unlike DeferredModel:
+    a route's `Body(alias=...)` over a deferred model makes pydantic warn when the route's adapter is built."""
 
     model_config = ConfigDict(allow_inf_nan=False)
 

@@ -10,7 +10,6 @@ dropped). With CORRAL_BENCH_FLAMES=1, py-spy records one run of each into bench/
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.flames import RESULTS, wanted  # noqa: E402
+from bench.flames import flame_of_run, wanted  # noqa: E402
 from bench.peers import bare_python, median_seconds  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402  (the same harness the e2e tests use)
 
@@ -26,13 +25,6 @@ SAMPLES = 7
 LISTED = 100
 # Most times a bare interpreter start each command may take.
 TARGETS = {"--help": 10, "jobs": 15, "submit --wait -- true": 15}
-
-
-def record_flame(argv: list[str], name: str, env: dict[str, str]) -> None:
-    """One run of `argv` under py-spy (the process is too short-lived to attach to)."""
-    RESULTS.mkdir(exist_ok=True)
-    subprocess.run(["py-spy", "record", "--rate", "1000", "--output", str(RESULTS / f"{name}.svg"), "--", *argv],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def main() -> None:
@@ -60,7 +52,7 @@ def main() -> None:
                 print(f"corral {what}: median {seconds * 1000:.0f} ms, bare python {bare * 1000:.0f} ms, "
                       f"ratio {ratio:.1f}x (target <= {TARGETS[what]}x: {verdict})")
                 if wanted():
-                    record_flame(corral + args, "cli-" + args[0].strip("-"), env)
+                    flame_of_run(corral + args, "cli-" + args[0].strip("-"), env)
         finally:
             cluster.stop()
 

@@ -40,3 +40,12 @@ def flame(pid: int, name: str, rate: int = 250) -> Iterator[Path | None]:
             recorder.wait(timeout=30)
         except subprocess.TimeoutExpired:
             recorder.kill()
+
+
+def flame_of_run(argv: list[str], name: str, env: dict[str, str] | None = None, rate: int = 1000) -> Path:
+    """Run `argv` to its end under py-spy into bench/results/NAME.svg: for a process too short-lived to attach to."""
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{name}.svg"
+    subprocess.run(["py-spy", "record", "--rate", str(rate), "--output", str(out), "--", *argv],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return out

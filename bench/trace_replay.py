@@ -160,9 +160,11 @@ def replay_decisions(nodes: list[WorkerRoom], pods: list[Pod]) -> tuple[int, lis
                                             index=index))
         started = time.perf_counter()
         decision = handler.execute([target], snapshot)
-        for task in handler.running_of([e for e in decision.effects if isinstance(e, Place)], snapshot):
-            index.add(task)
-            placed += 1
+        for effect in decision.effects:
+            if isinstance(effect, Place):  # on record: the index counts it as running from now
+                index.add(RunningTask(effect.task_id, n, effect.worker_id, pod.request, effect.gpu_ids, 0,
+                                      since=float(n)))
+                placed += 1
         seconds.append(time.perf_counter() - started)
     return placed, seconds
 

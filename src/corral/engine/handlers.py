@@ -42,7 +42,7 @@ from corral.core.states import (
 from corral.engine.effects import Doom, Effect, Place, Preempt, effect_moves
 from corral.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Request, RunningTask, Unit, place_over
+from corral.scheduling.placement import Request, Unit, place_over
 from corral.scheduling.reasons import DependencyFailed, TimedOut
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
 from corral.store.scheduling_reads import KeptCapacity
@@ -223,18 +223,6 @@ class ScheduleJobs(Handler):
         if len(self.counted) > self.remembered_units:
             del self.counted[next(iter(self.counted))]
         self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
-
-    @staticmethod
-    def running_of(placed: Sequence[Place], snapshot: Snapshot) -> list[RunningTask]:
-        """The tasks these placements start, as the capacity index counts them once they are on record."""
-        cluster = snapshot.cluster
-        running = []
-        for effect in placed:
-            job = cluster.jobs.get(effect.job_id, JobPlacement())
-            running.append(RunningTask(effect.task_id, effect.job_id, effect.worker_id,
-                                       _request(job, snapshot.jobs[effect.job_id]), effect.gpu_ids, job.priority,
-                                       job.project, snapshot.now, job.gang))
-        return running
 
     @staticmethod
     def _unit(target: Target, job: JobPlacement, request: Request, snapshot: Snapshot, since: float) -> Unit:

@@ -125,6 +125,12 @@ def test_info_shows_each_tasks_device_and_share(cli, fake):
     assert [row[4:6] for row in rows[:2]] == [["0", "(0.5)"], ["1", "(0.5)"]]
 
 
+def test_info_shows_a_jobs_cap_on_tasks_running_at_once(cli, fake):
+    fake.jobs = [job_view(8, spec=JobSpec(command=["true"], replicas=100, max_running=8))]
+    fake.task_views, fake.history_entries = [], []
+    assert "100 independent, at most 8 at once" in cli("info", "8").output
+
+
 def test_info_shows_spec_tasks_attempts_and_history(cli, fake):
     now = time.time()
     fake.jobs = [job_view(9, state="FAILED", finished_at=now)]

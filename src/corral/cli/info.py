@@ -121,7 +121,8 @@ def job_summary(job: JobView, now: float) -> Table:
         ("tasks", task_summary(job.task_counts)),
         ("command", Text(format_command(spec.command))),
         ("resources", format_resources(spec.resources) + " per task"),
-        ("replicas", f"{spec.replicas}" + (" as a gang" if spec.gang else " independent")),
+        ("replicas", f"{spec.replicas}" + (" as a gang" if spec.gang else " independent")
+         + (f", at most {spec.max_running} at once" if spec.max_running is not None else "")),
         ("priority", str(spec.priority)),
         ("placement", f"pool {spec.pool}, project {spec.project}"
                       + "".join(f", {c}" for c in spec.constraints) + (", spread" if spec.spread else "")),

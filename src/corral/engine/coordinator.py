@@ -92,7 +92,7 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
     """One run. A job the handler raises about is left out and reported to `errors` (kept across runs by the
     engine: that is how a streak is seen); the run goes on for the others and commits."""
     errors = errors or TargetErrors()
-    async with store.write() as connection:
+    async with store.write(handler.name) as connection:
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
                                  handler.launcher_states, handler.batch_rows or BATCH_ROWS)
         if not rows:

@@ -44,7 +44,7 @@ from corral.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import BATCH_ROWS, TASK_STATES, TASK_TARGET_JOB_STATES, target_rows, task_row
-from corral.store.scheduling_reads import read_cluster
+from corral.store.scheduling_reads import fence_capacity, read_cluster
 from corral.store.store import Store
 
 if TYPE_CHECKING:
@@ -125,6 +125,8 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
             return RunReport(outcomes=outcomes)
         await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
         await changes.flush(connection)
+        if changes.placed_workers:
+            await fence_capacity(connection, changes.placed_workers)
         handler.observe(outcomes, snapshot)
         return RunReport(changes.moved, changes.touched_workers, outcomes)
 

@@ -16,8 +16,9 @@ from corral.core.spec import MAX_GPU
 from corral.core.states import JOB_ACTIVE, TASK_HOLDS_RESOURCES, TaskState, WorkerState
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import Request, WorkerRoom
+from corral.scheduling.rooms import Request, WorkerRoom, overbooking
 from corral.scheduling.snapshot import ClusterSnapshot, JobEnd, JobPlacement
+from corral.store.changes import StaleWrite
 from corral.store.policy import read_policy
 from corral.store.schema import attempts, history, jobs, tasks, workers
 
@@ -142,6 +143,32 @@ def _free_room(worker) -> WorkerRoom:
         pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=dict(custom),
         gpu_memory=_device_memory(gpus, worker.gpu_devices), pythons=tuple(worker.pythons or ()),
         filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()))
+
+
+async def fence_capacity(connection: AsyncConnection, worker_ids: Collection[str]) -> None:
+    """The capacity fence of a transaction that placed tasks on these workers, after its changes are flushed: their
+    rows are locked (FOR UPDATE: another placing transaction waits here for this one's end, then reads what it
+    committed), and their room is worked out again from the task rows as they are now. StaleWrite when one is
+    over-booked or no longer alive: another controller's pass booked it first, and this transaction commits nothing."""
+    ids = sorted(worker_ids)
+    rows = (await connection.execute(
+        select(workers).where(workers.c.id.in_(ids)).order_by(workers.c.id).with_for_update())).all()
+    held = (await connection.execute(_task_room_columns().where(_holds_room(), tasks.c.worker_id.in_(ids)))).all()
+    facts = {row.id: _placement(row)[0] for row in (await connection.execute(
+        select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
+        .where(jobs.c.id.in_({row.job_id for row in held})))).all()}
+    on_worker: dict[str, list[RunningTask]] = defaultdict(list)
+    for row in held:
+        on_worker[row.worker_id].append(_running_task(row, facts.get(row.job_id, JobPlacement())))
+    gone = set(ids) - {worker.id for worker in rows}
+    if gone:
+        raise StaleWrite(f"workers {sorted(gone)} are gone: placed on after they left")
+    for worker in rows:
+        if worker.state != WorkerState.ALIVE:
+            raise StaleWrite(f"worker {worker.name} is {worker.state}: placed on after it left")
+        over = overbooking(_free_room(worker), ((task.request, task.gpu_ids) for task in on_worker[worker.id]))
+        if over is not None:
+            raise StaleWrite(f"worker {worker.name} is over-booked ({over}): another pass booked it first")
 
 
 async def file_systems_in_pool(connection: AsyncConnection, pool: str) -> list[tuple[str | None, list[str]]]:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
 from corral.core.states import TaskState
+from corral.engine import loop
 from corral.engine.coordinator import run_handler
 from corral.engine.handlers import ScheduleJobs
+from corral.engine.loop import Engine, WorkerSignals
+from corral.metrics import REGISTRY
 from corral.store.changes import ChangeSet, StaleWrite, TaskRow
 from corral.store.handler_locks import HandlerBusy
 from corral.store.scheduling_reads import fence_capacity
@@ -104,3 +108,53 @@ async def test_placing_on_a_worker_under_its_capacity_passes_the_fence(two_store
     await settle(first)
     assert [t.gpu_ids for t in await job_tasks(first, job_id)] == [[0], [1]]
     assert {t.worker_id for t in await job_tasks(first, job_id)} == {worker}
+
+
+def _counted(metric: str, handler: str) -> float:
+    return REGISTRY.get_sample_value(metric, {"handler": handler}) or 0.0
+
+
+async def test_an_engine_finding_a_handler_busy_counts_it_and_looks_again_soon(two_stores):
+    first, second = two_stores
+    job_id = await submit(first, resources={"gpu": 1})
+    await add_worker(first, gpu=1)
+    engine = Engine(second, WorkerSignals(), loss_timeout=30.0, heartbeat_interval=0.5, lost_retention=3600.0)
+    before = _counted("corral_handler_lock_busy_total", "ScheduleJobs")
+    async with first.write("ScheduleJobs"):
+        await engine.run_pass()
+    assert _counted("corral_handler_lock_busy_total", "ScheduleJobs") == before + 1
+    assert engine.busy and engine._idle_timeout() == loop.BUSY_RETRY
+    assert [t.state for t in await job_tasks(first, job_id)] == ["PENDING"]
+    await engine.run_pass()  # the lock went with the other transaction: this pass places it
+    assert not engine.busy
+    assert [t.state for t in await job_tasks(first, job_id)] == ["ASSIGNED"]
+
+
+async def test_a_fenced_off_run_is_one_info_line_and_counted(store, monkeypatch, caplog):
+    await submit(store)
+
+    async def fenced(*_args):
+        raise StaleWrite("tasks: 1 rows changed under us")
+
+    monkeypatch.setattr(loop, "run_handler", fenced)
+    engine = Engine(store, WorkerSignals(), loss_timeout=30.0, heartbeat_interval=0.5, lost_retention=3600.0)
+    before = _counted("corral_fenced_writes_total", "ScheduleJobs")
+    with caplog.at_level(logging.INFO, logger="corral.engine"):
+        await engine.run_pass()
+    assert _counted("corral_fenced_writes_total", "ScheduleJobs") >= before + 1
+    assert all(record.levelno < logging.WARNING and record.exc_info is None for record in caplog.records)
+    assert any("ScheduleJobs was fenced off (another controller got there first: tasks: 1 rows changed under us)"
+               in record.getMessage() for record in caplog.records)
+
+
+async def test_an_attempt_placed_twice_is_a_fenced_write_not_a_driver_error(store):
+    await add_worker(store)
+    job_id = await submit(store)
+    await settle(store)
+    (task,) = await job_tasks(store, job_id)
+    with pytest.raises(StaleWrite, match="attempts: "):
+        async with store.write() as connection:
+            changes = ChangeSet(NOW)
+            changes.new_attempt(TaskRow(task.id, job_id, 0, TaskState(task.state), task.attempt, task.worker_id),
+                                task.worker_id)
+            await changes.flush(connection)

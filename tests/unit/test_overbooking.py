@@ -23,7 +23,8 @@ def test_each_resource_over_is_named():
     assert overbooking(room(), [(Request(5, 1, 0), []), (Request(4, 1, 0), [])]) == "cpu: 9 of 8 booked"
     assert overbooking(room(), [(Request(1, 40, 0), []), (Request(1, 40, 0), [])]) == "memory: 80 of 64 bytes booked"
     assert overbooking(room(custom={"tpu": 1.0}), [(Request(1, 1, 0, (("tpu", 1.0),)), [])] * 2) == "tpu: 2 of 1 booked"
-    assert overbooking(room(), [(Request(1, 1, 1), [1]), (Request(1, 1, 1), [1])]) == "gpu 1 is held by more than one task"
+    assert overbooking(room(), [(Request(1, 1, 1), [1]), (Request(1, 1, 1), [1])]) == (
+        "gpu 1 is held by more than one task")
     assert overbooking(room(), [(Request(1, 1, 1), [0]), (Request(1, 1, 0.3), [0])]) == (
         "gpu 0 is held by more than one task")  # a device held whole holds no share beside it
     assert overbooking(room(), [(Request(1, 1, 0.6), [0]), (Request(1, 1, 0.6), [0])]) == (

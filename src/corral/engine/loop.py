@@ -98,7 +98,8 @@ class Engine:
             return False
         except FENCED as error:
             note_fenced(RETRY_JOBS, error, log)
-            return True  # the other controller changed something: read again
+            self.busy = True  # what fenced it off is committed: the next pass reads it
+            return False
         except Exception:
             self.retry_due = None  # wake on the period, not in a tight loop over a failing run
             self._failed("RetryJobs")

@@ -15,7 +15,7 @@ from corral.engine.loop import Engine, WorkerSignals
 from corral.metrics import REGISTRY
 from corral.store.changes import ChangeSet, StaleWrite, TaskRow
 from corral.store.handler_locks import HandlerBusy
-from corral.store.scheduling_reads import fence_capacity
+from corral.store.scheduling_reads import capacity_fence
 from corral.store.store import Store
 from tests.postgres import scratch_database
 from tests.store.helpers import NOW, add_worker, job_tasks, settle, submit
@@ -70,7 +70,9 @@ async def test_two_engines_racing_place_the_task_once(two_stores):
 
 
 async def _place(store: Store, worker: str, task, after: asyncio.Event | None, fenced: asyncio.Event) -> None:
-    """One transaction placing `task` on the worker's GPU 0, as a scheduling pass would, fenced before it commits."""
+    """One transaction placing `task` on the worker's GPU 0, as a scheduling pass would, fenced before it commits;
+    `fenced` is set once its fence passed, before it commits: the second starts then, and waits at the worker's
+    row for the first's end."""
     if after is not None:
         await after.wait()
     async with store.write() as connection:
@@ -80,8 +82,8 @@ async def _place(store: Store, worker: str, task, after: asyncio.Event | None, f
         changes.task_columns(row, worker_id=worker, gpu_ids=[0])
         changes.task(row, TaskState.ASSIGNED, handler="ScheduleJobs")
         changes.new_attempt(row, worker)
-        await changes.flush(connection)
-        await fence_capacity(connection, changes.placed_workers)
+        async with capacity_fence(connection, changes.placed_workers):
+            await changes.flush(connection)
         fenced.set()
 
 

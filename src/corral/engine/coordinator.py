@@ -44,7 +44,7 @@ from corral.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import BATCH_ROWS, TASK_STATES, TASK_TARGET_JOB_STATES, target_rows, task_row
-from corral.store.scheduling_reads import fence_capacity, read_cluster
+from corral.store.scheduling_reads import capacity_fence, read_cluster
 from corral.store.store import Store
 
 if TYPE_CHECKING:
@@ -124,9 +124,8 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         if changes.empty:
             return RunReport(outcomes=outcomes)
         await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
-        await changes.flush(connection)
-        if changes.placed_workers:
-            await fence_capacity(connection, changes.placed_workers)
+        async with capacity_fence(connection, changes.placed_workers):
+            await changes.flush(connection)
         handler.observe(outcomes, snapshot)
         return RunReport(changes.moved, changes.touched_workers, outcomes)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -145,18 +146,34 @@ def _free_room(worker) -> WorkerRoom:
         filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()))
 
 
-async def fence_capacity(connection: AsyncConnection, worker_ids: Collection[str]) -> None:
-    """The capacity fence of a transaction that placed tasks on these workers, after its changes are flushed: their
-    rows are locked (FOR UPDATE: another placing transaction waits here for this one's end, then reads what it
-    committed), and their room is worked out again from the task rows as they are now. StaleWrite when one is
-    over-booked or no longer alive: another controller's pass booked it first, and this transaction commits nothing."""
+@asynccontextmanager
+async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str]) -> AsyncIterator[None]:
+    """The capacity fence of a transaction that places tasks on these workers, around the flush of its changes.
+
+    First their rows are locked (FOR UPDATE, in id order; before the task rows, as a heartbeat takes them, so the two
+    never wait on each other in a circle): another placing transaction waits there for this one's end. After the
+    flush their room is worked out again from the task rows as they are now, which a transaction that waited reads
+    with the first one's commit. StaleWrite when one is over-booked, no longer alive or gone: another controller's
+    pass booked it first, and this transaction commits nothing."""
     ids = sorted(worker_ids)
-    rows = (await connection.execute(
-        select(workers).where(workers.c.id.in_(ids)).order_by(workers.c.id).with_for_update())).all()
-    held = (await connection.execute(_task_room_columns().where(_holds_room(), tasks.c.worker_id.in_(ids)))).all()
-    facts = {row.id: _placement(row)[0] for row in (await connection.execute(
-        select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
-        .where(jobs.c.id.in_({row.job_id for row in held})))).all()}
+    if not ids:
+        yield
+        return
+    rows = []
+    for start in range(0, len(ids), CHUNK):
+        rows += (await connection.execute(select(workers).where(workers.c.id.in_(ids[start:start + CHUNK]))
+                                          .order_by(workers.c.id).with_for_update())).all()
+    yield
+    held = []
+    for start in range(0, len(ids), CHUNK):
+        held += (await connection.execute(
+            _task_room_columns().where(_holds_room(), tasks.c.worker_id.in_(ids[start:start + CHUNK])))).all()
+    job_ids = sorted({row.job_id for row in held})
+    facts: dict[int, JobPlacement] = {}
+    for start in range(0, len(job_ids), CHUNK):
+        facts.update((row.id, _placement(row)[0]) for row in (await connection.execute(
+            select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
+            .where(jobs.c.id.in_(job_ids[start:start + CHUNK])))).all())
     on_worker: dict[str, list[RunningTask]] = defaultdict(list)
     for row in held:
         on_worker[row.worker_id].append(_running_task(row, facts.get(row.job_id, JobPlacement())))

@@ -55,6 +55,12 @@ HANDLER_TARGET_ERRORS = Counter(
 STORE_WRITE_SECONDS = Histogram(
     "corral_store_write_seconds", "Time each committed write transaction held the store's single writer.",
     registry=REGISTRY, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+HANDLER_LOCK_BUSY = Counter(
+    "corral_handler_lock_busy", "Handler runs skipped because another controller held the handler's lock.",
+    ["handler"], registry=REGISTRY)
+FENCED_WRITES = Counter(
+    "corral_fenced_writes", "Handler transactions rolled back by fencing: another controller changed the rows first.",
+    ["handler"], registry=REGISTRY)
 ENGINE_PASSES = Counter("corral_engine_passes", "Passes the engine loop ran over its handlers.", registry=REGISTRY)
 PLACEMENTS = Counter("corral_placements", "Tasks placed on a worker by the scheduler.", registry=REGISTRY)
 EVENTS_SENT = Counter("corral_events_sent", "Events sent to event stream subscribers.", registry=REGISTRY)

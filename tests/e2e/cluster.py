@@ -53,10 +53,18 @@ class Cluster:
                                 env=env, start_new_session=True)
 
     def start_controller(self, *extra: str) -> None:
+        self.spawn_controller(*extra)
+        self.wait_controller()
+
+    def spawn_controller(self, *extra: str) -> None:
+        """Start the controller process without waiting for it (several controllers start at once)."""
         self.controller = self._spawn(
             "controller", "controller", "--data-dir", str(self.data_dir), "--port", str(self.port),
             "--loss-timeout", str(self.loss_timeout), "--heartbeat-interval", str(self.heartbeat_interval),
             *(["--db", self.db_url] if self.db_url else []), *self.controller_args, *extra)
+
+    def wait_controller(self) -> None:
+        """Until the controller answers /healthz; then its tokens are read and the admin client is made."""
         wait_for(self._healthy, 30, "the controller to answer /healthz")
         tokens = json.loads((self.data_dir / "cluster.json").read_text())
         self.admin_token, self.join_token = tokens["admin_token"], tokens["join_token"]

@@ -32,9 +32,9 @@ def writes(store, monkeypatch) -> list[int]:
     write = store.write
 
     @asynccontextmanager
-    async def counted():
+    async def counted(handler=None):
         taken.append(1)
-        async with write() as connection:
+        async with write(handler) as connection:
             yield connection
 
     monkeypatch.setattr(store, "write", counted)

@@ -103,7 +103,7 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
     It locks its data directory: a second controller on the same one refuses to start.
     """
     from corral.controller.lock import DataDirInUse, hold
-    from corral.controller.server import serve
+    from corral.controller.server import controller_logging, serve
     from corral.controller.settings import ControllerSettings
     from corral.core.config import CorralConfig
 
@@ -119,6 +119,7 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         metrics_token_required=metrics_token_required or config.metrics.require_token)
     try:
         with hold(made_data_dir(data_dir), settings.url):
+            controller_logging(log_format)
             open_store_or_fail(settings.database_url)
             serve(settings)
     except DataDirInUse as error:

@@ -28,6 +28,7 @@ from corral.core.log_limits import prune_interval
 from corral.core.roles import ADMIN, Principal
 from corral.core.wire import parse_id, storable
 from corral.store.audit import add_audit, prune_audit
+from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 
 log = logging.getLogger("corral.controller.audit")
@@ -240,9 +241,11 @@ async def prune_audit_loop(store: Store, retention: float) -> None:
     """Delete rows older than the retention, now and then."""
     while True:
         try:
-            async with store.write() as connection:
+            async with store.write("PruneAudit") as connection:
                 if pruned := await prune_audit(connection, time.time() - retention):
                     log.info("pruned %d audit rows older than %.0fs", pruned, retention)
+        except HandlerBusy:
+            pass  # another controller prunes now
         except Exception:
             log.exception("pruning the audit log failed; will try again")
         await asyncio.sleep(prune_interval(retention))

@@ -16,6 +16,7 @@ from corral.core.events import GAP_SETTLE_SECONDS
 from corral.core.views import EventView
 from corral.metrics import EVENTS_PRUNED
 from corral.store.events import PAGE, prune_events, read_events, safe_horizon
+from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 from corral.waiting import woken
 
@@ -77,11 +78,13 @@ async def prune_loop(store: Store, retention: float, every: float = PRUNE_EVERY)
     """Delete events older than the retention window, every `every` seconds."""
     while True:
         try:
-            async with store.write() as connection:
+            async with store.write("PruneEvents") as connection:
                 pruned = await prune_events(connection, time.time() - retention)
             if pruned:
                 EVENTS_PRUNED.inc(pruned)
                 log.info("pruned %d events older than %.0fs", pruned, retention)
+        except HandlerBusy:
+            pass  # another controller prunes now
         except Exception:
             log.exception("pruning events failed; will try again")
         await asyncio.sleep(every)

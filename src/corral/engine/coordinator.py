@@ -44,7 +44,7 @@ from corral.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import BATCH_ROWS, TASK_STATES, TASK_TARGET_JOB_STATES, target_rows, task_row
-from corral.store.scheduling_reads import read_cluster
+from corral.store.scheduling_reads import capacity_fence, read_cluster
 from corral.store.store import Store
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
     """One run. A job the handler raises about is left out and reported to `errors` (kept across runs by the
     engine: that is how a streak is seen); the run goes on for the others and commits."""
     errors = errors or TargetErrors()
-    async with store.write() as connection:
+    async with store.write(handler.name) as connection:
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
                                  handler.launcher_states, handler.batch_rows or BATCH_ROWS)
         if not rows:
@@ -124,7 +124,8 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         if changes.empty:
             return RunReport(outcomes=outcomes)
         await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
-        await changes.flush(connection)
+        async with capacity_fence(connection, changes.placed_workers):
+            await changes.flush(connection)
         handler.observe(outcomes, snapshot)
         return RunReport(changes.moved, changes.touched_workers, outcomes)
 

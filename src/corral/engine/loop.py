@@ -9,11 +9,13 @@ from collections import defaultdict
 
 from corral.core.retries import NAME as RETRY_JOBS
 from corral.engine.coordinator import may_have_targets, run_handler
+from corral.engine.fencing import BUSY_RETRY, FENCED, note_fenced
 from corral.engine.handlers import JOB_HANDLERS
 from corral.engine.reports import prune_lost_workers, reap_lost_workers
 from corral.engine.retries import run_retries
 from corral.engine.target_errors import TargetErrors
 from corral.metrics import ENGINE_PASSES
+from corral.store.handler_locks import HandlerBusy
 from corral.store.reads import TASK_TARGET_JOB_STATES, present_states
 from corral.store.retries import next_due, retries_wanted
 from corral.store.store import Store
@@ -23,6 +25,7 @@ from corral.waiting import woken
 log = logging.getLogger("corral.engine")
 
 PERIOD = 1.0  # with no event, every handler still runs this often (expiry, joins, safety net)
+REAPER = "Reaper"  # its handler lock's name
 REAP_PERIOD = 1.0  # the reaper judges by time (silent for the loss timeout): once a second is soon enough
 # The job states any handler's targets can be in: what a pass reads the presence of before running them.
 TARGET_JOB_STATES = frozenset(TASK_TARGET_JOB_STATES).union(*(h.job_states for h in JOB_HANDLERS))
@@ -69,6 +72,7 @@ class Engine:
         self.retry_due: float | None = None  # the earliest scheduled job retry: the loop wakes for it
         self.target_errors = TargetErrors()  # streaks of errors about one job, across passes
         self._failing: set[str] = set()  # handlers whose last run failed as a whole: logged once per streak
+        self.busy = False  # a handler of the last pass was held by another controller: look again soon
 
     def wake(self) -> None:
         self._woken.set()
@@ -81,13 +85,21 @@ class Engine:
             await woken(self._woken, self._idle_timeout())
 
     def _idle_timeout(self) -> float:
+        period = BUSY_RETRY if self.busy else PERIOD
         if self.retry_due is None:
-            return PERIOD
-        return min(PERIOD, max(0.0, self.retry_due - time.time()))
+            return period
+        return min(period, max(0.0, self.retry_due - time.time()))
 
     async def _run_retries(self) -> bool:
         try:
             retries = await run_retries(self.store, time.time(), errors=self.target_errors)
+        except HandlerBusy:
+            self.busy = True
+            return False
+        except FENCED as error:
+            note_fenced(RETRY_JOBS, error, log)
+            self.busy = True  # what fenced it off is committed: the next pass reads it
+            return False
         except Exception:
             self.retry_due = None  # wake on the period, not in a tight loop over a failing run
             self._failed("RetryJobs")
@@ -117,6 +129,7 @@ class Engine:
         again after a run that moved something, since one handler's successes are the next one's targets). A
         pass that finds nothing to do commits nothing."""
         self._woken.clear()
+        self.busy = False
         self.passes += 1
         ENGINE_PASSES.inc()
         present, retries = await self._present()
@@ -136,6 +149,13 @@ class Engine:
                 continue
             try:
                 report = await run_handler(self.store, handler, time.time(), self.target_errors)
+            except HandlerBusy:
+                self.busy = True
+                continue
+            except FENCED as error:
+                note_fenced(handler.name, error, log)
+                self.busy = True  # what fenced it off is committed: the next pass reads it
+                continue
             except Exception:
                 self._failed(handler.name)
                 continue
@@ -156,9 +176,14 @@ class Engine:
             async with self.store.read() as connection:
                 if not await reaping_due(connection, now - self.loss_timeout, now - self.lost_retention):
                     return False
-            async with self.store.write() as connection:
+            async with self.store.write(REAPER) as connection:
                 reaped = await reap_lost_workers(connection, time.time(), self.loss_timeout)
                 await prune_lost_workers(connection, time.time() - self.lost_retention)
+        except HandlerBusy:
+            return False  # another controller reaps this period
+        except FENCED as error:
+            note_fenced(REAPER, error, log)
+            return False
         except Exception:
             log.exception("reaper failed; its transaction was rolled back")
             return False

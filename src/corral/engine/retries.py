@@ -26,6 +26,7 @@ from corral.core.retries import NAME, VERDICTS, RetryDecision, RetryState, Verdi
 from corral.core.spec import JobSpec
 from corral.core.states import Fact
 from corral.core.wire import STORED
+from corral.engine.fencing import note_fenced
 from corral.engine.target_errors import FailedOn, TargetErrors
 from corral.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
 from corral.store.changes import ChangeSet, StaleWrite
@@ -63,14 +64,14 @@ async def run_retries(store: Store, now: float, rng: random.Random | None = None
             if failure.target in failed:  # left out, and still written about: not the job's doing
                 raise failure.error from None
             failed[failure.target] = failure.error
-        except Conflict:
-            log.info("a retry child was created by another controller; re-reading")
+        except Conflict as error:
+            note_fenced(NAME, error, log)  # a retry child created by another controller: re-read
             return RetryReport(changed=True)
 
 
 async def _run(store: Store, now: float, rng: random.Random | None, errors: TargetErrors,
                failed: dict[int, BaseException | str]) -> RetryReport:
-    async with store.write() as connection:
+    async with store.write(NAME) as connection:
         targets = [t for t in await retry_targets(connection, now, failed) if t.job_id not in failed]
         decisions = _each(targets, lambda t: t.job_id, lambda t: decide(t, now, rng), failed)
         # A retry already due when it is scheduled (decided late, or no delay) is created in the same run.

@@ -94,7 +94,7 @@ async def run_serving_handler(store: Store, handler: ServingHandler, now: float,
 
 async def _run(store: Store, handler: ServingHandler, now: float, probes: dict[int, Probe],
                publish: Callable[[Catalog], None] | None, errors: TargetErrors, failed: dict) -> ServingReport:
-    async with store.write() as connection:
+    async with store.write(handler.name) as connection:
         snapshot = await read_snapshot(connection, now, probes)
         decision, targets = _decide(handler, snapshot, failed)
         outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=None,

@@ -17,10 +17,12 @@ import httpx
 
 from corral.core.lifecycle import SchedulingResult
 from corral.core.serving import REPLICA_PROBED, REPLICA_STARTING, Catalog, Probe, ReplicaState, ServingSnapshot
+from corral.engine.fencing import BUSY_RETRY, FENCED, note_fenced
 from corral.engine.serving_coordinator import ServingReport, run_serving_handler, would_act
 from corral.engine.serving_handlers import SERVING_HANDLERS, ServiceDiscoverySync, ServingHandler
 from corral.engine.target_errors import TargetErrors
 from corral.store.deployments import read_snapshot
+from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 from corral.waiting import woken
 
@@ -45,13 +47,16 @@ class ServingEngine:
         self._woken = asyncio.Event()
         self._probing: dict[int, asyncio.Task] = {}
         self.target_errors = TargetErrors()  # streaks of errors about one deployment or replica, across passes
+        self.busy = False  # a handler of the last pass was held by another controller: look again soon
 
     def wake(self) -> None:
         self._woken.set()
 
     async def changed(self) -> None:
         """A user changed a deployment: publish the router's catalog now (the API answers after), then run a pass."""
-        await run_serving_handler(self.store, DISCOVERY, time.time(), self.probes, self._publish, self.target_errors)
+        async with self.store.read() as connection:
+            snapshot = await read_snapshot(connection, time.time(), self.probes)
+        would_act(DISCOVERY, snapshot, self._publish)  # publishes what it finds, in this controller: no lock to wait on
         self.wake()
 
     def _publish(self, catalog: Catalog) -> None:
@@ -76,7 +81,7 @@ class ServingEngine:
             while True:
                 if await self.run_pass():
                     continue
-                await woken(self._woken, STARTING_PERIOD if self._starting() else PERIOD)
+                await woken(self._woken, self._idle_timeout())
         finally:
             prober.cancel()
             for task in self._probing.values():
@@ -85,6 +90,7 @@ class ServingEngine:
     async def run_pass(self) -> bool:
         """Every handler in order; one read serves all those with nothing to do, writes only where one acts."""
         self._woken.clear()
+        self.busy = False
         changed = False
         snapshot = None
         for handler in SERVING_HANDLERS:
@@ -97,6 +103,13 @@ class ServingEngine:
                 report = await run_serving_handler(self.store, handler, time.time(), self.probes, self._publish,
                                                    self.target_errors)
                 self._note_start_failures(handler, report)
+            except HandlerBusy:
+                self.busy = True  # another controller runs it now
+                continue
+            except FENCED as error:
+                note_fenced(handler.name, error, log)
+                snapshot = None
+                continue
             except Exception:
                 log.exception("serving handler %s failed; its transaction was rolled back", handler.name)
                 snapshot = None
@@ -106,6 +119,11 @@ class ServingEngine:
             if report.jobs_changed:
                 self.wake_jobs()
         return changed
+
+    def _idle_timeout(self) -> float:
+        if self.busy:
+            return BUSY_RETRY
+        return STARTING_PERIOD if self._starting() else PERIOD
 
     def _starting(self) -> bool:
         """Replicas on their way up are looked at often: a cold start waits on them."""

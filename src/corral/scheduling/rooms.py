@@ -235,6 +235,45 @@ class WorkerRoom:
         return (self.device_memory(gpu_id), gpu_id)
 
 
+def overbooking(room: WorkerRoom, held: Iterable[tuple[Request, Sequence[int]]]) -> str | None:
+    """What of a worker the tasks on record (each a request and the devices it was given) hold more of than it has,
+    in words, or None. `room` is the worker's whole room. The capacity fence of a placing transaction reads it from
+    the rows as committed: two controllers' passes that each saw the same free room cannot both book it."""
+    cpu = memory = 0.0
+    custom: dict[str, float] = {}
+    whole: dict[int, int] = {}  # device -> tasks holding it whole
+    shares: dict[int, int] = {}  # device -> hundredths held as shares
+    share_memory: dict[int, int] = {}  # device -> bytes its shares reserve
+    for request, gpu_ids in held:
+        cpu += request.cpu
+        memory += request.memory
+        for name, amount in request.custom:
+            custom[name] = custom.get(name, 0.0) + amount
+        for device in gpu_ids:
+            if not 0 <= device < room.gpu:
+                return f"gpu {device} is not one of its {room.gpu}"
+            if request.share:
+                shares[device] = shares.get(device, 0) + request.share
+                share_memory[device] = share_memory.get(device, 0) + request.gpu_memory
+            else:
+                whole[device] = whole.get(device, 0) + 1
+    if cpu > room.cpu + EPS:
+        return f"cpu: {cpu:g} of {room.cpu:g} booked"
+    if memory > room.memory:
+        return f"memory: {memory:g} of {room.memory} bytes booked"
+    for name, amount in sorted(custom.items()):
+        if amount > room.custom.get(name, 0.0) + EPS:
+            return f"{name}: {amount:g} of {room.custom.get(name, 0.0):g} booked"
+    for device in sorted(whole.keys() | shares.keys()):
+        if whole.get(device, 0) + (device in shares) > 1:
+            return f"gpu {device} is held by more than one task"
+        if shares.get(device, 0) > SHARES:
+            return f"gpu {device}: {shares[device]}% of it booked as shares"
+        known = room.device_memory(device)
+        if known and share_memory.get(device, 0) > known:
+            return f"gpu {device}: {share_memory[device]} of its {known} bytes booked by shares"
+    return None
+
 class Group:
     """The workers one kind of job may use, indexed by free room: (free GPUs, free cores, free memory, room).
 

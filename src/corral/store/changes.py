@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import and_, bindparam, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.retries import RETRY_TRANSITIONS, RetryState
@@ -274,6 +275,11 @@ class ChangeSet:
                     or self._attempts_upd or self._history or self._retries or self._audits)
 
     @property
+    def placed_workers(self) -> set[str]:
+        """The workers this set places new attempts on: those whose capacity the transaction must fence."""
+        return {attempt["worker_id"] for attempt in self._attempts_new}
+
+    @property
     def empty(self) -> bool:
         return not (self.moved or self._waits)
 
@@ -293,7 +299,10 @@ class ChangeSet:
                 elif result.rowcount != len(rows):
                     raise StaleWrite(f"{table.name}: {len(rows) - result.rowcount} rows changed under us")
         if self._attempts_new:
-            await connection.execute(insert(attempts), self._attempts_new)
+            try:
+                await connection.execute(insert(attempts), self._attempts_new)
+            except IntegrityError as error:  # another controller's run placed the same attempt first
+                raise StaleWrite(f"attempts: {_first_line(error.orig)}") from None
         for columns, rows in _group_attempts(self._attempts_upd).items():
             statement = (
                 update(attempts)
@@ -313,6 +322,10 @@ class ChangeSet:
             await connection.execute(insert(audit), self._audits)
         if self._waits:
             await _count_waits(connection, self._waits, self.now)
+
+
+def _first_line(error: BaseException | None) -> str:
+    return str(error).splitlines()[0] if error is not None and str(error) else "a key is taken"
 
 
 async def _count_waits(connection: AsyncConnection, waits: dict[tuple[int, str], str], now: float) -> None:

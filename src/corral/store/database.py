@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from asyncpg.exceptions import InvalidAuthorizationSpecificationError, InvalidCatalogNameError, InvalidPasswordError
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from corral.store.handler_locks import hold_migration_lock, release_migration_lock
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 CONNECT_TIMEOUT = 10.0  # seconds to reach PostgreSQL: an unreachable host is reported, not waited on for a minute
+log = logging.getLogger("corral.store")
+
 URL_FORMS = "postgresql://USER@HOST:PORT/DATABASE or sqlite:///PATH"
 
 
@@ -64,15 +70,30 @@ def _alembic_config() -> Config:
 
 
 async def migrate(engine: AsyncEngine) -> None:
-    """Bring the schema to the newest migration (idempotent)."""
+    """Bring the schema to the newest migration (idempotent). On PostgreSQL several controllers may start at once:
+    a session advisory lock makes the others wait while one migrates, and they then find the schema at head."""
 
-    def upgrade(sync_connection) -> None:
+    def upgrade(sync_connection) -> tuple[str | None, str | None]:
         config = _alembic_config()
         config.attributes["connection"] = sync_connection
+        before = MigrationContext.configure(sync_connection).get_current_revision()
         command.upgrade(config, "head")
+        return before, MigrationContext.configure(sync_connection).get_current_revision()
 
-    async with engine.begin() as connection:
-        await connection.run_sync(upgrade)
+    async with engine.connect() as connection:
+        locked = engine.dialect.name == "postgresql"
+        if locked:
+            await hold_migration_lock(connection)
+            await connection.commit()  # the lock is the session's: it outlives this transaction
+        try:
+            async with connection.begin():
+                before, after = await connection.run_sync(upgrade)
+        finally:
+            if locked:
+                await release_migration_lock(connection)
+                await connection.commit()
+    if before != after:
+        log.info("migrated the store from revision %s to %s", before or "(empty)", after)
 
 
 async def open_engine(url: str) -> AsyncEngine:

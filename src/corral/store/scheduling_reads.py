@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -16,8 +17,9 @@ from corral.core.spec import MAX_GPU
 from corral.core.states import JOB_ACTIVE, TASK_HOLDS_RESOURCES, TaskState, WorkerState
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import Request, WorkerRoom
+from corral.scheduling.rooms import Request, WorkerRoom, overbooking
 from corral.scheduling.snapshot import ClusterSnapshot, JobEnd, JobPlacement
+from corral.store.changes import StaleWrite
 from corral.store.policy import read_policy
 from corral.store.schema import attempts, history, jobs, tasks, workers
 
@@ -142,6 +144,48 @@ def _free_room(worker) -> WorkerRoom:
         pool=worker.pool, labels=dict(worker.labels or {}), custom=custom, free_custom=dict(custom),
         gpu_memory=_device_memory(gpus, worker.gpu_devices), pythons=tuple(worker.pythons or ()),
         filesystem=worker.filesystem, shared_fs=tuple(worker.shared_fs or ()))
+
+
+@asynccontextmanager
+async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str]) -> AsyncIterator[None]:
+    """The capacity fence of a transaction that places tasks on these workers, around the flush of its changes.
+
+    First their rows are locked (FOR UPDATE, in id order; before the task rows, as a heartbeat takes them, so the two
+    never wait on each other in a circle): another placing transaction waits there for this one's end. After the
+    flush their room is worked out again from the task rows as they are now, which a transaction that waited reads
+    with the first one's commit. StaleWrite when one is over-booked, no longer alive or gone: another controller's
+    pass booked it first, and this transaction commits nothing."""
+    ids = sorted(worker_ids)
+    if not ids:
+        yield
+        return
+    rows = []
+    for start in range(0, len(ids), CHUNK):
+        rows += (await connection.execute(select(workers).where(workers.c.id.in_(ids[start:start + CHUNK]))
+                                          .order_by(workers.c.id).with_for_update())).all()
+    yield
+    held = []
+    for start in range(0, len(ids), CHUNK):
+        held += (await connection.execute(
+            _task_room_columns().where(_holds_room(), tasks.c.worker_id.in_(ids[start:start + CHUNK])))).all()
+    job_ids = sorted({row.job_id for row in held})
+    facts: dict[int, JobPlacement] = {}
+    for start in range(0, len(job_ids), CHUNK):
+        facts.update((row.id, _placement(row)[0]) for row in (await connection.execute(
+            select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
+            .where(jobs.c.id.in_(job_ids[start:start + CHUNK])))).all())
+    on_worker: dict[str, list[RunningTask]] = defaultdict(list)
+    for row in held:
+        on_worker[row.worker_id].append(_running_task(row, facts.get(row.job_id, JobPlacement())))
+    gone = set(ids) - {worker.id for worker in rows}
+    if gone:
+        raise StaleWrite(f"workers {sorted(gone)} are gone: placed on after they left")
+    for worker in rows:
+        if worker.state != WorkerState.ALIVE:
+            raise StaleWrite(f"worker {worker.name} is {worker.state}: placed on after it left")
+        over = overbooking(_free_room(worker), ((task.request, task.gpu_ids) for task in on_worker[worker.id]))
+        if over is not None:
+            raise StaleWrite(f"worker {worker.name} is over-booked ({over}): another pass booked it first")
 
 
 async def file_systems_in_pool(connection: AsyncConnection, pool: str) -> list[tuple[str | None, list[str]]]:

@@ -9,7 +9,6 @@ or event gets an id of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 from sqlalchemy import JSON, Table, Text, cast, false, func, insert, null, select, text, type_coerce
 from sqlalchemy.dialects.postgresql import REGCLASS
@@ -26,10 +25,9 @@ class CopyRefused(Exception):
     """The copy cannot be made; the message says why in one line. Nothing was written."""
 
 
-async def copy_store(source_url: str, destination_url: str,
-                     progress: Callable[[str, int], None] = lambda table, rows: None) -> dict[str, int]:
+async def copy_store(source_url: str, destination_url: str) -> dict[str, int]:
     """Copy every row of the store at `source_url` into the empty store at `destination_url`; the rows copied per
-    table. `progress` hears of each table once it is copied."""
+    table, in the order they were copied."""
     source = await _open(source_url, "--from")
     try:
         destination = await _open(destination_url, "--to")
@@ -39,7 +37,6 @@ async def copy_store(source_url: str, destination_url: str,
                 copied = {}
                 for table in metadata.sorted_tables:
                     copied[table.name] = await _copy_table(reading, writing, table)
-                    progress(table.name, copied[table.name])
                 await _reset_sequences(writing)
             return copied
         except DBAPIError as error:

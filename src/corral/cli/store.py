@@ -18,7 +18,7 @@ def store() -> None:
 
 @store.command()
 @click.option("--from", "source_url", required=True, metavar="sqlite:///PATH",
-              help="The SQLite store to copy (its controller stopped); left as it was.")
+              help="The SQLite store to copy (its controller stopped).")
 @click.option("--to", "destination_url", required=True, metavar="postgresql://USER@HOST:PORT/DATABASE",
               help="An empty PostgreSQL database (createdb NAME).")
 def copy(source_url: str, destination_url: str) -> None:

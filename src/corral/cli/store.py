@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import click
 
@@ -37,6 +38,9 @@ def copy(source_url: str, destination_url: str) -> None:
         raise CliError(f"--from {source_url!r} is not a SQLite store: write it as sqlite:///PATH")
     if not database.is_file():
         raise CliError(f"--from {source_url!r}: there is no SQLite store at {database}")
+    if not os.access(database.parent, os.W_OK):
+        raise CliError(f"--from {source_url!r}: corral may not write in {database.parent} (the copy locks the store "
+                       "there, and migrates it)")
     if not is_postgresql(destination_url):
         raise CliError(f"--to {destination_url!r} is not a PostgreSQL database: write it as "
                        "postgresql://USER@HOST:PORT/DATABASE")

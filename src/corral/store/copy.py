@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import JSON, Table, Text, cast, false, func, insert, null, select, text, type_coerce
+from sqlalchemy import JSON, Table, Text, cast, exists, false, func, insert, null, select, text, type_coerce
 from sqlalchemy.dialects.postgresql import REGCLASS
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -31,16 +31,19 @@ async def copy_store(source_url: str, destination_url: str) -> dict[str, int]:
     source = await _open(source_url, "--from")
     try:
         destination = await _open(destination_url, "--to")
+        step = "reading the destination"
         try:
             async with source.connect() as reading, destination.begin() as writing:
                 await _refuse_unless_empty(writing)
                 copied = {}
                 for table in metadata.sorted_tables:
+                    step = f"copying the table {table.name}"
                     copied[table.name] = await _copy_table(reading, writing, table)
+                step = "setting the sequences"
                 await _reset_sequences(writing)
             return copied
         except DBAPIError as error:
-            raise CopyRefused(f"the copy failed, nothing was written: {driver_reason(error)}") from None
+            raise CopyRefused(f"the copy failed {step}, nothing was written: {driver_reason(error)}") from None
         finally:
             await destination.dispose()
     finally:
@@ -55,14 +58,11 @@ async def _open(url: str, option: str) -> AsyncEngine:
 
 
 async def _refuse_unless_empty(writing: AsyncConnection) -> None:
-    held = {}
-    for table in metadata.sorted_tables:
-        if rows := (await writing.execute(select(func.count()).select_from(table))).scalar_one():
-            held[table.name] = rows
+    held = [table.name for table in metadata.sorted_tables
+            if (await writing.execute(select(exists().select_from(table)))).scalar_one()]
     if held:
-        listed = ", ".join(f"{name}: {rows}" for name, rows in held.items())
-        raise CopyRefused(f"the destination already holds rows ({listed}): copy into a new, empty database "
-                          "(createdb NAME)")
+        raise CopyRefused(f"the destination already holds rows (in {', '.join(held)}): copy into a new, empty "
+                          "database (createdb NAME)")
 
 
 async def _copy_table(reading: AsyncConnection, writing: AsyncConnection, table: Table) -> int:

@@ -100,12 +100,15 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
                config: CorralConfig | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground.
 
-    It locks its data directory: a second controller on the same one refuses to start.
+    It locks its data directory: a second controller on the same one refuses to start. On SQLite it also locks the
+    database file: a second controller on the same SQLite store refuses to start, whatever its data directory.
     """
     from corral.controller.lock import DataDirInUse, hold
     from corral.controller.server import controller_logging, serve
     from corral.controller.settings import ControllerSettings
+    from corral.controller.sqlite_lock import SQLiteStoreInUse, hold_sqlite_store
     from corral.core.config import CorralConfig
+    from corral.store.database import sqlite_file
 
     if os.environ.get(ROUTER_CONFIG_VARIABLE):
         raise click.UsageError(f"{ROUTER_CONFIG_VARIABLE} is no longer read: put its keys under `router:` in the "
@@ -121,8 +124,9 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         with hold(made_data_dir(data_dir), settings.url):
             controller_logging(log_format)
             open_store_or_fail(settings.database_url)
-            serve(settings)
-    except DataDirInUse as error:
+            with hold_sqlite_store(sqlite_file(settings.database_url), settings.url):
+                serve(settings)
+    except (DataDirInUse, SQLiteStoreInUse) as error:
         raise CliError(str(error)) from None
 
 

@@ -46,6 +46,29 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a `sqlite:///PATH` URL; None for any other URL, a malformed one or an in-memory one."""
+    try:
+        parsed = make_url(normalize_url(url))
+    except ArgumentError:
+        return None
+    if not parsed.drivername.startswith("sqlite") or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def is_postgresql(url: str) -> bool:
+    try:
+        return make_url(normalize_url(url)).drivername.startswith("postgresql")
+    except ArgumentError:
+        return False
+
+
+def shown_url(url: str) -> str:
+    """The URL to print: its password masked."""
+    return make_url(normalize_url(url)).render_as_string(hide_password=True)
+
+
 def make_engine(url: str) -> AsyncEngine:
     url = normalize_url(url)
     if url.startswith("sqlite"):
@@ -114,26 +137,32 @@ def check_store(url: str) -> None:
         raise StoreUnavailable(explain(url, error)) from None
 
 
-def explain(url: str, error: Exception) -> str:
-    """What went wrong opening the store at `url`, and what to change."""
+def explain(url: str, error: Exception, option: str = "--db") -> str:
+    """What went wrong opening the store at `url` (given as `option`), and what to change."""
     if isinstance(error, ArgumentError):
-        return f"--db {url!r} is not a database URL: write it as {URL_FORMS}"
-    shown = make_url(normalize_url(url)).render_as_string(hide_password=True)
+        return f"{option} {url!r} is not a database URL: write it as {URL_FORMS}"
+    shown = shown_url(url)
     if isinstance(error, NoSuchModuleError | ImportError):
-        return f"--db {shown}: corral has no driver for it here ({error}); write it as {URL_FORMS}"
+        return f"{option} {shown}: corral has no driver for it here ({error}); write it as {URL_FORMS}"
     cause = _innermost(error)
-    reason = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+    reason = driver_reason(error)
     if isinstance(cause, InvalidCatalogNameError):
-        hint = f"create it (createdb {make_url(shown).database}) or fix the database name in --db"
+        hint = f"create it (createdb {make_url(shown).database}) or fix the database name in {option}"
     elif isinstance(cause, InvalidAuthorizationSpecificationError | InvalidPasswordError):
-        hint = "fix the user or password in --db, or let the server accept it"
+        hint = f"fix the user or password in {option}, or let the server accept it"
     elif isinstance(cause, OSError):
-        hint = "is the database server running, and are the host and port in --db right?"
+        hint = f"is the database server running, and are the host and port in {option} right?"
     elif shown.startswith("sqlite"):
         hint = "does the file's directory exist, and may corral write there?"
     else:
-        hint = "check the --db URL and the database server"
+        hint = f"check the {option} URL and the database server"
     return f"cannot open the store at {shown}: {reason}; {hint}"
+
+
+def driver_reason(error: Exception) -> str:
+    """The first line of the driver's own error beneath `error`."""
+    cause = _innermost(error)
+    return str(cause).splitlines()[0] if str(cause) else type(cause).__name__
 
 
 def _innermost(error: BaseException) -> BaseException:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 
 import httpx
 import pytest
@@ -123,3 +124,30 @@ def test_the_event_stream_resumes_on_the_next_controller_after_the_last_id_seen(
     events = client.events(reconnects=1)
     assert [next(events).data, next(events).data] == [{"n": 5}, {"n": 6}]
     assert resumed_after == ["5"] and client.url == B
+
+
+def test_a_function_result_is_put_to_the_next_controller_when_the_first_refuses_connections(monkeypatch):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from corral import function
+    from tests.e2e.cluster import free_port
+
+    stored: list[tuple[str, bytes]] = []
+
+    class Controller(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            stored.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setattr(function.time, "sleep", lambda seconds: None)
+    with ThreadingHTTPServer(("127.0.0.1", 0), Controller) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        env = {"CORRAL_URL": f"http://127.0.0.1:{free_port()},http://127.0.0.1:{server.server_port}",
+               "CORRAL_JOB_ID": "3", "CORRAL_TASK_INDEX": "0", "CORRAL_ATTEMPT": "1", "CORRAL_TOKEN": "t"}
+        assert function.upload(b"result", env) == 204
+        server.shutdown()
+    assert stored == [("/api/v1/jobs/3/tasks/0/result?attempt=1", b"result")]

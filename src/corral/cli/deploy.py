@@ -232,7 +232,8 @@ def undeploy(name: str) -> None:
 @click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=config_option,
               help="The controller's config file, whose `router:` key it reads: max_wait, swap_timeout, and an "
               "eviction policy (groups or matrix).")
-def router(controllers: list[str], token_file: TextIO | None, host: str, port: int, config: CorralConfig | None) -> None:
+def router(controllers: list[str], token_file: TextIO | None, host: str, port: int,
+           config: CorralConfig | None) -> None:
     """Run a standalone router (scale-out): proxies /v1 and /serve like the controller does. While it moves to the
     next controller of --controller it keeps serving with the replicas it last learned."""
     from corral.core.config import RouterConfig

@@ -65,6 +65,7 @@ from corral.worker.terminal import Socket
 log = logging.getLogger("corral.worker")
 
 REQUEST_TIMEOUT = 30.0  # on top of a long-poll's own wait
+CONNECT_TIMEOUT = 5.0  # a controller that takes longer to accept a connection is away: the next one is tried
 CHECKPOINT_TRIES = 5  # uploads of a checkpoint tried while the controller is unreachable
 PACE_FIRST = 0.05  # first pause of the poller when a reply repeats only orders it already acts on
 # States an attempt passes through on its own, its next report usually milliseconds behind (a task with nothing
@@ -394,7 +395,7 @@ class Agent:
         body = HeartbeatRequest(reports=reports, wait=wait, pythons=pythons, gpus=gpus or None,
                                 **changed).model_dump(mode="json")
         response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
-                                    timeout=wait + REQUEST_TIMEOUT)
+                                    timeout=httpx.Timeout(wait + REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
         if changed:
             self._environments_sent = max(self._environments_sent, generation)
         if pythons is not None and self._pythons_unsent is pythons:
@@ -518,7 +519,8 @@ class Agent:
 async def run(options: WorkerOptions, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set, then stop every task; raises WorkerError when the controller refuses it."""
     headers = {"Authorization": f"Bearer {options.token}"}
-    async with httpx.AsyncClient(headers=headers, timeout=REQUEST_TIMEOUT) as http:  # each request names its controller
+    timeout = httpx.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT)
+    async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:  # each request names its controller
         agent = Agent(options, http)
         serving = asyncio.create_task(agent.serve())
         stopping = asyncio.create_task(stop.wait())

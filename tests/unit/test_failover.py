@@ -35,7 +35,6 @@ def test_the_rotation_sticks_to_the_url_that_works_and_moves_on_once_per_failure
     rotation = Rotation([A, B, "http://c:3"])
     assert rotation.failed(A) == B
     assert rotation.failed(A) == B  # another caller saw the same failure: no second move
-    assert rotation.joined() == f"{B},http://c:3,{A}"
     assert rotation.failed(B) == "http://c:3" and rotation.failed("http://c:3") == A
 
 

@@ -36,7 +36,7 @@ class AsyncClient:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._controllers, token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport,
                                        verify=tls_verification(self._controllers.urls))
         self.relay = Relay(self.url, token)
 
@@ -44,10 +44,6 @@ class AsyncClient:
     def url(self) -> str:
         """As `Client.url`."""
         return self._controllers.current
-
-    def _failed(self, url: str) -> None:
-        self._controllers.failed(url)
-        self._http.base_url = self.url
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -69,13 +65,11 @@ class AsyncClient:
                 response = await self._http.request(method, url + path, **kwargs)
             except httpx.TransportError as error:
                 if not fail_over(self._controllers, url, tries, method, kwargs.get("headers"), error):
-                    self._http.base_url = self.url
                     raise unreachable(url, self._source, error) from None
             else:
                 if response.status_code not in RESENT_STATUSES or not fail_over(
                         self._controllers, url, tries, method, kwargs.get("headers"), None):
                     break
-            self._http.base_url = self.url
             tries += 1
         if response.status_code >= 400 and response.status_code not in ok:
             raise CorralError(response.status_code, message(response))
@@ -109,11 +103,11 @@ class AsyncClient:
                 if response.status_code >= 400:
                     await response.aread()
                     if response.status_code in RESENT_STATUSES:
-                        self._failed(url)
+                        self._controllers.failed(url)
                     raise CorralError(response.status_code, message(response))
                 yield response
         except httpx.TransportError as error:
-            self._failed(url)
+            self._controllers.failed(url)
             raise unreachable(url, self._source, error) from None
 
     async def _iterate(self, plan: Plan) -> AsyncIterator:
@@ -139,7 +133,7 @@ class AsyncClient:
                     try:
                         reply = await anext(lines, None) if lines is not None else None
                     except httpx.TransportError as error:
-                        self._failed(url)
+                        self._controllers.failed(url)
                         failure = unreachable(url, self._source, error)
                     if reply is None:
                         await opened.aclose()

@@ -101,18 +101,13 @@ class Client:
                  transport: httpx.BaseTransport | None = None) -> None:
         self._controllers, self._token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+        self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport,
                                   verify=tls_verification(self._controllers.urls))
 
     @property
     def url(self) -> str:
         """The controller in use (of several, the one that answered last)."""
         return self._controllers.current
-
-    def _failed(self, url: str) -> None:
-        """The stream from `url` failed: the next connection goes to the next controller."""
-        self._controllers.failed(url)
-        self._http.base_url = self.url
 
     @cached_property
     def relay(self) -> Relay:
@@ -142,13 +137,11 @@ class Client:
                 response = self._http.request(method, url + path, **kwargs)
             except httpx.TransportError as error:
                 if not fail_over(self._controllers, url, tries, method, kwargs.get("headers"), error):
-                    self._http.base_url = self.url
                     raise unreachable(url, self._source, error) from None
             else:
                 if response.status_code not in RESENT_STATUSES or not fail_over(
                         self._controllers, url, tries, method, kwargs.get("headers"), None):
                     break
-            self._http.base_url = self.url
             tries += 1
         if response.status_code >= 400 and response.status_code not in ok:
             raise CorralError(response.status_code, message(response))
@@ -165,11 +158,11 @@ class Client:
                 if response.status_code >= 400:
                     response.read()
                     if response.status_code in RESENT_STATUSES:
-                        self._failed(url)
+                        self._controllers.failed(url)
                     raise CorralError(response.status_code, message(response))
                 yield response
         except httpx.TransportError as error:
-            self._failed(url)
+            self._controllers.failed(url)
             raise unreachable(url, self._source, error) from None
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -208,7 +201,7 @@ class Client:
                     try:
                         reply = next(lines, None) if lines is not None else None
                     except httpx.TransportError as error:
-                        self._failed(url)
+                        self._controllers.failed(url)
                         failure = unreachable(url, self._source, error)
                     if reply is None:
                         opened.close()

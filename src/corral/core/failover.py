@@ -50,7 +50,3 @@ class Rotation:
         if url == self.current:
             self._index = (self._index + 1) % len(self.urls)
         return self.current
-
-    def joined(self) -> str:
-        """All the URLs as CORRAL_URL carries them, the current first so that a reader starts where it works."""
-        return ",".join(self.urls[self._index:] + self.urls[:self._index])

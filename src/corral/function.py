@@ -62,13 +62,15 @@ def encode(envelope: dict) -> bytes:
 
 
 def upload(data: bytes, env: dict) -> int:
-    """PUT the result; returns the HTTP status (413 when over the limit), 0 when the controller is unreachable."""
-    url = urlsplit(env["CORRAL_URL"])
-    path = (f"{url.path.rstrip('/')}/api/v1/jobs/{env['CORRAL_JOB_ID']}/tasks/{env['CORRAL_TASK_INDEX']}/result"
+    """PUT the result; returns the HTTP status (413 when over the limit), 0 when the controller is unreachable.
+    With several controllers in CORRAL_URL, each try goes to the next one (a PUT is safe to repeat)."""
+    controllers = [urlsplit(url) for url in env["CORRAL_URL"].split(",")]
+    path = (f"/api/v1/jobs/{env['CORRAL_JOB_ID']}/tasks/{env['CORRAL_TASK_INDEX']}/result"
             f"?attempt={env['CORRAL_ATTEMPT']}")
     headers = {"Authorization": f"Bearer {env['CORRAL_TOKEN']}", "Content-Type": "application/octet-stream"}
-    connection_type = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
     for remaining in reversed(range(UPLOAD_TRIES)):
+        url = controllers[(UPLOAD_TRIES - 1 - remaining) % len(controllers)]
+        connection_type = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         connection = connection_type(url.hostname or "127.0.0.1", url.port, timeout=60)
         try:
             connection.request("PUT", path, body=data, headers=headers)

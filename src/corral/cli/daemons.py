@@ -162,6 +162,20 @@ def default_address(controller_url: str) -> str:
         return socket.gethostname()
 
 
+def controllers_option(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    """Click callback: "URL1,URL2" -> the controllers' URLs, each http(s)://host[:port]; else a usage error."""
+    from corral.core.failover import parse_urls
+
+    try:
+        return parse_urls(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+
+
+CONTROLLERS_HELP = ("The controller's URL, or several controllers' of one database, comma-separated "
+                    "(http(s)://host[:port]): when the one in use stops answering, the next is used.")
+
+
 def memory_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     """Click callback: "16G" -> bytes, a bad size is a usage error."""
     try:
@@ -209,7 +223,8 @@ def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tup
 
 
 @click.command()
-@click.option("--controller", "controller_url", envvar="CORRAL_URL", required=True, help="The controller's URL.")
+@click.option("--controller", "controllers", envvar="CORRAL_URL", required=True, callback=controllers_option,
+              metavar="URL[,URL...]", help=CONTROLLERS_HELP)
 @click.option("--token-file", type=click.File("r"),
               help="A file holding the join token (or the admin token); - reads it from stdin. "
               "Default: $CORRAL_JOIN_TOKEN, else $CORRAL_TOKEN.")
@@ -246,12 +261,13 @@ def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tup
               help="Disk the cached Python environments may use, e.g. 20G; past it the least recently used ones no "
                    "task uses are removed (default: no cap).")
 @log_format_option
-def worker(controller_url: str, token_file: TextIO | None, name: str, address: str | None, work_dir: Path,
+def worker(controllers: list[str], token_file: TextIO | None, name: str, address: str | None, work_dir: Path,
            cpus: float | None, memory: int | None, gpus: int | None, gpu_memory: int | None, labels: dict[str, str],
            pool: str, resources: dict[str, float], shared_fs: tuple[Path, ...], heartbeat_interval: float,
            log_limit: int, attempt_retention: float, containment: str, env_build_timeout: float,
            env_cache_size: int | None, log_format: str) -> None:
-    """Run a worker in the foreground: register with the controller and run the tasks it is given."""
+    """Run a worker in the foreground: register with the controller and run the tasks it is given (moving to the
+    next controller of --controller when the one in use stops answering)."""
     from corral.worker.agent import WorkerOptions, run_worker
 
     if gpu_memory is not None and gpus is None:
@@ -260,8 +276,8 @@ def worker(controller_url: str, token_file: TextIO | None, name: str, address: s
     configure_logging(log_format)
 
     run_worker(WorkerOptions(
-        controller_url=controller_url.rstrip("/"), token=token, name=name,
-        address=address or default_address(controller_url), work_dir=work_dir, cpus=cpus, memory=memory,
+        controller_url=controllers[0], other_controllers=controllers[1:], token=token, name=name,
+        address=address or default_address(controllers[0]), work_dir=work_dir, cpus=cpus, memory=memory,
         gpus=gpus, gpu_memory=gpu_memory or 0, labels=labels, heartbeat_interval=heartbeat_interval, pool=pool,
         resources=resources, shared_fs=[str(path.absolute()) for path in shared_fs], log_limit=log_limit,
         attempt_retention=attempt_retention, containment=containment, env_build_timeout=env_build_timeout,

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import CliError, GpuAmount, client, console, json_option, parse_pairs, print_json
-from corral.cli.daemons import config_option, read_token, refuse_token_value
+from corral.cli.daemons import CONTROLLERS_HELP, config_option, controllers_option, read_token, refuse_token_value
 from corral.cli.format import format_age, format_command, format_resources, format_time
 from corral.cli.submit import chosen_workdir, export_option, load_spec_file, ship_workdir, workdir_options
 from corral.client import serving
@@ -222,7 +222,8 @@ def undeploy(name: str) -> None:
 
 
 @click.command()
-@click.option("--controller", "controller_url", envvar="CORRAL_URL", required=True, help="The controller's URL.")
+@click.option("--controller", "controllers", envvar="CORRAL_URL", required=True, callback=controllers_option,
+              metavar="URL[,URL...]", help=CONTROLLERS_HELP)
 @click.option("--token-file", type=click.File("r"),
               help="A file holding the admin token; - reads it from stdin. Default: $CORRAL_TOKEN.")
 @click.option("--token", hidden=True, expose_value=False, callback=refuse_token_value)
@@ -231,13 +232,15 @@ def undeploy(name: str) -> None:
 @click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=config_option,
               help="The controller's config file, whose `router:` key it reads: max_wait, swap_timeout, and an "
               "eviction policy (groups or matrix).")
-def router(controller_url: str, token_file: TextIO | None, host: str, port: int, config: CorralConfig | None) -> None:
-    """Run a standalone router (scale-out): proxies /v1 and /serve like the controller does."""
+def router(controllers: list[str], token_file: TextIO | None, host: str, port: int,
+           config: CorralConfig | None) -> None:
+    """Run a standalone router (scale-out): proxies /v1 and /serve like the controller does. While it moves to the
+    next controller of --controller it keeps serving with the replicas it last learned."""
     from corral.core.config import RouterConfig
     from corral.serving.standalone import run_router
 
     token = read_token(token_file, os.environ, ("CORRAL_TOKEN",))
-    run_router(controller_url.rstrip("/"), token, host, port, config.router if config else RouterConfig())
+    run_router(",".join(controllers), token, host, port, config.router if config else RouterConfig())
 
 
 def replica_summary(counts: dict[str, int]) -> str:

@@ -117,5 +117,6 @@ def main() -> None:
 
     Client commands find the controller through CORRAL_URL and CORRAL_TOKEN, else the token `corral login`
     stored, else the cluster.json that `corral up` writes in its data directory (CORRAL_DATA_DIR, default
-    ./.corral).
+    ./.corral). CORRAL_URL may name several controllers of one database, comma-separated: a request that
+    finds one away goes to the next.
     """

@@ -17,7 +17,7 @@ import httpx
 from corral.client import functions, logs, plans, sse, teams
 from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.errors import CorralError
-from corral.client.http import endpoint, message, tls_verification, unreachable
+from corral.client.http import RESENT_STATUSES, endpoint, fail_over, message, tls_verification, unreachable
 from corral.client.jobs import AsyncFunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec
@@ -34,11 +34,16 @@ class AsyncClient:
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.url, token, self._source = endpoint(url, token)
+        self._controllers, token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
-                                       verify=tls_verification(self.url))
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport,
+                                       verify=tls_verification(self._controllers.urls))
         self.relay = Relay(self.url, token)
+
+    @property
+    def url(self) -> str:
+        """As `Client.url`."""
+        return self._controllers.current
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -52,10 +57,20 @@ class AsyncClient:
     # driving plans -----------------------------------------------------------------------
 
     async def request(self, method: str, path: str, *, ok: Iterable[int] = (), **kwargs: Any) -> httpx.Response:
-        try:
-            response = await self._http.request(method, path, **kwargs)
-        except httpx.TransportError as error:
-            raise unreachable(self.url, self._source, error) from None
+        """As `Client.request`."""
+        tries = 1
+        while True:
+            url = self.url
+            try:
+                response = await self._http.request(method, url + path, **kwargs)
+            except httpx.TransportError as error:
+                if not fail_over(self._controllers, url, tries, method, kwargs.get("headers"), error):
+                    raise unreachable(url, self._source, error) from None
+            else:
+                if response.status_code not in RESENT_STATUSES or not fail_over(
+                        self._controllers, url, tries, method, kwargs.get("headers"), None):
+                    break
+            tries += 1
         if response.status_code >= 400 and response.status_code not in ok:
             raise CorralError(response.status_code, message(response))
         return response
@@ -82,14 +97,18 @@ class AsyncClient:
                      **kwargs: Any) -> AsyncIterator[httpx.Response]:
         """As `Client.stream`."""
         timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
+        url = self.url
         try:
-            async with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
+            async with self._http.stream(method, url + path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
                     await response.aread()
+                    if response.status_code in RESENT_STATUSES:
+                        self._controllers.failed(url)
                     raise CorralError(response.status_code, message(response))
                 yield response
         except httpx.TransportError as error:
-            raise unreachable(self.url, self._source, error) from None
+            self._controllers.failed(url)
+            raise unreachable(url, self._source, error) from None
 
     async def _iterate(self, plan: Plan) -> AsyncIterator:
         """As `Client._iterate`."""
@@ -110,10 +129,12 @@ class AsyncClient:
                     except CorralError as error:
                         failure = error
                 elif isinstance(step, NextLine):
+                    url = self.url
                     try:
                         reply = await anext(lines, None) if lines is not None else None
                     except httpx.TransportError as error:
-                        failure = unreachable(self.url, self._source, error)
+                        self._controllers.failed(url)
+                        failure = unreachable(url, self._source, error)
                     if reply is None:
                         await opened.aclose()
                 else:

@@ -17,7 +17,7 @@ DEFAULT_DATA_DIR = ".corral"
 
 @dataclass(frozen=True)
 class Endpoint:
-    url: str
+    url: str  # one controller's URL, or several controllers' of one database, comma-separated
     token: str
     source: str  # where it was found, for error messages
 

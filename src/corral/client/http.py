@@ -24,6 +24,7 @@ from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
+from corral.core.failover import Rotation, parse_urls
 from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
 
@@ -43,19 +44,47 @@ if TYPE_CHECKING:
     )
 
 
-def endpoint(url: str | None, token: str | None) -> tuple[str, str | None, str]:
-    """(url, token, where they were found); without `url`, as `discover` finds them (env, login, data dir)."""
+def endpoint(url: str | None, token: str | None) -> tuple[Rotation, str | None, str]:
+    """(the controllers, token, where they were found); without `url`, as `discover` finds them (env, login, data
+    dir). `url` may name several controllers of one database, comma-separated."""
     if url is None:
         found = discover()
-        return found.url, token or found.token, found.source
-    return url.rstrip("/"), token, "the arguments"
+        url, token, source = found.url, token or found.token, found.source
+    else:
+        source = "the arguments"
+    try:
+        return Rotation(parse_urls(url)), token, source
+    except ValueError as error:
+        raise CorralError(None, f"{error} (from {source})") from None
 
 
-def tls_verification(url: str) -> ssl.SSLContext | bool:
-    """True for an https:// controller: httpx checks its certificate against the certificate store. An http://
-    one speaks no TLS, so it gets a context that trusts nothing rather than a store loaded for nothing (a
-    tenth of a CLI command's start)."""
-    return True if url.startswith("https://") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+def tls_verification(urls: list[str]) -> ssl.SSLContext | bool:
+    """True where an https:// controller is among them: httpx checks its certificate against the certificate
+    store. An http:// one speaks no TLS, so it gets a context that trusts nothing rather than a store loaded for
+    nothing (a tenth of a CLI command's start)."""
+    return True if any(url.startswith("https://") for url in urls) else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+RESENT_STATUSES = frozenset({502, 503, 504})  # a proxy's or a controller's "not now": the next one may answer
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def resendable(method: str, headers: Mapping[str, str] | None, error: Exception | None) -> bool:
+    """Whether a request that failed (`error`, or a RESENT_STATUSES answer when None) may go to another controller:
+    one never sent may; else a read may, and a write only with an Idempotency-Key (a lost answer may hide a
+    commit, which the key makes the controller answer again rather than do again)."""
+    if isinstance(error, NEVER_SENT):
+        return True
+    return method.upper() in READS or any(name.lower() == "idempotency-key" for name in headers or {})
+
+
+def fail_over(controllers: Rotation, url: str, tries: int, method: str, headers: Mapping[str, str] | None,
+              error: Exception | None) -> bool:
+    """After a request to `url` failed: move on to the next controller (sticky: it stays in use until it fails in
+    turn), and say whether to send the request again there (once to each controller at most)."""
+    controllers.failed(url)
+    return tries < len(controllers.urls) and resendable(method, headers, error)
 
 
 def unreachable(url: str, source: str, error: Exception) -> CorralError:
@@ -70,10 +99,15 @@ class Client:
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.url, self._token, self._source = endpoint(url, token)
+        self._controllers, self._token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
-                                  verify=tls_verification(self.url))
+        self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport,
+                                  verify=tls_verification(self._controllers.urls))
+
+    @property
+    def url(self) -> str:
+        """The controller in use (of several, the one that answered last)."""
+        return self._controllers.current
 
     @cached_property
     def relay(self) -> Relay:
@@ -94,11 +128,21 @@ class Client:
     # driving plans -----------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, ok: Iterable[int] = (), **kwargs: Any) -> httpx.Response:
-        """Send one request; any status >= 400 not in `ok` becomes a CorralError with the server's message."""
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as error:
-            raise unreachable(self.url, self._source, error) from None
+        """Send one request; any status >= 400 not in `ok` becomes a CorralError with the server's message. One that
+        finds its controller away goes to the next one, when `resendable` allows."""
+        tries = 1
+        while True:
+            url = self.url
+            try:
+                response = self._http.request(method, url + path, **kwargs)
+            except httpx.TransportError as error:
+                if not fail_over(self._controllers, url, tries, method, kwargs.get("headers"), error):
+                    raise unreachable(url, self._source, error) from None
+            else:
+                if response.status_code not in RESENT_STATUSES or not fail_over(
+                        self._controllers, url, tries, method, kwargs.get("headers"), None):
+                    break
+            tries += 1
         if response.status_code >= 400 and response.status_code not in ok:
             raise CorralError(response.status_code, message(response))
         return response
@@ -108,14 +152,18 @@ class Client:
                **kwargs: Any) -> Iterator[httpx.Response]:
         """A response read as it arrives, with no read timeout unless given (streams stay quiet between events)."""
         timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
+        url = self.url
         try:
-            with self._http.stream(method, path, timeout=timeout, **kwargs) as response:
+            with self._http.stream(method, url + path, timeout=timeout, **kwargs) as response:
                 if response.status_code >= 400:
                     response.read()
+                    if response.status_code in RESENT_STATUSES:
+                        self._controllers.failed(url)
                     raise CorralError(response.status_code, message(response))
                 yield response
         except httpx.TransportError as error:
-            raise unreachable(self.url, self._source, error) from None
+            self._controllers.failed(url)
+            raise unreachable(url, self._source, error) from None
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
@@ -149,10 +197,12 @@ class Client:
                     except CorralError as error:
                         failure = error
                 elif isinstance(step, NextLine):
+                    url = self.url
                     try:
                         reply = next(lines, None) if lines is not None else None
                     except httpx.TransportError as error:
-                        failure = unreachable(self.url, self._source, error)
+                        self._controllers.failed(url)
+                        failure = unreachable(url, self._source, error)
                     if reply is None:
                         opened.close()
                 else:

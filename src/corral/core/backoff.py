@@ -51,3 +51,12 @@ def retry_delay(policy: RetryPolicy, job_id: int, retry_count: int, rng: random.
     else:
         delay = base
     return min(delay, delay_cap(policy))
+
+
+def failover_delay(failures: int, first: float, cap: float, rng: random.Random | None = None) -> float:
+    """Seconds before the next try at a controller after `failures` failed tries in a row: exponential from
+    `first`, doubling, capped at `cap`, with random jitter of up to half more (still capped), so that workers
+    cut off together do not come back together."""
+    policy = RetryPolicy(retry_delay=first, backoff=Backoff.EXPONENTIAL, backoff_multiplier=2.0,
+                         max_retry_delay=cap, jitter=Jitter.RANDOM, jitter_ratio=0.5)
+    return retry_delay(policy, 0, failures, rng)

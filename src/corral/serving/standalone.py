@@ -42,10 +42,10 @@ class RemotePeople:
         return answer.status_code == 200 and reads(answer.json(), project)
 
 
-def create_router_app(controller_url: str, token: str, config: RouterConfig) -> Starlette:
+def create_router_app(controller_urls: str, token: str, config: RouterConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with AsyncClient(controller_url, token) as client:
+        async with AsyncClient(controller_urls, token) as client:
             holder: dict = {}
             router = router_from_config(RemoteBackend(client, lambda catalog: holder["router"].publish(catalog)),
                                         config)
@@ -66,6 +66,6 @@ def create_router_app(controller_url: str, token: str, config: RouterConfig) -> 
     return RouterApp(routes=[*proxy.routes(), Route("/healthz", healthz)], lifespan=lifespan)
 
 
-def run_router(controller_url: str, token: str, host: str, port: int, config: RouterConfig) -> None:
-    app = create_router_app(controller_url, token, config)
+def run_router(controller_urls: str, token: str, host: str, port: int, config: RouterConfig) -> None:
+    app = create_router_app(controller_urls, token, config)
     uvicorn.run(app, host=host, port=port, log_level="warning", http=protocol_for(app))

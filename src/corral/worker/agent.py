@@ -9,6 +9,8 @@ The end of a preempted attempt is an acknowledgement with its epoch: it goes, in
 among the reports, to its own endpoint, which refuses (409) one from a stale epoch.
 A relay order (a client attached to a task here) is the one exception to outbound HTTP: the worker dials a
 WebSocket back to the controller named in the order (corral.worker.channels), still outbound.
+Given several controllers (one database), it talks to one; when that one stops answering (no connection, a
+timeout, a 5xx) it moves to the next, keeping its worker id, its tasks and its outbox: the database is shared.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from corral.core.backoff import failover_delay
+from corral.core.failover import Rotation
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import (
     API,
@@ -61,6 +65,7 @@ from corral.worker.terminal import Socket
 log = logging.getLogger("corral.worker")
 
 REQUEST_TIMEOUT = 30.0  # on top of a long-poll's own wait
+CONNECT_TIMEOUT = 5.0  # a controller that takes longer to accept a connection is away: the next one is tried
 CHECKPOINT_TRIES = 5  # uploads of a checkpoint tried while the controller is unreachable
 PACE_FIRST = 0.05  # first pause of the poller when a reply repeats only orders it already acts on
 # States an attempt passes through on its own, its next report usually milliseconds behind (a task with nothing
@@ -93,19 +98,20 @@ def installation_bin() -> str:
     return str(Path(sys.executable).parent)
 
 
-def worker_env(controller_url: str, path: str | None = None) -> dict[str, str]:
-    """How code in a task reaches the controller (with its job's CORRAL_TOKEN), runs Python functions and finds
-    `corral`: this installation's bin ends the task's PATH (`corral up` puts it first, for `import corral` too)."""
+def worker_env(controller_urls: str, path: str | None = None) -> dict[str, str]:
+    """How code in a task reaches the controllers (all of them, comma-separated, with its job's CORRAL_TOKEN), runs
+    Python functions and finds `corral`: this installation's bin ends the task's PATH (`corral up` puts it first,
+    for `import corral` too)."""
     entries = (os.defpath if path is None else path).split(os.pathsep)
     if installation_bin() not in entries:
         entries.append(installation_bin())
-    return {"CORRAL_URL": controller_url.rstrip("/"), "CORRAL_PYTHON": sys.executable,
+    return {"CORRAL_URL": controller_urls.rstrip("/"), "CORRAL_PYTHON": sys.executable,
             "PATH": os.pathsep.join(e for e in entries if e)}
 
 
 @dataclass
 class WorkerOptions:
-    controller_url: str
+    controller_url: str  # the first controller
     token: str
     name: str = field(default_factory=socket.gethostname)
     address: str | None = None  # default: route_address(controller_url)
@@ -124,6 +130,11 @@ class WorkerOptions:
     containment: str = "auto"  # how tasks' processes are contained: "auto", "cgroup" or "processes"
     env_build_timeout: float = DEFAULT_BUILD_TIMEOUT  # seconds a job's Python environment may take to build
     env_cache_size: int | None = None  # bytes the cached environments may use (None: no cap)
+    other_controllers: list[str] = field(default_factory=list)  # more controllers of the same database, in order
+
+    @property
+    def controllers(self) -> list[str]:
+        return [self.controller_url, *self.other_controllers]
 
 
 class WorkerError(Exception):
@@ -156,28 +167,29 @@ class _Refused(Exception):
 
 
 class _Backoff:
-    """Exponential retry delays, with one warning per outage rather than one per try."""
+    """Jittered exponential retry delays, with one warning per outage rather than one per try."""
 
     def __init__(self, what: str, cap: float, first: float = 0.2) -> None:
         self.what, self.cap, self.first = what, cap, first
-        self.delay = first
+        self.failures = 0
 
     async def wait(self, error: Exception) -> None:
-        if self.delay == self.first:
+        if not self.failures:
             log.warning("%s: controller unreachable (%s); retrying", self.what, error)
-        await asyncio.sleep(self.delay)
-        self.delay = min(self.delay * 2, self.cap)
+        await asyncio.sleep(failover_delay(self.failures, self.first, self.cap))
+        self.failures += 1
 
     def reset(self) -> None:
-        if self.delay != self.first:
+        if self.failures:
             log.info("%s: controller answers again", self.what)
-        self.delay = self.first
+        self.failures = 0
 
 
 class Agent:
     def __init__(self, options: WorkerOptions, http: httpx.AsyncClient) -> None:
         self.options = options
         self.http = http
+        self.controllers = Rotation(options.controllers)
         work_dir = options.work_dir.resolve()
         self.capacity, self.gpus = detect_capacity(options.cpus, options.memory, options.gpus, options.resources,
                                                    gpu_memory=options.gpu_memory)
@@ -201,7 +213,7 @@ class Agent:
                                  gpus=self.capacity.gpu, gpu_memory={g.index: g.memory for g in self.gpus if g.memory},
                                  mps=mps is not None, fetch_checkpoint=self._fetch_checkpoint,
                                  save_checkpoint=self._save_checkpoint,
-                                 task_env=worker_env(options.controller_url, os.environ.get("PATH")),
+                                 task_env=worker_env(",".join(options.controllers), os.environ.get("PATH")),
                                  log_limit=options.log_limit, containment=options.containment,
                                  filesystem=filesystem, shared_fs=options.shared_fs, environments=self.environments,
                                  dial=self._dial, name=options.name)
@@ -383,7 +395,7 @@ class Agent:
         body = HeartbeatRequest(reports=reports, wait=wait, pythons=pythons, gpus=gpus or None,
                                 **changed).model_dump(mode="json")
         response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
-                                    timeout=wait + REQUEST_TIMEOUT)
+                                    timeout=httpx.Timeout(wait + REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
         if changed:
             self._environments_sent = max(self._environments_sent, generation)
         if pythons is not None and self._pythons_unsent is pythons:
@@ -445,14 +457,23 @@ class Agent:
         await asyncio.to_thread(destination.write_bytes, response.content)
 
     async def _request(self, path: str, method: str = "POST", **kwargs: Any) -> httpx.Response:
-        """A request whose refusals (4xx) the caller reads itself; no answer or a 5xx is _Unreachable."""
+        """A request whose refusals (4xx) the caller reads itself; no answer or a 5xx is _Unreachable, and the
+        next request goes to the next controller."""
+        url = self.controllers.current
         try:
-            response = await self.http.request(method, path, **kwargs)
+            response = await self.http.request(method, url + path, **kwargs)
         except httpx.TransportError as error:
-            raise _Unreachable(f"{type(error).__name__}: {error}") from None
+            self._fail_over(url, error)
+            raise _Unreachable(f"{url}: {type(error).__name__}: {error}") from None
         if response.status_code >= 500:
-            raise _Unreachable(f"HTTP {response.status_code}")
+            self._fail_over(url, f"HTTP {response.status_code}")
+            raise _Unreachable(f"{url}: HTTP {response.status_code}")
         return response
+
+    def _fail_over(self, url: str, why: object) -> None:
+        """Move to the next controller, once per failure of the current one whichever loop saw it first."""
+        if len(self.controllers.urls) > 1 and url == self.controllers.current:
+            log.warning("controller %s failed (%s): moving to %s", url, why, self.controllers.failed(url))
 
     async def _post(self, path: str, **kwargs: Any) -> httpx.Response:
         response = await self._request(path, **kwargs)
@@ -476,25 +497,30 @@ class Agent:
 
     def _dial(self, order: RelayOrder) -> AbstractAsyncContextManager[Socket]:
         """The WebSocket back to the relay of a channel a client opened into a task here."""
-        url = relay_url(order.url or self.options.controller_url, order.session, self.worker_id)
+        url = relay_url(order.url or self.controllers.current, order.session, self.worker_id)
         return dial(url, self.options.token)
 
     async def _download(self, digest: str) -> AsyncIterator[bytes]:
+        url = self.controllers.current
         try:
-            async with self.http.stream("GET", f"{API}/bundles/{digest}") as response:
+            async with self.http.stream("GET", f"{url}{API}/bundles/{digest}") as response:
+                if response.status_code >= 500:
+                    self._fail_over(url, f"HTTP {response.status_code}")
                 if response.status_code != 200:
                     await response.aread()
                     raise BundleError(f"bundle {digest[:12]}: HTTP {response.status_code} {response.text}")
                 async for chunk in response.aiter_bytes():
                     yield chunk
         except httpx.TransportError as error:
-            raise BundleError(f"bundle {digest[:12]}: controller unreachable ({error})") from None
+            self._fail_over(url, error)
+            raise BundleError(f"bundle {digest[:12]}: controller {url} unreachable ({error})") from None
 
 
 async def run(options: WorkerOptions, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set, then stop every task; raises WorkerError when the controller refuses it."""
     headers = {"Authorization": f"Bearer {options.token}"}
-    async with httpx.AsyncClient(base_url=options.controller_url, headers=headers, timeout=REQUEST_TIMEOUT) as http:
+    timeout = httpx.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT)
+    async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:  # each request names its controller
         agent = Agent(options, http)
         serving = asyncio.create_task(agent.serve())
         stopping = asyncio.create_task(stop.wait())

@@ -36,6 +36,11 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def redacted(url: str) -> str:
+    """The store's URL as it may be shown: without its password."""
+    return make_url(normalize_url(url)).render_as_string(hide_password=True)
+
+
 def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
@@ -97,7 +102,7 @@ def explain(url: str, error: Exception) -> str:
     """What went wrong opening the store at `url`, and what to change."""
     if isinstance(error, ArgumentError):
         return f"--db {url!r} is not a database URL: write it as {URL_FORMS}"
-    shown = make_url(normalize_url(url)).render_as_string(hide_password=True)
+    shown = redacted(url)
     if isinstance(error, NoSuchModuleError | ImportError):
         return f"--db {shown}: corral has no driver for it here ({error}); write it as {URL_FORMS}"
     cause = _innermost(error)

@@ -7,10 +7,19 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.metrics import STORE_WRITE_SECONDS
 from corral.store.database import open_engine
+
+WROTE = "corral_wrote"  # in a connection's info: whether its transaction changed rows
+WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+def _note_written_rows(connection, cursor, statement: str, _parameters, _context, _executemany) -> None:
+    if statement.lstrip()[:6].upper() in WRITES and cursor.rowcount != 0:
+        connection.info[WROTE] = True
 
 
 class Store:
@@ -21,21 +30,30 @@ class Store:
         self._write_lock = asyncio.Lock()
         # Called after each committed write: how in-process readers (the event stream) learn of changes.
         self.on_commit: list[Callable[[], None]] = []
+        # Called after a committed write that changed rows (other than liveness marks): how other controllers
+        # sharing the store learn of it (store.notify).
+        self.on_change: Callable[[], None] | None = None
+        event.listen(engine.sync_engine, "after_cursor_execute", _note_written_rows)
 
     @classmethod
     async def open(cls, url: str) -> Store:
         return cls(await open_engine(url))
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A read-modify-write transaction: what it reads is what it writes against."""
+    async def write(self, *, moves_state: bool = True) -> AsyncIterator[AsyncConnection]:
+        """A read-modify-write transaction: what it reads is what it writes against. Without `moves_state` (a
+        liveness mark, the registry's refresh) other controllers are not told of it."""
         async with self._write_lock:
             started = time.perf_counter()
             async with self.engine.begin() as connection:
+                connection.info[WROTE] = False
                 yield connection
+                wrote = connection.info[WROTE]
             STORE_WRITE_SECONDS.observe(time.perf_counter() - started)
         for listener in self.on_commit:
             listener()
+        if wrote and moves_state and self.on_change is not None:
+            self.on_change()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

@@ -338,8 +338,9 @@ def terminate(processes: list, timeout: float) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0), default=STOP_TIMEOUT, show_default=True,
               help="Seconds each process has to stop after SIGTERM before SIGKILL.")
 def down(data_dir: Path, timeout: float) -> None:
-    """Stop the cluster of a data directory: `corral up`, its workers and every controller that holds the directory
-    (several may, on one PostgreSQL store), and wait for them."""
+    """Stop the cluster of a data directory: `corral up`, its workers and its controller, and wait for them.
+
+    Every controller that holds the directory is stopped: several may, sharing one PostgreSQL store."""
     data_dir = data_dir.resolve()
     first, last = recorded_processes(data_dir)
     terminate(first, timeout)  # workers before the controller, as `corral up` stops them

@@ -6,31 +6,17 @@ import time
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel
 
 from corral.controller.identity import allow
 from corral.controller.registry import is_gone
 from corral.controller.services import services_of
 from corral.core.roles import Action
+from corral.core.views import ControllerView
 from corral.store.cluster_state import list_controllers
 
 router = APIRouter(prefix="/api/v1/controllers", tags=["controllers"])
 
 State = Literal["live", "gone"]
-
-
-class ControllerView(BaseModel):
-    id: str
-    url: str
-    state: State
-    host: str
-    pid: int
-    version: str
-    started_at: float
-    seen_at: float
-    last_pass_at: float | None
-    handlers: dict[str, float]  # handler name -> when this controller last ran it
-    this: bool  # the controller that answers
 
 
 @router.get("", response_model=list[ControllerView], dependencies=[Depends(allow(Action.READ))])

@@ -23,6 +23,9 @@ TRANSITIONS = Counter(
 HEARTBEAT_SECONDS = Histogram(
     "corral_heartbeat_ingest_seconds", "Time to apply a worker heartbeat's reports and read its orders.",
     registry=REGISTRY, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+HANDLER_TAKEOVERS = Counter(
+    "corral_handler_takeovers", "Handlers this controller ran whose previous runner, another controller, is gone "
+    "(a failover).", ["handler"], registry=REGISTRY)
 RETRY_SCHEDULED = Counter(
     "corral_job_retry_scheduled", "Failed jobs whose retry was scheduled, by failure cause.", ["cause"],
     registry=REGISTRY)

@@ -133,6 +133,7 @@ def test_every_page_renders_live_data(page, live):
     page.goto(live.url + "/#/")
     page.get_by_role("meter", name="cpu").first.wait_for()
     page.get_by_role("img").first.wait_for()
+    page.locator("table[aria-label=controllers] tr[data-controller]").filter(has_text="(this)").wait_for()
     screenshot(page, "overview")
     live.wait_end(failing)
     page.goto(live.url + "/#/jobs?state=PENDING")

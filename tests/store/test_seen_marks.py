@@ -46,7 +46,7 @@ async def test_a_failed_write_fails_every_heartbeat_of_its_batch_and_the_next_ba
     marks = SeenMarks(store)
     real_write = store.write
 
-    def broken():
+    def broken(**_options):
         raise OSError("disk gone")
 
     store.write = broken

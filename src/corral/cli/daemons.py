@@ -93,19 +93,27 @@ ROUTER_CONFIG_VARIABLE = "CORRAL_ROUTER_CONFIG"  # read by controllers before th
               help="How long rows of the audit log (people's API calls) are kept (e.g. 90d).")
 @click.option("--metrics-token-required", is_flag=True,
               help="/metrics answers only with the admin token (config file: `metrics: {require_token: true}`).")
+@click.option("--admin-token", envvar="CORRAL_ADMIN_TOKEN",
+              help="The cluster's admin token, stored on the first start (default: tokens.json, else a new one); "
+              "later starts must give the stored one or none.")
+@click.option("--join-token", envvar="CORRAL_JOIN_TOKEN",
+              help="The token workers join with; stored like --admin-token.")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
                heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_limit: int,
                log_retention: float, audit_retention: float, metrics_token_required: bool, log_format: str,
-               config: CorralConfig | None) -> None:
+               config: CorralConfig | None, admin_token: str | None, join_token: str | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground.
 
-    It locks its data directory: a second controller on the same one refuses to start. On SQLite it also locks the
-    database file: a second controller on the same SQLite store refuses to start, whatever its data directory.
+    It locks its data directory: with SQLite, a second controller on the same one refuses to start; with
+    PostgreSQL, several controllers of one store may share it. On SQLite it also locks the database file: a second
+    controller on the same SQLite store refuses to start, whatever its data directory.
     """
+    import asyncio
+
     from corral.controller.lock import DataDirInUse, hold
     from corral.controller.server import controller_logging, serve
-    from corral.controller.settings import ControllerSettings
+    from corral.controller.settings import ControllerSettings, TokenMismatch, settle_tokens
     from corral.controller.sqlite_lock import SQLiteStoreInUse, hold_sqlite_store
     from corral.core.config import CorralConfig
     from corral.store.database import sqlite_file
@@ -119,14 +127,16 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         heartbeat_interval=heartbeat_interval, event_retention=event_retention,
         lost_worker_retention=lost_worker_retention, log_limit=log_limit, log_retention=log_retention,
         audit_retention=audit_retention, log_format=log_format, config=config,
-        metrics_token_required=metrics_token_required or config.metrics.require_token)
+        metrics_token_required=metrics_token_required or config.metrics.require_token,
+        admin_token=admin_token, join_token=join_token)
     try:
-        with hold(made_data_dir(data_dir), settings.url):
+        with hold(made_data_dir(data_dir), settings.url, shared=settings.shares_data_dir):
             controller_logging(log_format)
             open_store_or_fail(settings.database_url)
+            asyncio.run(settle_tokens(settings))
             with hold_sqlite_store(sqlite_file(settings.database_url), settings.url):
                 serve(settings)
-    except (DataDirInUse, SQLiteStoreInUse) as error:
+    except (DataDirInUse, SQLiteStoreInUse, TokenMismatch) as error:
         raise CliError(str(error)) from None
 
 

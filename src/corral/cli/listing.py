@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from corral.core.views import JobView, WorkerView
+    from corral.core.views import ControllerView, JobView, WorkerView
 
 STATE_STYLES = {"SUCCEEDED": "green", "FAILED": "red", "LOST": "red", "UNSCHEDULABLE": "red",
                 "CANCELLED": "yellow", "RUNNING": "cyan", "PENDING": "magenta"}
@@ -106,6 +106,38 @@ def workers(per_device: bool, as_json: bool) -> None:
     console().print(workers_table(found, time.time()))
     if per_device:
         console().print(Text(), devices_table(found))
+
+
+@click.command()
+@json_option
+def controllers(as_json: bool) -> None:
+    """List the controllers serving the store: live or gone, last pass, handlers run lately."""
+    found = client().controllers()
+    if as_json:
+        print_json(found)
+        return
+    console().print(controllers_table(found, time.time()))
+
+
+RECENT_HANDLERS = 60.0  # seconds: the handlers a controller ran within this are listed
+
+
+def controllers_table(found: list[ControllerView], now: float) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False)
+    for column in ("URL", "STATE", "HOST", "PID", "STARTED", "LAST PASS", "HANDLERS RUN LATELY"):
+        table.add_column(column, no_wrap=column != "HANDLERS RUN LATELY")
+    for controller in found:
+        ran = sorted(((now - at, name) for name, at in controller.handlers.items() if now - at <= RECENT_HANDLERS))
+        table.add_row(
+            Text(controller.url + (" (this)" if controller.this else "")),
+            Text(controller.state, style="green" if controller.state == "live" else "red"), Text(controller.host),
+            str(controller.pid), f"{format_age(now - controller.started_at)} ago",
+            f"{format_age(now - controller.last_pass_at)} ago" if controller.last_pass_at else "-",
+            Text(", ".join(f"{name} {age:.1f}s ago" for age, name in ran) or "-"))
+    return table
 
 
 def workers_table(found: list[WorkerView], now: float) -> Table:

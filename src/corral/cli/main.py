@@ -28,6 +28,8 @@ COMMANDS = {
     "checkpoint": ("corral.cli.checkpoint:checkpoint", "Checkpoints of a task, kept across its attempts."),
     "controller": ("corral.cli.daemons:controller",
                    "Run the controller (API, scheduler, dashboard) in the foreground."),
+    "controllers": ("corral.cli.listing:controllers",
+                    "List the controllers serving the store: live or gone, last pass, handlers run lately."),
     "deploy": ("corral.cli.deploy:deploy",
                "Deploy a service: corral deploy NAME [OPTIONS] -- CMD [ARGS...], where CMD serves HTTP on $PORT."),
     "deployment": ("corral.cli.deploy:deployment", "Inspect a deployment, issue it a key, or scale it."),

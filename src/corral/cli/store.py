@@ -31,7 +31,7 @@ def copy(source_url: str, destination_url: str) -> None:
     """
     from corral.controller.sqlite_lock import SQLiteStoreInUse, hold_sqlite_store
     from corral.store.copy import CopyRefused, copy_store
-    from corral.store.database import is_postgresql, shown_url, sqlite_file
+    from corral.store.database import is_postgresql, redacted, sqlite_file
 
     database = sqlite_file(source_url)
     if database is None:
@@ -50,10 +50,10 @@ def copy(source_url: str, destination_url: str) -> None:
             copied = asyncio.run(copy_store(source_url, destination_url))
     except (SQLiteStoreInUse, CopyRefused) as error:
         raise CliError(str(error)) from None
-    click.echo(f"copied {database} to {shown_url(destination_url)}, in one transaction:")
+    click.echo(f"copied {database} to {redacted(destination_url)}, in one transaction:")
     for table, rows in copied.items():
         click.echo(f"  {table:<16} {rows:>9} rows")
     data_dir = database.parent if database.name == "corral.db" else "DIR (the data directory its controller used)"
     click.echo("Next: leave the SQLite store unused, and start each controller with\n"
-               f"  corral controller --db {shown_url(destination_url)} --data-dir {data_dir}\n"
+               f"  corral controller --db {redacted(destination_url)} --data-dir {data_dir}\n"
                "(several controllers share that data directory: across machines, a shared filesystem)")

@@ -226,13 +226,13 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
     """Start a local cluster: a controller and N workers, until Ctrl-C."""
     if worker_gpu_memory is not None and worker_gpus is None:
         raise click.UsageError("--worker-gpu-memory sets the memory of virtual GPUs: give --worker-gpus too")
-    from corral.controller.lock import DataDirInUse, holder
+    from corral.controller.lock import DataDirInUse, holders
 
     data_dir = data_dir.resolve()
     url = client_url(host, port)
-    live = holder(data_dir)
-    if live is not None:
-        raise CliError(str(DataDirInUse(data_dir, live)))
+    live = holders(data_dir)
+    if live:
+        raise CliError(str(DataDirInUse(data_dir, live, shared=False)))
     if healthy(url):
         raise CliError(f"a controller already answers at {url}: stop it, or choose another --port")
     from corral.controller.settings import ControllerSettings
@@ -278,16 +278,15 @@ def recorded_processes(data_dir: Path) -> tuple[list, list]:
     """
     import psutil
 
-    from corral.controller.lock import holder
+    from corral.controller.lock import holders
 
     try:
         record = json.loads((data_dir / RECORD_FILE).read_text())
         entries = [record["up"], *record["children"]]
     except (OSError, ValueError, KeyError, TypeError):
         entries = []
-    live = holder(data_dir)
-    if live is not None and live.pid:
-        entries.append({"name": "controller", "pid": live.pid, "started": live.started})
+    entries += [{"name": "controller", "pid": live.pid, "started": live.started}
+                for live in holders(data_dir) if live.pid]
     first, last, seen = [], [], set()
     for entry in entries:
         try:
@@ -339,7 +338,9 @@ def terminate(processes: list, timeout: float) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0), default=STOP_TIMEOUT, show_default=True,
               help="Seconds each process has to stop after SIGTERM before SIGKILL.")
 def down(data_dir: Path, timeout: float) -> None:
-    """Stop the cluster of a data directory: `corral up`, its workers and its controller, and wait for them."""
+    """Stop the cluster of a data directory: `corral up`, its workers and its controller, and wait for them.
+
+    Every controller that holds the directory is stopped: several may, sharing one PostgreSQL store."""
     data_dir = data_dir.resolve()
     first, last = recorded_processes(data_dir)
     terminate(first, timeout)  # workers before the controller, as `corral up` stops them

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from corral.client.relay import ExecResult, Relay
     from corral.core.usage import UsageReport
     from corral.core.views import (
+        ControllerView,
         HistoryEntry,
         JobPage,
         JobView,
@@ -393,6 +394,10 @@ class Client:
 
     def workers(self) -> list[WorkerView]:
         return self._run(plans.workers())
+
+    def controllers(self) -> list[ControllerView]:
+        """The controllers serving the store, live or gone, and when each last ran each handler."""
+        return self._run(plans.controllers())
 
     def usage(self, since: str | None = None, until: str | None = None, by: str = "project") -> UsageReport:
         """Usage and cost over [since, until] (default: the last 30 days) by project, user or pool."""

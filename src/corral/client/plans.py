@@ -19,6 +19,7 @@ from pydantic import ConfigDict, TypeAdapter
 from corral.core.spec import JobBatch, JobSpec, Workdir
 from corral.core.states import JobState
 from corral.core.views import (
+    ControllerView,
     HistoryEntry,
     JobPage,
     JobView,
@@ -97,6 +98,7 @@ _tasks = TypeAdapter(list[TaskView], config=_ON_FIRST_USE)
 _job_views = TypeAdapter(list[JobView], config=_ON_FIRST_USE)
 _history = TypeAdapter(list[HistoryEntry], config=_ON_FIRST_USE)
 _workers = TypeAdapter(list[WorkerView], config=_ON_FIRST_USE)
+_controllers = TypeAdapter(list[ControllerView], config=_ON_FIRST_USE)
 _retry_attempts = TypeAdapter(list[RetryAttemptView], config=_ON_FIRST_USE)
 
 
@@ -165,6 +167,11 @@ def cancel(job_id: int) -> Plan[JobView]:
 def workers() -> Plan[list[WorkerView]]:
     response = yield Call("GET", f"{API}/workers")
     return _workers.validate_python(response.json())
+
+
+def controllers() -> Plan[list[ControllerView]]:
+    response = yield Call("GET", f"{API}/controllers")
+    return _controllers.validate_python(response.json())
 
 
 def usage(since: str | None = None, until: str | None = None, by: str = "project") -> Plan[UsageReport]:

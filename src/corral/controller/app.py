@@ -15,6 +15,7 @@ from fastapi.responses import Response
 from corral.controller import (
     admin_api,
     audit_api,
+    controllers_api,
     dashboard,
     dashboard_api,
     deployments_api,
@@ -42,13 +43,21 @@ from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.log_retention import prune_logs_loop
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
+from corral.controller.registry import Registry
 from corral.controller.relays import Relays
 from corral.controller.results import ResultFiles
 from corral.controller.samples import Samples
 from corral.controller.services import Services, services_of
-from corral.controller.settings import ControllerSettings, load_tokens, private_dir, write_cluster_file
+from corral.controller.settings import (
+    ControllerSettings,
+    load_tokens,
+    other_holders,
+    private_dir,
+    write_cluster_file,
+)
 from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
+from corral.controller.wakeups import on_change_elsewhere
 from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.loop import Engine, WorkerSignals
 from corral.engine.reports import SeenMarks
@@ -57,6 +66,7 @@ from corral.serving import proxy
 from corral.serving.access import StorePeople
 from corral.serving.wiring import start_serving
 from corral.store.attachments import close_all_live
+from corral.store.notify import Notifier
 from corral.store.policy import apply_policy_file
 from corral.store.store import Store
 
@@ -73,10 +83,10 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         private_dir(settings.data_dir)
-        tokens = load_tokens(settings)
         retry_config = settings.config.retry_policy
         store = await Store.open(settings.database_url)
         async with store.write() as connection:
+            tokens = await load_tokens(settings, connection)
             await apply_policy_file(connection, settings.config, time.time())
             # Relays lived in the memory of the controller that held them: none survived its restart.
             await close_all_live(connection, "controller restarted", CLOSE_UNAVAILABLE, time.time())
@@ -99,6 +109,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             loop_tasks.append(asyncio.create_task(prune_audit_loop(store, settings.audit_retention),
                                                   name="prune-audit"))
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
+        registry = Registry(store, engine, settings.url, app.version)
+        loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
             seen=SeenMarks(store), submissions=GroupedWrites(store), submit_settings=SubmitSettings(), logs=logs,
@@ -106,8 +118,14 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,
             serving=serving, relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets(),
-            people=StorePeople(store))
-        write_cluster_file(settings, tokens)
+            people=StorePeople(store), registry=registry)
+        if not store.is_sqlite:  # several controllers may share it: tell them of our commits, hear of theirs
+            notifier = Notifier(settings.database_url, registry.id, on_change_elsewhere(app.state.services))
+            store.on_change = notifier.state_moved
+            signals.announce = notifier.workers_ordered
+            app.state.services.submit_settings.announce = notifier.settings_changed
+            loop_tasks.append(asyncio.create_task(notifier.run(), name="notify"))
+        write_cluster_file(settings, tokens, [settings.url, *other_holders(settings)])
         gc.freeze()  # what startup made lives on: collections skip it, which the router's request path feels
         try:
             yield
@@ -118,8 +136,11 @@ def create_app(settings: ControllerSettings) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await loop_task
             await store.close()
-            # A stopped cluster leaves no address behind for clients to find and fail on.
-            (settings.data_dir / "cluster.json").unlink(missing_ok=True)
+            # A stopped cluster leaves no address behind for clients to find and fail on; the others' remain.
+            if others := other_holders(settings):
+                write_cluster_file(settings, tokens, others)
+            else:
+                (settings.data_dir / "cluster.json").unlink(missing_ok=True)
 
     app = Controller(title="corral", version="0.1.0", lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
@@ -145,6 +166,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(users_api.router)
     app.include_router(audit_api.router)
     app.include_router(usage_api.router)
+    app.include_router(controllers_api.router)
     app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])

@@ -14,6 +14,7 @@ from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.grouped_writes import GroupedWrites
+from corral.controller.registry import Registry
 from corral.controller.relays import Relays
 from corral.controller.results import ResultFiles
 from corral.controller.samples import Samples
@@ -51,6 +52,7 @@ class Services:
     relays: Relays  # channels into tasks waiting for their workers to dial back
     tickets: Tickets  # unspent single-use tickets of browsers' channels
     people: StorePeople  # the router's judge of personal tokens
+    registry: Registry  # this controller's row among the store's controllers
 
 
 def services_of(request: Request) -> Services:

@@ -1,4 +1,4 @@
-"""The controller's settings, and the tokens it keeps under its data directory."""
+"""The controller's settings, and the cluster's tokens: kept in the store, copied to its data directory."""
 
 from __future__ import annotations
 
@@ -7,12 +7,19 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral.controller.checkpoints import DEFAULT_LIMIT
+from corral.controller.lock import holders
 from corral.core.config import CorralConfig
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.relay import CONNECT_TIMEOUT
-from corral.store.database import sqlite_url
+from corral.store.cluster_state import seed_settings
+from corral.store.database import normalize_url, redacted, sqlite_url
+from corral.store.store import Store
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 @dataclass
@@ -44,6 +51,11 @@ class ControllerSettings:
     def database_url(self) -> str:
         return self.db_url or sqlite_url(self.data_dir / "corral.db")
 
+    @property
+    def shares_data_dir(self) -> bool:
+        """Controllers of one PostgreSQL store may share a data directory; a SQLite store has one controller."""
+        return not normalize_url(self.database_url).startswith("sqlite")
+
 
 @dataclass(frozen=True)
 class Tokens:
@@ -51,23 +63,51 @@ class Tokens:
     join: str
 
 
-def load_tokens(settings: ControllerSettings) -> Tokens:
-    """Tokens from the settings, else from `tokens.json` in the data directory, else new ones stored there."""
+class TokenMismatch(Exception):
+    """The token a controller was started with is not the cluster's: the message says how to fix it, in one line."""
+
+
+async def load_tokens(settings: ControllerSettings, connection: AsyncConnection) -> Tokens:
+    """The cluster's tokens, kept in the store and shared by its controllers. A first start stores them: the
+    settings', else those of `tokens.json` in the data directory, else new ones. `tokens.json` is then rewritten
+    for local clients. A token given in the settings that is not the stored one is refused (TokenMismatch)."""
     path = settings.data_dir / "tokens.json"
-    stored = json.loads(path.read_text()) if path.exists() else {}
-    tokens = Tokens(
-        admin=settings.admin_token or stored.get("admin") or secrets.token_urlsafe(24),
-        join=settings.join_token or stored.get("join") or secrets.token_urlsafe(24),
-    )
-    if stored != {"admin": tokens.admin, "join": tokens.join}:
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    proposed = {"admin_token": settings.admin_token or kept.get("admin") or secrets.token_urlsafe(24),
+                "join_token": settings.join_token or kept.get("join") or secrets.token_urlsafe(24)}
+    stored = await seed_settings(connection, proposed)
+    for name, given in (("admin_token", settings.admin_token), ("join_token", settings.join_token)):
+        if given is not None and given != stored[name]:
+            flag, store = "--" + name.replace("_", "-"), redacted(settings.database_url)
+            raise TokenMismatch(f"{flag} is not the {name.replace('_', ' ')} the store {store} holds, which "
+                                f"every controller of the cluster shares: start without {flag} (the stored one is "
+                                f"then used), or give the stored one (see {path} of a controller that runs)")
+    tokens = Tokens(admin=stored["admin_token"], join=stored["join_token"])
+    if kept != {"admin": tokens.admin, "join": tokens.join}:
         write_private(path, {"admin": tokens.admin, "join": tokens.join})
     return tokens
 
 
-def write_cluster_file(settings: ControllerSettings, tokens: Tokens) -> None:
-    """`cluster.json`: where clients of a local cluster find the controller and its tokens."""
+async def settle_tokens(settings: ControllerSettings) -> Tokens:
+    """The cluster's tokens, settled before serving, so that a TokenMismatch is one line, not a failed startup."""
+    store = await Store.open(settings.database_url)
+    try:
+        async with store.write() as connection:
+            return await load_tokens(settings, connection)
+    finally:
+        await store.close()
+
+
+def write_cluster_file(settings: ControllerSettings, tokens: Tokens, urls: list[str]) -> None:
+    """`cluster.json`: where clients of a local cluster find the controllers (`url`, the first of `urls`: every
+    live one's) and the tokens."""
     write_private(settings.data_dir / "cluster.json",
-                  {"url": settings.url, "admin_token": tokens.admin, "join_token": tokens.join})
+                  {"url": urls[0], "urls": urls, "admin_token": tokens.admin, "join_token": tokens.join})
+
+
+def other_holders(settings: ControllerSettings) -> list[str]:
+    """The addresses of the other live controllers sharing the data directory."""
+    return [live.url for live in holders(settings.data_dir) if live.url and live.pid != os.getpid()]
 
 
 def private_dir(path: Path) -> None:
@@ -81,7 +121,7 @@ def private_dir(path: Path) -> None:
 def write_private(path: Path, content: dict) -> None:
     """Replace `path` with `content` as JSON, readable by its owner only from the first byte on."""
     private_dir(path.parent)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # controllers sharing the directory write their own
     tmp.unlink(missing_ok=True)  # O_EXCL below: never write into a file someone else prepared
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
         out.write(json.dumps(content, indent=2))

@@ -1,10 +1,12 @@
 """The settings every submission is checked and completed against, kept in memory: each pool's policy (admission)
 and the stored retry defaults (a project's, the cluster's). They change only through the admin API, which calls
-`changed()` once its change is committed; a submission then reads them again, instead of on every call.
+`changed()` once its change is committed; a submission then reads them again, instead of on every call. Other
+controllers sharing the store hear of it through `announce` (store.notify) and `forget()` theirs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from corral.core.config import PoolPolicy
@@ -23,9 +25,17 @@ class SubmitSettings:
         self._pools: dict[str, PoolPolicy] = {}
         self._retry: dict[tuple[str, str], RetryPolicy | None] = {}
         self._generation = 0  # bumped by every change: a read begun before it is not kept
+        self.announce: Callable[[], None] | None = None
 
     def changed(self) -> None:
-        """A pool's policy or a retry default was changed (and committed): forget them all."""
+        """A pool's policy or a retry default was changed here (and committed): forget them all, here and on the
+        other controllers."""
+        self.forget()
+        if self.announce is not None:
+            self.announce()
+
+    def forget(self) -> None:
+        """Forget them all (another controller changed one)."""
         self._pools.clear()
         self._retry.clear()
         self._generation += 1

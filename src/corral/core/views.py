@@ -264,3 +264,19 @@ class AuditEntry(DeferredModel):
     address: str | None
     outcome: int | None = Field(..., description="the HTTP status answered (101: a channel opened)")
     detail: dict
+
+
+class ControllerView(DeferredModel):
+    """A controller serving the store (GET /api/v1/controllers): live, or silent for 10 s (gone)."""
+
+    id: str  # host:pid:start
+    url: str
+    state: Literal["live", "gone"]
+    host: str
+    pid: int
+    version: str
+    started_at: float
+    seen_at: float
+    last_pass_at: float | None
+    handlers: dict[str, float]  # handler name -> when this controller last ran it
+    this: bool  # the controller that answered

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 
 from corral.core.retries import NAME as RETRY_JOBS
 from corral.engine.coordinator import may_have_targets, run_handler
@@ -25,24 +26,37 @@ from corral.waiting import woken
 log = logging.getLogger("corral.engine")
 
 PERIOD = 1.0  # with no event, every handler still runs this often (expiry, joins, safety net)
-REAPER = "Reaper"  # its handler lock's name
+REAPER = "ReapLostWorkers"  # its handler lock's name, and its name among the handlers this controller ran
 REAP_PERIOD = 1.0  # the reaper judges by time (silent for the loss timeout): once a second is soon enough
 # The job states any handler's targets can be in: what a pass reads the presence of before running them.
 TARGET_JOB_STATES = frozenset(TASK_TARGET_JOB_STATES).union(*(h.job_states for h in JOB_HANDLERS))
 
 
 class WorkerSignals:
-    """One event per worker: set when it has new orders, waking its long-poll heartbeat."""
+    """One event per worker: set when it has new orders, waking its long-poll heartbeat (on this controller; other
+    controllers sharing the store are told through `announce`)."""
 
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self.announce: Callable[[Iterable[str]], None] | None = None
 
     def event(self, worker_id: str) -> asyncio.Event:
         return self._events[worker_id]
 
-    def notify(self, worker_ids) -> None:
+    def notify(self, worker_ids: Iterable[str]) -> None:
+        worker_ids = list(worker_ids)
+        self.wake(worker_ids)
+        if self.announce is not None:
+            self.announce(worker_ids)
+
+    def wake(self, worker_ids: Iterable[str]) -> None:
+        """Wake the long polls here of these workers (another controller gave them orders)."""
         for worker_id in worker_ids:
             self._events[worker_id].set()
+
+    def wake_all(self) -> None:
+        for event in self._events.values():
+            event.set()
 
 
 RECONNECT_SLACK = 5.0  # a live worker retries an unreachable controller every second at most; plus a slow start
@@ -73,6 +87,8 @@ class Engine:
         self.target_errors = TargetErrors()  # streaks of errors about one job, across passes
         self._failing: set[str] = set()  # handlers whose last run failed as a whole: logged once per streak
         self.busy = False  # a handler of the last pass was held by another controller: look again soon
+        self.handler_runs: dict[str, float] = {}  # when this controller last ran each handler (the registry's)
+        self.last_pass_at: float | None = None
 
     def wake(self) -> None:
         self._woken.set()
@@ -105,6 +121,7 @@ class Engine:
             self._failed("RetryJobs")
             return False
         self._failing.discard("RetryJobs")
+        self.handler_runs[RETRY_JOBS] = time.time()
         self.retry_due = retries.next_due
         return retries.changed
 
@@ -131,6 +148,7 @@ class Engine:
         self._woken.clear()
         self.busy = False
         self.passes += 1
+        self.last_pass_at = time.time()
         ENGINE_PASSES.inc()
         present, retries = await self._present()
         changed = False
@@ -160,6 +178,7 @@ class Engine:
                 self._failed(handler.name)
                 continue
             self._failing.discard(handler.name)
+            self.handler_runs[handler.name] = time.time()
             if report.changed:
                 changed = True
                 self.signals.notify(report.workers)
@@ -187,6 +206,7 @@ class Engine:
         except Exception:
             log.exception("reaper failed; its transaction was rolled back")
             return False
+        self.handler_runs[REAPER] = time.time()
         if reaped.empty:
             return False
         self.signals.notify(reaped.touched_workers)

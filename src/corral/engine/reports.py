@@ -108,7 +108,7 @@ class SeenMarks:
         while self._waiting:
             batch, self._waiting = self._waiting, defaultdict(list)
             try:
-                async with self.store.write() as connection:
+                async with self.store.write(moves_state=False) as connection:
                     alive = await mark_all_seen(connection, list(batch), time.time())
             except Exception as error:
                 for futures in batch.values():

@@ -42,6 +42,11 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def redacted(url: str) -> str:
+    """The store's URL as it may be shown: without its password."""
+    return make_url(normalize_url(url)).render_as_string(hide_password=True)
+
+
 def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
@@ -62,11 +67,6 @@ def is_postgresql(url: str) -> bool:
         return make_url(normalize_url(url)).drivername.startswith("postgresql")
     except ArgumentError:
         return False
-
-
-def shown_url(url: str) -> str:
-    """The URL to print: its password masked."""
-    return make_url(normalize_url(url)).render_as_string(hide_password=True)
 
 
 def make_engine(url: str) -> AsyncEngine:
@@ -141,7 +141,7 @@ def explain(url: str, error: Exception, option: str = "--db") -> str:
     """What went wrong opening the store at `url` (given as `option`), and what to change."""
     if isinstance(error, ArgumentError):
         return f"{option} {url!r} is not a database URL: write it as {URL_FORMS}"
-    shown = shown_url(url)
+    shown = redacted(url)
     if isinstance(error, NoSuchModuleError | ImportError):
         return f"{option} {shown}: corral has no driver for it here ({error}); write it as {URL_FORMS}"
     cause = _innermost(error)

@@ -333,3 +333,26 @@ replicas = Table(
     Column("healthy_at", Float),  # when it first passed its health check: it served
     Index("ix_replicas_deployment_state", "deployment_id", "state"),
 )
+
+# Settings every controller of the cluster shares: the admin and join tokens.
+cluster_settings = Table(
+    "cluster_settings",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+# The controllers serving this store: each upserts its row every second and deletes it when it stops.
+controllers = Table(
+    "controllers",
+    metadata,
+    Column("id", String(200), primary_key=True),  # host:pid:start
+    Column("url", String(300), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("host", String(200), nullable=False),
+    Column("version", String(50), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("seen_at", Float, nullable=False),
+    Column("handlers", JSON, nullable=False),  # {handler name: when this controller last ran it}
+    Column("last_pass_at", Float),
+)

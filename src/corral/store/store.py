@@ -7,11 +7,20 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.metrics import HANDLER_LOCK_BUSY, STORE_WRITE_SECONDS
 from corral.store.database import open_engine
 from corral.store.handler_locks import HandlerBusy, take_handler_lock
+
+WROTE = "corral_wrote"  # in a connection's info: whether its transaction changed rows
+WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+def _note_written_rows(connection, cursor, statement: str, _parameters, _context, _executemany) -> None:
+    if statement.lstrip()[:6].upper() in WRITES and cursor.rowcount != 0:
+        connection.info[WROTE] = True
 
 
 class Store:
@@ -22,25 +31,34 @@ class Store:
         self._write_lock = asyncio.Lock()
         # Called after each committed write: how in-process readers (the event stream) learn of changes.
         self.on_commit: list[Callable[[], None]] = []
+        # Called after a committed write that changed rows (other than liveness marks): how other controllers
+        # sharing the store learn of it (store.notify).
+        self.on_change: Callable[[], None] | None = None
+        event.listen(engine.sync_engine, "after_cursor_execute", _note_written_rows)
 
     @classmethod
     async def open(cls, url: str) -> Store:
         return cls(await open_engine(url))
 
     @asynccontextmanager
-    async def write(self, handler: str | None = None) -> AsyncIterator[AsyncConnection]:
+    async def write(self, handler: str | None = None, *, moves_state: bool = True) -> AsyncIterator[AsyncConnection]:
         """A read-modify-write transaction: what it reads is what it writes against. With `handler`, its lock is
-        the transaction's first statement (one controller at a time): HandlerBusy when another holds it."""
+        the transaction's first statement (one controller at a time): HandlerBusy when another holds it. Without
+        `moves_state` (a liveness mark, the registry's refresh) other controllers are not told of it."""
         async with self._write_lock:
             started = time.perf_counter()
             async with self.engine.begin() as connection:
+                connection.info[WROTE] = False
                 if handler is not None and not await take_handler_lock(connection, handler):
                     HANDLER_LOCK_BUSY.labels(handler).inc()
                     raise HandlerBusy(handler)
                 yield connection
+                wrote = connection.info[WROTE]
             STORE_WRITE_SECONDS.observe(time.perf_counter() - started)
         for listener in self.on_commit:
             listener()
+        if wrote and moves_state and self.on_change is not None:
+            self.on_change()
 
     @asynccontextmanager
     async def read(self, handler: str | None = None) -> AsyncIterator[AsyncConnection]:

@@ -270,7 +270,8 @@ function overviewView(view) {
   const body = h("div");
   view.append(h("h1", {}, "Overview"), body);
   return liveView(body, async () => {
-    const [{summary, samples}, served] = await Promise.all([getJSON("/overview"), getJSON("/overview/deployments?events=0")]);
+    const [{summary, samples}, served, controllers] = await Promise.all([getJSON("/overview"),
+      getJSON("/overview/deployments?events=0"), getJSON("/controllers")]);
     const cap = h("section", {class: "card", "aria-labelledby": "cap-title"}, h("h2", {id: "cap-title"}, "Capacity and use"));
     if (!summary.pools.length) cap.append(h("p", {class: "muted"}, "No worker is alive."));
     for (const pool of summary.pools) {
@@ -294,7 +295,8 @@ function overviewView(view) {
       chart("CPU in use (cores)", samples, (s) => s.used.cpu, "var(--running)"),
       chart("GPUs in use", samples, (s) => s.used.gpu, "var(--building)"),
       chart("Jobs waiting", samples, (s) => s.queued_jobs, "var(--pending)"));
-    fill(body, h("div", {class: "grid"}, cap, queue, counts, servingCard(served.summary)), h("div", {class: "grid"}, charts));
+    fill(body, h("div", {class: "grid"}, cap, queue, counts, servingCard(served.summary), controllersCard(controllers)),
+      h("div", {class: "grid"}, charts));
   }, {relevant: () => true, throttleMs: 1000});
 }
 
@@ -308,6 +310,17 @@ function servingCard(summary) {
     countList(summary.deployments, () => "#/deployments"),
     summary.degraded.length ? h("p", {class: "reason"}, `short of replicas: ${summary.degraded.join(", ")}`) : null,
     h("p", {}, h("a", {href: "#/deployments"}, "See the deployments")));
+}
+
+// The controllers serving the store (several may share one PostgreSQL store): live or gone, and their last pass.
+function controllersCard(controllers) {
+  return h("section", {class: "card", "aria-labelledby": "controllers-title"}, h("h2", {id: "controllers-title"}, "Controllers"),
+    h("table", {"aria-label": "controllers"}, h("thead", {}, h("tr", {}, h("th", {}, "url"), h("th", {}, "state"),
+      h("th", {class: "num"}, "last pass"))),
+    h("tbody", {}, controllers.map((c) => h("tr", {"data-controller": c.id},
+      h("td", {}, c.url + (c.this ? " (this)" : "")),
+      h("td", {class: c.state === "live" ? "health ok" : "health bad"}, c.state),
+      h("td", {class: "num"}, c.last_pass_at ? `${since(c.last_pass_at)} ago` : "-"))))));
 }
 
 function useBar(resource, used, capacity) {

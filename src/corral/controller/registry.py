@@ -1,0 +1,92 @@
+"""The registry of the controllers serving one store: each refreshes its row every second, with when it last ran
+each handler, and deletes it when it stops; a row silent for GONE_AFTER is a controller gone, pruned later.
+
+A handler this controller runs whose previous runner (per the registry) is another controller, now gone, was
+taken over: a failover, counted in corral_handler_takeovers_total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+
+from corral.engine.loop import Engine
+from corral.metrics import HANDLER_TAKEOVERS
+from corral.store.cluster_state import (
+    ControllerRow,
+    list_controllers,
+    prune_controllers,
+    register_controller,
+    unregister_controller,
+)
+from corral.store.store import Store
+
+log = logging.getLogger("corral.registry")
+
+REFRESH_EVERY = 1.0  # seconds between refreshes of this controller's row
+GONE_AFTER = 10.0  # seconds of silence after which a controller is listed as gone
+PRUNE_AFTER = 86400.0  # seconds of silence after which its row is deleted
+
+
+def is_gone(row: ControllerRow, now: float) -> bool:
+    return now - row.seen_at > GONE_AFTER
+
+
+def takeovers(own_id: str, ran: Mapping[str, float], rows: Sequence[ControllerRow], now: float) -> list[str]:
+    """The handlers this controller ran (`ran`: handler -> when) after another controller, now gone, had been the
+    last to run them (per the registry's rows, which hold what this controller last wrote of itself)."""
+    own = next((row.handlers for row in rows if row.id == own_id), {})
+    taken = []
+    for handler, ran_at in ran.items():
+        if ran_at <= own.get(handler, 0.0):
+            continue  # not run since the registry last heard of it
+        others = [row for row in rows if row.id != own_id and handler in row.handlers]
+        previous = max(others, key=lambda row: row.handlers[handler], default=None)
+        if previous is not None and previous.handlers[handler] > own.get(handler, 0.0) and is_gone(previous, now):
+            taken.append(handler)
+    return taken
+
+
+class Registry:
+    """This controller's row in the registry, refreshed from the engine's record of its runs."""
+
+    def __init__(self, store: Store, engine: Engine, url: str, version: str) -> None:
+        self.store = store
+        self.engine = engine
+        self.started_at = time.time()
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{int(self.started_at * 1000)}"
+        self.url = url
+        self.version = version
+
+    def row(self, now: float) -> ControllerRow:
+        return ControllerRow(self.id, self.url, os.getpid(), socket.gethostname(), self.version, self.started_at,
+                             now, dict(self.engine.handler_runs), self.engine.last_pass_at)
+
+    async def refresh(self) -> None:
+        now = time.time()
+        async with self.store.write(moves_state=False) as connection:
+            rows = await list_controllers(connection)
+            for handler in takeovers(self.id, self.engine.handler_runs, rows, now):
+                HANDLER_TAKEOVERS.labels(handler).inc()
+                log.info("took over handler %s from a controller that is gone", handler)
+            await register_controller(connection, self.row(now))
+            await prune_controllers(connection, now - PRUNE_AFTER)
+
+    async def run(self) -> None:
+        """Refresh every REFRESH_EVERY seconds until cancelled, then delete this controller's row."""
+        try:
+            while True:
+                try:
+                    await self.refresh()
+                except Exception:
+                    log.exception("refreshing this controller's row in the registry failed; will try again")
+                await asyncio.sleep(REFRESH_EVERY)
+        finally:
+            with contextlib.suppress(Exception):
+                async with self.store.write(moves_state=False) as connection:
+                    await unregister_controller(connection, self.id)

@@ -1,0 +1,66 @@
+"""What the controllers of one store share: settings (the admin and join tokens), and the registry of controllers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store.schema import cluster_settings, controllers
+
+
+def _insert(connection: AsyncConnection, table):
+    """An INSERT that can give way on a conflict, in the connection's dialect."""
+    return (sqlite.insert if connection.dialect.name == "sqlite" else postgresql.insert)(table)
+
+
+async def seed_settings(connection: AsyncConnection, proposed: dict[str, str]) -> dict[str, str]:
+    """The stored value of each setting named in `proposed`, storing the proposed one where none is yet. Two
+    controllers starting at once both propose: one insert wins, the other does nothing and reads the winner's."""
+    for name, value in proposed.items():
+        await connection.execute(_insert(connection, cluster_settings).values(name=name, value=value)
+                                 .on_conflict_do_nothing(index_elements=["name"]))
+    rows = await connection.execute(select(cluster_settings.c.name, cluster_settings.c.value)
+                                    .where(cluster_settings.c.name.in_(list(proposed))))
+    return {row.name: row.value for row in rows}
+
+
+@dataclass(frozen=True)
+class ControllerRow:
+    id: str
+    url: str
+    pid: int
+    host: str
+    version: str
+    started_at: float
+    seen_at: float
+    handlers: dict[str, float]
+    last_pass_at: float | None
+
+
+async def register_controller(connection: AsyncConnection, row: ControllerRow) -> None:
+    """Insert this controller's row, or refresh it (seen_at, handlers, last pass)."""
+    values = {"id": row.id, "url": row.url, "pid": row.pid, "host": row.host, "version": row.version,
+              "started_at": row.started_at, "seen_at": row.seen_at, "handlers": row.handlers,
+              "last_pass_at": row.last_pass_at}
+    statement = _insert(connection, controllers).values(**values)
+    await connection.execute(statement.on_conflict_do_update(
+        index_elements=["id"], set_={"url": row.url, "seen_at": row.seen_at, "handlers": row.handlers,
+                                     "last_pass_at": row.last_pass_at}))
+
+
+async def unregister_controller(connection: AsyncConnection, controller_id: str) -> None:
+    await connection.execute(delete(controllers).where(controllers.c.id == controller_id))
+
+
+async def prune_controllers(connection: AsyncConnection, silent_since: float) -> int:
+    """Forget controllers not seen since `silent_since`."""
+    return (await connection.execute(delete(controllers).where(controllers.c.seen_at < silent_since))).rowcount
+
+
+async def list_controllers(connection: AsyncConnection) -> list[ControllerRow]:
+    rows = await connection.execute(select(controllers).order_by(controllers.c.started_at, controllers.c.id))
+    return [ControllerRow(row.id, row.url, row.pid, row.host, row.version, row.started_at, row.seen_at,
+                          dict(row.handlers or {}), row.last_pass_at) for row in rows]

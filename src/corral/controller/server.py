@@ -16,6 +16,7 @@ def controller_logging(log_format: str) -> None:
     """The controller's log lines, set up before it opens the store (a migration it makes is on record)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     configure_logging(log_format)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its own steps, at every start: corral says what changed
 
 
 def serve(settings: ControllerSettings) -> None:

@@ -25,9 +25,9 @@ async def test_the_first_start_seeds_the_tokens_and_later_ones_take_them(tmp_pat
                                                   admin_token="from-file")) == Tokens("from-file", "join-file")
     with pytest.raises(TokenMismatch) as refused:
         await settle_tokens(ControllerSettings(data_dir=tmp_path / "b", db_url=first.db_url, admin_token="other"))
-    assert str(refused.value).startswith(f"--admin-token is not the admin token the store sqlite+aiosqlite:///"
+    assert str(refused.value).startswith(f"CORRAL_ADMIN_TOKEN is not the admin token the store sqlite+aiosqlite:///"
                                          f"{tmp_path}/corral.db holds")
-    assert "start without --admin-token" in str(refused.value)
+    assert "start without CORRAL_ADMIN_TOKEN set" in str(refused.value)
 
 
 async def test_a_second_seed_gives_way_to_the_first(tmp_path):

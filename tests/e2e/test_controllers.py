@@ -4,6 +4,7 @@ controllers (a job submitted on one starts at once on a worker of another), the 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -88,7 +89,11 @@ def test_tokens_settings_and_the_registry_are_shared(two_controllers, tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert sqlite.returncode != 0 and f"is in use by the controller with pid {first.controller.pid}" in sqlite.stderr
     wrong = subprocess.run([PY, "-m", "corral", "controller", "--data-dir", str(tmp_path / "other"), "--port", "1",
-                            "--db", first.db_url, "--admin-token", "not-the-cluster-one"],
+                            "--db", first.db_url], env={**os.environ, "CORRAL_ADMIN_TOKEN": "not-the-cluster-one"},
                            capture_output=True, text=True, timeout=60)
     assert wrong.returncode != 0 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
-    assert "--admin-token is not the admin token the store" in wrong.stderr
+    assert "CORRAL_ADMIN_TOKEN is not the admin token the store" in wrong.stderr
+    on_command_line = subprocess.run([PY, "-m", "corral", "controller", "--data-dir", str(tmp_path / "other"),
+                                      "--db", first.db_url, "--admin-token", "not-the-cluster-one"],
+                                     capture_output=True, text=True, timeout=60)
+    assert on_command_line.returncode == 2 and "visible to every user" in on_command_line.stderr

@@ -69,6 +69,41 @@ def config_option(ctx: click.Context, param: click.Parameter, path: Path | None)
 ROUTER_CONFIG_VARIABLE = "CORRAL_ROUTER_CONFIG"  # read by controllers before the router's keys joined --config
 
 
+def controllers_option(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    """Click callback: "URL1,URL2" -> the controllers' URLs, each http(s)://host[:port]; else a usage error."""
+    from corral.core.failover import parse_urls
+
+    try:
+        return parse_urls(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+
+
+CONTROLLERS_HELP = ("The controller's URL, or several controllers' of one database, comma-separated "
+                    "(http(s)://host[:port]): when the one in use stops answering, the next is used.")
+
+
+def refuse_token_value(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Click callback of a token flag (the worker's retired `--token T`, the controller's `--admin-token T`): a
+    value on the command line is in every process listing."""
+    if value is not None:
+        instead = "--token-file PATH, or the token in the environment" if param.name == "token" else \
+            "the token in the environment"
+        raise click.BadParameter(f"a token on the command line is visible to every user (ps, /proc): give {instead} "
+                                 "(see --help)", ctx=ctx, param=param)
+
+
+def advertise_url_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: one http(s)://host[:port], else a usage error."""
+    if value is None:
+        return None
+    urls = controllers_option(ctx, param, value)
+    if len(urls) > 1:
+        raise click.BadParameter("one URL: this controller's", ctx=ctx, param=param)
+    return urls[0]
+
+
+
 @click.command()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="CORRAL_DATA_DIR",
               default=DEFAULT_DATA_DIR, show_default=True, help="Where the store, logs, bundles and tokens live.")
@@ -93,17 +128,21 @@ ROUTER_CONFIG_VARIABLE = "CORRAL_ROUTER_CONFIG"  # read by controllers before th
               help="How long rows of the audit log (people's API calls) are kept (e.g. 90d).")
 @click.option("--metrics-token-required", is_flag=True,
               help="/metrics answers only with the admin token (config file: `metrics: {require_token: true}`).")
-@click.option("--admin-token", envvar="CORRAL_ADMIN_TOKEN",
-              help="The cluster's admin token, stored on the first start (default: tokens.json, else a new one); "
-              "later starts must give the stored one or none.")
-@click.option("--join-token", envvar="CORRAL_JOIN_TOKEN",
-              help="The token workers join with; stored like --admin-token.")
+@click.option("--admin-token", hidden=True, expose_value=False, callback=refuse_token_value)
+@click.option("--join-token", hidden=True, expose_value=False, callback=refuse_token_value)
+@click.option("--advertise-url", callback=advertise_url_option,
+              help="Where workers reach this controller (http(s)://host[:port]). Default: --host and --port, unless "
+              "--host is a wildcard. Give it when several controllers serve one PostgreSQL store.")
 @log_format_option
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
                heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_limit: int,
                log_retention: float, audit_retention: float, metrics_token_required: bool, log_format: str,
-               config: CorralConfig | None, admin_token: str | None, join_token: str | None) -> None:
+               config: CorralConfig | None, advertise_url: str | None) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground.
+
+    The cluster's admin and join tokens are kept in the store, shared by every controller of it. The first start
+    stores $CORRAL_ADMIN_TOKEN and $CORRAL_JOIN_TOKEN when set, else those of tokens.json in the data directory,
+    else new ones; a later start given others refuses to start.
 
     It locks its data directory: with SQLite, a second controller on the same one refuses to start; with
     PostgreSQL, several controllers of one store may share it. On SQLite it also locks the database file: a second
@@ -128,7 +167,8 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         lost_worker_retention=lost_worker_retention, log_limit=log_limit, log_retention=log_retention,
         audit_retention=audit_retention, log_format=log_format, config=config,
         metrics_token_required=metrics_token_required or config.metrics.require_token,
-        admin_token=admin_token, join_token=join_token)
+        admin_token=os.environ.get("CORRAL_ADMIN_TOKEN") or None,
+        join_token=os.environ.get("CORRAL_JOIN_TOKEN") or None, advertise_url=advertise_url)
     try:
         with hold(made_data_dir(data_dir), settings.url, shared=settings.shares_data_dir):
             controller_logging(log_format)
@@ -172,20 +212,6 @@ def default_address(controller_url: str) -> str:
         return socket.gethostname()
 
 
-def controllers_option(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
-    """Click callback: "URL1,URL2" -> the controllers' URLs, each http(s)://host[:port]; else a usage error."""
-    from corral.core.failover import parse_urls
-
-    try:
-        return parse_urls(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
-
-
-CONTROLLERS_HELP = ("The controller's URL, or several controllers' of one database, comma-separated "
-                    "(http(s)://host[:port]): when the one in use stops answering, the next is used.")
-
-
 def memory_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     """Click callback: "16G" -> bytes, a bad size is a usage error."""
     try:
@@ -209,14 +235,6 @@ GPUS = click.IntRange(min=0, max=MAX_GPU)
 
 
 WORKER_TOKEN_VARIABLES = ("CORRAL_JOIN_TOKEN", "CORRAL_TOKEN")
-
-
-def refuse_token_value(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """Click callback of the retired `--token T`: a value on the command line is in every process listing."""
-    if value is not None:
-        raise click.BadParameter("a token on the command line is visible to every user (ps, /proc): "
-                                 "give --token-file PATH, or the token in the environment (see --help)",
-                                 ctx=ctx, param=param)
 
 
 def read_token(token_file: TextIO | None, env: Mapping[str, str], variables: tuple[str, ...]) -> str:

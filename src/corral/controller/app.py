@@ -65,7 +65,7 @@ from corral.metrics import CLUSTER, exposition
 from corral.serving import proxy
 from corral.serving.access import StorePeople
 from corral.serving.wiring import start_serving
-from corral.store.attachments import close_all_live
+from corral.store.attachments import close_live
 from corral.store.notify import Notifier
 from corral.store.policy import apply_policy_file
 from corral.store.store import Store
@@ -79,6 +79,13 @@ class Controller(FastAPI):
             await super().__call__(scope, receive, send)
 
 
+def relays_held_here(settings: ControllerSettings) -> set[str | None]:
+    """How the live channels whose client end this controller holds name it: by its reachable URL; unnamed, where
+    it has none or is the store's one controller (SQLite)."""
+    named = {settings.reachable_url} if settings.reachable_url else set()
+    return named | ({None} if not settings.shares_data_dir or not settings.reachable_url else set())
+
+
 def create_app(settings: ControllerSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -88,8 +95,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         async with store.write() as connection:
             tokens = await load_tokens(settings, connection)
             await apply_policy_file(connection, settings.config, time.time())
-            # Relays lived in the memory of the controller that held them: none survived its restart.
-            await close_all_live(connection, "controller restarted", CLOSE_UNAVAILABLE, time.time())
+            # Relays lived in the memory of the controller that held them: none of this one's survived its restart.
+            await close_live(connection, "controller restarted", CLOSE_UNAVAILABLE, time.time(),
+                             held_by=relays_held_here(settings))
         signals = WorkerSignals()
         engine = Engine(store, signals, settings.loss_timeout, settings.heartbeat_interval,
                         settings.lost_worker_retention)
@@ -109,7 +117,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             loop_tasks.append(asyncio.create_task(prune_audit_loop(store, settings.audit_retention),
                                                   name="prune-audit"))
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
-        registry = Registry(store, engine, settings.url, app.version)
+        registry = Registry(store, engine, settings.reachable_url or settings.url, app.version)
         loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,

@@ -15,8 +15,10 @@ import socket
 import time
 from collections.abc import Mapping, Sequence
 
+from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.loop import Engine
 from corral.metrics import HANDLER_TAKEOVERS
+from corral.store.attachments import close_live, live_relay_holders
 from corral.store.cluster_state import (
     ControllerRow,
     list_controllers,
@@ -24,6 +26,7 @@ from corral.store.cluster_state import (
     register_controller,
     unregister_controller,
 )
+from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 
 log = logging.getLogger("corral.registry")
@@ -31,6 +34,7 @@ log = logging.getLogger("corral.registry")
 REFRESH_EVERY = 1.0  # seconds between refreshes of this controller's row
 GONE_AFTER = 10.0  # seconds of silence after which a controller is listed as gone
 PRUNE_AFTER = 86400.0  # seconds of silence after which its row is deleted
+END_RELAYS = "EndRelaysOfGoneControllers"  # its handler lock's name
 
 
 def is_gone(row: ControllerRow, now: float) -> bool:
@@ -76,6 +80,18 @@ class Registry:
                 log.info("took over handler %s from a controller that is gone", handler)
             await register_controller(connection, self.row(now))
             await prune_controllers(connection, now - PRUNE_AFTER)
+        await self._end_relays_of_gone({row.url for row in rows if not is_gone(row, now)} | {self.url}, now)
+
+    async def _end_relays_of_gone(self, live_urls: set[str], now: float) -> None:
+        """End the channels whose client end a gone controller held: their relays died with it. One controller
+        does it (a handler lock), the one that sees it first."""
+        async with self.store.read() as connection:
+            orphaned = {url for url in await live_relay_holders(connection) if url is not None} - live_urls
+        if not orphaned:
+            return
+        with contextlib.suppress(HandlerBusy):
+            async with self.store.write(END_RELAYS) as connection:
+                await close_live(connection, "its controller is gone", CLOSE_UNAVAILABLE, now, held_by=orphaned)
 
     async def run(self) -> None:
         """Refresh every REFRESH_EVERY seconds until cancelled, then delete this controller's row."""

@@ -150,6 +150,8 @@ async def _admit(services: Services, websocket: WebSocket, kind: ChannelKind, jo
                                       f"{target.worker_state or 'gone'}")
     client = websocket.client
     address = fit(f"{client.host}:{client.port}")[:100] if client else None
+    if services.settings.shares_data_dir and services.settings.reachable_url:
+        detail["url"] = services.settings.reachable_url  # the worker may talk to another controller: it dials here
     return Opening(session=new_session(), target=target, kind=kind, detail=detail, actor=actor, address=address)
 
 

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
 
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
 @dataclass
 class ControllerSettings:
     data_dir: Path
@@ -42,10 +45,19 @@ class ControllerSettings:
     audit_retention: float | None = 365 * 86400.0  # seconds rows of the audit log are kept (None: for ever)
     metrics_token_required: bool = False  # /metrics answers only with the admin token (open by default)
     relay_connect_timeout: float = CONNECT_TIMEOUT  # seconds a client's channel waits for its worker to dial back
+    advertise_url: str | None = None  # where workers and people reach this controller, when not its own address
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def reachable_url(self) -> str | None:
+        """Where workers reach this controller: --advertise-url, else its own address unless it listens on every
+        interface (then no one address names it)."""
+        if self.advertise_url:
+            return self.advertise_url
+        return None if self.host in WILDCARD_HOSTS else self.url
 
     @property
     def database_url(self) -> str:
@@ -78,10 +90,10 @@ async def load_tokens(settings: ControllerSettings, connection: AsyncConnection)
     stored = await seed_settings(connection, proposed)
     for name, given in (("admin_token", settings.admin_token), ("join_token", settings.join_token)):
         if given is not None and given != stored[name]:
-            flag, store = "--" + name.replace("_", "-"), redacted(settings.database_url)
+            flag, store = f"CORRAL_{name.upper()}", redacted(settings.database_url)
             raise TokenMismatch(f"{flag} is not the {name.replace('_', ' ')} the store {store} holds, which "
-                                f"every controller of the cluster shares: start without {flag} (the stored one is "
-                                f"then used), or give the stored one (see {path} of a controller that runs)")
+                                f"every controller of the cluster shares: start without {flag} set (the stored one "
+                                f"is then used), or set it to the stored one (see {path} of a controller that runs)")
     tokens = Tokens(admin=stored["admin_token"], join=stored["join_token"])
     if kept != {"admin": tokens.admin, "join": tokens.join}:
         write_private(path, {"admin": tokens.admin, "join": tokens.join})

@@ -8,6 +8,7 @@ reached into a task, how, from where, and for how long.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlalchemy import insert, select, update
@@ -118,13 +119,23 @@ async def job_attachments(connection: AsyncConnection, job_id: int, limit: int) 
     )).all())
 
 
-async def close_all_live(connection: AsyncConnection, reason: str, code: int, now: float) -> int:
-    """End every opening or open row: at start-up, since the relays lived in a controller's memory. How many."""
-    sessions = list((await connection.execute(
-        select(attachments.c.session).where(attachments.c.state.in_(LIVE)))).scalars())
+async def close_live(connection: AsyncConnection, reason: str, code: int, now: float, *,
+                     held_by: Collection[str | None]) -> int:
+    """End every opening or open row whose client end was held by one of `held_by` (a controller's URL, as the
+    row's detail names it; None: a row naming none, opened where one controller serves the store): its relay lived
+    in that controller's memory, and the controller is gone or restarted. How many."""
+    rows = (await connection.execute(
+        select(attachments.c.session, attachments.c.detail).where(attachments.c.state.in_(LIVE)))).all()
+    sessions = [row.session for row in rows if (row.detail or {}).get("url") in held_by]
     for session in sessions:
         await mark_ended(connection, session, code, reason, now)
     return len(sessions)
+
+
+async def live_relay_holders(connection: AsyncConnection) -> set[str | None]:
+    """The controllers (URLs; None: unnamed) holding the client ends of live channels."""
+    rows = (await connection.execute(select(attachments.c.detail).where(attachments.c.state.in_(LIVE)))).scalars()
+    return {(detail or {}).get("url") for detail in rows}
 
 
 def describe(kind: str, detail: dict) -> str:

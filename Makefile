@@ -53,6 +53,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/usage.py
 	$(BIN)/python bench/cli_latency.py
 	$(BIN)/python bench/many_workers.py
+	$(BIN)/python bench/controllers.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools

@@ -97,3 +97,19 @@ def test_tokens_settings_and_the_registry_are_shared(two_controllers, tmp_path):
                                       "--db", first.db_url, "--admin-token", "not-the-cluster-one"],
                                      capture_output=True, text=True, timeout=60)
     assert on_command_line.returncode == 2 and "visible to every user" in on_command_line.stderr
+
+
+def test_exec_through_one_controller_into_a_task_on_a_worker_of_the_other(two_controllers):
+    """The worker dials back to the controller holding the client's end, not to its own."""
+    first, second = two_controllers
+    first.start_worker("w1", cpus=2)
+    job_id = first.submit(command=["sh", "-c", "sleep 300"], env={"SECRET_WORD": "swordfish"})
+    first.wait_running(job_id)
+    done = subprocess.run([PY, "-m", "corral", "exec", str(job_id), "--", "sh", "-c", 'echo "$SECRET_WORD"'],
+                          env={**os.environ, "CORRAL_URL": second.url, "CORRAL_TOKEN": second.admin_token},
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and done.stdout == "swordfish\n", done.stderr
+    attachment = wait_for(lambda: (a := second.get(f"/api/v1/jobs/{job_id}/attachments")[0])["state"] == "closed" and a,
+                          10, "the channel to be recorded closed")
+    assert attachment["detail"]["url"] == second.url, attachment
+    first.http.post(f"/api/v1/jobs/{job_id}/cancel")

@@ -187,7 +187,7 @@ async def test_killing_any_controller_costs_nothing(tmp_path):
                 spec = jobs[key[0]]["spec"]["resources"]
                 per_worker[attempt["worker_id"]].append(
                     (begun, ended or attempt["finished_at"] or time.time(), spec["cpu"], gpus))
-            cpus_of = {w["id"]: w["cpu"] for w in cluster.get("/api/v1/workers")}
+            cpus_of = {w["id"]: w["capacity"]["cpu"] for w in cluster.get("/api/v1/workers")}
             for worker_id, intervals in per_worker.items():
                 assert not overbooked(intervals, cpus_of[worker_id]), (worker_id, overbooked(intervals,
                                                                                            cpus_of[worker_id])[:5])

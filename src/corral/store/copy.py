@@ -19,6 +19,8 @@ from corral.store.database import driver_reason, explain, open_engine
 from corral.store.schema import metadata
 
 CHUNK_ROWS = 2000  # rows read and written at a time: memory stays flat however long the history is
+# The tables copied: every one but the registry of live controllers, whose rows name processes of the source's.
+COPIED = [table for table in metadata.sorted_tables if table.name != "controllers"]
 
 
 class CopyRefused(Exception):
@@ -36,7 +38,7 @@ async def copy_store(source_url: str, destination_url: str) -> dict[str, int]:
             async with source.connect() as reading, destination.begin() as writing:
                 await _refuse_unless_empty(writing)
                 copied = {}
-                for table in metadata.sorted_tables:
+                for table in COPIED:
                     step = f"copying the table {table.name}"
                     copied[table.name] = await _copy_table(reading, writing, table)
                 step = "setting the sequences"
@@ -58,7 +60,7 @@ async def _open(url: str, option: str) -> AsyncEngine:
 
 
 async def _refuse_unless_empty(writing: AsyncConnection) -> None:
-    held = [table.name for table in metadata.sorted_tables
+    held = [table.name for table in COPIED
             if (await writing.execute(select(exists().select_from(table)))).scalar_one()]
     if held:
         raise CopyRefused(f"the destination already holds rows (in {', '.join(held)}): copy into a new, empty "

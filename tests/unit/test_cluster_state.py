@@ -14,8 +14,9 @@ def row(controller_id: str, seen_at: float, **handlers: float) -> ControllerRow:
 
 
 def test_a_change_survives_its_payload_and_a_long_list_of_workers_becomes_every_worker():
-    change = Change("a", state=True, workers=frozenset({"w1", "w2"}), settings=False)
+    change = Change("a", state=True, workers=frozenset({"w1", "w2"}), settings=False, dialing=frozenset({"w2"}))
     assert decode(encode(change)) == change
+    assert decode('{"from": "a", "state": true, "workers": [], "settings": false}').dialing == frozenset()
     many = Change("a", workers=frozenset(f"w{i}" for i in range(MAX_WORKERS + 1)))
     assert decode(encode(many)).workers is None
     assert len(encode(many)) < 8000  # PostgreSQL's limit on a payload

@@ -131,6 +131,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             notifier = Notifier(settings.database_url, registry.id, on_change_elsewhere(app.state.services))
             store.on_change = notifier.state_moved
             signals.announce = notifier.workers_ordered
+            app.state.services.relays.announce = notifier.dial_awaited
             app.state.services.submit_settings.announce = notifier.settings_changed
             loop_tasks.append(asyncio.create_task(notifier.run(), name="notify"))
         write_cluster_file(settings, tokens, [settings.url, *other_holders(settings)])

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -78,6 +79,10 @@ class Relays:
         self.signals = signals
         self.connect_timeout = connect_timeout
         self._waiting: dict[str, Waiting] = {}
+        # Workers another controller sharing the store waits for (worker -> until, monotonic): their heartbeats
+        # here read relay orders too. Told through `expect`; this one's waits are told to the others by `announce`.
+        self._elsewhere: dict[str, float] = {}
+        self.announce: Callable[[Iterable[str]], None] | None = None
 
     async def serve(self, client: WebSocket, opening: Opening) -> None:
         """Record the channel, wake its worker, wait for it to dial back, pipe the two; record how it ended."""
@@ -86,6 +91,8 @@ class Relays:
             await open_attachment(connection, opening, time.time())
         waiting = self._waiting[opening.session] = Waiting(worker_id)
         started = time.monotonic()
+        if self.announce is not None:
+            self.announce({worker_id})
         self.signals.notify({worker_id})
         try:
             ending = await self._pair_and_pipe(client, waiting, opening, started)
@@ -96,8 +103,17 @@ class Relays:
             await mark_ended(connection, opening.session, ending.code, ending.reason, time.time())
 
     def awaited_by(self, worker_id: str) -> bool:
-        """Whether a channel waits for this worker to dial back: only then has a heartbeat a relay order to read."""
+        """Whether a channel (here, or on another controller) waits for this worker to dial back: only then has a
+        heartbeat a relay order to read."""
+        if self._elsewhere and self._elsewhere.get(worker_id, 0.0) > time.monotonic():
+            return True
         return any(waiting.worker_id == worker_id for waiting in self._waiting.values())
+
+    def expect(self, worker_ids: Iterable[str]) -> None:
+        """Another controller waits for these workers to dial back to it (within the connect timeout)."""
+        now = time.monotonic()
+        self._elsewhere = {w: until for w, until in self._elsewhere.items() if until > now}
+        self._elsewhere.update((worker_id, now + self.connect_timeout) for worker_id in worker_ids)
 
     def claim(self, session: str, worker_id: str) -> Waiting:
         """The session a worker dials back for, taken out of waiting; Refused when it is not this worker's."""

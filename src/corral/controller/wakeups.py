@@ -14,6 +14,7 @@ def on_change_elsewhere(services: Services) -> Callable[[Change], None]:
             services.engine.wake()
             services.serving.wake()
             services.events.ring()
+        services.relays.expect(change.dialing)
         if change.workers is None:
             services.signals.wake_all()
         else:

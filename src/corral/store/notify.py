@@ -36,12 +36,14 @@ class Change:
     state: bool = False
     workers: frozenset[str] | None = frozenset()
     settings: bool = False
+    dialing: frozenset[str] = frozenset()  # workers asked to dial back to the sender for a client's channel
 
 
 def encode(change: Change) -> str:
     workers = None if change.workers is None or len(change.workers) > MAX_WORKERS else sorted(change.workers)
     return json.dumps({"from": change.sender, "state": change.state, "workers": workers,
-                       "settings": change.settings}, separators=(",", ":"))
+                       "settings": change.settings, "dialing": sorted(change.dialing)[:MAX_WORKERS]},
+                      separators=(",", ":"))
 
 
 def decode(payload: str) -> Change | None:
@@ -51,7 +53,7 @@ def decode(payload: str) -> Change | None:
         workers = record["workers"]
         return Change(str(record["from"]), bool(record["state"]),
                       None if workers is None else frozenset(str(worker) for worker in workers),
-                      bool(record["settings"]))
+                      bool(record["settings"]), frozenset(str(worker) for worker in record.get("dialing", ())))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -77,10 +79,16 @@ class Notifier:
     def settings_changed(self) -> None:
         self._add(Change(self.sender, settings=True))
 
+    def dial_awaited(self, worker_ids: Iterable[str]) -> None:
+        """These workers are to dial back here: their heartbeats on other controllers must read relay orders."""
+        worker_ids = frozenset(worker_ids)
+        self._add(Change(self.sender, workers=worker_ids, dialing=worker_ids))
+
     def _add(self, change: Change) -> None:
         pending = self._pending
         workers = None if pending.workers is None or change.workers is None else pending.workers | change.workers
-        self._pending = Change(self.sender, pending.state or change.state, workers, pending.settings or change.settings)
+        self._pending = Change(self.sender, pending.state or change.state, workers, pending.settings or change.settings,
+                               pending.dialing | change.dialing)
         self._dirty.set()
 
     def _hear(self, _connection, _pid, _channel, payload: str) -> None:

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from corral.core.retries import NAME as RETRY_JOBS
+from corral.core.states import Fact
 from corral.engine.coordinator import may_have_targets, run_handler
 from corral.engine.fencing import BUSY_RETRY, FENCED, note_fenced
 from corral.engine.handlers import JOB_HANDLERS
@@ -26,7 +27,7 @@ from corral.waiting import woken
 log = logging.getLogger("corral.engine")
 
 PERIOD = 1.0  # with no event, every handler still runs this often (expiry, joins, safety net)
-REAPER = "ReapLostWorkers"  # its handler lock's name, and its name among the handlers this controller ran
+REAPER = str(Fact.REAPER)  # as its history rows name it: its handler lock, and its name among those this one ran
 REAP_PERIOD = 1.0  # the reaper judges by time (silent for the loss timeout): once a second is soon enough
 # The job states any handler's targets can be in: what a pass reads the presence of before running them.
 TARGET_JOB_STATES = frozenset(TASK_TARGET_JOB_STATES).union(*(h.job_states for h in JOB_HANDLERS))

@@ -27,7 +27,7 @@ from tests.waiting import wait_for
 @contextlib.contextmanager
 def requests_through(router_url: str, token: str, counts: Counter, retries: int = 2) -> Iterator[None]:
     """Send requests through the router until the block ends; count answered, retried and lost ones (a request
-    still failing after `retries` more tries, 0.2 s apart)."""
+    still failing after `retries` more tries, 0.2 s apart), and each lost one's last failure ("lost: 503 ...")."""
     done = threading.Event()
 
     def run() -> None:
@@ -35,15 +35,18 @@ def requests_through(router_url: str, token: str, counts: Counter, retries: int 
             while not done.is_set():
                 for attempt in range(retries + 1):  # a bounded retry is fine; a request never answered is lost
                     try:
-                        if client.get(f"{router_url}/serve/svc/whoami").status_code == 200:
+                        response = client.get(f"{router_url}/serve/svc/whoami")
+                        if response.status_code == 200:
                             counts["answered"] += 1
                             counts["retried"] += attempt > 0
                             break
-                    except httpx.HTTPError:
-                        pass
+                        failure = f"{response.status_code} {response.text[:200]}"
+                    except httpx.HTTPError as error:
+                        failure = f"{type(error).__name__} {error}"
                     time.sleep(0.2)
                 else:
                     counts["lost"] += 1
+                    counts[f"lost: {failure}"] += 1
                 time.sleep(0.02)
 
     thread = threading.Thread(target=run, daemon=True)

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import pytest
 
+from corral.core.protocol import TaskReport
 from corral.core.states import TaskState
 from corral.engine import loop
 from corral.engine.coordinator import run_handler
 from corral.engine.handlers import ScheduleJobs
 from corral.engine.loop import Engine, WorkerSignals
+from corral.engine.reports import ingest_heartbeat
 from corral.metrics import REGISTRY
 from corral.store.changes import ChangeSet, StaleWrite, TaskRow
 from corral.store.handler_locks import HandlerBusy
 from corral.store.scheduling_reads import capacity_fence
 from corral.store.store import Store
 from tests.postgres import scratch_database
-from tests.store.helpers import NOW, add_worker, job_tasks, settle, submit
+from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle, submit
 
 
 @pytest.fixture
@@ -160,3 +163,36 @@ async def test_an_attempt_placed_twice_is_a_fenced_write_not_a_driver_error(stor
             changes.new_attempt(TaskRow(task.id, job_id, 0, TaskState(task.state), task.attempt, task.worker_id),
                                 task.worker_id)
             await changes.flush(connection)
+
+
+async def _last_report(store: Store, worker: str, task, read: asyncio.Event, other_read: asyncio.Event) -> None:
+    """A heartbeat ending `task`, on its own controller: `read` is set once it settled the job (before it commits);
+    it then waits, at most a second, for the other heartbeat to have settled too before committing."""
+    async with store.write() as connection:
+        await ingest_heartbeat(connection, worker, [TaskReport(task_id=task.id, attempt=task.attempt,
+                                                               state="SUCCEEDED", exit_code=0, at=NOW)], NOW)
+        read.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await other_read.wait()
+
+
+async def test_two_workers_ending_the_last_tasks_of_a_job_at_once_end_the_job(two_stores):
+    """Each heartbeat, on another controller, ends one of the job's two tasks. Were each to settle the job from the
+    rows as they were before the other committed, each would see the other task running and the job would stay
+    RUNNING for ever; the job's row is locked before its tasks are counted, so the second counts the first's end."""
+    first, second = two_stores
+    workers = [await add_worker(first, name=f"w{i}", cpu=1.0) for i in range(2)]
+    job_id = await submit(first, replicas=2, resources={"cpu": 1})
+    await settle(first)
+    placed = await job_tasks(first, job_id)
+    for task in placed:
+        await report(first, task.worker_id, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"))
+        await settle(first)
+        await report(first, task.worker_id, (task.id, task.attempt, "RUNNING"))
+    assert sorted(task.worker_id for task in placed) == sorted(workers)
+    first_read, second_read = asyncio.Event(), asyncio.Event()
+    await asyncio.wait_for(asyncio.gather(
+        _last_report(first, placed[0].worker_id, placed[0], first_read, second_read),
+        _last_report(second, placed[1].worker_id, placed[1], second_read, first_read)), timeout=30)
+    assert (await job(first, job_id)).state == "SUCCEEDED"

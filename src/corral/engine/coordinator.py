@@ -123,8 +123,8 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
             await apply(connection, changes, decision.of(kind))
         if changes.empty:
             return RunReport(outcomes=outcomes)
-        await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
-        async with capacity_fence(connection, changes.placed_workers):
+        async with capacity_fence(connection, changes.placed_workers):  # workers locked before jobs, as reports do
+            await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
             await changes.flush(connection)
         handler.observe(outcomes, snapshot)
         return RunReport(changes.moved, changes.touched_workers, outcomes)

@@ -105,11 +105,15 @@ def task_columns():
 
 
 async def settle_rows(connection: AsyncConnection, job_ids: Collection[int]) -> tuple[list, dict[int, Counter]]:
-    """The jobs settling reads (state, gang, outcome, cancelled, max_task_failures) and their tasks' state counts."""
-    ids = list(job_ids)
+    """The jobs settling reads (state, gang, outcome, cancelled, max_task_failures) and their tasks' state counts.
+
+    The job rows are locked first (FOR UPDATE, in id order; a no-op on SQLite, which has one writer), so that two
+    transactions moving tasks of one job (reports of two workers, on two controllers) settle it one after the
+    other: the second counts the first's moves as committed, and the last task to end ends the job."""
+    ids = sorted(job_ids)
     job_rows = (await connection.execute(
         select(jobs.c.id, jobs.c.state, jobs.c.gang, jobs.c.outcome, jobs.c.cancelled, jobs.c.max_task_failures)
-        .where(jobs.c.id.in_(ids))
+        .where(jobs.c.id.in_(ids)).order_by(jobs.c.id).with_for_update()
     )).all()
     counts: dict[int, Counter] = defaultdict(Counter)
     for row in (await connection.execute(

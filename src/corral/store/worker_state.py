@@ -43,7 +43,11 @@ async def mark_seen(connection: AsyncConnection, worker_id: str, now: float, **f
 
 async def mark_all_seen(connection: AsyncConnection, worker_ids: list[str], now: float) -> set[str]:
     """Note many live workers' heartbeats in one statement; returns those that are ALIVE (the others are unknown
-    or LOST, and were not touched)."""
+    or LOST, and were not touched). On PostgreSQL their rows are locked first in id order, the order every other
+    transaction locking several workers (the capacity fence) takes them in, so the two never deadlock."""
+    if connection.dialect.name != "sqlite":
+        await connection.execute(select(workers.c.id).where(workers.c.id.in_(worker_ids))
+                                 .order_by(workers.c.id).with_for_update())
     return set((await connection.execute(
         update(workers).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
         .values(last_heartbeat=now).returning(workers.c.id))).scalars())

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -25,12 +25,23 @@ from tests.waiting import wait_for
 
 
 @contextlib.contextmanager
+def in_background(run: Callable[[threading.Event], None]) -> Iterator[None]:
+    """`run(done)` in a thread for the block's length: `done` is set when the block ends, and the thread joined."""
+    done = threading.Event()
+    thread = threading.Thread(target=run, args=(done,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(60)
+
+
+@contextlib.contextmanager
 def requests_through(router_url: str, token: str, counts: Counter, retries: int = 2) -> Iterator[None]:
     """Send requests through the router until the block ends; count answered, retried and lost ones (a request
     still failing after `retries` more tries, 0.2 s apart), and each lost one's last failure ("lost: 503 ...")."""
-    done = threading.Event()
-
-    def run() -> None:
+    def run(done: threading.Event) -> None:
         with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=10) as client:
             while not done.is_set():
                 for attempt in range(retries + 1):  # a bounded retry is fine; a request never answered is lost
@@ -49,13 +60,8 @@ def requests_through(router_url: str, token: str, counts: Counter, retries: int 
                     counts[f"lost: {failure}"] += 1
                 time.sleep(0.02)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with in_background(run):
         yield
-    finally:
-        done.set()
-        thread.join(30)
 
 
 def router_answers(router_url: str, token: str) -> bool:

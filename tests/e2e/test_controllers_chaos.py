@@ -27,7 +27,7 @@ import pytest
 
 from corral.core.states import JOB_ACTIVE
 from tests.e2e.cluster import free_port
-from tests.e2e.controllers import Controllers, requests_through, router_answers
+from tests.e2e.controllers import Controllers, in_background, requests_through, router_answers
 from tests.postgres import scratch_database
 from tests.waiting import wait_for
 
@@ -65,26 +65,20 @@ def workload(ledger: Path) -> list[dict]:
 
 @contextlib.contextmanager
 def chaos(cluster: Controllers, rng: random.Random, kills: list[float]) -> Iterator[None]:
-    """Kill a random live controller every few seconds and start it again after DOWN_FOR, until the block ends."""
-    done = threading.Event()
-
-    def run() -> None:
+    """Kill a random live controller every few seconds and start it again after DOWN_FOR, until the block ends;
+    then every controller runs again."""
+    def run(done: threading.Event) -> None:
         while not done.wait(rng.uniform(*KILL_EVERY)):
             victim = rng.choice(cluster.live())
             cluster.kill_controller(victim)
             kills.append(time.time())
-            if done.wait(DOWN_FOR):
-                cluster.spawn_controller(victim)
-                return
+            done.wait(DOWN_FOR)
             cluster.spawn_controller(victim)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
     try:
-        yield
+        with in_background(run):
+            yield
     finally:
-        done.set()
-        thread.join(60)
         for number in range(len(cluster.urls)):
             if number not in cluster.controllers:
                 cluster.spawn_controller(number)

@@ -7,6 +7,7 @@ models and raise the same errors for the same answers.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -17,7 +18,7 @@ import httpx
 from corral.client import functions, logs, plans, sse, teams
 from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.errors import CorralError
-from corral.client.http import RESENT_STATUSES, endpoint, fail_over, message, tls_verification, unreachable
+from corral.client.http import RESENT_STATUSES, checked, endpoint, message, tls_verification, try_again, unreachable
 from corral.client.jobs import AsyncFunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec
@@ -58,22 +59,14 @@ class AsyncClient:
 
     async def request(self, method: str, path: str, *, ok: Iterable[int] = (), **kwargs: Any) -> httpx.Response:
         """As `Client.request`."""
-        tries = 1
-        while True:
-            url = self.url
+        for tries in itertools.count(1):
+            url, response, error = self.url, None, None
             try:
                 response = await self._http.request(method, url + path, **kwargs)
-            except httpx.TransportError as error:
-                if not fail_over(self._controllers, url, tries, method, kwargs.get("headers"), error):
-                    raise unreachable(url, self._source, error) from None
-            else:
-                if response.status_code not in RESENT_STATUSES or not fail_over(
-                        self._controllers, url, tries, method, kwargs.get("headers"), None):
-                    break
-            tries += 1
-        if response.status_code >= 400 and response.status_code not in ok:
-            raise CorralError(response.status_code, message(response))
-        return response
+            except httpx.TransportError as failed:
+                error = failed
+            if not try_again(self._controllers, self._source, url, tries, method, kwargs, response, error):
+                return checked(response, ok)
 
     async def _step(self, step: Call | Sleep) -> httpx.Response | None:
         if isinstance(step, Sleep):

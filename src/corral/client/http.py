@@ -9,6 +9,7 @@ them, so a CLI command that lists jobs does not load it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import ssl
 import time
@@ -88,6 +89,25 @@ def fail_over(controllers: Rotation, url: str, tries: int, method: str, headers:
     return tries < len(controllers.urls) and resendable(method, headers, error)
 
 
+def try_again(controllers: Rotation, source: str, url: str, tries: int, method: str, kwargs: Mapping[str, Any],
+              response: httpx.Response | None, error: httpx.TransportError | None) -> bool:
+    """After one try of a request at `url`: whether to send it again, to the controller now in use (`fail_over`);
+    False when `response` is its answer. No answer that may not go elsewhere raises `unreachable`."""
+    if error is not None:
+        if fail_over(controllers, url, tries, method, kwargs.get("headers"), error):
+            return True
+        raise unreachable(url, source, error) from None
+    return response.status_code in RESENT_STATUSES and fail_over(controllers, url, tries, method,
+                                                                  kwargs.get("headers"), None)
+
+
+def checked(response: httpx.Response, ok: Iterable[int]) -> httpx.Response:
+    """The answer, or a CorralError with the server's message for a status >= 400 not in `ok`."""
+    if response.status_code >= 400 and response.status_code not in ok:
+        raise CorralError(response.status_code, message(response))
+    return response
+
+
 def unreachable(url: str, source: str, error: Exception) -> CorralError:
     hint = "" if source in ("CORRAL_URL", "the arguments") else \
         f" (found in {source}; is `corral up` still running?)" if source.endswith("cluster.json") else \
@@ -131,22 +151,14 @@ class Client:
     def request(self, method: str, path: str, *, ok: Iterable[int] = (), **kwargs: Any) -> httpx.Response:
         """Send one request; any status >= 400 not in `ok` becomes a CorralError with the server's message. One that
         finds its controller away goes to the next one, when `resendable` allows."""
-        tries = 1
-        while True:
-            url = self.url
+        for tries in itertools.count(1):
+            url, response, error = self.url, None, None
             try:
                 response = self._http.request(method, url + path, **kwargs)
-            except httpx.TransportError as error:
-                if not fail_over(self._controllers, url, tries, method, kwargs.get("headers"), error):
-                    raise unreachable(url, self._source, error) from None
-            else:
-                if response.status_code not in RESENT_STATUSES or not fail_over(
-                        self._controllers, url, tries, method, kwargs.get("headers"), None):
-                    break
-            tries += 1
-        if response.status_code >= 400 and response.status_code not in ok:
-            raise CorralError(response.status_code, message(response))
-        return response
+            except httpx.TransportError as failed:
+                error = failed
+            if not try_again(self._controllers, self._source, url, tries, method, kwargs, response, error):
+                return checked(response, ok)
 
     @contextmanager
     def stream(self, method: str, path: str, read_timeout: float | None = None,

@@ -7,6 +7,7 @@ import contextlib
 import logging
 
 import pytest
+from sqlalchemy import update
 
 from corral.core.protocol import TaskReport
 from corral.core.states import TaskState
@@ -19,6 +20,7 @@ from corral.metrics import REGISTRY
 from corral.store.changes import ChangeSet, StaleWrite, TaskRow
 from corral.store.handler_locks import HandlerBusy
 from corral.store.scheduling_reads import capacity_fence
+from corral.store.schema import workers
 from corral.store.store import Store
 from tests.postgres import scratch_database
 from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle, submit
@@ -196,3 +198,25 @@ async def test_two_workers_ending_the_last_tasks_of_a_job_at_once_end_the_job(tw
         _last_report(first, placed[0].worker_id, placed[0], first_read, second_read),
         _last_report(second, placed[1].worker_id, placed[1], second_read, first_read)), timeout=30)
     assert (await job(first, job_id)).state == "SUCCEEDED"
+
+
+async def _cross(store: Store, rows: tuple[str, str], holding: asyncio.Event, other_holding: asyncio.Event) -> None:
+    """A transaction taking the rows of two workers in the order given, the second once the other one holds its
+    first: two of them in opposite orders wait on each other."""
+    async with store.write() as connection:
+        await connection.execute(update(workers).where(workers.c.id == rows[0]).values(last_heartbeat=NOW + 1))
+        holding.set()
+        await other_holding.wait()
+        await connection.execute(update(workers).where(workers.c.id == rows[1]).values(last_heartbeat=NOW + 2))
+
+
+async def test_a_transaction_postgresql_rolls_back_to_break_a_deadlock_is_a_fenced_write(two_stores):
+    first, second = two_stores
+    ids = (await add_worker(first, name="w0"), await add_worker(first, name="w1"))
+    first_holding, second_holding = asyncio.Event(), asyncio.Event()
+    results = await asyncio.wait_for(asyncio.gather(
+        _cross(first, ids, first_holding, second_holding),
+        _cross(second, ids[::-1], second_holding, first_holding), return_exceptions=True), timeout=30)
+    assert sorted(type(result).__name__ for result in results) == ["NoneType", "StaleWrite"], results
+    lost = next(result for result in results if result is not None)
+    assert "deadlock detected" in str(lost)

@@ -8,14 +8,19 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.metrics import HANDLER_LOCK_BUSY, STORE_WRITE_SECONDS
+from corral.store.changes import StaleWrite
 from corral.store.database import open_engine
 from corral.store.handler_locks import HandlerBusy, take_handler_lock
 
 WROTE = "corral_wrote"  # in a connection's info: whether its transaction changed rows
 WRITES = ("INSERT", "UPDATE", "DELETE")
+# PostgreSQL's deadlock_detected and serialization_failure: of transactions of two controllers waiting on each
+# other, it rolled this one back. Another controller got there first: a fenced-off write (StaleWrite), not an error.
+LOST_RACES = frozenset({"40P01", "40001"})
 
 
 def _note_written_rows(connection, cursor, statement: str, _parameters, _context, _executemany) -> None:
@@ -47,13 +52,19 @@ class Store:
         `moves_state` (a liveness mark, the registry's refresh) other controllers are not told of it."""
         async with self._write_lock:
             started = time.perf_counter()
-            async with self.engine.begin() as connection:
-                connection.info[WROTE] = False
-                if handler is not None and not await take_handler_lock(connection, handler):
-                    HANDLER_LOCK_BUSY.labels(handler).inc()
-                    raise HandlerBusy(handler)
-                yield connection
-                wrote = connection.info[WROTE]
+            try:
+                async with self.engine.begin() as connection:
+                    connection.info[WROTE] = False
+                    if handler is not None and not await take_handler_lock(connection, handler):
+                        HANDLER_LOCK_BUSY.labels(handler).inc()
+                        raise HandlerBusy(handler)
+                    yield connection
+                    wrote = connection.info[WROTE]
+            except DBAPIError as error:
+                if getattr(error.orig, "sqlstate", None) not in LOST_RACES:
+                    raise
+                raise StaleWrite(f"PostgreSQL rolled this transaction back ({str(error.orig).splitlines()[0]})") \
+                    from None
             STORE_WRITE_SECONDS.observe(time.perf_counter() - started)
         for listener in self.on_commit:
             listener()

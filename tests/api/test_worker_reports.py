@@ -7,6 +7,9 @@ import time
 
 import pytest
 
+from corral.controller import workers_api
+from corral.store.changes import StaleWrite
+
 WORKER = {"name": "w", "address": "10.0.0.1", "capacity": {"cpu": 8, "memory": 2**34, "gpu": 0}}
 
 
@@ -72,3 +75,29 @@ async def test_an_independent_task_is_started_by_its_worker_as_soon_as_it_is_pre
         assert (await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
                                   json={"reports": reports})).status_code == 200
     assert await _task_state(api, job_id) == "RUNNING"
+
+
+async def test_a_heartbeat_fenced_off_by_another_controllers_commit_is_applied_again(api, monkeypatch):
+    """With several controllers, another's commit may move the heartbeat's rows first (StaleWrite): the reports are
+    applied again over what it wrote; after FENCED_TRIES the worker is told to send the heartbeat again (503)."""
+    fenced = {"left": 1}
+    ingest = workers_api.ingest_heartbeat
+
+    async def fenced_off_first(*args, **kwargs):
+        if fenced["left"]:
+            fenced["left"] -= 1
+            raise StaleWrite("tasks: rows [1] changed under us")
+        return await ingest(*args, **kwargs)
+
+    monkeypatch.setattr(workers_api, "ingest_heartbeat", fenced_off_first)
+    async with api.as_("join-token") as worker:
+        job_id, worker_id, order = await _setup(api, worker)
+        applied = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                    json={"reports": [_report(order, "BUILDING")]})
+        assert applied.status_code == 200, applied.text
+        assert fenced["left"] == 0 and await _task_state(api, job_id) == "BUILDING"
+        fenced["left"] = workers_api.FENCED_TRIES
+        refused = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                    json={"reports": [_report(order, "PREPARED")]})
+        assert refused.status_code == 503 and "send it again" in refused.json()["detail"], refused.text
+        assert await _task_state(api, job_id) == "BUILDING"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import time
 from collections.abc import Iterable
 from typing import Annotated
@@ -15,7 +16,7 @@ from corral.controller.identity import allow
 from corral.controller.job_tokens import mint
 from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
-from corral.controller.services import services_of
+from corral.controller.services import Services, services_of
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, Order, RegisterReply, RegisterRequest
 from corral.core.roles import Action
 from corral.core.spec import MAX_GPU
@@ -24,6 +25,7 @@ from corral.core.wire import MAX_COUNT, Text
 from corral.engine.reports import Refused, UnknownWorker, ingest_heartbeat, record_refusal, register_worker
 from corral.metrics import HEARTBEAT_SECONDS
 from corral.scheduling.rooms import SHARES, gpu_share
+from corral.store.changes import ChangeSet, StaleWrite
 from corral.store.workers import GpuHolder, Held, gpu_holders, held_by_worker, worker_rows
 from corral.waiting import woken
 
@@ -39,6 +41,25 @@ async def register(body: RegisterRequest, request: Request) -> RegisterReply:
         worker_id = await register_worker(connection, body, time.time())
     services.engine.wake()  # new room: pending jobs may fit now
     return RegisterReply(worker_id=worker_id, heartbeat_interval=services.settings.heartbeat_interval)
+
+
+FENCED_TRIES = 3  # a heartbeat another controller's commit fenced off is applied again, on what that one wrote
+
+
+async def _ingest(services: Services, worker_id: str, body: HeartbeatRequest) -> ChangeSet:
+    """Apply the heartbeat's reports in one transaction. With several controllers, one of theirs may commit a move
+    of the same rows first (StaleWrite): the reports are applied again over what it committed; a 503 after
+    FENCED_TRIES, which the worker resends."""
+    for tries in itertools.count(1):
+        try:
+            async with services.store.write() as connection:
+                return await ingest_heartbeat(connection, worker_id, body.reports, time.time(), gpus=body.gpus,
+                                              environments=body.environments, pythons=body.pythons)
+        except StaleWrite as error:
+            if tries == FENCED_TRIES:
+                raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                    f"the heartbeat was fenced off {tries} times by other writes ({error}); "
+                                    "send it again") from None
 
 
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
@@ -66,9 +87,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             if body.only_liveness:
                 await services.seen.seen(worker_id)
             else:
-                async with services.store.write() as connection:
-                    changes = await ingest_heartbeat(connection, worker_id, body.reports, time.time(), gpus=body.gpus,
-                                                     environments=body.environments, pythons=body.pythons)
+                changes = await _ingest(services, worker_id, body)
                 if not changes.empty:
                     services.engine.wake()
                     services.signals.notify(changes.touched_workers - {worker_id})

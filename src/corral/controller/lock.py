@@ -55,7 +55,7 @@ def process_started(pid: int) -> float | None:
         return None
 
 
-def _read_holder(fd: int) -> Holder | None:
+def read_holder(fd: int) -> Holder | None:
     try:
         record = json.loads(os.pread(fd, 4096, 0))
         return Holder(int(record["pid"]), float(record["started"]), str(record["url"]))
@@ -79,6 +79,13 @@ def hold(data_dir: Path, url: str, shared: bool = False) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def write_holder(fd: int, url: str) -> None:
+    """Name this process (pid, start time, `url`: its address or what it is) in the lock file `fd` it holds."""
+    record = {"pid": os.getpid(), "started": process_started(os.getpid()), "url": url}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+
+
 @contextlib.contextmanager
 def _recorded(data_dir: Path, url: str) -> Iterator[None]:
     """This process's record among the holders', locked by it while it lives."""
@@ -88,9 +95,7 @@ def _recorded(data_dir: Path, url: str) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # ours: a file of this pid left by a dead process is not locked
-        record = {"pid": os.getpid(), "started": process_started(os.getpid()), "url": url}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        write_holder(fd, url)
         yield
         path.unlink(missing_ok=True)  # the holder is leaving: no one to name
     finally:
@@ -126,6 +131,6 @@ def _live_record(path: Path) -> Holder | None:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return None  # its process is gone
         except BlockingIOError:
-            return _read_holder(fd) or Holder(0, 0.0, "")  # it is writing its record now
+            return read_holder(fd) or Holder(0, 0.0, "")  # it is writing its record now
     finally:
         os.close(fd)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from corral.controller.lock import Holder, _read_holder, process_started
+from corral.controller.lock import Holder, read_holder, write_holder
 
 
 class SQLiteStoreInUse(Exception):
@@ -44,10 +43,8 @@ def hold_sqlite_store(database: Path | None, holder: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SQLiteStoreInUse(database, _read_holder(fd)) from None
-        record = {"pid": os.getpid(), "started": process_started(os.getpid()), "url": holder}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+            raise SQLiteStoreInUse(database, read_holder(fd)) from None
+        write_holder(fd, holder)
         yield
         os.ftruncate(fd, 0)
     finally:

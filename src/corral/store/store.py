@@ -39,7 +39,8 @@ class Store:
         # Called after a committed write that changed rows (other than liveness marks): how other controllers
         # sharing the store learn of it (store.notify).
         self.on_change: Callable[[], None] | None = None
-        event.listen(engine.sync_engine, "after_cursor_execute", _note_written_rows)
+        if not self.is_sqlite:  # only other controllers are told of changes, and SQLite has no other
+            event.listen(engine.sync_engine, "after_cursor_execute", _note_written_rows)
 
     @classmethod
     async def open(cls, url: str) -> Store:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 from corral.core.protocol import RelayOrder, StartOrder, StopOrder
 from corral.core.relay import CLOSE_CONFLICT, CLOSE_WORKER_ERROR, STDERR
 from corral.worker.channels import relay_url
-from corral.worker.runner import free_port
+from corral.worker.runner import _Place, free_port
 from tests.waiting import wait_until
 from tests.worker.fake_relay import FakeRelay
 from tests.worker.support import CONTAINMENTS, Harness, build_order
@@ -106,7 +107,17 @@ async def test_an_exec_whose_client_goes_away_is_hung_up(harness):
     assert harness.states()[-1] == "RUNNING"
 
 
-async def test_execs_end_with_their_attempt(harness):
+@pytest.mark.parametrize("slow_start", [False, True])
+async def test_execs_end_with_their_attempt(harness, monkeypatch, slow_start):
+    if slow_start:  # the stop comes after the exec's process started but before its launch returned
+        launch = _Place.launch
+
+        async def slow_launch(place, *args, **kwargs):
+            process = await launch(place, *args, **kwargs)
+            await asyncio.sleep(1)
+            return process
+
+        monkeypatch.setattr(_Place, "launch", slow_launch)
     await running(harness, ["sleep", "60"], grace_period=1)
     client = await harness.relay.open(harness.runner, "exec", command=["sh", "-c", "trap '' TERM HUP; sleep 78.25"])
     await wait_until(lambda: sleeps("78.25"), 5, "the exec to run")

@@ -124,24 +124,25 @@ async def _exec(ws: Socket, order: RelayOrder, place: Workplace) -> None:
         for fd in (in_write, out_read, err_read):
             os.set_blocking(fd, False)
     ours = [fd for fd, _ in outputs] + ([] if order.tty else [stdin])
-    try:
-        try:
-            process = await place.launch(order.command, *(child_ends * 3 if order.tty else child_ends),
-                                         tty=order.tty, name=order.session)
-        finally:
-            for fd in child_ends:
-                os.close(fd)
-    except OSError as error:
-        for fd in ours:
-            os.close(fd)
-        await ws.close(CLOSE_WORKER_ERROR, close_reason(f"cannot start {order.command[0]}: {error}"))
-        return
     outbox = Outbox(ws)
-    pumps = [asyncio.create_task(_pump(fd, stream, outbox)) for fd, stream in outputs]
-    feeding = asyncio.create_task(_feed(ws, outbox, stdin, order.tty, ours))
-    waiting = asyncio.create_task(process.wait())
-    try:
-        with place.attached(outbox):
+    with place.attached(outbox):  # before the process starts: a stop that comes meanwhile warns this client too
+        try:
+            try:
+                process = await place.launch(order.command, *(child_ends * 3 if order.tty else child_ends),
+                                             tty=order.tty, name=order.session)
+            finally:
+                for fd in child_ends:
+                    os.close(fd)
+        except OSError as error:
+            for fd in ours:
+                os.close(fd)
+            outbox.close(CLOSE_WORKER_ERROR, close_reason(f"cannot start {order.command[0]}: {error}"))
+            await outbox.task
+            return
+        pumps = [asyncio.create_task(_pump(fd, stream, outbox)) for fd, stream in outputs]
+        feeding = asyncio.create_task(_feed(ws, outbox, stdin, order.tty, ours))
+        waiting = asyncio.create_task(process.wait())
+        try:
             await asyncio.wait([feeding, waiting, outbox.task], return_when=asyncio.FIRST_COMPLETED)
             if waiting.done():
                 _, late = await asyncio.wait(pumps, timeout=DRAIN_TIMEOUT)
@@ -152,13 +153,13 @@ async def _exec(ws: Socket, order: RelayOrder, place: Workplace) -> None:
                 await asyncio.wait([outbox.task], timeout=DRAIN_TIMEOUT)
             else:  # the client went away (or broke the protocol): hang up, as ssh does
                 await _hang_up(process, place)
-    finally:
-        for task in (feeding, *pumps):
-            task.cancel()
-        await asyncio.gather(feeding, *pumps, return_exceptions=True)
-        for fd in ours:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        finally:
+            for task in (feeding, *pumps):
+                task.cancel()
+            await asyncio.gather(feeding, *pumps, return_exceptions=True)
+            for fd in ours:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 async def _hang_up(process: asyncio.subprocess.Process, place: Workplace) -> None:

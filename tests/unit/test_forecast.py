@@ -1,0 +1,138 @@
+"""Start estimates over hand-built snapshots: the scheduler run ahead (corral.scheduling.forecast)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.core.config import PoolPolicy, Sequencer
+from corral.scheduling.forecast import MIN_STEP, RESOLUTION, Ending, Waiting, forecast
+from corral.scheduling.placement import Request, Unit, WorkerRoom
+from corral.scheduling.policy import Policy
+from corral.scheduling.preemption import RunningTask
+from corral.scheduling.reasons import TooLarge
+from corral.scheduling.snapshot import JobEnd, JobPlacement
+
+NOW = 1_000.0
+
+
+def worker(id_: str, gpus: int = 1, free: list[int] | None = None, cpu: float = 8) -> WorkerRoom:
+    return WorkerRoom(id_, id_, cpu, 2**35, gpus, cpu, 2**35, list(range(gpus)) if free is None else free)
+
+
+def busy(job: int, task: int, worker_id: str, ends_in: float, gpu: int = 0, priority: int = 0) -> Ending:
+    return Ending(RunningTask(task, job, worker_id, Request(1, 0, 1), (gpu,), priority, since=NOW - 10), NOW + ends_in)
+
+
+def waiting(job: int, runs_for: float = 300, gpus: int = 1, priority: int = 0, job_facts: JobPlacement | None = None,
+            tasks: int = 1) -> Waiting:
+    key = (job, None) if tasks > 1 else (job, job * 100)
+    unit = Unit(key, tuple(job * 100 + i for i in range(tasks)), Request(1, 0, gpus), priority=priority)
+    return Waiting(unit, runs_for, job_facts or JobPlacement())
+
+
+def within(value: float | None, expected: float) -> bool:
+    """A step lands on an event, or up to a tenth of the time ahead past it."""
+    return value is not None and expected <= value <= expected + max(MIN_STEP, (expected - NOW) * RESOLUTION) + 1e-6
+
+
+def test_a_job_that_fits_now_starts_now():
+    estimates = forecast([waiting(1)], [worker("w1")], [], now=NOW)
+    assert estimates[1].start_at == NOW
+
+
+def test_a_job_starts_when_the_job_holding_its_room_ends_and_names_it():
+    estimates = forecast([waiting(2)], [worker("w1", free=[])], [busy(41, 9, "w1", 600)], now=NOW)
+    assert estimates[2].start_at == NOW + 600 and estimates[2].after_job == 41
+
+
+def test_the_queue_runs_one_after_another_on_one_gpu():
+    estimates = forecast([waiting(2, runs_for=300), waiting(3, runs_for=300)], [worker("w1", free=[])],
+                         [busy(41, 9, "w1", 100)], now=NOW)
+    assert estimates[2].start_at == NOW + 100
+    assert within(estimates[3].start_at, NOW + 400) and estimates[3].after_job == 2
+
+
+def test_a_higher_priority_job_goes_first():
+    estimates = forecast([waiting(2, runs_for=300), waiting(3, runs_for=300, priority=5)],
+                         [worker("w1", free=[])], [busy(41, 9, "w1", 100, priority=9)], now=NOW)
+    assert estimates[3].start_at == NOW + 100
+    assert within(estimates[2].start_at, NOW + 400)
+
+
+def test_fifo_keeps_the_order_of_submission():
+    policy = Policy(pools={"default": PoolPolicy(sequencer=Sequencer.FIFO)})
+    estimates = forecast([waiting(2, runs_for=300), waiting(3, runs_for=300, priority=5)],
+                         [worker("w1", free=[])], [busy(41, 9, "w1", 100)], now=NOW, policy=policy)
+    assert estimates[2].start_at == NOW + 100 and within(estimates[3].start_at, NOW + 400)
+
+
+def test_a_job_too_large_for_any_worker_never_starts():
+    estimates = forecast([waiting(2, gpus=4)], [worker("w1", gpus=2)], [], now=NOW)
+    assert estimates[2].start_at is None and estimates[2].never and isinstance(estimates[2].reason, TooLarge)
+
+
+def test_a_job_waiting_for_another_starts_after_it_ends():
+    first, second = waiting(2, runs_for=500), waiting(3, job_facts=JobPlacement(after=(2,)))
+    estimates = forecast([first, second], [worker("w1"), worker("w2")], [], now=NOW,
+                         dependencies={2: JobEnd("PENDING")})
+    assert estimates[2].start_at == NOW
+    assert within(estimates[3].start_at, NOW + 500) and estimates[3].after_job == 2
+
+
+def test_a_job_after_one_that_failed_never_starts():
+    estimates = forecast([waiting(3, job_facts=JobPlacement(after=(2,)))], [worker("w1")], [], now=NOW,
+                         dependencies={2: JobEnd("FAILED", NOW - 5)})
+    assert estimates[3].start_at is None and estimates[3].never
+
+
+def test_a_begin_time_is_kept():
+    estimates = forecast([waiting(2, job_facts=JobPlacement(begin=NOW + 3600))], [worker("w1")], [], now=NOW)
+    assert estimates[2].start_at == NOW + 3600
+
+
+def test_a_higher_priority_job_preempts_at_once_where_the_pool_preempts():
+    estimates = forecast([waiting(2, priority=10)], [worker("w1", free=[])], [busy(41, 9, "w1", 9_000)], now=NOW)
+    assert within(estimates[2].start_at, NOW)  # once its victim has stopped
+
+
+def test_without_preemption_it_waits_for_the_end():
+    policy = Policy(pools={"default": PoolPolicy(preemption=False)})
+    estimates = forecast([waiting(2, priority=10)], [worker("w1", free=[])], [busy(41, 9, "w1", 9_000)], now=NOW,
+                         policy=policy)
+    assert estimates[2].start_at == NOW + 9_000
+
+
+def test_a_gang_waits_until_all_its_room_is_free():
+    rooms = [worker("w1", free=[]), worker("w2", free=[])]
+    ending = [busy(41, 9, "w1", 100), busy(42, 10, "w2", 700)]
+    estimates = forecast([waiting(2, tasks=2)], rooms, ending, now=NOW)
+    assert estimates[2].start_at == NOW + 700 and estimates[2].after_job == 42
+
+
+def test_past_the_horizon_the_start_is_unknown_but_not_never():
+    estimates = forecast([waiting(2)], [worker("w1", free=[])], [busy(41, 9, "w1", 90_000)], now=NOW,
+                         horizon=3_600)
+    assert estimates[2].start_at is None and not estimates[2].never
+
+
+def test_an_array_says_when_its_last_task_starts():
+    items = [Waiting(Unit((2, 200 + i), (200 + i,), Request(1, 0, 1)), 300) for i in range(3)]
+    estimates = forecast(items, [worker("w1")], [], now=NOW)
+    assert estimates[2].start_at == NOW and within(estimates[2].all_started_at, NOW + 600)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ends=st.lists(st.floats(min_value=1, max_value=50_000), min_size=1, max_size=6),
+       runs=st.lists(st.floats(min_value=1, max_value=50_000), min_size=1, max_size=8))
+def test_on_one_queue_estimates_follow_the_queue_and_never_precede_now(ends, runs):
+    rooms = [worker(f"w{i}", free=[]) for i in range(len(ends))]
+    ending = [busy(1000 + i, 5000 + i, f"w{i}", end) for i, end in enumerate(ends)]
+    policy = Policy(pools={"default": PoolPolicy(sequencer=Sequencer.FIFO)})
+    items = [waiting(i + 1, runs_for=r) for i, r in enumerate(runs)]
+    estimates = forecast(items, rooms, ending, now=NOW, policy=policy, horizon=10**7)
+    starts = [estimates[i + 1].start_at for i in range(len(runs))]
+    assert all(s is not None and s >= NOW for s in starts)
+    assert starts == sorted(starts)  # one kind, first come first served: none overtakes another
+    assert starts[0] == pytest.approx(min(ends) + NOW)

@@ -136,3 +136,9 @@ def test_on_one_queue_estimates_follow_the_queue_and_never_precede_now(ends, run
     assert all(s is not None and s >= NOW for s in starts)
     assert starts == sorted(starts)  # one kind, first come first served: none overtakes another
     assert starts[0] == pytest.approx(min(ends) + NOW)
+
+
+def test_watching_one_job_stops_once_it_is_placed():
+    items = [waiting(2, runs_for=300), waiting(3, runs_for=300)]
+    estimates = forecast(items, [worker("w1", free=[])], [busy(41, 9, "w1", 100)], now=NOW, watch=2)
+    assert estimates[2].start_at == NOW + 100 and estimates[3].start_at is None

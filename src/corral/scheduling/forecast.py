@@ -80,10 +80,12 @@ class Estimate:
 
 def forecast(waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Sequence[Ending], *, now: float,
              policy: Policy | None = None, dependencies: Mapping[int, JobEnd] | None = None,
-             mixes: Mapping[str, RequestMix] | None = None, horizon: float = HORIZON) -> dict[int, Estimate]:
+             mixes: Mapping[str, RequestMix] | None = None, horizon: float = HORIZON,
+             watch: int | None = None) -> dict[int, Estimate]:
     """An estimate for every job with a unit in `waiting`. `rooms` are the alive workers net of `ending`;
-    `dependencies` the jobs named in after/after_any as they are now; `mixes` as ScheduleJobs keeps them."""
-    return _Simulation(waiting, rooms, ending, now, policy or Policy(), dependencies or {}, mixes, horizon).run()
+    `dependencies` the jobs named in after/after_any as they are now; `mixes` as ScheduleJobs keeps them.
+    With `watch`, the simulation stops once that job's first unit is placed: only its estimate is sure."""
+    return _Simulation(waiting, rooms, ending, now, policy or Policy(), dependencies or {}, mixes, horizon).run(watch)
 
 
 class _Simulation:
@@ -124,9 +126,9 @@ class _Simulation:
         sequencer = self.policy.pool(item.unit.pool).sequencer
         return (0 if sequencer is Sequencer.FIFO else -item.unit.priority,)
 
-    def run(self) -> dict[int, Estimate]:
+    def run(self, watch: int | None) -> dict[int, Estimate]:
         t, previous = self.now, self.now
-        while self.kinds or self.gated:
+        while (self.kinds or self.gated) and watch not in self.starts:
             self._release(t)
             self._ungate(t)
             units = self._offered(t)

@@ -78,6 +78,22 @@ class Estimate:
     never: bool = False  # with no start: nothing present could ever hold it
 
 
+@dataclass(frozen=True)
+class Situation:
+    """Everything a forecast runs over, as one value: a what-if changes one part of it and runs it again."""
+
+    waiting: tuple[Waiting, ...]
+    rooms: tuple[WorkerRoom, ...]
+    ending: tuple[Ending, ...]
+    now: float
+    policy: Policy = field(default_factory=Policy)
+    dependencies: Mapping[int, JobEnd] = field(default_factory=dict)
+
+    def forecast(self, *, horizon: float = HORIZON, watch: int | None = None) -> dict[int, Estimate]:
+        return forecast(self.waiting, self.rooms, self.ending, now=self.now, policy=self.policy,
+                        dependencies=self.dependencies, horizon=horizon, watch=watch)
+
+
 def forecast(waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Sequence[Ending], *, now: float,
              policy: Policy | None = None, dependencies: Mapping[int, JobEnd] | None = None,
              mixes: Mapping[str, RequestMix] | None = None, horizon: float = HORIZON,

@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from corral.core.config import Sequencer
 from corral.core.constraints import Constraint
 from corral.core.spec import format_bytes
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.forecast import HORIZON, MIN_STEP, Ending, Estimate, Situation
-from corral.scheduling.placement import place_over
+from corral.scheduling.placement import Unit, place_over
 from corral.scheduling.reasons import NoRoom, TooLarge
 from corral.scheduling.rooms import EPS
 from corral.scheduling.snapshot import JobEnd, gate
@@ -313,14 +314,29 @@ class _Trials:
     def _placed_now(self, situation: Situation) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """Where the job's first unit to be placed goes in a pass now, and whom that pass preempts for it."""
         index = CapacityIndex(situation.rooms, [e.task for e in situation.ending])
-        units = [item.unit for item in situation.waiting if gate(item.job, situation.dependencies, self.now) is None]
-        placement = place_over(units, index, policy=situation.policy, now=self.now)
+        placement = place_over(self._ahead(situation), index, policy=situation.policy, now=self.now)
         names = {room.id: room.name for room in situation.rooms}
-        mine = [unit for unit in units if unit.job_id == self.job_id]
+        mine = [item.unit for item in situation.waiting if item.unit.job_id == self.job_id]
         workers = next((tuple(dict.fromkeys(names[a.worker_id] for a in placement.assignments[unit.key]))
                         for unit in mine if unit.key in placement.assignments), ())
         victims = {task.job_id for unit in mine for task in placement.victims.get(unit.key, ())}
         return workers, tuple(sorted(victims))
+
+    def _ahead(self, situation: Situation) -> list[Unit]:
+        """The units a pass now offers room before the job's last (they alone change where it goes): of its pool,
+        ready now, ahead of it in its sequencer's order (under fair share, all of them)."""
+        mine = next(item.unit for item in situation.waiting if item.unit.job_id == self.job_id)
+        sequencer = situation.policy.pool(mine.pool).sequencer
+        ready = [(n, item.unit) for n, item in enumerate(situation.waiting) if item.unit.pool == mine.pool
+                 and gate(item.job, situation.dependencies, self.now) is None]
+        if sequencer is Sequencer.FAIR_SHARE:
+            return [unit for _, unit in ready]
+        last = max((n for n, unit in ready if unit.job_id == self.job_id), default=None)
+        if last is None:  # held back by its dependencies or begin time
+            return []
+        if sequencer is Sequencer.FIFO:
+            return [unit for n, unit in ready if n <= last]
+        return [unit for n, unit in ready if (-unit.priority, n) <= (-mine.priority, last)]
 
     def _described(self, remedy: Remedy, situation: Situation) -> Remedy:
         """With where it starts and whom it preempts, when it starts now or is the priority remedy."""

@@ -33,6 +33,7 @@ class FakeClient:
         self.history_entries: list = []
         self.worker_views: list = []
         self.placement_analysis = None
+        self.what_if_view = None
         self.sharing = WorkdirSharing(alive=1, sharing=1)  # every worker shares the submission directory
         self.asked_sharing: list = []
         self.attachment_views: list = []
@@ -145,6 +146,9 @@ class FakeClient:
 
     def placement(self, job_id):
         return self.placement_analysis
+
+    def what_if(self, job_id):
+        return self.what_if_view
 
     def cancel(self, job_id):
         return job_view(job_id, state="TERMINATING")

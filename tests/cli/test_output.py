@@ -1,6 +1,7 @@
 """What the listing and info commands print, from views a fake client returns."""
 
 import json
+import re
 import time
 
 from corral.core.protocol import AttemptWorld
@@ -15,6 +16,7 @@ from corral.core.views import (
     WorkerFit,
     WorkerView,
 )
+from corral.core.what_if import RemedyView, StartEstimate, WhatIfView
 from tests.cli.conftest import job_view
 
 
@@ -205,6 +207,35 @@ def test_info_of_a_pending_job_shows_the_placement_analysis(cli, fake):
         assert text in out, text
     body = json.loads(cli("info", "5", "--json").output)
     assert body["placement"]["workers"][1]["why"] == "in pool default, not a100"
+
+
+def test_info_what_if_lists_one_line_per_remedy(cli, fake):
+    now = time.time()
+    fake.jobs = [job_view(5, pending_reason="needs 8 gpu per task; at most 4 free on w3")]
+    fake.what_if_view = WhatIfView(job_id=5, now=now, forecasts=7,
+                                   baseline=StartEstimate(start_at=now + 3600, after_job=41), remedies=[
+        RemedyView(kind="gpus", change="--gpus 4 instead of 8", spec={"resources": {"gpu": 4}}, start_at=now,
+                   workers=["w3"]),
+        RemedyView(kind="priority", change="--priority 6 instead of 0", spec={"priority": 6}, start_at=now + 1,
+                   preempts=[41, 44]),
+        RemedyView(kind="pool", change="--pool batch instead of default", spec={"pool": "batch"},
+                   start_at=now + 1800)])
+    lines = cli("info", "5", "--what-if").output.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("what would it take")))
+    assert "as it is, it starts when job 41 ends, ~" in lines[at] and "(in 1h)" in lines[at]
+    assert re.fullmatch(r"  --gpus 4 instead of 8 +starts now on w3", lines[at + 1])
+    assert lines[at + 2].endswith("starts now, preempting jobs 41, 44")
+    assert "--pool batch instead of default" in lines[at + 3] and lines[at + 3].endswith("(in 30m)")
+    assert json.loads(cli("info", "5", "--what-if", "--json").output)["what_if"]["remedies"][0]["workers"] == ["w3"]
+    fake.what_if_view = WhatIfView(job_id=5, now=now, forecasts=2, baseline=StartEstimate(start_at=None), remedies=[])
+    assert "would start it meaningfully sooner" in cli("info", "5", "--what-if").output
+
+
+def test_info_what_if_of_a_job_not_pending_is_one_error_line(cli, fake):
+    fake.jobs = [job_view(6, state="RUNNING")]
+    result = cli("info", "6", "--what-if")
+    assert result.exit_code == 1
+    assert result.stderr == "error: job 6 is RUNNING, not pending: --what-if is for a job waiting to start\n"
 
 
 def test_info_shows_the_workdir_and_where_each_attempt_started(cli, fake):

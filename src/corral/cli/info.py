@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 import click
@@ -10,9 +11,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from corral.cli.common import client, console, json_option, print_json
+from corral.cli.common import CliError, client, console, json_option, print_json
 from corral.cli.format import (
     age_since,
+    format_age,
     format_bytes,
     format_command,
     format_duration,
@@ -28,21 +30,29 @@ from corral.core.protocol import AttemptWorld
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, TaskView
+from corral.core.what_if import StartEstimate, WhatIfView
 
 ATTACHMENTS_SHOWN = 20  # open ones first, then the most recent
+START_NOW = 2.0  # seconds: a start this close to the forecast's moment is now (a preemption takes a step)
 
 
 @click.command()
 @click.argument("job_id", type=int, metavar="JOB")
+@click.option("--what-if", "what_if", is_flag=True,
+              help="For a pending job: the smallest changes that would start it sooner, each with its estimate.")
 @json_option
-def info(job_id: int, as_json: bool) -> None:
+def info(job_id: int, what_if: bool, as_json: bool) -> None:
     """Show a job: its spec, tasks, attempts and the history of its transitions."""
     api = client()
     job, tasks, history = api.get(job_id), api.tasks(job_id), api.history(job_id)
+    if what_if and job.state != JobState.PENDING:
+        raise CliError(f"job {job_id} is {job.state}, not pending: --what-if is for a job waiting to start")
     analysis = api.placement(job_id) if job.state == JobState.PENDING else None
+    remedies = api.what_if(job_id) if what_if else None
     attachments = job_attachments(api, job_id)
     if as_json:
         print_json({"job": job, "tasks": tasks, "history": history, **({"placement": analysis} if analysis else {}),
+                    **({"what_if": remedies} if remedies else {}),
                     **({"attachments": attachments} if attachments else {})})
         return
     try:
@@ -54,6 +64,8 @@ def info(job_id: int, as_json: bool) -> None:
         console().print(Text(), attachments_table(attachments, time.time()))
     if analysis is not None:
         console().print(Text(), placement_table(analysis))
+    if remedies is not None:
+        console().print(Text(), what_if_text(remedies), sep="\n")
 
 
 def job_attachments(api: Client, job_id: int) -> list[dict[str, Any]]:
@@ -213,6 +225,40 @@ def placement_table(analysis: PlacementAnalysis) -> Group:
     if not analysis.workers:
         table.add_row("-", "-", "no worker is alive")
     return Group(Text(title, style="italic"), table)
+
+
+def what_if_text(view: WhatIfView) -> Text:
+    """When the job starts as it is, then one line per change that would start it sooner, smallest first:
+    "  --gpus 4 instead of 8      starts now on w3"."""
+    text = Text("what would it take", style="italic")
+    text.append(f": as it is, it {start_words(view.baseline, view.now)}")
+    width = max((len(r.change) for r in view.remedies), default=0) + 2
+    for remedy in view.remedies:
+        where = f" on {', '.join(remedy.workers)}" if remedy.workers else ""
+        preempting = f", preempting {_jobs(remedy.preempts)}" if remedy.preempts else ""
+        started = start_words(StartEstimate(start_at=remedy.start_at), view.now)
+        text.append(f"\n  {remedy.change:<{width}}{started}{where}{preempting}")
+    if not view.remedies:
+        text.append("\n  no change of its request, pool, constraints or priority would start it meaningfully sooner")
+    return text
+
+
+def start_words(estimate: StartEstimate, now: float) -> str:
+    """"starts now", "starts ~12:04 (in 40m)", "starts when job 41 ends, ~12:04 (in 40m)", "never starts: ..."."""
+    if estimate.start_at is None:
+        if estimate.never:
+            return f"never starts: {estimate.reason}" if estimate.reason else "never starts"
+        return "does not start within the forecast's horizon"
+    if estimate.start_at <= now + START_NOW:
+        return "starts now"
+    when = f"~{datetime.fromtimestamp(estimate.start_at).strftime('%H:%M')} (in {format_age(estimate.start_at - now)})"
+    if estimate.after_job is not None:
+        return f"starts when job {estimate.after_job} ends, {when}"
+    return f"starts {when}"
+
+
+def _jobs(ids: list[int]) -> str:
+    return f"job {ids[0]}" if len(ids) == 1 else f"jobs {', '.join(map(str, ids))}"
 
 
 def tasks_table(tasks: list[TaskView], names: dict[str, str], gpu: float) -> Table:

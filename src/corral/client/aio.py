@@ -28,6 +28,7 @@ from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
 from corral.core.usage import UsageReport
 from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkdirSharing, WorkerView
+from corral.core.what_if import WhatIfView
 
 
 class AsyncClient:
@@ -193,6 +194,11 @@ class AsyncClient:
     async def attempts(self, job_id: int) -> list[RetryAttemptView]:
         """The job's retry chain, oldest first: each job's state and failure cause."""
         return await self._run(plans.attempts(job_id))
+
+    async def what_if(self, job_id: int) -> WhatIfView:
+        """A pending job's start estimate, and the smallest changes that would start it sooner (a 409 if it is not
+        pending)."""
+        return await self._run(plans.what_if(job_id))
 
     async def cancel(self, job_id: int) -> JobView:
         return await self._run(plans.cancel(job_id))

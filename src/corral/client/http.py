@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         WorkdirSharing,
         WorkerView,
     )
+    from corral.core.what_if import WhatIfView
 
 
 def endpoint(url: str | None, token: str | None) -> tuple[Rotation, str | None, str]:
@@ -298,6 +299,11 @@ class Client:
     def placement(self, job_id: int) -> PlacementAnalysis:
         """The placement analysis: each worker, and why it can or cannot take a task of the job now."""
         return self._run(plans.placement(job_id))
+
+    def what_if(self, job_id: int) -> WhatIfView:
+        """A pending job's start estimate, and the smallest changes that would start it sooner (a 409 if it is not
+        pending)."""
+        return self._run(plans.what_if(job_id))
 
     def cancel(self, job_id: int) -> JobView:
         return self._run(plans.cancel(job_id))

@@ -33,6 +33,7 @@ from corral.core.views import (
 if TYPE_CHECKING:  # the models of what the CLI's common commands never ask, imported by the plans that do
     from corral.core.deployment_views import CatalogView, DeploymentView
     from corral.core.usage import UsageReport
+    from corral.core.what_if import WhatIfView
 
 API = "/api/v1"
 PAGE_SIZE = 500  # the controller accepts up to 1000
@@ -151,6 +152,14 @@ def placement(job_id: int) -> Plan[PlacementAnalysis]:
     """Each worker, and why it can or cannot take a task of the job now."""
     response = yield Call("GET", f"{API}/jobs/{job_id}/placement")
     return PlacementAnalysis.model_validate(response.json())
+
+
+def what_if(job_id: int) -> Plan[WhatIfView]:
+    """A pending job's start estimate, and the smallest changes that would start it sooner."""
+    response = yield Call("GET", f"{API}/jobs/{job_id}/what-if")
+    from corral.core.what_if import WhatIfView
+
+    return WhatIfView.model_validate(response.json())
 
 
 def attachments(job_id: int) -> Plan[list[dict[str, Any]]]:

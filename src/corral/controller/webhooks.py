@@ -84,7 +84,8 @@ class Webhooks:
                     await asyncio.sleep(POLL)
 
     async def run_pass(self, client: httpx.AsyncClient, now: float) -> bool:
-        """Fill the outbox, send what is due; True when a full batch went (more may be due at once)."""
+        """Fill the outbox, send what is due; True when a full batch went (more may be due at once). Retries are
+        timed from `now`, the pass's start."""
         async with self.store.write(HANDLER) as connection:
             await self._fill(connection, now)
             due = await claim_due(connection, now, LEASE, BATCH)
@@ -101,7 +102,7 @@ class Webhooks:
                 return Outcome(delivery, await self._post(client, delivery, secret))
 
         outcomes = await asyncio.gather(*(send(delivery) for delivery in due))
-        await self._record(outcomes, time.time())
+        await self._record(outcomes, now)
         return len(due) == BATCH
 
     async def _fill(self, connection, now: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -9,9 +10,11 @@ import httpx
 import pytest
 from sqlalchemy import insert, select
 
-from corral.controller.webhooks import LEASE, Webhooks
+from corral.controller.webhooks import HANDLER, LEASE, Webhooks
 from corral.core.webhooks import MAX_TRIES, signature
+from corral.metrics import REGISTRY
 from corral.store.events import read_events
+from corral.store.handler_locks import HandlerBusy
 from corral.store.schema import deliveries, history
 from corral.store.webhooks import (
     claim_due,
@@ -19,6 +22,8 @@ from corral.store.webhooks import (
     set_project_default,
     webhook_secret,
 )
+from corral.store.store import Store
+from tests.postgres import scratch_database
 from tests.store.helpers import submit
 
 HOOK = "http://hooks.test/corral"
@@ -111,7 +116,12 @@ async def test_an_estimate_move_carries_both_estimates(store):
         "job.estimate_moved", "PENDING", {"before": "in 5m", "after": "in 2h"})
 
 
+def _count(metric: str, event: str) -> float:
+    return REGISTRY.get_sample_value(f"corral_notifications_{metric}_total", {"event": event}) or 0.0
+
+
 async def test_a_failing_receiver_is_retried_with_backoff_then_given_up_with_a_job_event(store):
+    counted = {metric: _count(metric, "job.started") for metric in ("delivered", "failed", "gave_up")}
     webhooks, receiver, now = Webhooks(store, "1", 86400.0, backoff=1.0), Receiver(*[500] * MAX_TRIES), time.time()
     async with receiver.client() as client:
         await webhooks.run_pass(client, now)
@@ -132,6 +142,8 @@ async def test_a_failing_receiver_is_retried_with_backoff_then_given_up_with_a_j
     async with store.read() as connection:
         gave_up = [e for e in await read_events(connection, 0, job_id) if e.type == "job.notification_gave_up"]
     assert [e.message for e in gave_up] == [f"notification to {HOOK} gave up after {MAX_TRIES} tries: HTTP 500"]
+    assert {metric: _count(metric, "job.started") - before for metric, before in counted.items()} == {
+        "delivered": 0, "failed": MAX_TRIES, "gave_up": 1}
 
 
 @pytest.mark.parametrize("answer", [302, 404])
@@ -164,3 +176,26 @@ async def test_the_secret_is_made_once_and_rotated_on_demand(store):
         assert await webhook_secret(connection) == first and len(first) == 64
         rotated = await rotate_secret(connection)
         assert rotated != first and await webhook_secret(connection) == rotated
+
+
+async def test_two_controllers_on_one_postgresql_store_send_each_delivery_once():
+    async with scratch_database() as url:
+        stores = [await Store.open(url), await Store.open(url)]
+        try:
+            senders, receiver, now = [Webhooks(s, "1", 86400.0) for s in stores], Receiver(), time.time()
+            async with receiver.client() as client:
+                await senders[0].run_pass(client, now)
+                jobs = [await submit(stores[0], notify=HOOK) for _ in range(30)]
+                for job_id in jobs:
+                    await _moved(stores[0], job_id, "RUNNING", now - 10)
+                async with stores[1].write(HANDLER):  # while one holds the lock, the other skips its pass
+                    with pytest.raises(HandlerBusy):
+                        await senders[0].run_pass(client, now)
+                for _ in range(5):  # both at once: one runs the pass, the other finds the lock taken
+                    ended = await asyncio.gather(*(sender.run_pass(client, now) for sender in senders),
+                                                 return_exceptions=True)
+                    assert all(isinstance(e, bool | HandlerBusy) for e in ended), ended
+            assert sorted(job_id for job_id, _ in receiver.events()) == jobs
+        finally:
+            for opened in stores:
+                await opened.close()

@@ -13,16 +13,16 @@ from sqlalchemy import insert, select
 from corral.controller.webhooks import HANDLER, LEASE, Webhooks
 from corral.core.webhooks import MAX_TRIES, signature
 from corral.metrics import REGISTRY
-from corral.store.events import read_events
+from corral.store.events import PAGE, read_events
 from corral.store.handler_locks import HandlerBusy
 from corral.store.schema import deliveries, history
+from corral.store.store import Store
 from corral.store.webhooks import (
     claim_due,
     rotate_secret,
     set_project_default,
     webhook_secret,
 )
-from corral.store.store import Store
 from tests.postgres import scratch_database
 from tests.store.helpers import submit
 
@@ -199,3 +199,18 @@ async def test_two_controllers_on_one_postgresql_store_send_each_delivery_once()
         finally:
             for opened in stores:
                 await opened.close()
+
+
+async def test_a_backlog_longer_than_a_page_is_read_page_after_page_without_waiting(store):
+    webhooks, receiver, now = Webhooks(store, "1", 86400.0), Receiver(), time.time()
+    async with receiver.client() as client:
+        await webhooks.run_pass(client, now)
+        job_id = await submit(store, notify=HOOK)
+        async with store.write() as connection:
+            await connection.execute(insert(history), [
+                {"at": now - 10, "job_id": job_id, "task_id": 1, "handler": "Worker", "result": "SUCCESS",
+                 "to_state": "RUNNING"} for _ in range(PAGE)])
+        await _moved(store, job_id, "RUNNING", now - 10)
+        assert await webhooks.run_pass(client, now) is True and receiver.requests == []
+        assert await webhooks.run_pass(client, now) is False
+    assert receiver.events() == [(job_id, "job.started")]

@@ -73,28 +73,28 @@ class Webhooks:
     async def run(self) -> None:
         async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False) as client:
             while True:
-                busy = False
+                more = False
                 try:
-                    busy = await self.run_pass(client, time.time())
+                    more = await self.run_pass(client, time.time())
                 except HandlerBusy:
                     pass  # another controller sends now
                 except Exception:
                     log.exception("a notification pass failed; will try again")
-                if not busy:
+                if not more:
                     await asyncio.sleep(POLL)
 
     async def run_pass(self, client: httpx.AsyncClient, now: float) -> bool:
-        """Fill the outbox, send what is due; True when a full batch went (more may be due at once). Retries are
-        timed from `now`, the pass's start."""
+        """Fill the outbox, send what is due; True when a full page of events or batch of deliveries went (more
+        may wait). Retries are timed from `now`, the pass's start."""
         async with self.store.write(HANDLER) as connection:
-            await self._fill(connection, now)
+            behind = await self._fill(connection, now)
             due = await claim_due(connection, now, LEASE, BATCH)
             secret = await webhook_secret(connection) if due else ""
             if now - self.pruned_at > PRUNE_EVERY:
                 await prune_deliveries(connection, now - self.retention)
                 self.pruned_at = now
         if not due:
-            return False
+            return behind
         gate = asyncio.Semaphore(PARALLEL)
 
         async def send(delivery: Delivery) -> Outcome:
@@ -103,10 +103,11 @@ class Webhooks:
 
         outcomes = await asyncio.gather(*(send(delivery) for delivery in due))
         await self._record(outcomes, now)
-        return len(due) == BATCH
+        return behind or len(due) == BATCH
 
-    async def _fill(self, connection, now: float) -> None:
-        """The notifications among the events past the cursor become deliveries; the cursor moves past them."""
+    async def _fill(self, connection, now: float) -> bool:
+        """The notifications among the events past the cursor become deliveries; the cursor moves past them. True
+        when a full page was read (more may follow)."""
         after = await read_cursor(connection)
         horizon = await safe_horizon(connection, after, now, GAP_SETTLE_SECONDS)
         events = await read_events(connection, after, limit=PAGE, upto=horizon)
@@ -128,6 +129,7 @@ class Webhooks:
             moved = max(moved, horizon)
         if moved != after:
             await write_cursor(connection, moved)
+        return len(events) == PAGE
 
     async def _post(self, client: httpx.AsyncClient, delivery: Delivery, secret: str) -> str | None:
         """POST one delivery; None when the receiver took it (2xx), else what went wrong, in one line."""

@@ -53,8 +53,8 @@ def check_url(url: str) -> str:
     if not parts.hostname:
         raise ValueError("the notify URL names no host")
     if parts.username is not None or parts.password is not None:
-        raise ValueError("the notify URL holds credentials (user:password@): the signature header proves the "
-                         "sender; put a token in the path if the receiver needs one")
+        raise ValueError("the notify URL holds credentials (user:password@), which whoever reads the job would "
+                         "see: the receiver checks X-Corral-Signature instead")
     return url
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.core.webhooks import JobFacts, chosen_url
 from corral.store.cluster_state import dialect_insert, put_setting, seed_settings
 from corral.store.events import latest_id
-from corral.store.schema import deliveries, history, jobs, project_notify
+from corral.store.schema import cluster_settings, deliveries, history, jobs, project_notify
 
 SECRET = "webhook_secret"
 CURSOR = "notify_cursor"  # the id of the last history row turned into deliveries
@@ -50,7 +50,11 @@ async def rotate_secret(connection: AsyncConnection) -> str:
 
 async def read_cursor(connection: AsyncConnection) -> int:
     """Where the outbox's filling stands; the first time, the newest event (what happened before is not sent)."""
-    return int((await seed_settings(connection, {CURSOR: str(await latest_id(connection))}))[CURSOR])
+    stored = (await connection.execute(select(cluster_settings.c.value).where(cluster_settings.c.name == CURSOR))
+              ).scalar()
+    if stored is None:
+        stored = (await seed_settings(connection, {CURSOR: str(await latest_id(connection))}))[CURSOR]
+    return int(stored)
 
 
 async def write_cursor(connection: AsyncConnection, after: int) -> None:

@@ -81,6 +81,15 @@ RELAY_CONNECT_SECONDS = Histogram(
     registry=REGISTRY, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15))
 RELAYS_OPEN = Gauge("corral_relay_attachments_open", "Channels this controller relays now (paired, not ended).",
                     registry=REGISTRY)
+NOTIFICATIONS_DELIVERED = Counter(
+    "corral_notifications_delivered", "Job webhooks their receiver took (2xx), by event.", ["event"],
+    registry=REGISTRY)
+NOTIFICATIONS_FAILED = Counter(
+    "corral_notifications_failed", "Tries of job webhooks that failed (no answer, or not 2xx), by event.", ["event"],
+    registry=REGISTRY)
+NOTIFICATIONS_GAVE_UP = Counter(
+    "corral_notifications_gave_up", "Job webhooks given up after their last try, by event.", ["event"],
+    registry=REGISTRY)
 EVENT_SUBSCRIBERS = Gauge("corral_event_subscribers", "Clients following the event stream now.", registry=REGISTRY)
 
 

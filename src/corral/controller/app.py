@@ -23,6 +23,7 @@ from corral.controller import (
     events_api,
     files_api,
     jobs_api,
+    notify_api,
     placement_api,
     preemption_api,
     project_tokens_api,
@@ -58,6 +59,7 @@ from corral.controller.settings import (
 from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
 from corral.controller.wakeups import on_change_elsewhere
+from corral.controller.webhooks import Webhooks
 from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.loop import Engine, WorkerSignals
 from corral.engine.reports import SeenMarks
@@ -117,6 +119,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             loop_tasks.append(asyncio.create_task(prune_audit_loop(store, settings.audit_retention),
                                                   name="prune-audit"))
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
+        webhooks = Webhooks(store, app.version, settings.event_retention, settings.notify_backoff)
+        loop_tasks.append(asyncio.create_task(webhooks.run(), name="webhooks"))
         registry = Registry(store, engine, settings.reachable_url or settings.url, app.version)
         loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))
         app.state.services = Services(
@@ -176,6 +180,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(audit_api.router)
     app.include_router(usage_api.router)
     app.include_router(controllers_api.router)
+    app.include_router(notify_api.router)
     app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])

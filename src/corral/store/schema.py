@@ -384,3 +384,33 @@ controllers = Table(
     Column("handlers", JSON, nullable=False),  # {handler name: when this controller last ran it}
     Column("last_pass_at", Float),
 )
+
+# Webhook deliveries of job notifications (corral.core.webhooks): an outbox filled from the event stream and
+# emptied by the sender. A row is due at `next_try_at`; delivered or given up, that is None.
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("event", String(64), nullable=False),
+    Column("body", JSON, nullable=False),  # the body less its delivery id
+    Column("tries", Integer, nullable=False, default=0),
+    Column("next_try_at", Float),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float),
+    Column("gave_up_at", Float),
+    Column("last_error", Text),
+    Index("ix_deliveries_next_try_at", "next_try_at"),
+    Index("ix_deliveries_job", "job_id", "id"),
+)
+
+# A project's default notify URL: used by its jobs that name none.
+project_notify = Table(
+    "project_notify",
+    metadata,
+    Column("project", String(100), primary_key=True),
+    Column("url", String(2048), nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("updated_by", String(64), nullable=False),
+)

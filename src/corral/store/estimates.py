@@ -51,7 +51,8 @@ async def finished_runs(connection: AsyncConnection, limit: int = RUNS_READ) -> 
     """The latest attempts that ran to their own end, oldest first."""
     query = (select(jobs.c.name, jobs.c.spec, tasks.c.cpu, tasks.c.memory, tasks.c.gpu, attempts.c.started_at,
                     attempts.c.finished_at)
-             .select_from(attempts.join(tasks, tasks.c.id == attempts.c.task_id).join(jobs, jobs.c.id == tasks.c.job_id))
+             .select_from(attempts.join(tasks, tasks.c.id == attempts.c.task_id)
+                          .join(jobs, jobs.c.id == tasks.c.job_id))
              .where(attempts.c.state.in_(FINISHED), attempts.c.started_at.is_not(None),
                     attempts.c.finished_at.is_not(None))
              .order_by(attempts.c.finished_at.desc()).limit(limit))
@@ -78,7 +79,8 @@ async def mark_estimated(connection: AsyncConnection, now: float) -> None:
     await put_setting(connection, ESTIMATED_AT, repr(now))
 
 
-async def read_estimates(connection: AsyncConnection, job_ids: Collection[int] | None = None) -> dict[int, StoredEstimate]:
+async def read_estimates(connection: AsyncConnection,
+                         job_ids: Collection[int] | None = None) -> dict[int, StoredEstimate]:
     query = select(start_estimates)
     if job_ids is not None:
         query = query.where(start_estimates.c.job_id.in_(list(job_ids)))

@@ -1,16 +1,14 @@
 """notifications: the outbox of job webhooks, and each project's default notify URL
 
-Written on top of 0019 (0020 is another change in flight; whoever lands second renumbers its down_revision).
-
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0021'
-down_revision = '0019'
+down_revision = '0020'
 
 
 def upgrade() -> None:

@@ -89,7 +89,7 @@ def ahead(seconds: float) -> str:
     """A wait as people say it: "~40s", "~4m", "~1.5h", "~3d"."""
     if seconds < 90:
         return f"~{max(round(seconds), 1)}s"
-    if seconds < 3600:
+    if round(seconds / 60) < 60:
         return f"~{round(seconds / 60)}m"
     if seconds < 10 * 3600:
         return f"~{seconds / 3600:.1f}h".replace(".0h", "h")

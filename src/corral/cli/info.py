@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 import click
@@ -27,7 +28,7 @@ from corral.client.http import Client
 from corral.core.protocol import AttemptWorld
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
-from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, TaskView
+from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, StartEstimate, TaskView
 
 ATTACHMENTS_SHOWN = 20  # open ones first, then the most recent
 
@@ -100,6 +101,17 @@ def render_info(job: JobView, tasks: list[TaskView], history: list[HistoryEntry]
                  attempts_table(tasks, worker_names, job.spec.bundle), Text(), history_table(history))
 
 
+def estimate_text(estimate: StartEstimate) -> Text:
+    """"~12m after job 41 (at 14:02; job 41 runs for its time limit)"."""
+    said = Text(estimate.text, style="bold")
+    if estimate.start_at is not None:
+        at = datetime.fromtimestamp(estimate.start_at).strftime("%H:%M" if estimate.text != "now" else "%H:%M:%S")
+        said.append(f" (at {at}; {estimate.basis})", style="dim")
+    if estimate.all_started_at is not None and estimate.all_started_at - (estimate.start_at or 0) > 60:
+        said.append(f"; all its tasks by {datetime.fromtimestamp(estimate.all_started_at):%H:%M}", style="dim")
+    return said
+
+
 def job_summary(job: JobView, now: float) -> Table:
     spec = job.spec
     table = Table.grid(padding=(0, 2))
@@ -113,6 +125,8 @@ def job_summary(job: JobView, now: float) -> Table:
         rows.append(("launched by", f"job {job.launched_by}"))
     if job.pending_reason:
         rows.append(("pending", Text(job.pending_reason, style="magenta")))
+    if job.state == JobState.PENDING and job.estimate is not None:
+        rows.append(("starts", estimate_text(job.estimate)))
     rows += retry_rows(job)
     if spec.interactive:
         rows.append(("interactive", f"idle timeout {format_duration(spec.idle_timeout)}; "

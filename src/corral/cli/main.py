@@ -61,6 +61,7 @@ COMMANDS = {
                "Run a standalone router (scale-out): proxies /v1 and /serve like the controller does."),
     "shell": ("corral.cli.interactive:shell",
               "Run an interactive job and attach its terminal: corral shell [OPTIONS] [-- COMMAND]"),
+    "stats": ("corral.cli.stats:stats", "How the cluster's figures held up: `corral stats estimates`."),
     "store": ("corral.cli.store:store", "The controller's store: copy a SQLite store into PostgreSQL."),
     "submit": ("corral.cli.submit:submit", "Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"),
     "token": ("corral.cli.teams:token", "Create, list and revoke personal tokens."),

@@ -20,6 +20,7 @@ from corral.controller import (
     dashboard_api,
     deployments_api,
     deployments_board,
+    estimates_api,
     events_api,
     files_api,
     jobs_api,
@@ -181,6 +182,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(usage_api.router)
     app.include_router(controllers_api.router)
     app.include_router(notify_api.router)
+    app.include_router(estimates_api.router)
     app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])

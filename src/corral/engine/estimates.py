@@ -23,7 +23,8 @@ from corral.engine.coordinator import pending_work
 from corral.engine.handlers import ScheduleJobs, Snapshot, pending_unit, task_request
 from corral.metrics import ESTIMATE_ERROR_SECONDS, ESTIMATE_SECONDS
 from corral.scheduling.durations import Duration, DurationModel, expected_end
-from corral.scheduling.forecast import Ending, Estimate, Situation, Waiting
+from corral.scheduling.forecast import HORIZON, Ending, Estimate, Situation, Waiting
+from corral.scheduling.reasons import TooLarge
 from corral.scheduling.snapshot import JobPlacement, eligible_since
 from corral.store.estimates import (
     ESTIMATOR,
@@ -164,8 +165,12 @@ def _kind(duration: Duration) -> str:
 def _stored(estimate: Estimate, assumed: Assumed, now: float) -> StoredEstimate:
     unknown = None
     if estimate.start_at is None:
-        unknown = ("no worker can ever fit it: " + estimate.reason.sentence() if estimate.never and estimate.reason
-                   else "it does not start within the 7 days simulated")
+        if estimate.reason is None or not estimate.never:
+            unknown = f"it does not start within the {HORIZON / 86400:g} days simulated"
+        else:
+            unknown = estimate.reason.sentence()
+            if isinstance(estimate.reason, TooLarge):
+                unknown = f"no worker can ever fit it: {unknown}"
     return StoredEstimate(estimate.job_id, now, estimate.start_at, estimate.all_started_at, estimate.after_job,
                           assumed.basis(estimate), unknown, estimate.never)
 

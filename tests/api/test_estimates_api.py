@@ -23,7 +23,8 @@ async def test_a_pending_job_says_when_it_starts(api):  # noqa: F811
             return view["estimate"]
 
         found = await wait_until_answered(estimate, 15, "the estimator to estimate the job")
-        assert found["start_at"] is None and found["never"] and found["text"] == "unknown: no worker is alive; waiting for one to register"
+        assert found["start_at"] is None and found["never"]
+        assert found["text"] == "unknown: no worker is alive; waiting for one to register"
         listed = (await admin.get("/api/v1/jobs")).json()
         assert listed["items"][0]["estimate"]["text"] == found["text"]
 

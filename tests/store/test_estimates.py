@@ -82,7 +82,7 @@ async def test_an_unmoved_estimate_is_not_rewritten_and_a_far_move_is_on_record(
     await report(store, worker, (task.id, task.attempt, "SUCCEEDED", 0), now=NOW + 30)
     await estimator.run(store, NOW + 30)  # before the scheduler placed it
     moves = [h.message for h in await job_history(store, second) if h.handler == "EstimateStarts"]
-    assert moves == ["start estimate moved from ~1h after job 1 to now"]
+    assert moves == ["start estimate moved: ~1h after job 1 -> now"]
 
 
 async def test_once_a_job_starts_its_estimates_are_held_to_account(store):

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import insert, select
 
 from corral.controller.webhooks import HANDLER, LEASE, Webhooks
+from corral.core.estimates import moved_message
 from corral.core.webhooks import MAX_TRIES, signature
 from corral.metrics import REGISTRY
 from corral.store.events import PAGE, read_events
@@ -108,12 +109,12 @@ async def test_an_estimate_move_carries_both_estimates(store):
         await webhooks.run_pass(client, now)
         job_id = await submit(store, notify=HOOK)
         await _moved(store, job_id, None, now - 10, handler="EstimateStarts",
-                     message="estimated start moved from in 5m to in 2h")
+                     message=moved_message("~5m", "~2h"))
         await webhooks.run_pass(client, now)
     (request,) = receiver.requests
     body = json.loads(request.content)
     assert (body["event"], body["job"]["state"], body["estimate"]) == (
-        "job.estimate_moved", "PENDING", {"before": "in 5m", "after": "in 2h"})
+        "job.estimate_moved", "PENDING", {"before": "~5m", "after": "~2h"})
 
 
 def _count(metric: str, event: str) -> float:

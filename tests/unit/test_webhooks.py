@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from corral.client.functions import function_spec
+from corral.core.estimates import moved_message, moved_parts
 from corral.core.spec import JobSpec
 from corral.core.webhooks import (
     JITTER,
@@ -24,7 +25,6 @@ from corral.core.webhooks import (
     check_url,
     chosen_url,
     content,
-    estimate_change,
     headers,
     notification,
     retry_delay,
@@ -48,9 +48,10 @@ def test_the_body_names_the_event_the_job_and_the_delivery():
 
 
 def test_an_estimate_move_carries_both_estimates():
-    body = content("job.estimate_moved", JOB, 1.0, "estimate moved from 10:00 to 14:30")
-    assert body["estimate"] == {"before": "10:00", "after": "14:30"}
-    assert estimate_change("something else") == {"before": None, "after": None}
+    body = content("job.estimate_moved", JOB, 1.0, moved_message("~4m", "unknown: no worker is alive; waiting for one "
+                                                                "to register"))
+    assert body["estimate"] == {"before": "~4m", "after": "unknown: no worker is alive; waiting for one to register"}
+    assert moved_parts("something else") == {"before": None, "after": None}
 
 
 def test_the_headers_sign_what_is_sent():

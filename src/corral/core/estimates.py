@@ -19,6 +19,7 @@ NOISE = 30.0  # seconds an estimate moves before it is rewritten...
 NOISE_SHARE = 0.1  # ...or this share of the time ahead, whichever is more
 MOVE_FACTOR = 2.0  # the wait promised grows or shrinks by more than this: worth telling the job's owner
 SHORTEST_WAIT = 60.0  # seconds: waits shorter than this count as this long when compared by factor
+MOVED_ARROW = "->"
 HORIZONS = ((60.0, "under 1 min"), (600.0, "1-10 min"), (3600.0, "10-60 min"), (6 * 3600.0, "1-6 h"),
             (math.inf, "over 6 h"))
 
@@ -106,6 +107,18 @@ def start_text(start_at: float | None, after_job: int | None, unknown: str | Non
     if wait <= NOW_WITHIN:
         return "now"
     return ahead(wait) + (f" after job {after_job}" if after_job is not None else "")
+
+
+def moved_message(before: str, after: str) -> str:
+    """The history row of a far move (job.estimate_moved), which its webhook reads back with `moved_parts`."""
+    return f"start estimate moved: {before} {MOVED_ARROW} {after}"
+
+
+def moved_parts(message: str | None) -> dict[str, str | None]:
+    """The two estimates a `moved_message` names (None where the message is not one)."""
+    head, _, rest = (message or "").partition("start estimate moved: ")
+    before, arrow, after = rest.partition(f" {MOVED_ARROW} ")
+    return {"before": before, "after": after} if arrow and not head else {"before": None, "after": None}
 
 
 def _percentile(ordered: list[float], share: float) -> float:

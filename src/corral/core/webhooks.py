@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import json
 import random
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator
 
+from corral.core.estimates import moved_parts
 from corral.core.wire import WireModel
 
 OPT_OUT = "none"  # a job's `notify: none`: no notification, not even its project's default
@@ -31,7 +31,6 @@ JITTER = 0.2  # each wait is moved by up to this fraction, so receivers that fai
 ESTIMATE_MOVED = "job.estimate_moved"
 ENDED = {"SUCCEEDED": "job.succeeded", "FAILED": "job.failed"}  # other final states are "job.ended"
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "UNSCHEDULABLE", "LOST"})
-ESTIMATE_TEXT = re.compile(r"from (?P<before>.+?) to (?P<after>.+?)\.?$")
 
 
 def check_url(url: str) -> str:
@@ -79,12 +78,6 @@ def notification(kind: str, to_state: str | None, handler_type: str) -> str | No
     return None
 
 
-def estimate_change(message: str | None) -> dict[str, str | None]:
-    """The estimates an "estimate moved from X to Y" message names (None where it does not say)."""
-    found = ESTIMATE_TEXT.search(message or "")
-    return {"before": found["before"], "after": found["after"]} if found else {"before": None, "after": None}
-
-
 @dataclass(frozen=True)
 class JobFacts:
     """What a body says of its job."""
@@ -102,7 +95,7 @@ def content(event: str, job: JobFacts, at: float, message: str | None) -> dict[s
                                                     "project": job.project, "user": job.user},
                             "at": at, "message": message}
     if event == ESTIMATE_MOVED:
-        body["estimate"] = estimate_change(message)
+        body["estimate"] = moved_parts(message)
     return body
 
 

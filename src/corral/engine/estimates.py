@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from corral.core.estimates import MOVE_FACTOR, horizon_of, moved, moved_by_factor, start_text
+from corral.core.estimates import MOVE_FACTOR, horizon_of, moved, moved_by_factor, moved_message, start_text
 from corral.core.lifecycle import Target
 from corral.core.states import JobState
 from corral.engine.coordinator import pending_work
@@ -184,7 +184,7 @@ def _changed(before: StoredEstimate | None, after: StoredEstimate, now: float) -
 
 
 def _move_message(before: StoredEstimate, after: StoredEstimate, now: float) -> str:
-    """The history row's message: "start estimate moved from ~4m to ~2h after job 41"."""
+    """The history row's message: "start estimate moved: ~4m -> ~2h after job 41"."""
     def said(e: StoredEstimate) -> str:
         return start_text(e.start_at, e.after_job, e.unknown, e.never, now)
-    return f"start estimate moved from {said(before)} to {said(after)}"
+    return moved_message(said(before), said(after))

@@ -62,6 +62,7 @@ from corral.controller.tickets import Tickets
 from corral.controller.wakeups import on_change_elsewhere
 from corral.controller.webhooks import Webhooks
 from corral.core.relay import CLOSE_UNAVAILABLE
+from corral.engine.estimates import Estimator
 from corral.engine.loop import Engine, WorkerSignals
 from corral.engine.reports import SeenMarks
 from corral.metrics import CLUSTER, exposition
@@ -103,7 +104,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
                              held_by=relays_held_here(settings))
         signals = WorkerSignals()
         engine = Engine(store, signals, settings.loss_timeout, settings.heartbeat_interval,
-                        settings.lost_worker_retention)
+                        settings.lost_worker_retention, Estimator(settings.notify_estimate_factor))
         logs = LogFiles(settings.data_dir / "logs" / "tasks", settings.log_limit)
         events = EventHub()
         store.on_commit.append(events.ring)

@@ -78,7 +78,7 @@ def reconnect_grace(heartbeat_interval: float, loss_timeout: float) -> float:
 
 class Engine:
     def __init__(self, store: Store, signals: WorkerSignals, loss_timeout: float, heartbeat_interval: float,
-                 lost_retention: float) -> None:
+                 lost_retention: float, estimator: Estimator | None = None) -> None:
         self.store = store
         self.signals = signals
         self.loss_timeout = loss_timeout
@@ -92,7 +92,7 @@ class Engine:
         self.busy = False  # a handler of the last pass was held by another controller: look again soon
         self.handler_runs: dict[str, float] = {}  # when this controller last ran each handler (the registry's)
         self.last_pass_at: float | None = None
-        self.estimator = Estimator()
+        self.estimator = estimator or Estimator()
 
     def wake(self) -> None:
         self._woken.set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 async def wait_until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
@@ -14,6 +14,17 @@ async def wait_until(condition: Callable[[], object], timeout: float = 5.0, what
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.01)
+    return value
+
+
+async def wait_until_answered(probe: Callable[[], Awaitable[object]], timeout: float = 5.0,
+                              what: str = "condition") -> object:
+    """`wait_until` for a condition that must await (an HTTP call): polled until truthy; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not (value := await probe()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
     return value
 
 

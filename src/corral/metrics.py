@@ -40,6 +40,13 @@ TASKS_PREEMPTED = Counter(
 SCHEDULING_SECONDS = Histogram(
     "corral_scheduling_decision_seconds", "Time to read the cluster and decide one scheduling pass (no writes).",
     registry=REGISTRY, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+ESTIMATE_SECONDS = Histogram(
+    "corral_estimate_simulation_seconds", "Time to simulate the queue ahead for every pending job's start estimate.",
+    registry=REGISTRY, buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10))
+ESTIMATE_ERROR_SECONDS = Histogram(
+    "corral_estimate_error_seconds", "How far a start estimate was from the job's start, by how long before it was "
+    "made (horizon).", ["horizon"], registry=REGISTRY,
+    buckets=(10, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 24 * 3600))
 GANGS_PREEMPTED = Counter(
     "corral_gangs_preempted", "Gang drains started: one per epoch, however many members failed at once.",
     registry=REGISTRY)
@@ -74,6 +81,15 @@ RELAY_CONNECT_SECONDS = Histogram(
     registry=REGISTRY, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15))
 RELAYS_OPEN = Gauge("corral_relay_attachments_open", "Channels this controller relays now (paired, not ended).",
                     registry=REGISTRY)
+NOTIFICATIONS_DELIVERED = Counter(
+    "corral_notifications_delivered", "Job webhooks their receiver took (2xx), by event.", ["event"],
+    registry=REGISTRY)
+NOTIFICATIONS_FAILED = Counter(
+    "corral_notifications_failed", "Tries of job webhooks that failed (no answer, or not 2xx), by event.", ["event"],
+    registry=REGISTRY)
+NOTIFICATIONS_GAVE_UP = Counter(
+    "corral_notifications_gave_up", "Job webhooks given up after their last try, by event.", ["event"],
+    registry=REGISTRY)
 EVENT_SUBSCRIBERS = Gauge("corral_event_subscribers", "Clients following the event stream now.", registry=REGISTRY)
 
 

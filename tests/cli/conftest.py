@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from corral.cli.main import main
 from corral.client.errors import CorralError
 from corral.core.spec import JobSpec
-from corral.core.views import JobView, WorkdirSharing
+from corral.core.views import EstimateStats, JobView, WorkdirSharing
 
 
 def job_view(job_id: int = 7, spec: JobSpec | None = None, state: str = "PENDING", **changes) -> JobView:
@@ -45,6 +45,7 @@ class FakeClient:
         self.member_roles: dict[str, dict[str, str]] = {}
         self.token_views: list[dict] = []
         self.calls: list[tuple] = []  # team calls, in order
+        self.estimates = EstimateStats(days=30, count=0, horizons=[])
 
     def submit(self, spec, idempotency_key=None):
         self.submitted.append((spec, idempotency_key))
@@ -54,6 +55,10 @@ class FakeClient:
         self.batches += 1
         self.submitted += zip(specs, idempotency_keys or [None] * len(specs), strict=True)
         return [job_view(42 + i, spec) for i, spec in enumerate(specs)]
+
+    def estimate_stats(self, days=30.0):
+        self.calls.append(("estimate_stats", days))
+        return self.estimates
 
     def workdir_sharing(self, workdir, pool="default"):
         self.asked_sharing.append((workdir, pool))

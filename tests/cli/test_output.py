@@ -10,8 +10,11 @@ from corral.core.views import (
     AttemptView,
     DeviceTask,
     DeviceView,
+    EstimateAccuracy,
+    EstimateStats,
     HistoryEntry,
     PlacementAnalysis,
+    StartEstimate,
     TaskView,
     WorkerFit,
     WorkerView,
@@ -26,9 +29,24 @@ def test_jobs_table_shows_task_counts_age_and_the_pending_reason(cli, fake):
     result = cli("jobs")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["ID", "NAME", "OWNER", "STATE", "TASKS", "AGE"]
+    assert lines[0].split() == ["ID", "NAME", "OWNER", "STATE", "START", "TASKS", "AGE"]
     assert "3 RUNNING, 1 PENDING" in lines[1] and lines[1].rstrip().endswith("10s")
     assert "needs 8 GPUs; largest free: 4 on w3" in result.output
+
+
+def test_jobs_table_says_when_a_pending_job_starts(cli, fake):
+    fake.jobs = [job_view(3, estimate=StartEstimate(text="~12m after job 41", start_at=time.time() + 720,
+                                                    after_job=41, basis="job 41 runs for its time limit")),
+                 job_view(2, estimate=StartEstimate(text="unknown: no worker can ever fit it: ...", start_at=None,
+                                                    never=True)),
+                 job_view(1, state="RUNNING", estimate=StartEstimate(text="stale", start_at=None))]
+    out = cli("jobs", "--json").stdout
+    assert [j["estimate"] and j["estimate"]["text"] for j in json.loads(out)][:2] == [
+        "~12m after job 41", "unknown: no worker can ever fit it: ..."]
+    table = cli("jobs").output
+    assert "~12m after job 41" in table and "unknown: no worker can ever fit it" in table and "stale" not in table
+    info = cli("info", "3").output
+    assert "~12m after job 41" in info and "job 41 runs for its time limit" in info
 
 
 def test_jobs_json_and_limit(cli, fake):
@@ -256,3 +274,15 @@ def test_info_shows_the_workdir_and_where_each_attempt_started(cli, fake):
     assert "files not uploaded: only workers that share it run it" in " ".join(cli("info", "7").output.split())
     fake.jobs = [job_view(7, spec=JobSpec(command=["train"]))]
     assert "workdir none: an empty directory" in " ".join(cli("info", "7").output.split())
+
+
+def test_stats_estimates_by_horizon(cli, fake):
+    assert cli("stats", "estimates").output == "no job with a start estimate started in the last 30 days\n"
+    fake.estimates = EstimateStats(days=7, count=12, horizons=[
+        EstimateAccuracy(horizon="1-10 min", count=9, median_error=40, p90_error=150, median_relative=0.12),
+        EstimateAccuracy(horizon="1-6 h", count=3, median_error=1800, p90_error=3600, median_relative=0.2)])
+    out = cli("stats", "estimates", "--days", "7").output
+    assert ("estimate_stats", 7.0) in fake.calls
+    assert "1-10 min" in out and "40s" in out and "2m30s" in out and "12%" in out and "30m" in out
+    assert json.loads(cli("stats", "estimates", "--json").stdout)["count"] == 12
+    assert cli("stats", "estimates", "--days", "0").exit_code == 2

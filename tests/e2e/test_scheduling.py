@@ -176,3 +176,33 @@ def test_a_high_priority_job_preempts_low_sleepers_which_come_back_and_finish(cl
     assert 1 <= len(victims) <= 4  # the fewest that free 4 cores on one worker
     assert sorted(p.name for p in marks.iterdir()) == sorted(f"{t['index']}-0" for t in victims)  # SIGTERM seen
     assert cluster.wait_end(low, timeout=90)["state"] == "SUCCEEDED"  # the victims came back and finished
+
+
+def test_a_pending_job_says_when_it_starts_and_its_estimate_is_held_to_account(bare_cluster):
+    cluster = bare_cluster
+    cluster.start_worker("w1", 1)
+    first = cluster.submit(command=["sleep", "600"], resources={"cpu": 1}, time_limit="10m")
+    cluster.wait_running(first)
+    second = cluster.submit(command=["true"], resources={"cpu": 1})
+    estimate = wait_for(lambda: cluster.job(second)["estimate"], 20, "the second job's start estimate")
+    assert estimate["after_job"] == first and estimate["basis"] == f"job {first} runs for its time limit"
+    assert estimate["text"] in (f"~10m after job {first}", f"~9m after job {first}")
+    env = {"CORRAL_URL": cluster.url, "CORRAL_TOKEN": cluster.admin_token, "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": ":".join(sys.path), "COLUMNS": "200"}
+
+    def corral(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "corral", *args], capture_output=True, text=True, timeout=60,
+                              env=env)
+        assert done.returncode == 0, done
+        return done.stdout
+
+    assert "START" in corral("jobs") and f"after job {first}" in corral("jobs")
+    assert f"job {first} runs for its time limit" in corral("info", str(second))
+    # The running job ends early: the waiting one starts, and its estimate is held to account.
+    assert cluster.http.post(f"/api/v1/jobs/{first}/cancel").status_code == 200
+    assert cluster.wait_end(second, timeout=30)["state"] == "SUCCEEDED"
+    stats = wait_for(lambda: (found := cluster.get("/api/v1/stats/estimates"))["count"] and found, 20,
+                     "the estimate's error on record")
+    (row,) = stats["horizons"]  # it said ~10 min and the job started within the minute: that error is on record
+    assert row["horizon"] == "under 1 min" and row["count"] == 1 and row["median_error"] > 500
+    assert "MEDIAN ERROR" in corral("stats", "estimates")

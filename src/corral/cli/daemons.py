@@ -128,6 +128,11 @@ def advertise_url_option(ctx: click.Context, param: click.Parameter, value: str 
               help="How long rows of the audit log (people's API calls) are kept (e.g. 90d).")
 @click.option("--metrics-token-required", is_flag=True,
               help="/metrics answers only with the admin token (config file: `metrics: {require_token: true}`).")
+@click.option("--notify-backoff", default="10s", show_default=True, callback=duration_option,
+              help="Wait before a job webhook's first retry; each next wait is 3 times longer (8 tries in all).")
+@click.option("--notify-estimate-factor", type=click.FloatRange(min=1, min_open=True, max=1000), default=2.0,
+              show_default=True, help="A job's webhook hears of its start estimate when the wait it promises grows "
+                                      "or shrinks by more than this factor.")
 @click.option("--admin-token", hidden=True, expose_value=False, callback=refuse_token_value)
 @click.option("--join-token", hidden=True, expose_value=False, callback=refuse_token_value)
 @click.option("--advertise-url", callback=advertise_url_option,
@@ -137,7 +142,8 @@ def advertise_url_option(ctx: click.Context, param: click.Parameter, value: str 
 def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_timeout: float,
                heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_limit: int,
                log_retention: float, audit_retention: float, metrics_token_required: bool, log_format: str,
-               config: CorralConfig | None, advertise_url: str | None) -> None:
+               config: CorralConfig | None, advertise_url: str | None, notify_backoff: float,
+               notify_estimate_factor: float) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground.
 
     The cluster's admin and join tokens are kept in the store, shared by every controller of it. The first start
@@ -168,7 +174,8 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         audit_retention=audit_retention, log_format=log_format, config=config,
         metrics_token_required=metrics_token_required or config.metrics.require_token,
         admin_token=os.environ.get("CORRAL_ADMIN_TOKEN") or None,
-        join_token=os.environ.get("CORRAL_JOIN_TOKEN") or None, advertise_url=advertise_url)
+        join_token=os.environ.get("CORRAL_JOIN_TOKEN") or None, advertise_url=advertise_url,
+        notify_backoff=notify_backoff, notify_estimate_factor=notify_estimate_factor)
     try:
         with hold(made_data_dir(data_dir), settings.url, shared=settings.shares_data_dir):
             controller_logging(log_format)

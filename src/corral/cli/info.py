@@ -14,7 +14,6 @@ from rich.text import Text
 from corral.cli.common import CliError, client, console, json_option, print_json
 from corral.cli.format import (
     age_since,
-    format_age,
     format_bytes,
     format_command,
     format_duration,
@@ -29,11 +28,10 @@ from corral.client.http import Client
 from corral.core.protocol import AttemptWorld
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
-from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, TaskView
-from corral.core.what_if import StartEstimate, WhatIfView
+from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, StartEstimate, TaskView
+from corral.core.what_if import WhatIfView
 
 ATTACHMENTS_SHOWN = 20  # open ones first, then the most recent
-START_NOW = 2.0  # seconds: a start this close to the forecast's moment is now (a preemption takes a step)
 
 
 @click.command()
@@ -112,6 +110,17 @@ def render_info(job: JobView, tasks: list[TaskView], history: list[HistoryEntry]
                  attempts_table(tasks, worker_names, job.spec.bundle), Text(), history_table(history))
 
 
+def estimate_text(estimate: StartEstimate) -> Text:
+    """"~12m after job 41 (at 14:02; job 41 runs for its time limit)"."""
+    said = Text(estimate.text, style="bold")
+    if estimate.start_at is not None:
+        at = datetime.fromtimestamp(estimate.start_at).strftime("%H:%M" if estimate.text != "now" else "%H:%M:%S")
+        said.append(f" (at {at}; {estimate.basis})", style="dim")
+    if estimate.all_started_at is not None and estimate.all_started_at - (estimate.start_at or 0) > 60:
+        said.append(f"; all its tasks by {datetime.fromtimestamp(estimate.all_started_at):%H:%M}", style="dim")
+    return said
+
+
 def job_summary(job: JobView, now: float) -> Table:
     spec = job.spec
     table = Table.grid(padding=(0, 2))
@@ -125,6 +134,8 @@ def job_summary(job: JobView, now: float) -> Table:
         rows.append(("launched by", f"job {job.launched_by}"))
     if job.pending_reason:
         rows.append(("pending", Text(job.pending_reason, style="magenta")))
+    if job.state == JobState.PENDING and job.estimate is not None:
+        rows.append(("starts", estimate_text(job.estimate)))
     rows += retry_rows(job)
     if spec.interactive:
         rows.append(("interactive", f"idle timeout {format_duration(spec.idle_timeout)}; "
@@ -231,30 +242,18 @@ def what_if_text(view: WhatIfView) -> Text:
     """When the job starts as it is, then one line per change that would start it sooner, smallest first:
     "  --gpus 4 instead of 8      starts now on w3"."""
     text = Text("what would it take", style="italic")
-    text.append(f": as it is, it {start_words(view.baseline, view.now)}")
+    text.append(": as it is, it starts ")
+    text.append(estimate_text(view.baseline))
     width = max((len(r.change) for r in view.remedies), default=0) + 2
     for remedy in view.remedies:
+        when = "now" if remedy.text == "now" or remedy.start_at is None \
+            else f"in {remedy.text} (at {datetime.fromtimestamp(remedy.start_at):%H:%M})"
         where = f" on {', '.join(remedy.workers)}" if remedy.workers else ""
         preempting = f", preempting {_jobs(remedy.preempts)}" if remedy.preempts else ""
-        started = start_words(StartEstimate(start_at=remedy.start_at), view.now)
-        text.append(f"\n  {remedy.change:<{width}}{started}{where}{preempting}")
+        text.append(f"\n  {remedy.change:<{width}}starts {when}{where}{preempting}")
     if not view.remedies:
         text.append("\n  no change of its request, pool, constraints or priority would start it meaningfully sooner")
     return text
-
-
-def start_words(estimate: StartEstimate, now: float) -> str:
-    """"starts now", "starts ~12:04 (in 40m)", "starts when job 41 ends, ~12:04 (in 40m)", "never starts: ..."."""
-    if estimate.start_at is None:
-        if estimate.never:
-            return f"never starts: {estimate.reason}" if estimate.reason else "never starts"
-        return "does not start within the forecast's horizon"
-    if estimate.start_at <= now + START_NOW:
-        return "starts now"
-    when = f"~{datetime.fromtimestamp(estimate.start_at).strftime('%H:%M')} (in {format_age(estimate.start_at - now)})"
-    if estimate.after_job is not None:
-        return f"starts when job {estimate.after_job} ends, {when}"
-    return f"starts {when}"
 
 
 def _jobs(ids: list[int]) -> str:

@@ -61,14 +61,15 @@ def jobs_table(found: list[JobView], now: float) -> Table:
     from rich.text import Text
 
     table = Table(box=None, pad_edge=False)
-    for column in ("ID", "NAME", "OWNER", "STATE", "TASKS", "AGE"):
-        table.add_column(column, no_wrap=column != "STATE")
+    for column in ("ID", "NAME", "OWNER", "STATE", "START", "TASKS", "AGE"):
+        table.add_column(column, no_wrap=column not in ("STATE", "START"))
     for job in found:
         state = state_text(job.state)
         if job.state == JobState.PENDING and job.pending_reason:
             state.append(f"\n{job.pending_reason}", style="dim")
+        start = job.estimate.text if job.state == JobState.PENDING and job.estimate else ""
         table.add_row(str(job.id), Text(job.name) + kind_mark(job) + retry_mark(job), Text(job.owner), state,
-                      task_summary(job.task_counts), format_age(now - job.created_at))
+                      Text(start), task_summary(job.task_counts), format_age(now - job.created_at))
     return table
 
 

@@ -15,7 +15,8 @@ from corral.cli.common import CliError
 from corral.client.errors import CorralError, format_validation
 
 # Specs the CLI itself validates from the user's options and files: their errors are the user's to fix.
-USER_SPECS = {"JobSpec": "invalid job spec", "DeploymentSpec": "invalid deployment spec"}
+USER_SPECS = {"JobSpec": "invalid job spec", "DeploymentSpec": "invalid deployment spec",
+              "ProjectNotify": "invalid notify URL"}
 
 # Each command: where it lives ("module:attribute") and its line in `corral --help`, kept here so the listing
 # needs no import (tests/cli/test_lazy_cli.py checks each line against the command's own help).
@@ -49,14 +50,18 @@ COMMANDS = {
     "logs": ("corral.cli.actions:logs", "Print a task's output, byte for byte."),
     "member": ("corral.cli.teams:member",
                "Add, change and remove a project's members (cluster admins, and the project's admins)."),
+    "notify": ("corral.cli.notify:notify", "Job notifications by webhook: the key they are signed with (cluster "
+               "admins)."),
     "port-forward": ("corral.cli.interactive:port_forward",
                      "Forward a local port to a port a task listens on (each connection through the controller), "
                      "until..."),
-    "project": ("corral.cli.projects:project", "Issue, list and revoke a project's tokens (admin)."),
+    "project": ("corral.cli.projects:project",
+                "Issue, list and revoke a project's tokens, and set its default notify URL (admin)."),
     "router": ("corral.cli.deploy:router",
                "Run a standalone router (scale-out): proxies /v1 and /serve like the controller does."),
     "shell": ("corral.cli.interactive:shell",
               "Run an interactive job and attach its terminal: corral shell [OPTIONS] [-- COMMAND]"),
+    "stats": ("corral.cli.stats:stats", "How the cluster's figures held up: `corral stats estimates`."),
     "store": ("corral.cli.store:store", "The controller's store: copy a SQLite store into PostgreSQL."),
     "submit": ("corral.cli.submit:submit", "Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"),
     "token": ("corral.cli.teams:token", "Create, list and revoke personal tokens."),

@@ -27,7 +27,7 @@ from corral.filesystem import filesystem_id
 # Options that set a top-level JobSpec field of the same name when given.
 TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max_retries_preemption",
              "max_task_failures", "time_limit", "scheduling_timeout", "grace_period", "pool", "project", "spread",
-             "begin", "python", "max_running")
+             "begin", "python", "max_running", "notify")
 # Repeatable options that replace the file's list when given.
 LISTS = ("constraints", "after", "after_any", "pip")
 # Options that set a field of `resources`.
@@ -247,6 +247,9 @@ job_options = option_group(
     click.option("--after-any", callback=job_ids, metavar="JOB[,JOB]", help="Start once these jobs ended, however."),
     click.option("--begin", callback=begin_time, metavar="TIME",
                  help="Not before: ISO 8601 (2026-01-31T08:00), unix seconds, or +DURATION (+10m)."),
+    click.option("--notify", metavar="URL", help="POST the job's start, end and estimate moves to this http(s) URL "
+                                                 "(signed; see docs/notifications.md); 'none': not even the "
+                                                 "project's default."),
     click.option("--env", "env", multiple=True, callback=parse_pairs, metavar="K=V", help="Environment variable."),
     click.option("--label", "labels", multiple=True, callback=parse_pairs, metavar="K=V"),
     export_option,

@@ -27,7 +27,16 @@ from corral.core.deployment_views import CatalogView, DeploymentView
 from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
 from corral.core.usage import UsageReport
-from corral.core.views import HistoryEntry, JobPage, JobView, RetryAttemptView, TaskView, WorkdirSharing, WorkerView
+from corral.core.views import (
+    EstimateStats,
+    HistoryEntry,
+    JobPage,
+    JobView,
+    RetryAttemptView,
+    TaskView,
+    WorkdirSharing,
+    WorkerView,
+)
 from corral.core.what_if import WhatIfView
 
 
@@ -244,6 +253,10 @@ class AsyncClient:
 
     async def workers(self) -> list[WorkerView]:
         return await self._run(plans.workers())
+
+    async def estimate_stats(self, days: float = 30.0) -> EstimateStats:
+        """How right the start estimates of jobs started in the last `days` were, by how far ahead they were made."""
+        return await self._run(plans.estimate_stats(days))
 
     async def usage(self, since: str | None = None, until: str | None = None, by: str = "project") -> UsageReport:
         """Usage and cost over [since, until] (default: the last 30 days) by project, user or pool."""

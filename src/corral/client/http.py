@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from corral.core.usage import UsageReport
     from corral.core.views import (
         ControllerView,
+        EstimateStats,
         HistoryEntry,
         JobPage,
         JobView,
@@ -416,6 +417,10 @@ class Client:
     def controllers(self) -> list[ControllerView]:
         """The controllers serving the store, live or gone, and when each last ran each handler."""
         return self._run(plans.controllers())
+
+    def estimate_stats(self, days: float = 30.0) -> EstimateStats:
+        """How right the start estimates of jobs started in the last `days` were, by how far ahead they were made."""
+        return self._run(plans.estimate_stats(days))
 
     def usage(self, since: str | None = None, until: str | None = None, by: str = "project") -> UsageReport:
         """Usage and cost over [since, until] (default: the last 30 days) by project, user or pool."""

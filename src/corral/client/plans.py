@@ -20,6 +20,7 @@ from corral.core.spec import JobBatch, JobSpec, Workdir
 from corral.core.states import JobState
 from corral.core.views import (
     ControllerView,
+    EstimateStats,
     HistoryEntry,
     JobPage,
     JobView,
@@ -181,6 +182,11 @@ def workers() -> Plan[list[WorkerView]]:
 def controllers() -> Plan[list[ControllerView]]:
     response = yield Call("GET", f"{API}/controllers")
     return _controllers.validate_python(response.json())
+
+
+def estimate_stats(days: float = 30.0) -> Plan[EstimateStats]:
+    response = yield Call("GET", f"{API}/stats/estimates", params={"days": days})
+    return EstimateStats.model_validate(response.json())
 
 
 def usage(since: str | None = None, until: str | None = None, by: str = "project") -> Plan[UsageReport]:

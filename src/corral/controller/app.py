@@ -20,9 +20,11 @@ from corral.controller import (
     dashboard_api,
     deployments_api,
     deployments_board,
+    estimates_api,
     events_api,
     files_api,
     jobs_api,
+    notify_api,
     placement_api,
     preemption_api,
     project_tokens_api,
@@ -58,7 +60,9 @@ from corral.controller.settings import (
 from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
 from corral.controller.wakeups import on_change_elsewhere
+from corral.controller.webhooks import Webhooks
 from corral.core.relay import CLOSE_UNAVAILABLE
+from corral.engine.estimates import Estimator
 from corral.engine.loop import Engine, WorkerSignals
 from corral.engine.reports import SeenMarks
 from corral.metrics import CLUSTER, exposition
@@ -100,7 +104,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
                              held_by=relays_held_here(settings))
         signals = WorkerSignals()
         engine = Engine(store, signals, settings.loss_timeout, settings.heartbeat_interval,
-                        settings.lost_worker_retention)
+                        settings.lost_worker_retention, Estimator(settings.notify_estimate_factor))
         logs = LogFiles(settings.data_dir / "logs" / "tasks", settings.log_limit)
         events = EventHub()
         store.on_commit.append(events.ring)
@@ -117,6 +121,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             loop_tasks.append(asyncio.create_task(prune_audit_loop(store, settings.audit_retention),
                                                   name="prune-audit"))
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
+        webhooks = Webhooks(store, app.version, settings.event_retention, settings.notify_backoff)
+        loop_tasks.append(asyncio.create_task(webhooks.run(), name="webhooks"))
         registry = Registry(store, engine, settings.reachable_url or settings.url, app.version)
         loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))
         app.state.services = Services(
@@ -176,6 +182,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(audit_api.router)
     app.include_router(usage_api.router)
     app.include_router(controllers_api.router)
+    app.include_router(notify_api.router)
+    app.include_router(estimates_api.router)
     app.router.routes[0:0] = proxy.routes()  # what `Controller` does not take first (wrong methods: 405)
 
     @app.get("/healthz", tags=["health"])

@@ -77,6 +77,9 @@ ACTIONS: Mapping[tuple[str, str], Named] = {
                                                             from_reply=True),
     ("DELETE", "/api/v1/admin/projects/{name}/tokens/{token_id}"): Named("project_token.revoke",
                                                                         "project {name} token {token_id}"),
+    ("PUT", "/api/v1/admin/projects/{name}/notify"): Named("project_notify.set", "project {name}"),
+    ("DELETE", "/api/v1/admin/projects/{name}/notify"): Named("project_notify.remove", "project {name}"),
+    ("POST", "/api/v1/admin/notify/secret"): Named("notify_secret.rotate", "cluster"),  # never the reply: a secret
     ("PUT", "/api/v1/admin/retry-policy"): Named("retry_policy.set", "cluster"),
     ("DELETE", "/api/v1/admin/retry-policy"): Named("retry_policy.delete", "cluster"),
     ("PUT", "/api/v1/admin/projects/{project}/retry-policy"): Named("retry_policy.set", "project {project}"),

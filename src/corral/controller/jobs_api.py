@@ -20,15 +20,17 @@ from corral.controller.params import PathId
 from corral.controller.retry_defaults import retry_columns
 from corral.controller.retry_views import retry_fields, retry_view_fields
 from corral.controller.services import services_of
+from corral.core.estimates import start_text
 from corral.core.retry_policy import RetryPolicy
 from corral.core.roles import Action
 from corral.core.spec import JobBatch, JobSpec, begin_problem
 from corral.core.states import JobState, TaskState
-from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, TaskView
+from corral.core.views import AttemptView, HistoryEntry, JobPage, JobView, StartEstimate, TaskView
 from corral.core.wire import MAX_ID, STORED, Text
 from corral.engine.cancel import AlreadyEnded, NoSuchJob, cancel_job, cancel_scheduled_retry
 from corral.store.audit import add_audit
 from corral.store.database import Conflict
+from corral.store.estimates import StoredEstimate, read_estimates
 from corral.store.job_views import (
     JobFilter,
     SortKey,
@@ -283,18 +285,31 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
         rows = await job_rows(connection, ids)
         counts = await task_state_counts(connection, ids)
         retry = await retry_fields(connection, list(rows.values()))
-    return [job_view(r, JobSpec.model_validate(r.spec, context=STORED), counts[r.id], retry[r.id])
+        pending = [i for i, r in rows.items() if r.state == JobState.PENDING]
+        estimates = await read_estimates(connection, pending) if pending else {}
+    now = time.time()
+    return [job_view(r, JobSpec.model_validate(r.spec, context=STORED), counts[r.id], retry[r.id],
+                     estimate_view(estimates.get(r.id), now))
             for r in (rows[i] for i in ids if i in rows)]
 
 
-def job_view(r: Any, spec: JobSpec, task_counts: dict[str, int], retry: dict) -> JobView:
+def job_view(r: Any, spec: JobSpec, task_counts: dict[str, int], retry: dict,
+             estimate: StartEstimate | None = None) -> JobView:
     """The one place a JobView is made, from a job's row (read, or as just written), its parsed spec, its tasks'
-    counts by state and its retry fields."""
+    counts by state, its retry fields and its start estimate."""
     return JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
                    spec=spec, pending_reason=r.pending_reason, created_at=r.created_at, state_since=r.state_since,
                    finished_at=r.finished_at, task_counts=task_counts, idempotency_key=r.idempotency_key,
                    preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger, launched_by=r.launched_by,
-                   owner=r.owner, **retry)
+                   owner=r.owner, estimate=estimate, **retry)
+
+
+def estimate_view(stored: StoredEstimate | None, now: float) -> StartEstimate | None:
+    if stored is None:
+        return None
+    return StartEstimate(text=start_text(stored.start_at, stored.after_job, stored.unknown, stored.never, now),
+                         start_at=stored.start_at, all_started_at=stored.all_started_at, after_job=stored.after_job,
+                         basis=stored.basis, unknown=stored.unknown, never=stored.never, made_at=stored.made_at)
 
 
 def new_job_view(r: Any, spec: JobSpec) -> JobView:

@@ -21,6 +21,8 @@ REPLACEMENT = "REPLACEMENT"
 # "<subject>.<new state>", as "replica.healthy"), else "<subject>.<result>" (a judged wait).
 EVENT_TYPES: dict[tuple[str, ...], str] = {
     ("job", "Submit"): "job.submitted",
+    ("job", "EstimateStarts"): "job.estimate_moved",  # the estimated start moved by more than the set factor
+    ("job", "Notify"): "job.notification_gave_up",  # a webhook was not delivered after every try
     ("worker", "Register"): "worker.registered",
     ("worker", "Reaper"): "worker.lost",
     ("task", "Attach"): "task.attached",  # a client opened a channel into it (a terminal, an exec, a port)

@@ -14,6 +14,7 @@ from corral.core import limits
 from corral.core.constraints import parse_constraint
 from corral.core.pip import check_items, check_python
 from corral.core.retry_policy import RetryPolicy
+from corral.core.webhooks import MAX_URL_LENGTH, check_url
 from corral.core.wire import Id, WireModel, incoming
 
 MIN_CPU = 0.01  # a task is a process: it needs some CPU, and a zero reservation would pack workers without end
@@ -234,6 +235,9 @@ class JobSpec(WireModel):
     idle_timeout: Seconds | None = Field(None, gt=0, le=MAX_TIME_LIMIT,
                                          description="interactive only: end once no client was attached this long "
                                                      f"(default {DEFAULT_IDLE_TIMEOUT:g} s)")
+    notify: str | None = Field(None, max_length=MAX_URL_LENGTH,
+                               description="an http(s) URL POSTed when the job starts, ends or its estimated start "
+                                           "moves; 'none': not even the project's default")
 
     @field_validator("command")
     @classmethod
@@ -241,6 +245,11 @@ class JobSpec(WireModel):
         if not command or not command[0].strip():
             raise ValueError("command is empty: give the program to run")
         return command
+
+    @field_validator("notify")
+    @classmethod
+    def _notify_url(cls, url: str | None) -> str | None:
+        return None if url is None else check_url(url)
 
     @field_validator("env", "export")
     @classmethod

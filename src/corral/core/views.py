@@ -45,6 +45,33 @@ class TaskView(DeferredModel):
     checkpoint_size: int | None = None
 
 
+class StartEstimate(DeferredModel):
+    """When a pending job is expected to start (corral.engine.estimates), and what that rests on."""
+
+    text: str  # as the START column says it, when the view was made: "now", "~4m", "~2h after job 41", "unknown: ..."
+    start_at: float | None  # None: unknown
+    all_started_at: float | None = None  # when its last pending task is expected to start
+    after_job: int | None = None  # the job whose end frees its room, or which it waits for
+    basis: str = ""  # how the running tasks' ends were known
+    unknown: str | None = None  # why no start is known
+    never: bool = False
+    made_at: float = 0.0  # when it last moved
+
+
+class EstimateAccuracy(WireModel):
+    horizon: str  # how long before the start the estimates were made: "under 1 min", "1-10 min", ...
+    count: int
+    median_error: float  # seconds between the estimate and the start
+    p90_error: float
+    median_relative: float  # the error over the wait it estimated
+
+
+class EstimateStats(WireModel):
+    days: float
+    count: int  # estimates held to account
+    horizons: list[EstimateAccuracy]
+
+
 class JobView(DeferredModel):
     id: int
     name: str
@@ -72,6 +99,7 @@ class JobView(DeferredModel):
     retry_state: str | None = None
     retry_due_at: float | None = None
     retry_chain: list[int] = []
+    estimate: StartEstimate | None = None  # a pending job's, once the estimator has made one
 
 
 class RetryAttemptView(DeferredModel):

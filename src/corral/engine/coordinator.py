@@ -130,6 +130,18 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         return RunReport(changes.moved, changes.touched_workers, outcomes)
 
 
+async def pending_work(connection: AsyncConnection, handler: Handler, now: float) -> tuple[list[Target], Snapshot,
+                                                                                         dict[int, JobState]]:
+    """A placing handler's targets, and the cluster read afresh, as its run would see them, without running it: what
+    the start estimates simulate ahead from. Also each target job's state."""
+    rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
+                             handler.launcher_states, handler.batch_rows or BATCH_ROWS)
+    targets, job_info, _ = _targets(rows, handler)
+    snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
+    snapshot.cluster = await read_cluster(connection)
+    return targets, snapshot, {job_id: info.state for job_id, info in job_info.items()}
+
+
 def may_have_targets(handler: Handler, present: set[tuple[str, bool, str, bool]]) -> bool:
     """Whether target_rows could find any target of `handler` among these (job state, gang, task state, launched by
     a job) rows (store.reads.present_states): when not, its run would read nothing and change nothing, and is left

@@ -183,8 +183,8 @@ class ScheduleJobs(Handler):
                 continue
             since[target.key] = eligible_since(job, cluster.dependencies, target.since)
             if target.job_id not in requests:  # one per job: its units share it, and its hash
-                requests[target.job_id] = _request(job, snapshot.jobs[target.job_id])
-            units.append(self._unit(target, job, requests[target.job_id], snapshot, since[target.key]))
+                requests[target.job_id] = task_request(job, snapshot.jobs[target.job_id])
+            units.append(pending_unit(target, job, requests[target.job_id], snapshot, since[target.key]))
         for unit in units:
             self._count(unit)
         placement = place_over(units, cluster.capacity(), policy=cluster.policy, now=now, mixes=self.mixes)
@@ -224,17 +224,18 @@ class ScheduleJobs(Handler):
             del self.counted[next(iter(self.counted))]
         self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
 
-    @staticmethod
-    def _unit(target: Target, job: JobPlacement, request: Request, snapshot: Snapshot, since: float) -> Unit:
-        pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
-        failed_on = snapshot.cluster.avoid
-        avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
-        return Unit(target.key, pending, request, pool=job.pool, constraints=job.constraints, spread=job.spread,
-                    priority=job.priority, project=job.project, since=since, avoid=avoid,
-                    max_running=job.max_running)
+
+def pending_unit(target: Target, job: JobPlacement, request: Request, snapshot: Snapshot, since: float) -> Unit:
+    """What placement is offered of a target of ScheduleJobs: its pending tasks, a gang whole."""
+    pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
+    failed_on = snapshot.cluster.avoid
+    avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
+    return Unit(target.key, pending, request, pool=job.pool, constraints=job.constraints, spread=job.spread,
+                priority=job.priority, project=job.project, since=since, avoid=avoid,
+                max_running=job.max_running)
 
 
-def _request(job: JobPlacement, facts: JobFacts) -> Request:
+def task_request(job: JobPlacement, facts: JobFacts) -> Request:
     """What each task of a job reserves: its row's amounts, its spec's custom slots and device memory."""
     return Request(facts.request.cpu, facts.request.memory, facts.request.gpu, job.custom, job.gpu_memory)
 

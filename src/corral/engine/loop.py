@@ -11,12 +11,14 @@ from collections.abc import Callable, Iterable
 from corral.core.retries import NAME as RETRY_JOBS
 from corral.core.states import Fact
 from corral.engine.coordinator import may_have_targets, run_handler
+from corral.engine.estimates import Estimator
 from corral.engine.fencing import BUSY_RETRY, FENCED, note_fenced
 from corral.engine.handlers import JOB_HANDLERS
 from corral.engine.reports import prune_lost_workers, reap_lost_workers
 from corral.engine.retries import run_retries
 from corral.engine.target_errors import TargetErrors
 from corral.metrics import ENGINE_PASSES
+from corral.store.estimates import ESTIMATOR
 from corral.store.handler_locks import HandlerBusy
 from corral.store.reads import TASK_TARGET_JOB_STATES, present_states
 from corral.store.retries import next_due, retries_wanted
@@ -76,7 +78,7 @@ def reconnect_grace(heartbeat_interval: float, loss_timeout: float) -> float:
 
 class Engine:
     def __init__(self, store: Store, signals: WorkerSignals, loss_timeout: float, heartbeat_interval: float,
-                 lost_retention: float) -> None:
+                 lost_retention: float, estimator: Estimator | None = None) -> None:
         self.store = store
         self.signals = signals
         self.loss_timeout = loss_timeout
@@ -90,6 +92,7 @@ class Engine:
         self.busy = False  # a handler of the last pass was held by another controller: look again soon
         self.handler_runs: dict[str, float] = {}  # when this controller last ran each handler (the registry's)
         self.last_pass_at: float | None = None
+        self.estimator = estimator or Estimator()
 
     def wake(self) -> None:
         self._woken.set()
@@ -184,7 +187,25 @@ class Engine:
                 changed = True
                 self.signals.notify(report.workers)
                 present, _ = await self._present()
-        return await self._reap() or changed
+        changed = await self._reap() or changed
+        await self._estimate()
+        return changed
+
+    async def _estimate(self) -> None:
+        """Every pending job's start estimate, once per its period: it changes no state, so nothing waits on it."""
+        try:
+            ran = await self.estimator.run_if_due(self.store, time.time())
+        except HandlerBusy:
+            return  # another controller estimates this period
+        except FENCED as error:
+            note_fenced(ESTIMATOR, error, log)
+            return
+        except Exception:
+            self._failed(ESTIMATOR)
+            return
+        self._failing.discard(ESTIMATOR)
+        if ran:
+            self.handler_runs[ESTIMATOR] = time.time()
 
     async def _reap(self) -> bool:
         """The reaper, once per REAP_PERIOD after the grace, taking the writer only when a worker is due for it."""

@@ -1,4 +1,5 @@
-"""What the controllers of one store share: settings (the admin and join tokens), and the registry of controllers."""
+"""What the controllers of one store share: settings (the admin and join tokens, the webhook secret), and the
+registry of controllers."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.store.schema import cluster_settings, controllers
 
 
-def _insert(connection: AsyncConnection, table):
+def dialect_insert(connection: AsyncConnection, table):
     """An INSERT that can give way on a conflict, in the connection's dialect."""
     return (sqlite.insert if connection.dialect.name == "sqlite" else postgresql.insert)(table)
 
@@ -20,11 +21,17 @@ async def seed_settings(connection: AsyncConnection, proposed: dict[str, str]) -
     """The stored value of each setting named in `proposed`, storing the proposed one where none is yet. Two
     controllers starting at once both propose: one insert wins, the other does nothing and reads the winner's."""
     for name, value in proposed.items():
-        await connection.execute(_insert(connection, cluster_settings).values(name=name, value=value)
+        await connection.execute(dialect_insert(connection, cluster_settings).values(name=name, value=value)
                                  .on_conflict_do_nothing(index_elements=["name"]))
     rows = await connection.execute(select(cluster_settings.c.name, cluster_settings.c.value)
                                     .where(cluster_settings.c.name.in_(list(proposed))))
     return {row.name: row.value for row in rows}
+
+
+async def put_setting(connection: AsyncConnection, name: str, value: str) -> None:
+    """Store `value` as setting `name`, replacing what was there."""
+    await connection.execute(dialect_insert(connection, cluster_settings).values(name=name, value=value)
+                             .on_conflict_do_update(index_elements=["name"], set_={"value": value}))
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ async def register_controller(connection: AsyncConnection, row: ControllerRow) -
     values = {"id": row.id, "url": row.url, "pid": row.pid, "host": row.host, "version": row.version,
               "started_at": row.started_at, "seen_at": row.seen_at, "handlers": row.handlers,
               "last_pass_at": row.last_pass_at}
-    statement = _insert(connection, controllers).values(**values)
+    statement = dialect_insert(connection, controllers).values(**values)
     await connection.execute(statement.on_conflict_do_update(
         index_elements=["id"], set_={"url": row.url, "seen_at": row.seen_at, "handlers": row.handlers,
                                      "last_pass_at": row.last_pass_at}))

@@ -342,6 +342,34 @@ cluster_settings = Table(
     Column("value", Text, nullable=False),
 )
 
+# Each pending job's latest start estimate (corral.engine.estimates), replaced every few seconds; gone once it starts.
+start_estimates = Table(
+    "start_estimates",
+    metadata,
+    Column("job_id", Integer, primary_key=True),
+    Column("made_at", Float, nullable=False),
+    Column("start_at", Float),  # None: unknown (see `unknown`)
+    Column("all_started_at", Float),  # when its last pending task starts
+    Column("after_job", Integer),  # the job whose end frees its room, or which it waits for
+    Column("basis", Text, nullable=False),  # how the running tasks' ends were known, in words
+    Column("unknown", Text),  # why no start is known
+    Column("never", Boolean, nullable=False, server_default=false()),  # nothing present could ever hold it
+)
+
+# Every estimate made that moved (the first, and each that moved past the noise), held to account: `started_at` is
+# written when the job starts, and the error is start_at - started_at.
+estimate_records = Table(
+    "estimate_records",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("made_at", Float, nullable=False),
+    Column("start_at", Float, nullable=False),
+    Column("started_at", Float),
+    Index("ix_estimate_records_job", "job_id"),
+    Index("ix_estimate_records_started", "started_at"),
+)
+
 # The controllers serving this store: each upserts its row every second and deletes it when it stops.
 controllers = Table(
     "controllers",
@@ -355,4 +383,34 @@ controllers = Table(
     Column("seen_at", Float, nullable=False),
     Column("handlers", JSON, nullable=False),  # {handler name: when this controller last ran it}
     Column("last_pass_at", Float),
+)
+
+# Webhook deliveries of job notifications (corral.core.webhooks): an outbox filled from the event stream and
+# emptied by the sender. A row is due at `next_try_at`; delivered or given up, that is None.
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("event", String(64), nullable=False),
+    Column("body", JSON, nullable=False),  # the body less its delivery id
+    Column("tries", Integer, nullable=False, default=0),
+    Column("next_try_at", Float),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float),
+    Column("gave_up_at", Float),
+    Column("last_error", Text),
+    Index("ix_deliveries_next_try_at", "next_try_at"),
+    Index("ix_deliveries_job", "job_id", "id"),
+)
+
+# A project's default notify URL: used by its jobs that name none.
+project_notify = Table(
+    "project_notify",
+    metadata,
+    Column("project", String(100), primary_key=True),
+    Column("url", String(2048), nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("updated_by", String(64), nullable=False),
 )

@@ -504,6 +504,10 @@ function jobSpec(job) {
     ["retries", `${s.max_retries_failure} on failure, ${s.max_retries_preemption} on preemption; ` +
       `${s.max_task_failures} task failure(s) tolerated`],
   ];
+  if (job.state === "PENDING" && job.estimate) {
+    rows.unshift(["starts", h("span", {}, h("strong", {}, job.estimate.text),
+      job.estimate.start_at ? h("span", {class: "muted"}, ` at ${new Date(job.estimate.start_at * 1000).toLocaleTimeString()}; ${job.estimate.basis}`) : null)]);
+  }
   if (job.pending_reason && !TERMINAL.has(job.state)) rows.unshift(["waiting", h("strong", {}, job.pending_reason)]);
   rows.push(["project", s.project], ["pool", s.pool], ["workdir", workdirText(s)]);
   const epoch = job.epoch ?? job.preemption_epoch;
@@ -635,6 +639,11 @@ function logViewer(jobId) {
 
 // ---- queue -----------------------------------------------------------------------------------
 
+// When a pending job is expected to start, as the estimator last said ("~4m after job 41"); blank until it has.
+function startsText(job) {
+  return job.state === "PENDING" && job.estimate ? job.estimate.text : h("span", {class: "muted"}, "not estimated yet");
+}
+
 function queueView(view, params) {
   const page = Math.max(0, Number(params.get("page") || 0));
   const body = h("div");
@@ -642,11 +651,12 @@ function queueView(view, params) {
   return liveView(body, async () => {
     const result = await getJSON(`/queue?limit=${PAGE_SIZE}&offset=${page * PAGE_SIZE}`);
     fill(body, result.items.length ? h("table", {"aria-label": "queue"},
-      h("thead", {}, h("tr", {}, ["#", "job", "state", "waiting tasks", "priority", "pool", "waiting for", "reason"]
+      h("thead", {}, h("tr", {}, ["#", "job", "state", "starts", "waiting tasks", "priority", "pool", "waiting for", "reason"]
         .map((c) => h("th", {scope: "col"}, c)))),
       h("tbody", {}, result.items.map((entry) => h("tr", {}, h("td", {class: "num"}, entry.position),
         h("td", {}, h("a", {href: `#/jobs/${entry.job.id}`}, `#${entry.job.id} ${entry.job.name}`), retryMark(entry.job)),
-        h("td", {}, badge(entry.job.state)), h("td", {class: "num"}, entry.waiting_tasks), h("td", {class: "num"}, entry.job.priority),
+        h("td", {}, badge(entry.job.state)), h("td", {}, startsText(entry.job)),
+        h("td", {class: "num"}, entry.waiting_tasks), h("td", {class: "num"}, entry.job.priority),
         h("td", {}, entry.job.spec.pool), h("td", {}, since(entry.job.created_at)),
         h("td", {}, entry.job.pending_reason ?? h("span", {class: "muted"}, "not considered yet"))))))
       : h("p", {class: "muted"}, "Nothing is waiting."),

@@ -1,0 +1,190 @@
+"""Start estimates for every pending job, refreshed every few seconds (corral.scheduling.forecast does the work).
+
+A pass reads the pending work and the cluster as ScheduleJobs would, says how long each running
+and pending task runs (corral.scheduling.durations: its time limit, else what similar jobs took),
+simulates ahead off the event loop, and writes only the estimates that moved. On PostgreSQL with
+several controllers the write holds the EstimateStarts lock and a pass is skipped when another
+controller's estimates are fresh. A job whose start moved by more than the notification factor gets
+a history row (job.estimate_moved), which its webhook hears of.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from corral.core.estimates import MOVE_FACTOR, horizon_of, moved, moved_by_factor, moved_message, start_text
+from corral.core.lifecycle import Target
+from corral.core.states import JobState
+from corral.engine.coordinator import pending_work
+from corral.engine.handlers import ScheduleJobs, Snapshot, pending_unit, task_request
+from corral.metrics import ESTIMATE_ERROR_SECONDS, ESTIMATE_SECONDS
+from corral.scheduling.durations import Duration, DurationModel, expected_end
+from corral.scheduling.forecast import HORIZON, Ending, Estimate, Situation, Waiting
+from corral.scheduling.reasons import TooLarge
+from corral.scheduling.snapshot import JobPlacement, eligible_since
+from corral.store.estimates import (
+    ESTIMATOR,
+    JobDurationFacts,
+    StoredEstimate,
+    duration_facts,
+    estimated_at,
+    finished_runs,
+    mark_estimated,
+    note_moved,
+    read_estimates,
+    settle,
+    write_estimates,
+)
+from corral.store.store import Store
+
+log = logging.getLogger("corral.engine.estimates")
+
+PERIOD = 5.0  # seconds between passes
+LEARN_PERIOD = 60.0  # seconds between readings of the finished runs the durations are learned from
+STOPPING_FOR = 15.0  # seconds a task being stopped is taken to hold its room still
+
+
+@dataclass
+class Assumed:
+    """How the tasks' durations were known: per job, and counted over the running tasks."""
+
+    by_job: dict[int, Duration] = field(default_factory=dict)
+    running: Counter[str] = field(default_factory=Counter)  # "time limit" / "learned" / "guessed" -> tasks
+
+    def basis(self, estimate: Estimate) -> str:
+        """What a job's estimate rests on, in words: the job it waits for, or the running tasks as a whole."""
+        if estimate.after_job is not None and estimate.after_job in self.by_job:
+            return f"job {estimate.after_job} runs for {self.by_job[estimate.after_job].basis}"
+        if not self.running:
+            return "nothing is running"
+        counts = ", ".join(f"{n} {kind}" for kind, n in self.running.most_common())
+        return f"running tasks' ends: {counts}"
+
+
+class Estimator:
+    """Kept by the engine across passes: the learned durations, and when they were read."""
+
+    def __init__(self, factor: float = MOVE_FACTOR) -> None:
+        self.factor = factor
+        self.model = DurationModel()
+        self.learned_at = 0.0
+        self.due = 0.0
+        self.wrote_at: float | None = None
+
+    async def run_if_due(self, store: Store, now: float) -> bool:
+        """A pass, once per PERIOD; False when none ran (not due, or another controller's pass is fresh)."""
+        if now < self.due:
+            return False
+        self.due = now + PERIOD
+        async with store.read() as connection:
+            latest = await estimated_at(connection)
+        if latest is not None and latest != self.wrote_at and now - latest < PERIOD:
+            return False
+        await self.run(store, now)
+        return True
+
+    async def run(self, store: Store, now: float) -> dict[int, StoredEstimate]:
+        """Estimate every pending job and write those that moved; returns the estimates made."""
+        situation, pending_jobs, assumed = await self.situation(store, now)
+        started = time.perf_counter()
+        estimates = await asyncio.to_thread(situation.forecast)
+        ESTIMATE_SECONDS.observe(time.perf_counter() - started)
+        made = {job_id: _stored(estimates[job_id], assumed, now) for job_id in pending_jobs if job_id in estimates}
+        async with store.write(ESTIMATOR, moves_state=False) as connection:
+            before = await read_estimates(connection)
+            changed = [e for job_id, e in made.items() if _changed(before.get(job_id), e, now)]
+            recorded = [e for e in changed if e.start_at is not None
+                        and (e.job_id not in before or moved(before[e.job_id].start_at, e.start_at, now))]
+            await write_estimates(connection, changed, recorded)
+            await note_moved(connection, {
+                e.job_id: _move_message(before[e.job_id], e, now) for e in changed
+                if e.job_id in before and moved_by_factor(before[e.job_id].start_at, e.start_at, now, self.factor)},
+                now)
+            for record in await settle(connection, made.keys()):
+                ESTIMATE_ERROR_SECONDS.labels(horizon_of(record.horizon)).observe(record.error)
+            await mark_estimated(connection, now)
+        self.wrote_at = now
+        return made
+
+    async def situation(self, store: Store, now: float) -> tuple[Situation, set[int], Assumed]:
+        """What the simulation runs over, the jobs to estimate (those with nothing placed yet), and the durations
+        it assumed."""
+        handler = ScheduleJobs()
+        async with store.read() as connection:
+            if now - self.learned_at >= LEARN_PERIOD:
+                self.model = DurationModel(await finished_runs(connection))
+                self.learned_at = now
+            targets, snapshot, states = await pending_work(connection, handler, now)
+            cluster = snapshot.cluster
+            facts = await duration_facts(connection, {t.job_id for t in targets} | {t.job_id for t in cluster.running})
+        assumed = Assumed()
+        waiting = [self._waiting(target, snapshot, facts, assumed) for target in targets
+                   if target.job_id not in cluster.unreadable]
+        ending = []
+        for task in cluster.running:
+            job = facts.get(task.job_id)
+            if task.stopping:
+                ending.append(Ending(task, now + STOPPING_FOR))
+                continue
+            limit = job.time_limit if job else None
+            duration = self._duration(task.job_id, job, (task.request.cpu, task.request.memory, task.request.gpu),
+                                      assumed)
+            assumed.running[_kind(duration)] += 1
+            ending.append(Ending(task, expected_end(duration, task.since, now, limit)))
+        situation = Situation(tuple(waiting), tuple(cluster.rooms), tuple(ending), now, cluster.policy,
+                              cluster.dependencies)
+        return situation, {job_id for job_id, state in states.items() if state is JobState.PENDING}, assumed
+
+    def _waiting(self, target: Target, snapshot: Snapshot, facts: dict[int, JobDurationFacts],
+                 assumed: Assumed) -> Waiting:
+        cluster = snapshot.cluster
+        job = cluster.jobs.get(target.job_id, JobPlacement())
+        request = task_request(job, snapshot.jobs[target.job_id])
+        since = eligible_since(job, cluster.dependencies, target.since)
+        duration = self._duration(target.job_id, facts.get(target.job_id),
+                                  (request.cpu, request.memory, request.gpu), assumed)
+        return Waiting(pending_unit(target, job, request, snapshot, since), duration.seconds, job)
+
+    def _duration(self, job_id: int, job: JobDurationFacts | None, shape, assumed: Assumed) -> Duration:
+        if job_id not in assumed.by_job:
+            assumed.by_job[job_id] = (self.model.expected(job.project, job.name, shape, job.time_limit)
+                                      if job is not None else self.model.expected("", "", shape))
+        return assumed.by_job[job_id]
+
+
+def _kind(duration: Duration) -> str:
+    if duration.basis == "its time limit":
+        return "by time limit"
+    return "guessed" if duration.basis.startswith("a guess") else "learned"
+
+
+def _stored(estimate: Estimate, assumed: Assumed, now: float) -> StoredEstimate:
+    unknown = None
+    if estimate.start_at is None:
+        if estimate.reason is None or not estimate.never:
+            unknown = f"it does not start within the {HORIZON / 86400:g} days simulated"
+        else:
+            unknown = estimate.reason.sentence()
+            if isinstance(estimate.reason, TooLarge):
+                unknown = f"no worker can ever fit it: {unknown}"
+    return StoredEstimate(estimate.job_id, now, estimate.start_at, estimate.all_started_at, estimate.after_job,
+                          assumed.basis(estimate), unknown, estimate.never)
+
+
+def _changed(before: StoredEstimate | None, after: StoredEstimate, now: float) -> bool:
+    """Worth rewriting: new, moved past the noise, or now waiting on another job or for another reason."""
+    if before is None:
+        return True
+    return (moved(before.start_at, after.start_at, now) or before.after_job != after.after_job
+            or before.unknown != after.unknown)
+
+
+def _move_message(before: StoredEstimate, after: StoredEstimate, now: float) -> str:
+    """The history row's message: "start estimate moved: ~4m -> ~2h after job 41"."""
+    def said(e: StoredEstimate) -> str:
+        return start_text(e.start_at, e.after_job, e.unknown, e.never, now)
+    return moved_message(said(before), said(after))

@@ -1,0 +1,107 @@
+"""Start estimates over the real store: made from the queue and the running tasks, rewritten only when they move,
+told when they move far, and held to account when the job starts."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from corral.engine.estimates import Estimator
+from corral.scheduling.durations import Run
+from corral.store.estimates import read_estimates, settled_since
+from corral.store.schema import estimate_records
+from tests.store.helpers import NOW, add_worker, job_history, job_tasks, report, settle, submit
+
+
+async def _estimates(store):
+    async with store.read() as connection:
+        return await read_estimates(connection)
+
+
+async def _running(store, worker, job_id, now=NOW):
+    for task in await job_tasks(store, job_id):
+        await report(store, worker, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"), now=now)
+        await settle(store, now=now)
+        await report(store, worker, (task.id, task.attempt, "RUNNING"), now=now)
+        await settle(store, now=now)
+
+
+async def test_a_job_behind_one_with_a_time_limit_starts_when_that_limit_ends(store):
+    worker = await add_worker(store, cpu=1)
+    first = await submit(store, time_limit=600)
+    await settle(store)
+    await _running(store, worker, first)
+    second = await submit(store)
+    await settle(store)
+    made = await Estimator().run(store, NOW + 100)
+    assert list(made) == [second]
+    estimate = (await _estimates(store))[second]
+    assert estimate.start_at == pytest.approx(NOW + 600, abs=1) and estimate.after_job == first
+    assert estimate.basis == f"job {first} runs for its time limit"
+
+
+async def test_learned_durations_stand_in_for_a_missing_time_limit(store):
+    worker = await add_worker(store, cpu=1)
+    first = await submit(store, name="train")
+    await settle(store)
+    await _running(store, worker, first)
+    second = await submit(store)
+    await settle(store)
+    estimator = Estimator()
+    estimator.model = estimator.model.__class__([Run("default", "train", (1.0, 0, 0.0), 900)] * 3)
+    estimator.learned_at = NOW + 100
+    await estimator.run(store, NOW + 100)
+    estimate = (await _estimates(store))[second]
+    assert estimate.start_at == pytest.approx(NOW + 900, abs=1)
+    assert estimate.basis == f"job {first} runs for the median of 3 similar jobs"
+
+
+async def test_a_job_no_worker_can_fit_is_unknown_and_says_why(store):
+    await add_worker(store, cpu=1)
+    job_id = await submit(store, resources={"cpu": 8})
+    await settle(store)
+    await Estimator().run(store, NOW)
+    estimate = (await _estimates(store))[job_id]
+    assert estimate.start_at is None and estimate.never
+    assert estimate.unknown.startswith("no worker can ever fit it: ")
+
+
+async def test_an_unmoved_estimate_is_not_rewritten_and_a_far_move_is_on_record(store):
+    worker = await add_worker(store, cpu=1)
+    first = await submit(store, time_limit=3600)
+    await settle(store)
+    await _running(store, worker, first)
+    second = await submit(store)
+    await settle(store)
+    estimator = Estimator()
+    await estimator.run(store, NOW + 10)
+    await estimator.run(store, NOW + 20)
+    assert (await _estimates(store))[second].made_at == NOW + 10  # it did not move: not rewritten
+    # The running job ends early: the waiting one starts at once, far sooner than it was told.
+    (task,) = await job_tasks(store, first)
+    await report(store, worker, (task.id, task.attempt, "SUCCEEDED", 0), now=NOW + 30)
+    await estimator.run(store, NOW + 30)  # before the scheduler placed it
+    moves = [h.message for h in await job_history(store, second) if h.handler == "EstimateStarts"]
+    assert moves == ["start estimate moved: ~1h after job 1 -> now"]
+
+
+async def test_once_a_job_starts_its_estimates_are_held_to_account(store):
+    worker = await add_worker(store, cpu=1)
+    first = await submit(store, time_limit=600)
+    await settle(store)
+    await _running(store, worker, first)
+    second = await submit(store)
+    await settle(store)
+    estimator = Estimator()
+    await estimator.run(store, NOW + 100)
+    (task,) = await job_tasks(store, first)
+    await report(store, worker, (task.id, task.attempt, "SUCCEEDED", 0), now=NOW + 500)
+    await settle(store, now=NOW + 500)  # placed at NOW + 500: the estimate said NOW + 600
+    await estimator.run(store, NOW + 505)
+    assert second not in await _estimates(store)
+    async with store.read() as connection:
+        (record,) = await settled_since(connection, 0)
+        rows = (await connection.execute(select(estimate_records))).all()
+    assert (record.made_at, record.start_at, record.started_at) == (NOW + 100, pytest.approx(NOW + 600, abs=1),
+                                                                      NOW + 500)
+    assert record.error == pytest.approx(100, abs=1) and len(rows) == 1

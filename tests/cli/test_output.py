@@ -19,7 +19,7 @@ from corral.core.views import (
     WorkerFit,
     WorkerView,
 )
-from corral.core.what_if import RemedyView, StartEstimate, WhatIfView
+from corral.core.what_if import RemedyView, WhatIfView
 from tests.cli.conftest import job_view
 
 
@@ -230,22 +230,23 @@ def test_info_of_a_pending_job_shows_the_placement_analysis(cli, fake):
 def test_info_what_if_lists_one_line_per_remedy(cli, fake):
     now = time.time()
     fake.jobs = [job_view(5, pending_reason="needs 8 gpu per task; at most 4 free on w3")]
-    fake.what_if_view = WhatIfView(job_id=5, now=now, forecasts=7,
-                                   baseline=StartEstimate(start_at=now + 3600, after_job=41), remedies=[
-        RemedyView(kind="gpus", change="--gpus 4 instead of 8", spec={"resources": {"gpu": 4}}, start_at=now,
-                   workers=["w3"]),
-        RemedyView(kind="priority", change="--priority 6 instead of 0", spec={"priority": 6}, start_at=now + 1,
-                   preempts=[41, 44]),
-        RemedyView(kind="pool", change="--pool batch instead of default", spec={"pool": "batch"},
+    fake.what_if_view = WhatIfView(job_id=5, now=now, forecasts=7, baseline=StartEstimate(
+        text="~1h after job 41", start_at=now + 3600, after_job=41, basis="job 41 runs for its time limit"), remedies=[
+        RemedyView(kind="gpus", change="--gpus 4 instead of 8", spec={"resources": {"gpu": 4}}, text="now",
+                   start_at=now, workers=["w3"]),
+        RemedyView(kind="priority", change="--priority 6 instead of 0", spec={"priority": 6}, text="now",
+                   start_at=now + 1, preempts=[41, 44]),
+        RemedyView(kind="pool", change="--pool batch instead of default", spec={"pool": "batch"}, text="~30m",
                    start_at=now + 1800)])
     lines = cli("info", "5", "--what-if").output.splitlines()
     at = lines.index(next(line for line in lines if line.startswith("what would it take")))
-    assert "as it is, it starts when job 41 ends, ~" in lines[at] and "(in 1h)" in lines[at]
+    assert lines[at].startswith("what would it take: as it is, it starts ~1h after job 41 (at ")
     assert re.fullmatch(r"  --gpus 4 instead of 8 +starts now on w3", lines[at + 1])
     assert lines[at + 2].endswith("starts now, preempting jobs 41, 44")
-    assert "--pool batch instead of default" in lines[at + 3] and lines[at + 3].endswith("(in 30m)")
+    assert re.fullmatch(r"  --pool batch instead of default +starts in ~30m \(at \d\d:\d\d\)", lines[at + 3])
     assert json.loads(cli("info", "5", "--what-if", "--json").output)["what_if"]["remedies"][0]["workers"] == ["w3"]
-    fake.what_if_view = WhatIfView(job_id=5, now=now, forecasts=2, baseline=StartEstimate(start_at=None), remedies=[])
+    fake.what_if_view = WhatIfView(job_id=5, now=now, forecasts=2, remedies=[], baseline=StartEstimate(
+        text="unknown: it does not start within the 7 days simulated", start_at=None))
     assert "would start it meaningfully sooner" in cli("info", "5", "--what-if").output
 
 

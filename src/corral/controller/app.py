@@ -33,6 +33,7 @@ from corral.controller import (
     retry_api,
     usage_api,
     users_api,
+    what_if_api,
     workers_api,
 )
 from corral.controller.audit import AuditCalls, prune_audit_loop
@@ -168,6 +169,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app.include_router(admin_api.router)
     app.include_router(project_tokens_api.router)
     app.include_router(placement_api.router)
+    app.include_router(what_if_api.router)
     app.include_router(preemption_api.router)
     app.include_router(events_api.router)
     app.include_router(dashboard_api.router)

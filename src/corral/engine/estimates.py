@@ -93,7 +93,8 @@ class Estimator:
         started = time.perf_counter()
         estimates = await asyncio.to_thread(situation.forecast)
         ESTIMATE_SECONDS.observe(time.perf_counter() - started)
-        made = {job_id: _stored(estimates[job_id], assumed, now) for job_id in pending_jobs if job_id in estimates}
+        made = {job_id: stored_estimate(estimates[job_id], assumed, now)
+                for job_id in pending_jobs if job_id in estimates}
         async with store.write(ESTIMATOR, moves_state=False) as connection:
             before = await read_estimates(connection)
             changed = [e for job_id, e in made.items() if _changed(before.get(job_id), e, now)]
@@ -162,7 +163,8 @@ def _kind(duration: Duration) -> str:
     return "guessed" if duration.basis.startswith("a guess") else "learned"
 
 
-def _stored(estimate: Estimate, assumed: Assumed, now: float) -> StoredEstimate:
+def stored_estimate(estimate: Estimate, assumed: Assumed, now: float) -> StoredEstimate:
+    """A forecast's estimate as it is kept and shown: why no start is known, in words, and what it rests on."""
     unknown = None
     if estimate.start_at is None:
         if estimate.reason is None or not estimate.never:

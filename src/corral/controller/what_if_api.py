@@ -1,0 +1,54 @@
+"""/api/v1/jobs/{id}/what-if: for a pending job, the smallest changes that would start it sooner, each with its
+estimate, forecast on the cluster as it is now (corral.scheduling.remedies)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+
+from corral.controller.identity import allow
+from corral.controller.jobs_api import estimate_view
+from corral.controller.params import PathId
+from corral.controller.services import services_of
+from corral.core.estimates import start_text
+from corral.core.roles import Action
+from corral.core.states import JobState
+from corral.core.what_if import RemedyView, WhatIfView
+from corral.engine.estimates import stored_estimate
+from corral.scheduling.remedies import Remedy, what_if
+from corral.store.job_views import job_row
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"],
+                   dependencies=[Depends(allow(Action.READ, "job", job_tokens=True))])
+
+
+@router.get("/{job_id}/what-if", response_model=WhatIfView)
+async def job_what_if(job_id: PathId, request: Request) -> WhatIfView:
+    """404 for no such job; 409 for a job that is not pending (nothing to start sooner)."""
+    services = services_of(request)
+    async with services.store.read() as connection:
+        job = await job_row(connection, job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
+    if job.state != JobState.PENDING:
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"job {job_id} is {job.state}, not pending: only a job waiting to start can start sooner")
+    now = time.time()
+    situation, _, assumed = await services.engine.estimator.situation(services.store, now)
+    if not any(item.unit.job_id == job_id for item in situation.waiting):
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"job {job_id} has no task waiting for room (it may have been placed just now)")
+    answer = await asyncio.to_thread(what_if, situation, job_id)  # seconds of simulation at most: off the loop
+    baseline = estimate_view(stored_estimate(answer.baseline, assumed, now), now)
+    assert baseline is not None  # made from an estimate
+    return WhatIfView(job_id=job_id, now=now, baseline=baseline, forecasts=answer.forecasts,
+                      remedies=[remedy_view(remedy, now) for remedy in answer.remedies])
+
+
+def remedy_view(remedy: Remedy, now: float) -> RemedyView:
+    start_at = remedy.estimate.start_at
+    return RemedyView(kind=remedy.kind, change=remedy.change, spec=remedy.spec, start_at=start_at,
+                      text=start_text(start_at, None, None, False, now), workers=list(remedy.workers),
+                      preempts=list(remedy.preempts), cancel=remedy.cancel)

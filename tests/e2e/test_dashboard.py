@@ -143,6 +143,20 @@ def test_every_page_renders_live_data(page, live):
     page.wait_for_function("location.hash.includes('sort=name')")
 
 
+def test_a_pending_jobs_page_says_what_would_it_take(page, live):
+    job_id = corral(live, "submit", "--name", "eight-cores", "--cpus", "8", "--", "true")  # the workers have 4 each
+    page.goto(f"{live.url}/#/jobs/{job_id}")
+    panel = page.locator("section.what-if")
+    panel.get_by_role("heading", name="What would it take").wait_for()
+    panel.get_by_text("As it is: unknown: no worker can ever fit it").wait_for()
+    row = panel.locator("tbody tr").filter(has_text="instead of 8")
+    row.wait_for()
+    assert row.locator("code").inner_text().startswith("--cpus ") and row.locator("td").nth(1).inner_text() == "now"
+    screenshot(page, "what-if")
+    corral(live, "cancel", job_id)
+    panel.wait_for(state="hidden")
+
+
 def test_a_deployment_and_its_replica_turning_healthy_appear_without_a_reload(page, live):
     page.goto(live.url + "/#/deployments")
     page.get_by_role("heading", name="Deployments").wait_for()

@@ -242,7 +242,7 @@ def what_if_text(view: WhatIfView) -> Text:
     """When the job starts as it is, then one line per change that would start it sooner, smallest first:
     "  --gpus 4 instead of 8      starts now on w3"."""
     text = Text("what would it take", style="italic")
-    text.append(": as it is, it starts ")
+    text.append(": as it is, " if view.baseline.start_at is None else ": as it is, it starts ")
     text.append(estimate_text(view.baseline))
     width = max((len(r.change) for r in view.remedies), default=0) + 2
     for remedy in view.remedies:

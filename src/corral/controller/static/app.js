@@ -455,8 +455,8 @@ function retryMark(job) {
 
 function jobView(view, jobId) {
   const head = h("div"), spec = h("div"), tasks = h("div"), attached = h("div"), timeline = h("div");
-  const logs = logViewer(jobId), terminal = terminalPanel(jobId, () => live.refresh());
-  view.append(head, spec, h("h2", {}, "Tasks and attempts"), tasks, terminal.element, h("h2", {}, "Attachments"), attached,
+  const logs = logViewer(jobId), terminal = terminalPanel(jobId, () => live.refresh()), whatIf = whatIfPanel(jobId);
+  view.append(head, spec, whatIf.element, h("h2", {}, "Tasks and attempts"), tasks, terminal.element, h("h2", {}, "Attachments"), attached,
     h("h2", {}, "Logs"), logs.element, h("h2", {}, "Timeline"), timeline);
   const live = liveView(view, async () => {
     const [job, taskList, history, attachments] = await Promise.all([
@@ -465,6 +465,7 @@ function jobView(view, jobId) {
     document.title = `${job.name} (#${job.id}) · corral`;
     fill(head, jobHead(job, live));
     fill(spec, jobSpec(job));
+    whatIf.update(job);
     fill(tasks, tasksTable(taskList, job.spec.bundle, (task) => terminalButtons(job, task, terminal)));
     fill(attached, attachments instanceof Error
       ? h("p", {class: "error"}, `Could not read the attachments: ${attachments.message}`) : attachmentsTable(attachments));
@@ -472,6 +473,40 @@ function jobView(view, jobId) {
     logs.update(taskList);
   }, {relevant: (e) => e.job_id === jobId || e.type.startsWith("worker.")});
   return {stop() { live.stop(); logs.stop(); terminal.stop(); document.title = "corral"; }, refresh: live.refresh};
+}
+
+// What would it take: for a pending job, the smallest changes that would start it sooner. Each answer runs the
+// scheduler ahead some times over, so it is asked once when the job is seen pending, and again on request.
+function whatIfPanel(jobId) {
+  const body = h("div"), again = h("button", {type: "button", onclick: () => load()}, "Forecast again");
+  const element = h("section", {class: "what-if", hidden: true},
+    h("div", {class: "head"}, h("h2", {}, "What would it take"), h("div", {class: "actions"}, again)), body);
+  let asked = false;
+  async function load() {
+    asked = true;
+    again.disabled = true;
+    fill(body, h("p", {class: "muted"}, "Forecasting…"));
+    try { fill(body, whatIfTable(await getJSON(`/jobs/${jobId}/what-if`))); }
+    catch (error) { fill(body, h("p", {class: "error"}, `Could not forecast: ${error.message}`)); }
+    finally { again.disabled = false; }
+  }
+  return {element, update(job) {
+    element.hidden = job.state !== "PENDING";
+    if (!element.hidden && !asked) load();
+  }};
+}
+
+function whatIfTable(answer) {
+  const as = h("p", {}, answer.baseline.start_at === null ? "As it is: " : "As it is, it starts ",
+    h("strong", {}, answer.baseline.text), ".");
+  if (!answer.remedies.length) {
+    return h("div", {}, as, h("p", {class: "muted"}, "No change of its request, pool, constraints or priority would start it meaningfully sooner."));
+  }
+  const when = (r) => r.text === "now" || r.start_at === null ? "now" : `in ${r.text} (at ${new Date(r.start_at * 1000).toLocaleTimeString()})`;
+  return h("div", {}, as, h("table", {}, h("thead", {}, h("tr", {}, ["change", "starts", "on", "preempts"].map((c) => h("th", {}, c)))),
+    h("tbody", {}, answer.remedies.map((r) => h("tr", {},
+      h("td", {}, h("code", {}, r.change)), h("td", {}, when(r)), h("td", {}, r.workers.join(", ")),
+      h("td", {}, r.preempts.map((id) => h("a", {href: `#/jobs/${id}`, class: "tag"}, `#${id}`))))))));
 }
 
 function jobHead(job, live) {

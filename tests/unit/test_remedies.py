@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.core.config import PoolPolicy
+from corral.core.config import PoolPolicy, Sequencer
 from corral.core.constraints import parse_constraint
 from corral.scheduling.forecast import Ending, Situation, Waiting
 from corral.scheduling.placement import Request, Unit, WorkerRoom
@@ -197,12 +197,28 @@ def test_nothing_helps():
     assert answer.forecasts == 2  # the baseline, and priority 1 (which overtakes nothing that waits)
 
 
+def test_a_fifo_pool_tries_no_priority():
+    fifo = Policy(pools={"default": PoolPolicy(sequencer=Sequencer.FIFO)})
+    rooms = [worker("w1", gpus=1, free=[])]
+    answer = what_if(situation([pending(3, gpus=1, priority=3, project="other"), pending(gpus=1)], rooms,
+                               [busy(41, "w1", 3600, gpus=1, priority=-5, project="other")], policy=fifo), 2)
+    assert answer.remedies == () and answer.forecasts == 1
+
+
+def test_the_two_pools_that_start_soonest_are_listed():
+    rooms = [worker("w1", gpus=1, free=[]), *(worker(f"{p}1", gpus=1, pool=p, free=[]) for p in ("a", "b", "c"))]
+    ending = [busy(41, "w1", 9000, gpus=1, project="other"), busy(42, "a1", 3000, gpus=1, project="other"),
+              busy(43, "b1", 1000, gpus=1, project="other"), busy(44, "c1", 2000, gpus=1, project="other")]
+    answer = what_if(situation([pending(gpus=1)], rooms, ending), 2)
+    assert [r.spec["pool"] for r in answer.remedies if r.kind == "pool"] == ["b", "c"]
+
+
 def test_a_remedy_must_save_a_minute():
-    # With 1 GPU it would start 30 s sooner: not worth listing.
+    # With 1 GPU it would start 50 s sooner: a sixth of the wait, but under a minute, so not worth listing.
     rooms = [worker("w1", gpus=2, free=[]), worker("w2", gpus=1, free=[])]
-    ending = [busy(41, "w1", 600, gpus=2, project="other"), busy(42, "w2", 570, gpus=1, project="other")]
+    ending = [busy(41, "w1", 300, gpus=2, project="other"), busy(42, "w2", 250, gpus=1, project="other")]
     answer = what_if(situation([pending(gpus=2)], rooms, ending), 2)
-    assert answer.baseline.start_at == NOW + 600 and answer.remedies == ()
+    assert answer.baseline.start_at == NOW + 300 and answer.remedies == ()
 
 
 def test_a_job_that_starts_now_needs_nothing():
@@ -220,7 +236,7 @@ def test_a_job_not_pending_is_refused():
     (NOW, NOW, False),  # nothing beats now
     (NOW + 500, None, True),  # a start beats never
     (None, NOW + 500, False),
-    (NOW + 550, NOW + 600, False),  # 50 s sooner: under a minute
+    (NOW + 250, NOW + 300, False),  # 50 s sooner: a sixth of the wait, but under a minute
     (NOW + 30_000, NOW + 32_000, False),  # 2000 s of a 32000 s wait: under a tenth
     (NOW + 28_000, NOW + 32_000, True),
 ])

@@ -38,6 +38,7 @@ MIN_GAIN = 60.0  # seconds: a remedy starts at least this much sooner than the b
 GAIN_SHARE = 0.1  # ...and at least this share of the baseline's wait sooner (or now)
 MAX_REMEDIES = 6
 MAX_VALUES = 3  # other values of a label tried in place of a constraint's
+MAX_POOLS = 2  # other pools listed
 MAX_FORECASTS = 40
 GB = 10**9  # memory remedies ask whole gigabytes, as `--memory 24G` reads them
 MAX_PRIORITY = 1000  # the highest priority a spec may ask
@@ -137,12 +138,13 @@ class _Trials:
                           situation)
 
     def _pools(self) -> list[Found]:
+        """Each other pool that could hold it is tried; the MAX_POOLS that start soonest are kept."""
         found: list[Found] = []
         for pool in self._other_pools():
             situation = self._with_unit(pool=pool)
             found += self._kept(Remedy("pool", f"--pool {pool} instead of {self.first.pool}", {"pool": pool},
                                        self._try(situation)), situation)
-        return found
+        return sorted(found, key=lambda f: f[0].estimate.start_at or math.inf)[:MAX_POOLS]
 
     def _constraints(self) -> list[Found]:
         """Per label constraint: dropping it, and if that helps, the other value of its label that starts soonest."""
@@ -170,9 +172,9 @@ class _Trials:
     def _priority(self) -> list[Found]:
         """The smallest priority that starts as soon as the highest that matters: one above each priority of a job
         that waits or holds room in its pool (up to the highest a spec may ask)."""
-        if self.baseline.never:
-            return []
         mine, pool = self.first.priority, self.first.pool
+        if self.baseline.never or self.situation.policy.pool(pool).sequencer is Sequencer.FIFO:
+            return []  # no priority makes room appear; a FIFO pool neither orders nor preempts by it
         workers = {room.id for room in self.situation.rooms if room.pool == pool}
         others = {item.unit.priority for item in self.situation.waiting
                   if item.unit.pool == pool and item.unit.job_id != self.job_id}

@@ -42,7 +42,6 @@ async def job_what_if(job_id: PathId, request: Request) -> WhatIfView:
                             f"job {job_id} has no task waiting for room (it may have been placed just now)")
     answer = await asyncio.to_thread(what_if, situation, job_id)  # seconds of simulation at most: off the loop
     baseline = estimate_view(stored_estimate(answer.baseline, assumed, now), now)
-    assert baseline is not None  # made from an estimate
     return WhatIfView(job_id=job_id, now=now, baseline=baseline, forecasts=answer.forecasts,
                       remedies=[remedy_view(remedy, now) for remedy in answer.remedies])
 

@@ -105,3 +105,15 @@ async def test_once_a_job_starts_its_estimates_are_held_to_account(store):
     assert (record.made_at, record.start_at, record.started_at) == (NOW + 100, pytest.approx(NOW + 600, abs=1),
                                                                       NOW + 500)
     assert record.error == pytest.approx(100, abs=1) and len(rows) == 1
+
+
+async def test_one_controller_estimates_per_period(store):
+    await add_worker(store, cpu=1)
+    await submit(store, resources={"cpu": 2})
+    await settle(store)
+    first, second = Estimator(), Estimator()
+    assert await first.run_if_due(store, NOW)
+    assert not await first.run_if_due(store, NOW + 1)  # not due yet
+    assert not await second.run_if_due(store, NOW + 1)  # due, but the other controller's pass is fresh
+    assert await second.run_if_due(store, NOW + 6)
+    assert not await first.run_if_due(store, NOW + 7)  # due again, and the other's pass is fresh

@@ -125,6 +125,7 @@ def test_every_page_renders_live_data(page, live):
     page.goto(live.url + "/#/queue")
     page.locator("table[aria-label=queue]").filter(has_text="too-big").wait_for()
     page.get_by_text("waiting for one to join").first.wait_for()
+    page.locator("table[aria-label=queue] td").filter(has_text="unknown: no worker can ever fit it").wait_for()
     screenshot(page, "queue")
     page.goto(live.url + "/#/workers")
     page.locator("tr[data-worker]").nth(1).wait_for()

@@ -26,13 +26,19 @@ async def _running(store, worker, job_id, now=NOW):
         await settle(store, now=now)
 
 
-async def test_a_job_behind_one_with_a_time_limit_starts_when_that_limit_ends(store):
+async def _one_behind_another(store, **first_spec) -> tuple[str, int, int]:
+    """A worker with room for one job, running the first; the second waits. (worker, first, second)"""
     worker = await add_worker(store, cpu=1)
-    first = await submit(store, time_limit=600)
+    first = await submit(store, **first_spec)
     await settle(store)
     await _running(store, worker, first)
     second = await submit(store)
     await settle(store)
+    return worker, first, second
+
+
+async def test_a_job_behind_one_with_a_time_limit_starts_when_that_limit_ends(store):
+    _, first, second = await _one_behind_another(store, time_limit=600)
     made = await Estimator().run(store, NOW + 100)
     assert list(made) == [second]
     estimate = (await _estimates(store))[second]
@@ -41,12 +47,7 @@ async def test_a_job_behind_one_with_a_time_limit_starts_when_that_limit_ends(st
 
 
 async def test_learned_durations_stand_in_for_a_missing_time_limit(store):
-    worker = await add_worker(store, cpu=1)
-    first = await submit(store, name="train")
-    await settle(store)
-    await _running(store, worker, first)
-    second = await submit(store)
-    await settle(store)
+    _, first, second = await _one_behind_another(store, name="train")
     estimator = Estimator()
     estimator.model = estimator.model.__class__([Run("default", "train", (1.0, 0, 0.0), 900)] * 3)
     estimator.learned_at = NOW + 100
@@ -67,12 +68,7 @@ async def test_a_job_no_worker_can_fit_is_unknown_and_says_why(store):
 
 
 async def test_an_unmoved_estimate_is_not_rewritten_and_a_far_move_is_on_record(store):
-    worker = await add_worker(store, cpu=1)
-    first = await submit(store, time_limit=3600)
-    await settle(store)
-    await _running(store, worker, first)
-    second = await submit(store)
-    await settle(store)
+    worker, first, second = await _one_behind_another(store, time_limit=3600)
     estimator = Estimator()
     await estimator.run(store, NOW + 10)
     await estimator.run(store, NOW + 20)
@@ -86,12 +82,7 @@ async def test_an_unmoved_estimate_is_not_rewritten_and_a_far_move_is_on_record(
 
 
 async def test_once_a_job_starts_its_estimates_are_held_to_account(store):
-    worker = await add_worker(store, cpu=1)
-    first = await submit(store, time_limit=600)
-    await settle(store)
-    await _running(store, worker, first)
-    second = await submit(store)
-    await settle(store)
+    worker, first, second = await _one_behind_another(store, time_limit=600)
     estimator = Estimator()
     await estimator.run(store, NOW + 100)
     (task,) = await job_tasks(store, first)
@@ -105,3 +96,15 @@ async def test_once_a_job_starts_its_estimates_are_held_to_account(store):
     assert (record.made_at, record.start_at, record.started_at) == (NOW + 100, pytest.approx(NOW + 600, abs=1),
                                                                       NOW + 500)
     assert record.error == pytest.approx(100, abs=1) and len(rows) == 1
+
+
+async def test_one_controller_estimates_per_period(store):
+    await add_worker(store, cpu=1)
+    await submit(store, resources={"cpu": 2})
+    await settle(store)
+    first, second = Estimator(), Estimator()
+    assert await first.run_if_due(store, NOW)
+    assert not await first.run_if_due(store, NOW + 1)  # not due yet
+    assert not await second.run_if_due(store, NOW + 1)  # due, but the other controller's pass is fresh
+    assert await second.run_if_due(store, NOW + 6)
+    assert not await first.run_if_due(store, NOW + 7)  # due again, and the other's pass is fresh

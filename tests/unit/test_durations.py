@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from corral.scheduling.durations import ENOUGH, GUESS, OVERDUE, Duration, DurationModel, Run, expected_end
+from corral.scheduling.durations import (
+    ENOUGH,
+    GUESS,
+    OVERDUE,
+    Duration,
+    DurationModel,
+    Run,
+    command_name,
+    expected_end,
+)
 
 SHAPE = (1.0, 0, 1.0)
 
@@ -42,3 +51,10 @@ def test_an_overdue_task_is_expected_to_run_a_while_longer_unless_its_limit_ends
     assert expected_end(Duration(100, "x"), since=0, now=50) == 100
     assert expected_end(Duration(100, "x"), since=0, now=400) == 400 * OVERDUE
     assert expected_end(Duration(100, "its time limit"), since=0, now=400, time_limit=100) == 400
+
+
+def test_a_command_is_named_by_its_given_name_else_its_program_and_script():
+    assert command_name("train-big", ["python", "train.py"]) == "train-big"
+    assert command_name("python", ["/usr/bin/python", "-u", "src/train.py", "--lr", "3"]) == "python train.py"
+    assert command_name("python", ["python", "-m"]) == "python"
+    assert command_name("sleep", ["sleep", "60"]) == "sleep 60"

@@ -44,7 +44,7 @@ from corral.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import BATCH_ROWS, TASK_STATES, TASK_TARGET_JOB_STATES, target_rows, task_row
-from corral.store.scheduling_reads import capacity_fence, read_cluster
+from corral.store.scheduling_reads import KeptCapacity, capacity_fence, read_cluster
 from corral.store.store import Store
 
 if TYPE_CHECKING:
@@ -130,15 +130,15 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
         return RunReport(changes.moved, changes.touched_workers, outcomes)
 
 
-async def pending_work(connection: AsyncConnection, handler: Handler, now: float) -> tuple[list[Target], Snapshot,
-                                                                                         dict[int, JobState]]:
-    """A placing handler's targets, and the cluster read afresh, as its run would see them, without running it: what
-    the start estimates simulate ahead from. Also each target job's state."""
+async def pending_work(connection: AsyncConnection, handler: Handler, now: float,
+                       kept: KeptCapacity) -> tuple[list[Target], Snapshot, dict[int, JobState]]:
+    """A placing handler's targets, and the cluster over an index `kept` across calls, as its run would see them,
+    without running it: what the start estimates simulate ahead from. Also each target job's state."""
     rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
                              handler.launcher_states, handler.batch_rows or BATCH_ROWS)
     targets, job_info, _ = _targets(rows, handler)
     snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
-    snapshot.cluster = await read_cluster(connection)
+    snapshot.cluster = await read_cluster(connection, kept, job_info.keys())
     return targets, snapshot, {job_id: info.state for job_id, info in job_info.items()}
 
 

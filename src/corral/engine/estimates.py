@@ -39,6 +39,7 @@ from corral.store.estimates import (
     settle,
     write_estimates,
 )
+from corral.store.scheduling_reads import KeptCapacity
 from corral.store.store import Store
 
 log = logging.getLogger("corral.engine.estimates")
@@ -73,6 +74,8 @@ class Estimator:
         self.model = DurationModel()
         self.learned_at = 0.0
         self.due = 0.0
+        self.kept = KeptCapacity()  # the cluster, brought up to date from the history pass after pass
+        self.facts: dict[int, JobDurationFacts] = {}  # what durations are looked up by, per job: fixed once stored
         self.wrote_at: float | None = None
 
     async def run_if_due(self, store: Store, now: float) -> bool:
@@ -119,14 +122,19 @@ class Estimator:
             if now - self.learned_at >= LEARN_PERIOD:
                 self.model = DurationModel(await finished_runs(connection))
                 self.learned_at = now
-            targets, snapshot, states = await pending_work(connection, handler, now)
-            cluster = snapshot.cluster
-            facts = await duration_facts(connection, {t.job_id for t in targets} | {t.job_id for t in cluster.running})
+            targets, snapshot, states = await pending_work(connection, handler, now, self.kept)
+            cluster, index = snapshot.cluster, snapshot.cluster.capacity()
+            running = list(index.running.values())
+            wanted = {t.job_id for t in targets} | {t.job_id for t in running}
+            self.facts = {job_id: self.facts[job_id] for job_id in wanted if job_id in self.facts}
+            self.facts.update(await duration_facts(connection, wanted - self.facts.keys()))
+            facts = self.facts
         assumed = Assumed()
         waiting = [self._waiting(target, snapshot, facts, assumed) for target in targets
                    if target.job_id not in cluster.unreadable]
         ending = []
-        for task in cluster.running:
+        used: Counter[Duration] = Counter()
+        for task in running:
             job = facts.get(task.job_id)
             if task.stopping:
                 ending.append(Ending(task, now + STOPPING_FOR))
@@ -134,9 +142,11 @@ class Estimator:
             limit = job.time_limit if job else None
             duration = self._duration(task.job_id, job, (task.request.cpu, task.request.memory, task.request.gpu),
                                       assumed)
-            assumed.running[_kind(duration)] += 1
+            used[duration] += 1
             ending.append(Ending(task, expected_end(duration, task.since, now, limit)))
-        situation = Situation(tuple(waiting), tuple(cluster.rooms), tuple(ending), now, cluster.policy,
+        for duration, tasks in used.items():
+            assumed.running[_kind(duration)] += tasks
+        situation = Situation(tuple(waiting), tuple(index.rooms), tuple(ending), now, cluster.policy,
                               cluster.dependencies)
         return situation, {job_id for job_id, state in states.items() if state is JobState.PENDING}, assumed
 

@@ -98,11 +98,19 @@ class Engine:
         self._woken.set()
 
     async def run(self) -> None:
+        """The handlers' passes, and beside them the start estimates: a simulation never holds up a pass."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._estimating(), name="estimates")
+            while True:
+                changed = await self.run_pass()
+                if changed:
+                    continue  # one handler's successes are the next one's targets
+                await woken(self._woken, self._idle_timeout())
+
+    async def _estimating(self) -> None:
         while True:
-            changed = await self.run_pass()
-            if changed:
-                continue  # one handler's successes are the next one's targets
-            await woken(self._woken, self._idle_timeout())
+            await self._estimate()
+            await asyncio.sleep(max(0.0, self.estimator.due - time.time()))
 
     def _idle_timeout(self) -> float:
         period = BUSY_RETRY if self.busy else PERIOD
@@ -187,9 +195,7 @@ class Engine:
                 changed = True
                 self.signals.notify(report.workers)
                 present, _ = await self._present()
-        changed = await self._reap() or changed
-        await self._estimate()
-        return changed
+        return await self._reap() or changed
 
     async def _estimate(self) -> None:
         """Every pending job's start estimate, once per its period: it changes no state, so nothing waits on it."""

@@ -1,7 +1,8 @@
 """How long a task is expected to run: its time limit where it has one, else what similar jobs took.
 
 Similar means, from the most to the least alike: the same project, command name and resources; the
-same project and command name; the same project. The median of the latest runs of the most alike
+same project and command name; the same project. The command name is the job's name where it was
+given one, else its program and script ("python train.py"). The median of the latest runs of the most alike
 kind that has enough of them stands for the task's duration, and says which it was, so an estimate
 built on it can say what it assumed. With no history at all, a guess of an hour stands in.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 GUESS = 3600.0  # seconds a task of which nothing is known is taken to run
@@ -58,6 +59,16 @@ class DurationModel:
                     self._medians[key] = statistics.median(runs)
                 return Duration(self._medians[key], f"the median of {len(runs)} {alike}")
         return Duration(GUESS, "a guess: no similar job has finished yet")
+
+
+def command_name(name: str, command: Sequence[str]) -> str:
+    """What a job is alike by: its own name where it was given one, else its program and the first argument that
+    is not a flag ("python train.py", not "python": every Python job has that name by default)."""
+    program = command[0].rsplit("/", 1)[-1] if command else ""
+    if name != program[:200]:
+        return name
+    script = next((arg for arg in command[1:] if not arg.startswith("-")), None)
+    return f"{program} {script.rsplit('/', 1)[-1]}" if script else program
 
 
 def expected_end(duration: Duration, since: float, now: float, time_limit: float | None = None) -> float:

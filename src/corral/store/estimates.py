@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.estimates import Settled
 from corral.core.states import JobState, TaskState
-from corral.scheduling.durations import Run
+from corral.scheduling.durations import Run, command_name
 from corral.scheduling.policy import DEFAULT_PROJECT
 from corral.store.cluster_state import put_setting
 from corral.store.schema import attempts, cluster_settings, estimate_records, history, jobs, start_estimates, tasks
@@ -42,7 +42,7 @@ class StoredEstimate:
 class JobDurationFacts:
     """What a job's expected duration is looked up by."""
 
-    name: str
+    name: str  # its command name (corral.scheduling.durations.command_name)
     project: str
     time_limit: float | None
 
@@ -57,15 +57,16 @@ async def finished_runs(connection: AsyncConnection, limit: int = RUNS_READ) -> 
                     attempts.c.finished_at.is_not(None))
              .order_by(attempts.c.finished_at.desc()).limit(limit))
     rows = (await connection.execute(query)).all()
-    return [Run(_project(row.spec), row.name, (row.cpu, row.memory, row.gpu), row.finished_at - row.started_at)
-            for row in reversed(rows)]
+    return [Run(_project(row.spec), _command(row.name, row.spec), (row.cpu, row.memory, row.gpu),
+                row.finished_at - row.started_at) for row in reversed(rows)]
 
 
 async def duration_facts(connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, JobDurationFacts]:
     if not job_ids:
         return {}
     rows = await connection.execute(select(jobs.c.id, jobs.c.name, jobs.c.spec).where(jobs.c.id.in_(list(job_ids))))
-    return {row.id: JobDurationFacts(row.name, _project(row.spec), _time_limit(row.spec)) for row in rows}
+    return {row.id: JobDurationFacts(_command(row.name, row.spec), _project(row.spec), _time_limit(row.spec))
+            for row in rows}
 
 
 async def estimated_at(connection: AsyncConnection) -> float | None:
@@ -157,6 +158,10 @@ def _columns(estimate: StoredEstimate) -> dict:
     return dict(job_id=estimate.job_id, made_at=estimate.made_at, start_at=estimate.start_at,
                 all_started_at=estimate.all_started_at, after_job=estimate.after_job, basis=estimate.basis,
                 unknown=estimate.unknown, never=estimate.never)
+
+
+def _command(name: str, spec) -> str:
+    return command_name(name, (spec or {}).get("command") or ())
 
 
 def _project(spec) -> str:

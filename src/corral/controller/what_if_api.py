@@ -16,7 +16,7 @@ from corral.core.estimates import start_text
 from corral.core.roles import Action
 from corral.core.states import JobState
 from corral.core.what_if import RemedyView, WhatIfView
-from corral.engine.estimates import stored_estimate
+from corral.engine.estimates import Estimator, stored_estimate
 from corral.scheduling.remedies import Remedy, what_if
 from corral.store.job_views import job_row
 
@@ -36,7 +36,9 @@ async def job_what_if(job_id: PathId, request: Request) -> WhatIfView:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"job {job_id} is {job.state}, not pending: only a job waiting to start can start sooner")
     now = time.time()
-    situation, _, assumed = await services.engine.estimator.situation(services.store, now)
+    # An estimator of its own: the engine's keeps a capacity index across its passes, which a request reading
+    # beside them must not move; the durations it learns are read from the same finished runs.
+    situation, _, assumed = await Estimator().situation(services.store, now)
     if not any(item.unit.job_id == job_id for item in situation.waiting):
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"job {job_id} has no task waiting for room (it may have been placed just now)")

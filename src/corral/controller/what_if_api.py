@@ -35,6 +35,12 @@ async def job_what_if(job_id: PathId, request: Request) -> WhatIfView:
     if job.state != JobState.PENDING:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"job {job_id} is {job.state}, not pending: only a job waiting to start can start sooner")
+    async with _one_at_a_time(request):  # each costs seconds of CPU on a long queue: they wait for each other
+        return await _what_if(request, job_id)
+
+
+async def _what_if(request: Request, job_id: int) -> WhatIfView:
+    services = services_of(request)
     now = time.time()
     # An estimator of its own: the engine's keeps a capacity index across its passes, which a request reading
     # beside them must not move; the durations it learns are read from the same finished runs.
@@ -46,6 +52,13 @@ async def job_what_if(job_id: PathId, request: Request) -> WhatIfView:
     baseline = estimate_view(stored_estimate(answer.baseline, assumed, now), now)
     return WhatIfView(job_id=job_id, now=now, baseline=baseline, forecasts=answer.forecasts,
                       remedies=[remedy_view(remedy, now) for remedy in answer.remedies])
+
+
+def _one_at_a_time(request: Request) -> asyncio.Lock:
+    state = request.app.state
+    if not hasattr(state, "what_if_lock"):
+        state.what_if_lock = asyncio.Lock()
+    return state.what_if_lock
 
 
 def remedy_view(remedy: Remedy, now: float) -> RemedyView:

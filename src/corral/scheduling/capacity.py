@@ -54,6 +54,9 @@ class CapacityIndex:
         self._measures: dict[str, tuple[dict[Kind, float], Fragmentation]] = {}
         self._state_of: dict[int, int] = {}
         self._buckets: dict[GroupKey, dict[int, set[int]]] = {}
+        # Rooms changed since the sorted views were last read, with their room_key then: the views are brought up
+        # to date when read, so a room that changes many times between passes is moved once.
+        self._moved: dict[int, tuple] = {}
         self._renumbered()
         self._count_all(running)
 
@@ -61,6 +64,7 @@ class CapacityIndex:
 
     def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
         """The members of a pool that match the constraints (a pass reads them, never changes them)."""
+        self._settle()
         key = (pool, constraints)
         if key not in self._groups:
             members = self._groups[key] = Members.of(self.rooms, pool, constraints)
@@ -90,11 +94,13 @@ class CapacityIndex:
 
     def states(self) -> dict[int, int]:
         """Each stated room's state id under its pool's kept measure (a pass copies, never changes it)."""
+        self._settle()
         return self._state_of
 
     def buckets(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> dict[int, set[int]]:
         """The group's members by state id under the pool's measure (`fragmentation` first); kept up to date by
         each change of room, so a pass states only the rooms it changes (it copies these, never changes them)."""
+        self._settle()
         key = (pool, constraints)
         if key not in self._buckets:
             measure = self._measures[pool][1]
@@ -130,7 +136,10 @@ class CapacityIndex:
         self._count(task, 1)
         i = self.position.get(task.worker_id)
         if i is not None:
-            self._change_room(i, lambda room: room.hold(task.request, task.gpu_ids))
+            room = self.rooms[i]
+            if i not in self._moved:
+                self._moved[i] = room_key(room, i)
+            room.hold(task.request, task.gpu_ids)
 
     def remove(self, task_id: int) -> None:
         """A task that ended: its room is free again."""
@@ -140,7 +149,10 @@ class CapacityIndex:
         self._count(task, -1)
         i = self.position.get(task.worker_id)
         if i is not None:
-            self._change_room(i, lambda room: room.give(task.request, task.gpu_ids))
+            room = self.rooms[i]
+            if i not in self._moved:
+                self._moved[i] = room_key(room, i)
+            room.give(task.request, task.gpu_ids)
 
     def stop(self, task_id: int) -> None:
         """A task being evicted or terminated: it holds its room until it ends."""
@@ -173,6 +185,7 @@ class CapacityIndex:
     def _renumbered(self) -> None:
         """Positions moved (a worker joined or was lost): the groups and totals are found again when asked."""
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
+        self._moved.clear()
         self._groups.clear()
         self._ranked.clear()
         self._member_of.clear()
@@ -211,60 +224,87 @@ class CapacityIndex:
                 _add(self.pool_use.setdefault(pool, {}), project, amounts)
                 self._pool_tasks_of[pool, project] += n
 
-    def _change_room(self, i: int, change) -> None:
-        room = self.rooms[i]
-        old, old_ranks = room_key(room, i), [rank_key(room, i, resource) for resource in RANKED]
-        change(room)
-        for key in self._member_of.get(i, ()):
-            _resort(self._groups[key].keys, old, room_key(room, i))
-            for resource, old_rank in zip(RANKED, old_ranks, strict=True):
-                if (key, resource) in self._ranked:
-                    _resort(self._ranked[key, resource], old_rank, rank_key(room, i, resource))
-        if i in self._state_of:
-            old_state = self._state_of[i]
-            new_state = self._state_of[i] = self._measures[room.pool][1].state(room)
-            for key in self._member_of.get(i, ()):
-                if key in self._buckets and new_state != old_state:
-                    _move(self._buckets[key], old_state, new_state, i)
+    def _settle(self) -> None:
+        """Move the rooms changed (`add`, `remove`) since the last read in the sorted views and restate them; where many changed,
+        sorting a view afresh costs less than moving each (the order is the same either way)."""
+        if not self._moved:
+            return
+        restate, self._moved = self._moved, {}
+        moved = {i: old for i, old in restate.items() if room_key(self.rooms[i], i) != old}
+        for key, members in self._groups.items():
+            changed = [i for i in moved if i in members.member_set] if len(moved) < len(members.members) else \
+                [i for i in members.members if i in moved]
+            if not changed:
+                continue
+            if len(changed) * 8 > len(members.members):
+                members.keys[:] = sorted(room_key(self.rooms[i], i) for i in members.members)
+                for resource in RANKED:  # sorted again when a reason asks
+                    self._ranked.pop((key, resource), None)
+                continue
+            for i in changed:
+                _resort(members.keys, moved[i], room_key(self.rooms[i], i))
+                for resource in RANKED:
+                    ranked = self._ranked.get((key, resource))
+                    if ranked is not None:
+                        _resort(ranked, _rank_of(moved[i], resource), rank_key(self.rooms[i], i, resource))
+        for i in restate:  # a share or a custom slot changes the state, not the key
+            if i in self._state_of:
+                room = self.rooms[i]
+                old_state = self._state_of[i]
+                new_state = self._state_of[i] = self._measures[room.pool][1].state(room)
+                if new_state != old_state:
+                    for key in self._member_of.get(i, ()):
+                        if key in self._buckets:
+                            _move(self._buckets[key], old_state, new_state, i)
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)
         return None if i is None else self.rooms[i].pool
 
     def _count(self, task: RunningTask, sign: int) -> None:
-        self.tasks_of_job[task.job_id] += sign
-        if not self.tasks_of_job[task.job_id]:
-            del self.tasks_of_job[task.job_id]
+        job_id, worker_id = task.job_id, task.worker_id
+        held = self.tasks_of_job[job_id] + sign
+        if held:
+            self.tasks_of_job[job_id] = held
+        else:
+            del self.tasks_of_job[job_id]
         if sign > 0:
             self.running[task.task_id] = task
-            self.on_worker[task.worker_id].add(task.task_id)
+            on_worker = self.on_worker[worker_id]
+            on_worker.add(task.task_id)
         else:
             del self.running[task.task_id]
-            self.on_worker[task.worker_id].discard(task.task_id)
-            if not self.on_worker[task.worker_id]:
-                del self.on_worker[task.worker_id]
+            on_worker = self.on_worker[worker_id]
+            on_worker.discard(task.task_id)
+            if not on_worker:
+                del self.on_worker[worker_id]
         _charge(self.quota_use, self._tasks_of, task.project, task.project, task, sign)
         self._count_in_pool(task, sign)
 
     def _count_in_pool(self, task: RunningTask, sign: int) -> None:
-        pool = self._pool(task)
-        if pool is None:
+        i = self.position.get(task.worker_id)
+        if i is None:
             return
-        _charge(self.pool_use.setdefault(pool, {}), self._pool_tasks_of, (pool, task.project), task.project, task,
-                sign)
-        if not self.pool_use[pool]:
+        pool = self.rooms[i].pool
+        use = self.pool_use.get(pool)
+        if use is None:
+            use = self.pool_use[pool] = {}
+        _charge(use, self._pool_tasks_of, (pool, task.project), task.project, task, sign)
+        if not use:
             del self.pool_use[pool]
         priorities = self._priorities[pool]
-        priorities[task.priority] += sign
-        if not priorities[task.priority]:
+        running = priorities[task.priority] + sign
+        if running:
+            priorities[task.priority] = running
+        else:
             del priorities[task.priority]
             if not priorities:
                 del self._priorities[pool]
         latest = self._latest.get(pool)
-        if sign > 0 and pool not in self._stale_latest and (latest is None or
-                                                           _placed_order(task) > _placed_order(latest)):
-            self._latest[pool] = task
-        elif sign < 0 and latest is not None and latest.task_id == task.task_id:
+        if sign > 0:
+            if pool not in self._stale_latest and (latest is None or _placed_order(task) > _placed_order(latest)):
+                self._latest[pool] = task
+        elif latest is not None and latest.task_id == task.task_id:
             del self._latest[pool]
             self._stale_latest.add(pool)
 
@@ -273,6 +313,12 @@ def _resort(entries: list[tuple], old: tuple, new: tuple) -> None:
     """Move a room's entry in a sorted list."""
     entries.pop(bisect_left(entries, old))
     insort(entries, new)
+
+
+def _rank_of(key: tuple, resource: str) -> tuple[float, int]:
+    """The rank_key of a room for a RANKED resource, from its room_key."""
+    gpus, cpu, memory, i = key
+    return (-(gpus if resource == "gpu" else cpu if resource == "cpu" else memory), i)
 
 
 def _move(by_state: dict[int, set[int]], old: int, new: int, i: int) -> None:
@@ -286,12 +332,17 @@ def _move(by_state: dict[int, set[int]], old: int, new: int, i: int) -> None:
 def _charge(use: Use, counts: Counter, count_key, project: str, task: RunningTask, sign: int) -> None:
     """Add (or take back) a task's amounts to a project's use; with none of its tasks left, its use is dropped, so
     that rounding never leaves a trace of what ended."""
-    counts[count_key] += sign
-    if not counts[count_key]:
+    left = counts[count_key] + sign
+    if not left:
         del counts[count_key]
         use.pop(project, None)
         return
-    _add(use, project, task.request.amounts(sign))
+    counts[count_key] = left
+    project_use = use.get(project)
+    if project_use is None:
+        project_use = use[project] = defaultdict(float)
+    for resource, amount in task.request.per_task.items():
+        project_use[resource] += amount * sign
 
 
 def _add(use: Use, project: str, amounts: dict[str, float]) -> None:

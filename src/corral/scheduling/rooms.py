@@ -61,6 +61,7 @@ class Request:
         object.__setattr__(self, "share", share)  # hundredths of one device, for a share; 0 for whole devices
         object.__setattr__(self, "whole", 0 if share else int(self.gpu))  # whole devices, 0 for a share
         object.__setattr__(self, "_hash", hash((self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory)))
+        object.__setattr__(self, "per_task", self.amounts())  # what one task holds, kept: never changed
 
     def __hash__(self) -> int:
         return self._hash

@@ -22,7 +22,7 @@ from dataclasses import replace
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.fragmentation import Fragmentation, Kind
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, room_key
+from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, rank_keys, room_key
 
 GroupKey = tuple[str, tuple[AnyConstraint, ...]]
 # A kept measure remembers every state it has scored: past this many it is built afresh, so memory stays bounded.
@@ -54,9 +54,9 @@ class CapacityIndex:
         self._measures: dict[str, tuple[dict[Kind, float], Fragmentation]] = {}
         self._state_of: dict[int, int] = {}
         self._buckets: dict[GroupKey, dict[int, set[int]]] = {}
-        # Rooms changed since the sorted views were last read, with their room_key then: the views are brought up
-        # to date when read, so a room that changes many times between passes is moved once.
-        self._moved: dict[int, tuple] = {}
+        # Rooms changed since the sorted views were last read, with their room_key then and whether it was plain:
+        # the views are brought up to date when read, so a room that changes many times between passes is moved once.
+        self._moved: dict[int, tuple[tuple, bool]] = {}
         self._renumbered()
         self._count_all(running)
 
@@ -77,7 +77,7 @@ class CapacityIndex:
         group = self.group(pool, constraints)
         key = ((pool, constraints), resource)
         if key not in self._ranked:
-            self._ranked[key] = sorted(rank_key(self.rooms[i], i, resource) for i in group.members)
+            self._ranked[key] = sorted(rank_keys(self.rooms, group.members, resource))
         return self._ranked[key]
 
     def fragmentation(self, pool: str, weights: dict[Kind, float]) -> Fragmentation:
@@ -138,7 +138,7 @@ class CapacityIndex:
         if i is not None:
             room = self.rooms[i]
             if i not in self._moved:
-                self._moved[i] = room_key(room, i)
+                self._moved[i] = (room_key(room, i), _plain(room))
             room.hold(task.request, task.gpu_ids)
 
     def remove(self, task_id: int) -> None:
@@ -151,7 +151,7 @@ class CapacityIndex:
         if i is not None:
             room = self.rooms[i]
             if i not in self._moved:
-                self._moved[i] = room_key(room, i)
+                self._moved[i] = (room_key(room, i), _plain(room))
             room.give(task.request, task.gpu_ids)
 
     def stop(self, task_id: int) -> None:
@@ -229,8 +229,10 @@ class CapacityIndex:
         sorting a view afresh costs less than moving each (the order is the same either way)."""
         if not self._moved:
             return
-        restate, self._moved = self._moved, {}
-        moved = {i: old for i, old in restate.items() if room_key(self.rooms[i], i) != old}
+        changes, self._moved = self._moved, {}
+        moved = {i: old for i, (old, _) in changes.items() if room_key(self.rooms[i], i) != old}
+        # Rooms back to the same key, plain before and after, are in the same state; others are stated again.
+        restate = [i for i, (_, plain) in changes.items() if i in moved or not (plain and _plain(self.rooms[i]))]
         for key, members in self._groups.items():
             changed = [i for i in moved if i in members.member_set] if len(moved) < len(members.members) else \
                 [i for i in members.members if i in moved]
@@ -247,7 +249,7 @@ class CapacityIndex:
                     ranked = self._ranked.get((key, resource))
                     if ranked is not None:
                         _resort(ranked, _rank_of(moved[i], resource), rank_key(self.rooms[i], i, resource))
-        for i in restate:  # a share or a custom slot changes the state, not the key
+        for i in restate:
             if i in self._state_of:
                 room = self.rooms[i]
                 old_state = self._state_of[i]
@@ -313,6 +315,12 @@ def _resort(entries: list[tuple], old: tuple, new: tuple) -> None:
     """Move a room's entry in a sorted list."""
     entries.pop(bisect_left(entries, old))
     insort(entries, new)
+
+
+def _plain(room: WorkerRoom) -> bool:
+    """Whether the room's fragmentation state follows from its room_key (and its labels) alone: no device memory
+    known, no shares, no custom slots."""
+    return not (room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom)
 
 
 def _rank_of(key: tuple, resource: str) -> tuple[float, int]:

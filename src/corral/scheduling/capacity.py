@@ -22,7 +22,7 @@ from dataclasses import replace
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.fragmentation import Fragmentation, Kind
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, rank_keys, room_key
+from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, rank_keys, room_key, stated
 
 GroupKey = tuple[str, tuple[AnyConstraint, ...]]
 # A kept measure remembers every state it has scored: past this many it is built afresh, so memory stays bounded.
@@ -107,7 +107,7 @@ class CapacityIndex:
             by_state: dict[int, set[int]] = {}
             for i in self.group(pool, constraints).members:
                 if i not in self._state_of:
-                    self._state_of[i] = measure.state(self.rooms[i])
+                    self._state_of[i] = stated(measure, self.rooms[i])
                 by_state.setdefault(self._state_of[i], set()).add(i)
             self._buckets[key] = by_state
         return self._buckets[key]
@@ -253,7 +253,7 @@ class CapacityIndex:
             if i in self._state_of:
                 room = self.rooms[i]
                 old_state = self._state_of[i]
-                new_state = self._state_of[i] = self._measures[room.pool][1].state(room)
+                new_state = self._state_of[i] = stated(self._measures[room.pool][1], room)
                 if new_state != old_state:
                     for key in self._member_of.get(i, ()):
                         if key in self._buckets:

@@ -127,7 +127,8 @@ class _Simulation:
             self.gated[unit.key] = item
         self.asked = {item.unit.job_id for item in waiting}  # the jobs to estimate (not evicted ones waiting again)
         self.named = {j for item in waiting for j in (*item.job.after, *item.job.after_any)}  # jobs waited on
-        self.kind_of = {item.unit.key: _kind(item.unit) for item in waiting}
+        self.alike: dict[tuple, tuple] = {}  # each kind, as one tuple: looked up by itself, never compared
+        self.kind_of = {item.unit.key: self._kind(item.unit) for item in waiting}
         self.mixes = dict(mixes) if mixes else self._mixes_seen(waiting, ending)
         self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
         self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)
@@ -135,6 +136,12 @@ class _Simulation:
         self.doomed: dict[int, Reason] = {}  # job -> why it never starts (a dependency ended as it did not ask)
         self.latest_start = now  # placements of one step start in the order they are made
         self.evicted = False  # in this step
+
+    def _kind(self, unit: Unit) -> tuple:
+        """Units alike for placement: offered together, and counted against the free room together."""
+        kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread, unit.project,
+                unit.priority)
+        return self.alike.setdefault(kind, kind)
 
     def _rank(self, item: Waiting) -> tuple:
         """Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
@@ -265,7 +272,7 @@ class _Simulation:
             unit = Unit(key, tuple(task.task_id for task in tasks), first.request, pool=pool, priority=first.priority,
                         project=first.project, since=t)
             self.order[key] = len(self.order)
-            self.kind_of[key] = _kind(unit)
+            self.kind_of[key] = self._kind(unit)
             self.kinds[self.kind_of[key]][key] = Waiting(unit, self.runs_for.get(first.task_id, MIN_STEP))
 
     def _next_step(self, t: float) -> float | None:
@@ -316,8 +323,3 @@ class _Simulation:
         for item in waiting:
             mixes[item.unit.pool].add(item.unit.request, item.unit.constraints, len(item.unit.task_ids))
         return mixes
-
-
-def _kind(unit: Unit) -> tuple:
-    """Units alike for placement: offered together, and counted against the free room together."""
-    return (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread, unit.project, unit.priority)

@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
+from weakref import WeakKeyDictionary
 
 from corral.core.config import Strategy
 from corral.core.constraints import AnyConstraint
@@ -302,6 +303,9 @@ class Group:
         self.by_state: dict[int, set[int]] | None = None
         self.revived: list[int] = []
         self.ranked: dict[Request, tuple[list[tuple[tuple, int]], list[int]]] = {}
+        # Per state, a heap of positions holding every member (and some that left): its first member is the first
+        # registered, found without a scan of a state that a thousand alike workers share.
+        self.firsts: dict[int, list[int]] = {}
 
 
 def room_key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
@@ -352,11 +356,43 @@ class KeptGroups(Protocol):
     def states(self) -> Mapping[int, int]: ...
 
 
+# Per fragmentation measure, the state ids of plain rooms by what decides them: kept as long as the measure.
+_PLAIN_STATES: WeakKeyDictionary[Fragmentation, dict[tuple, int]] = WeakKeyDictionary()
+
+
+def stated(measure: Fragmentation, room: WorkerRoom) -> int:
+    """The room's state id under the measure. A plain room's (no device memory known, no shares, no custom slots)
+    follows from its labels and its room_key, so it is looked up rather than worked out: a forecast states
+    thousands of rooms, most of them alike."""
+    if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
+        return measure.state(room)
+    memo = _PLAIN_STATES.get(measure)
+    if memo is None:
+        memo = _PLAIN_STATES[measure] = {}
+    key = (measure.admitted(room), len(room.free_gpu_ids), room.free_cpu, room.free_memory)
+    state = memo.get(key)
+    if state is None:
+        state = memo[key] = measure.state(room)
+    return state
+
+
 def _bucket(group: Group, state: int, i: int) -> None:
     members = group.by_state.setdefault(state, set())
     if not members:
         group.revived.append(state)
     members.add(i)
+    if state in group.firsts:
+        heappush(group.firsts[state], i)
+
+
+def _first(group: Group, state: int, members: set[int]) -> int:
+    """The first registered of a state's members (none empty)."""
+    firsts = group.firsts.get(state)
+    if firsts is None:
+        firsts = group.firsts[state] = sorted(members)
+    while firsts[0] not in members:
+        heappop(firsts)
+    return firsts[0]
 
 
 def _unbucket(by_state: dict[int, set[int]], state: int, i: int) -> None:
@@ -470,7 +506,7 @@ class RoomBook:
         new = room_key(self.rooms[i], i)
         old_state = self._state(i)
         if old_state is not None and self.rooms[i].pool in self.measures:
-            self._states[i] = self.measures[self.rooms[i].pool].state(self.rooms[i])
+            self._states[i] = stated(self.measures[self.rooms[i].pool], self.rooms[i])
         for group in self._groups_of(i):
             group.index.pop(bisect_left(group.index, old))
             insort(group.index, new)
@@ -489,7 +525,7 @@ class RoomBook:
             by_state: dict[int, set[int]] = {}
             for *_, i in group.index:
                 if i not in self._states:
-                    self._states[i] = measure.state(self.rooms[i])
+                    self._states[i] = stated(measure, self.rooms[i])
                 by_state.setdefault(self._states[i], set()).add(i)
             return by_state
         kept = self._kept.buckets(group.pool, group.constraints)
@@ -498,7 +534,7 @@ class RoomBook:
             _unbucket(by_state, self._kept_states[i], i)
             if i not in self.held:
                 if i not in self._states:
-                    self._states[i] = measure.state(self.rooms[i])
+                    self._states[i] = stated(measure, self.rooms[i])
                 by_state.setdefault(self._states[i], set()).add(i)
         return by_state
 
@@ -530,7 +566,7 @@ class RoomBook:
             choice, _, state = heap[0]
             members = group.by_state.get(state)
             if members:
-                i = min(members)
+                i = _first(group, state, members)
                 if self._fits(i, request, choice):
                     return i
             heappop(heap)

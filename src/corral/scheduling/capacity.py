@@ -134,25 +134,12 @@ class CapacityIndex:
     def add(self, task: RunningTask) -> None:
         """A task placed: it holds its room from now."""
         self._count(task, 1)
-        i = self.position.get(task.worker_id)
-        if i is not None:
-            room = self.rooms[i]
-            if i not in self._moved:
-                self._moved[i] = (room_key(room, i), _plain(room))
-            room.hold(task.request, task.gpu_ids)
 
     def remove(self, task_id: int) -> None:
         """A task that ended: its room is free again."""
         task = self.running.get(task_id)
-        if task is None:
-            return
-        self._count(task, -1)
-        i = self.position.get(task.worker_id)
-        if i is not None:
-            room = self.rooms[i]
-            if i not in self._moved:
-                self._moved[i] = (room_key(room, i), _plain(room))
-            room.give(task.request, task.gpu_ids)
+        if task is not None:
+            self._count(task, -1)
 
     def stop(self, task_id: int) -> None:
         """A task being evicted or terminated: it holds its room until it ends."""
@@ -168,7 +155,7 @@ class CapacityIndex:
         self.rooms.append(joined)
         self._renumbered()
         for task_id in self.on_worker.get(room.id, ()):
-            self._count_in_pool(self.running[task_id], 1)
+            self._count_in_pool(self.running[task_id], 1, joined.pool)
 
     def lose(self, worker_id: str) -> None:
         """A worker no longer alive: its room is gone; its tasks stay on record until they are reported ended."""
@@ -176,7 +163,7 @@ class CapacityIndex:
         if i is None:
             return
         for task_id in self.on_worker.get(worker_id, ()):
-            self._count_in_pool(self.running[task_id], -1)
+            self._count_in_pool(self.running[task_id], -1, self.rooms[i].pool)
         del self.rooms[i]
         self._renumbered()
 
@@ -264,6 +251,7 @@ class CapacityIndex:
         return None if i is None else self.rooms[i].pool
 
     def _count(self, task: RunningTask, sign: int) -> None:
+        """Count a task placed (sign 1) or ended (-1), and move its room."""
         job_id, worker_id = task.job_id, task.worker_id
         held = self.tasks_of_job[job_id] + sign
         if held:
@@ -281,13 +269,19 @@ class CapacityIndex:
             if not on_worker:
                 del self.on_worker[worker_id]
         _charge(self.quota_use, self._tasks_of, task.project, task.project, task, sign)
-        self._count_in_pool(task, sign)
-
-    def _count_in_pool(self, task: RunningTask, sign: int) -> None:
-        i = self.position.get(task.worker_id)
+        i = self.position.get(worker_id)
         if i is None:
             return
-        pool = self.rooms[i].pool
+        room = self.rooms[i]
+        self._count_in_pool(task, sign, room.pool)
+        if i not in self._moved:
+            self._moved[i] = (room_key(room, i), _plain(room))
+        if sign > 0:
+            room.hold(task.request, task.gpu_ids)
+        else:
+            room.give(task.request, task.gpu_ids)
+
+    def _count_in_pool(self, task: RunningTask, sign: int, pool: str) -> None:
         use = self.pool_use.get(pool)
         if use is None:
             use = self.pool_use[pool] = {}

@@ -22,7 +22,7 @@ from dataclasses import replace
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.fragmentation import Fragmentation, Kind
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, rank_keys, room_key, stated
+from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_keys, room_key, room_keys, stated
 
 GroupKey = tuple[str, tuple[AnyConstraint, ...]]
 # A kept measure remembers every state it has scored: past this many it is built afresh, so memory stays bounded.
@@ -212,30 +212,38 @@ class CapacityIndex:
                 self._pool_tasks_of[pool, project] += n
 
     def _settle(self) -> None:
-        """Move the rooms changed (`add`, `remove`) since the last read in the sorted views and restate them; where many changed,
-        sorting a view afresh costs less than moving each (the order is the same either way)."""
+        """Move the rooms changed (`add`, `remove`) since the last read in the sorted views and restate them; where
+        many changed, sorting a view afresh costs less than moving each (the order is the same either way)."""
         if not self._moved:
             return
         changes, self._moved = self._moved, {}
-        moved = {i: old for i, (old, _) in changes.items() if room_key(self.rooms[i], i) != old}
-        # Rooms back to the same key, plain before and after, are in the same state; others are stated again.
-        restate = [i for i, (_, plain) in changes.items() if i in moved or not (plain and _plain(self.rooms[i]))]
+        moved: dict[int, tuple[tuple, tuple]] = {}  # room -> (its key before, its key now)
+        restate: list[int] = []  # rooms back to the same key, plain before and after, are in the same state
+        for i, (old, plain) in changes.items():
+            room = self.rooms[i]
+            new = room_key(room, i)
+            if new != old:
+                moved[i] = (old, new)
+                restate.append(i)
+            elif not (plain and _plain(room)):
+                restate.append(i)
         for key, members in self._groups.items():
             changed = [i for i in moved if i in members.member_set] if len(moved) < len(members.members) else \
                 [i for i in members.members if i in moved]
             if not changed:
                 continue
             if len(changed) * 8 > len(members.members):
-                members.keys[:] = sorted(room_key(self.rooms[i], i) for i in members.members)
+                members.keys[:] = sorted(room_keys(self.rooms, members.members))
                 for resource in RANKED:  # sorted again when a reason asks
                     self._ranked.pop((key, resource), None)
                 continue
             for i in changed:
-                _resort(members.keys, moved[i], room_key(self.rooms[i], i))
+                old, new = moved[i]
+                _resort(members.keys, old, new)
                 for resource in RANKED:
                     ranked = self._ranked.get((key, resource))
                     if ranked is not None:
-                        _resort(ranked, _rank_of(moved[i], resource), rank_key(self.rooms[i], i, resource))
+                        _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
         for i in restate:
             if i in self._state_of:
                 room = self.rooms[i]

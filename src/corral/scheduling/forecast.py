@@ -111,24 +111,33 @@ class _Simulation:
         self.now, self.policy, self.until = now, policy, now + horizon
         self.index = CapacityIndex(rooms, [e.task for e in ending])
         self.pool_of = {room.id: room.pool for room in rooms}
-        self.ends = [(e.ends_at, e.task.task_id) for e in ending]  # a heap; entries not in ends_at are stale
+        self.ends: list[tuple[float, int]] = []  # a heap of (end, task id); entries not in ends_at are stale
+        self.ends_at: dict[int, float] = {}
+        self.runs_for: dict[int, float] = {}
+        self.left: Counter[int] = Counter()  # tasks of a job not ended in the simulation
+        for e in ending:
+            task = e.task
+            self.ends.append((e.ends_at, task.task_id))
+            self.ends_at[task.task_id] = e.ends_at
+            self.runs_for[task.task_id] = max(e.ends_at - task.since, MIN_STEP)
+            self.left[task.job_id] += 1
         heapq.heapify(self.ends)
-        self.ends_at = {e.task.task_id: e.ends_at for e in ending}
-        self.runs_for = {e.task.task_id: max(e.ends_at - e.task.since, MIN_STEP) for e in ending}
         self.dependencies = dict(dependencies)
-        self.left: Counter[int] = Counter(e.task.job_id for e in ending)  # tasks of a job not ended in the simulation
         self.order: dict = {}  # unit key -> its place in the sequencers' order
         self.kinds: dict[tuple, dict] = defaultdict(dict)  # kind -> {unit key: Waiting}, in order
         self.gated: dict = {}  # unit key -> Waiting, held back by its job's dependencies or begin time
+        self.asked: set[int] = set()  # the jobs to estimate (not evicted ones waiting again)
+        self.named: set[int] = set()  # jobs waited on
+        self.alike: dict[tuple, tuple] = {}  # each kind, as one tuple: looked up by itself, never compared
+        self.kind_of: dict = {}
         for n, item in enumerate(sorted(waiting, key=self._rank)):
             unit = item.unit
             self.order[unit.key] = n
             self.left[unit.job_id] += len(unit.task_ids)
             self.gated[unit.key] = item
-        self.asked = {item.unit.job_id for item in waiting}  # the jobs to estimate (not evicted ones waiting again)
-        self.named = {j for item in waiting for j in (*item.job.after, *item.job.after_any)}  # jobs waited on
-        self.alike: dict[tuple, tuple] = {}  # each kind, as one tuple: looked up by itself, never compared
-        self.kind_of = {item.unit.key: self._kind(item.unit) for item in waiting}
+            self.asked.add(unit.job_id)
+            self.named.update(item.job.after, item.job.after_any)
+            self.kind_of[unit.key] = self._kind(unit)
         self.mixes = dict(mixes) if mixes else self._mixes_seen(waiting, ending)
         self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
         self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import replace
 
 from corral.core.constraints import AnyConstraint
@@ -31,8 +31,12 @@ Use = dict[str, dict[str, float]]  # project -> resource -> amount
 
 
 class CapacityIndex:
-    def __init__(self, rooms: Iterable[WorkerRoom], running: Iterable[RunningTask] = ()) -> None:
-        """`rooms`: the alive workers in registration order, their free room already net of `running`."""
+    def __init__(self, rooms: Iterable[WorkerRoom], running: Iterable[RunningTask] = (),
+                 quotas: Collection[str] | None = None) -> None:
+        """`rooms`: the alive workers in registration order, their free room already net of `running`.
+        `quotas`: the only projects whose quota use is kept, where the policy cannot change while the index lives
+        (a forecast); None keeps every project's."""
+        self.quotas = quotas
         self.rooms: list[WorkerRoom] = [room.copy() for room in rooms]
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
         self.running: dict[int, RunningTask] = {}
@@ -205,8 +209,9 @@ class CapacityIndex:
                     self._latest[pool] = task
         for (project, pool, request), n in alike.items():
             amounts = request.amounts(n)
-            _add(self.quota_use, project, amounts)
-            self._tasks_of[project] += n
+            if self.quotas is None or project in self.quotas:
+                _add(self.quota_use, project, amounts)
+                self._tasks_of[project] += n
             if pool is not None:
                 _add(self.pool_use.setdefault(pool, {}), project, amounts)
                 self._pool_tasks_of[pool, project] += n
@@ -276,7 +281,8 @@ class CapacityIndex:
             on_worker.discard(task.task_id)
             if not on_worker:
                 del self.on_worker[worker_id]
-        _charge(self.quota_use, self._tasks_of, task.project, task.project, task, sign)
+        if self.quotas is None or task.project in self.quotas:
+            _charge(self.quota_use, self._tasks_of, task.project, task.project, task, sign)
         i = self.position.get(worker_id)
         if i is None:
             return

@@ -109,7 +109,7 @@ class _Simulation:
                  now: float, policy: Policy, dependencies: Mapping[int, JobEnd],
                  mixes: Mapping[str, RequestMix] | None, horizon: float) -> None:
         self.now, self.policy, self.until = now, policy, now + horizon
-        self.index = CapacityIndex(rooms, [e.task for e in ending])
+        self.index = CapacityIndex(rooms, [e.task for e in ending], quotas=frozenset(policy.quotas))
         self.pool_of = {room.id: room.pool for room in rooms}
         self.ends: list[tuple[float, int]] = []  # a heap of (end, task id); entries not in ends_at are stale
         self.ends_at: dict[int, float] = {}
@@ -130,7 +130,10 @@ class _Simulation:
         self.named: set[int] = set()  # jobs waited on
         self.alike: dict[tuple, tuple] = {}  # each kind, as one tuple: looked up by itself, never compared
         self.kind_of: dict = {}
-        for n, item in enumerate(sorted(waiting, key=self._rank)):
+        fifo = {pool: self.policy.pool(pool).sequencer is Sequencer.FIFO for pool in {i.unit.pool for i in waiting}}
+        # Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
+        # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
+        for n, item in enumerate(sorted(waiting, key=lambda item: 0 if fifo[item.unit.pool] else -item.unit.priority)):
             unit = item.unit
             self.order[unit.key] = n
             self.left[unit.job_id] += len(unit.task_ids)
@@ -151,12 +154,6 @@ class _Simulation:
         kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread, unit.project,
                 unit.priority)
         return self.alike.setdefault(kind, kind)
-
-    def _rank(self, item: Waiting) -> tuple:
-        """Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
-        the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would."""
-        sequencer = self.policy.pool(item.unit.pool).sequencer
-        return (0 if sequencer is Sequencer.FIFO else -item.unit.priority,)
 
     def run(self, watch: int | None) -> dict[int, Estimate]:
         t, previous = self.now, self.now

@@ -562,7 +562,10 @@ class RoomBook:
                             if (choice := measure.choice(state, request)) is not None)
             return next((i for _, _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
                          if self._fits(i, request, measure.choice(state, request))), None)
-        heap, seen = group.ranked.setdefault(request, ([], [0]))
+        ranked = group.ranked.get(request)
+        if ranked is None:
+            ranked = group.ranked[request] = ([], [0])
+        heap, seen = ranked
         for state in group.revived[seen[0]:]:
             if state in group.by_state and (choice := measure.choice(state, request)) is not None:
                 heappush(heap, (choice, measure.states[state], state))

@@ -16,7 +16,7 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
@@ -292,11 +292,12 @@ class Group:
     """
 
     def __init__(self, pool: str, constraints: tuple[AnyConstraint, ...], members: list[int], member_set: set[int],
-                 index: list[tuple]) -> None:
+                 index: Callable[[], list[tuple]]) -> None:
         self.pool, self.constraints = pool, constraints
         self.members = members  # in registration order, for round-robin and reasons
         self.member_set = member_set
-        self.index = index  # the members' room_key, sorted
+        self._sort = index
+        self.sorted: list[tuple] | None = None  # the members' room_key, sorted, once a strategy asked for it
         self.cursor = 0
         # The fragmentation-aware strategy's view: members by state id; the order in which states gained
         # members; per request, a heap of (choice, state) and how much of that order it has taken in.
@@ -306,6 +307,14 @@ class Group:
         # Per state, a heap of positions holding every member (and some that left): its first member is the first
         # registered, found without a scan of a state that a thousand alike workers share.
         self.firsts: dict[int, list[int]] = {}
+
+    @property
+    def index(self) -> list[tuple]:
+        """The members' room_key (none held), sorted: built when first asked (the fragmentation-aware strategy
+        never asks), then kept in order as rooms change."""
+        if self.sorted is None:
+            self.sorted = self._sort()
+        return self.sorted
 
 
 def room_key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
@@ -434,23 +443,26 @@ class RoomBook:
         """The workers of a pool that match the constraints; round-robin turns start after `start_after`."""
         key = (pool, constraints)
         if key not in self._groups:
-            if self._kept is None:
-                found = Members.of(self.rooms, pool, constraints)
-                index = found.keys
-            else:
-                found = self._kept.group(pool, constraints)
-                index = list(found.keys)
-                for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
-                    index.pop(bisect_left(index, room_key(self.originals[i], i)))
-                    insort(index, room_key(self.rooms[i], i))
+            found = Members.of(self.rooms, pool, constraints) if self._kept is None else \
+                self._kept.group(pool, constraints)
             members = found.members
-            group = self._groups[key] = Group(pool, constraints, members, found.member_set,
-                                              [entry for entry in index if entry[3] not in self.held]
-                                              if self.held else index)
+            group = self._groups[key] = Group(pool, constraints, members, found.member_set, lambda: self._sorted(found))
             last = self.position.get(start_after) if start_after else None
             if last in group.member_set:
                 group.cursor = (members.index(last) + 1) % len(members)
         return self._groups[key]
+
+    def _sorted(self, found: Members) -> list[tuple]:
+        """A group's room keys as they are now, sorted, none held: the kept order, the rooms this pass changed
+        moved in it."""
+        if self._kept is None:
+            index = sorted(room_keys(self.rooms, found.members))
+        else:
+            index = list(found.keys)
+            for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
+                index.pop(bisect_left(index, room_key(self.originals[i], i)))
+                insort(index, room_key(self.rooms[i], i))
+        return [entry for entry in index if entry[3] not in self.held] if self.held else index
 
     def most_free(self, group: Group, resource: str) -> int:
         """The member with the most of a RANKED resource free now, the first registered among equals."""
@@ -500,7 +512,8 @@ class RoomBook:
             return
         key = room_key(self.rooms[i], i)
         for group in self._groups_of(i):
-            group.index.pop(bisect_left(group.index, key))
+            if group.sorted is not None:
+                group.sorted.pop(bisect_left(group.sorted, key))
             if group.by_state is not None:
                 _unbucket(group.by_state, self._state(i), i)
         self.held[i] = job_id
@@ -513,8 +526,9 @@ class RoomBook:
         if old_state is not None and self.rooms[i].pool in self.measures:
             self._states[i] = stated(self.measures[self.rooms[i].pool], self.rooms[i])
         for group in self._groups_of(i):
-            group.index.pop(bisect_left(group.index, old))
-            insort(group.index, new)
+            if group.sorted is not None:
+                group.sorted.pop(bisect_left(group.sorted, old))
+                insort(group.sorted, new)
             if group.by_state is not None:
                 _unbucket(group.by_state, old_state, i)
                 _bucket(group, self._states[i], i)

@@ -22,7 +22,16 @@ from dataclasses import replace
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.fragmentation import Fragmentation, Kind
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_keys, room_key, room_keys, stated
+from corral.scheduling.rooms import (
+    RANKED,
+    Members,
+    WorkerRoom,
+    plain_states,
+    rank_keys,
+    room_key,
+    room_keys,
+    stated,
+)
 
 GroupKey = tuple[str, tuple[AnyConstraint, ...]]
 # A kept measure remembers every state it has scored: past this many it is built afresh, so memory stays bounded.
@@ -103,15 +112,17 @@ class CapacityIndex:
 
     def buckets(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> dict[int, set[int]]:
         """The group's members by state id under the pool's measure (`fragmentation` first); kept up to date by
-        each change of room, so a pass states only the rooms it changes (it copies these, never changes them)."""
+        each change of room (when read), so a pass states only the rooms it changes (it copies these, never changes
+        them)."""
         self._settle()
         key = (pool, constraints)
         if key not in self._buckets:
             measure = self._measures[pool][1]
+            plain = plain_states(measure)
             by_state: dict[int, set[int]] = {}
             for i in self.group(pool, constraints).members:
                 if i not in self._state_of:
-                    self._state_of[i] = stated(measure, self.rooms[i])
+                    self._state_of[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._state_of[i], set()).add(i)
             self._buckets[key] = by_state
         return self._buckets[key]
@@ -249,11 +260,16 @@ class CapacityIndex:
                     ranked = self._ranked.get((key, resource))
                     if ranked is not None:
                         _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
+        memos: dict[str, dict[tuple, int]] = {}  # per pool, its measure's plain_states
         for i in restate:
             if i in self._state_of:
                 room = self.rooms[i]
+                measure = self._measures[room.pool][1]
+                memo = memos.get(room.pool)
+                if memo is None:
+                    memo = memos[room.pool] = plain_states(measure)
                 old_state = self._state_of[i]
-                new_state = self._state_of[i] = stated(self._measures[room.pool][1], room)
+                new_state = self._state_of[i] = stated(measure, room, memo)
                 if new_state != old_state:
                     for key in self._member_of.get(i, ()):
                         if key in self._buckets:

@@ -374,15 +374,20 @@ class KeptGroups(Protocol):
 _PLAIN_STATES: WeakKeyDictionary[Fragmentation, dict[tuple, int]] = WeakKeyDictionary()
 
 
-def stated(measure: Fragmentation, room: WorkerRoom) -> int:
-    """The room's state id under the measure. A plain room's (no device memory known, no shares, no custom slots)
-    follows from its labels and its room_key, so it is looked up rather than worked out: a forecast states
-    thousands of rooms, most of them alike."""
-    if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
-        return measure.state(room)
+def plain_states(measure: Fragmentation) -> dict[tuple, int]:
+    """The state ids of plain rooms the measure has given, by what decides them (see `stated`)."""
     memo = _PLAIN_STATES.get(measure)
     if memo is None:
         memo = _PLAIN_STATES[measure] = {}
+    return memo
+
+
+def stated(measure: Fragmentation, room: WorkerRoom, memo: dict[tuple, int]) -> int:
+    """The room's state id under the measure. A plain room's (no device memory known, no shares, no custom slots)
+    follows from its labels and its room_key, so it is looked up in `memo` (the measure's `plain_states`) rather
+    than worked out: a forecast states thousands of rooms, most of them alike."""
+    if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
+        return measure.state(room)
     key = (measure.admitted(room), len(room.free_gpu_ids), room.free_cpu, room.free_memory)
     state = memo.get(key)
     if state is None:
@@ -438,6 +443,7 @@ class RoomBook:
         self._states: dict[int, int] = {}  # room -> its state id, for rooms stated in this pass
         self._kept_states: Mapping[int, int] = {} if kept is None else kept.states()  # as the index states them
         self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
+        self._plain: dict[str, dict[tuple, int]] = {}  # per pool, its measure's plain_states
 
     def group(self, pool: str, constraints: tuple[AnyConstraint, ...], start_after: str | None = None) -> Group:
         """The workers of a pool that match the constraints; round-robin turns start after `start_after`."""
@@ -524,7 +530,11 @@ class RoomBook:
         new = room_key(self.rooms[i], i)
         old_state = self._state(i)
         if old_state is not None and self.rooms[i].pool in self.measures:
-            self._states[i] = stated(self.measures[self.rooms[i].pool], self.rooms[i])
+            pool = self.rooms[i].pool
+            memo = self._plain.get(pool)
+            if memo is None:
+                memo = self._plain[pool] = plain_states(self.measures[pool])
+            self._states[i] = stated(self.measures[pool], self.rooms[i], memo)
         for group in self._groups_of(i):
             if group.sorted is not None:
                 group.sorted.pop(bisect_left(group.sorted, old))
@@ -540,11 +550,12 @@ class RoomBook:
     def _bucketed(self, group: Group, measure: Fragmentation) -> dict[int, set[int]]:
         """The group's members (none held) by state id: the index's buckets, with the rooms this pass changed
         restated."""
+        plain = plain_states(measure)
         if self._kept is None:
             by_state: dict[int, set[int]] = {}
             for *_, i in group.index:
                 if i not in self._states:
-                    self._states[i] = stated(measure, self.rooms[i])
+                    self._states[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._states[i], set()).add(i)
             return by_state
         kept = self._kept.buckets(group.pool, group.constraints)
@@ -553,7 +564,7 @@ class RoomBook:
             _unbucket(by_state, self._kept_states[i], i)
             if i not in self.held:
                 if i not in self._states:
-                    self._states[i] = stated(measure, self.rooms[i])
+                    self._states[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._states[i], set()).add(i)
         return by_state
 

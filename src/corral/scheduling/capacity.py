@@ -29,7 +29,6 @@ from corral.scheduling.rooms import (
     plain_states,
     rank_keys,
     room_key,
-    room_keys,
     stated,
 )
 
@@ -248,14 +247,15 @@ class CapacityIndex:
                 [i for i in members.members if i in moved]
             if not changed:
                 continue
-            if len(changed) * 8 > len(members.members):
-                members.keys[:] = sorted(room_keys(self.rooms, members.members))
-                for resource in RANKED:  # sorted again when a reason asks
+            if len(changed) * 8 > len(members.members):  # sorted again when read
+                members.unsort()
+                for resource in RANKED:
                     self._ranked.pop((key, resource), None)
                 continue
             for i in changed:
                 old, new = moved[i]
-                _resort(members.keys, old, new)
+                if not members.stale:
+                    _resort(members.keys, old, new)
                 for resource in RANKED:
                     ranked = self._ranked.get((key, resource))
                     if ranked is not None:

@@ -341,19 +341,34 @@ def rank_keys(rooms: Sequence[WorkerRoom], positions: Iterable[int], resource: s
     return [(-rooms[i].free_memory, i) for i in positions]
 
 
-@dataclass
 class Members:
-    """The rooms of a pool that match some constraints: positions in registration order, and sorted by room_key."""
+    """The rooms of a pool that match some constraints: positions in registration order, and sorted by room_key.
 
-    members: list[int]
-    member_set: set[int]
-    keys: list[tuple]
+    The sorted keys may go stale (`unsort`) while many rooms change, and are sorted again when next read: a
+    forecast moves hundreds of rooms between passes whose strategy never reads them."""
+
+    def __init__(self, rooms: Sequence[WorkerRoom], members: list[int]) -> None:
+        self.rooms, self.members, self.member_set = rooms, members, set(members)
+        self._keys = sorted(room_keys(rooms, members))
+        self.stale = False
 
     @classmethod
     def of(cls, rooms: Sequence[WorkerRoom], pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
-        members = [i for i, room in enumerate(rooms)
-                   if room.pool == pool and all(c.admits(room) for c in constraints)]
-        return cls(members, set(members), sorted(room_key(rooms[i], i) for i in members))
+        return cls(rooms, [i for i, room in enumerate(rooms)
+                           if room.pool == pool and all(c.admits(room) for c in constraints)])
+
+    @property
+    def keys(self) -> list[tuple]:
+        if self.stale:
+            self._keys[:] = sorted(room_keys(self.rooms, self.members))
+            self.stale = False
+        return self._keys
+
+    def unsort(self) -> None:
+        self.stale = True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Members) and (self.members, self.keys) == (other.members, other.keys)
 
 
 class KeptGroups(Protocol):

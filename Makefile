@@ -38,6 +38,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/separate_jobs.py
 	$(BIN)/python bench/scheduler_sim.py
+	$(BIN)/python bench/estimates.py
 	$(BIN)/python bench/gang_drain.py
 	$(BIN)/python bench/dashboard_jobs.py
 	$(BIN)/python bench/function_roundtrip.py

@@ -177,3 +177,29 @@ def test_the_fragmentation_kept_across_passes_is_the_one_measured_afresh(rounds)
         over_kept = place_over(pending, index, policy=policy, now=1.0, mixes=mixes)
         over_fresh = place_over(pending, fresh, policy=policy, now=1.0, mixes=mixes)
         assert (over_kept.assignments, over_kept.waiting) == (over_fresh.assignments, over_fresh.waiting)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["place", "end", "read"]), st.integers(0, 23), REQUESTS), max_size=40))
+def test_views_read_between_changes_are_those_of_a_fresh_index(changes):
+    """The sorted views are brought up to date when read, by moving the few rooms that changed or by sorting afresh
+    when many did: read between any run of changes, they are those a fresh index sorts."""
+    index = CapacityIndex([worker(n) for n in range(24)])  # groups of 8 and 12: one change moves, two sort
+    tasks: dict[int, RunningTask] = {}
+    task_ids = count(1)
+
+    def views(of: CapacityIndex) -> dict:
+        return {(pool, c): (of.group(pool, c).keys, [of.ranked(pool, c, r) for r in RANKED])
+                for pool in POOLS for c in CONSTRAINTS}
+
+    views(index)  # asked once: kept from now on
+    for change, n, request in [*changes, ("read", 0, None)]:
+        room = index.rooms[n].copy()
+        if change == "read":
+            assert views(index) == views(rebuilt([f"w{n}" for n in range(24)], tasks))
+        elif change == "end" and tasks:
+            index.remove(tasks.pop(list(tasks)[n % len(tasks)]).task_id)
+        elif change == "place" and room.fits(request):
+            task = RunningTask(next(task_ids), 1, room.id, request, tuple(room.take(request)), 0)
+            index.add(task)
+            tasks[task.task_id] = task

@@ -1,4 +1,5 @@
-"""A task alike the one placed just before is placed by choosing a worker only: the pass decides exactly what it
+"""A task alike the one placed just before is placed by choosing a worker only, and one alike a blocked task that
+can neither preempt nor wait behind held room waits for its reason at once: the pass decides exactly what it
 decides when every unit goes through every check (any strategy, sequencer, reservation, preemption, quota, cap)."""
 
 from __future__ import annotations
@@ -76,3 +77,12 @@ def test_alike_tasks_after_the_first_skip_its_checks():
         placement = place(units, rooms)
     assert len(placement.assignments) == 12
     assert absent.call_count == 1  # the first task; the other eleven only chose a worker
+
+
+def test_tasks_alike_a_blocked_one_wait_for_its_reason_at_once():
+    rooms = [worker(n) for n in (2, 6)]  # pool "a", 8 cores each
+    units = [Unit((1, t), (t,), Request(5.0, 0, 0), pool="a") for t in range(12)]
+    with patch.object(_Pass, "_instead_of_waiting", autospec=True, side_effect=_Pass._instead_of_waiting) as waits:
+        placement = place(units, rooms)
+    assert len(placement.assignments) == 2 and len({id(r) for r in placement.waiting.values()}) == 1
+    assert waits.call_count == 2  # the first that did not fit, and the one that found it settles the rest

@@ -16,13 +16,21 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import replace
 
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.fragmentation import Fragmentation, Kind
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.rooms import RANKED, Members, WorkerRoom, rank_key, room_key
+from corral.scheduling.rooms import (
+    RANKED,
+    Members,
+    WorkerRoom,
+    plain_states,
+    rank_keys,
+    room_key,
+    stated,
+)
 
 GroupKey = tuple[str, tuple[AnyConstraint, ...]]
 # A kept measure remembers every state it has scored: past this many it is built afresh, so memory stays bounded.
@@ -31,8 +39,12 @@ Use = dict[str, dict[str, float]]  # project -> resource -> amount
 
 
 class CapacityIndex:
-    def __init__(self, rooms: Iterable[WorkerRoom], running: Iterable[RunningTask] = ()) -> None:
-        """`rooms`: the alive workers in registration order, their free room already net of `running`."""
+    def __init__(self, rooms: Iterable[WorkerRoom], running: Iterable[RunningTask] = (),
+                 quotas: Collection[str] | None = None) -> None:
+        """`rooms`: the alive workers in registration order, their free room already net of `running`.
+        `quotas`: the only projects whose quota use is kept, where the policy cannot change while the index lives
+        (a forecast); None keeps every project's."""
+        self.quotas = quotas
         self.rooms: list[WorkerRoom] = [room.copy() for room in rooms]
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
         self.running: dict[int, RunningTask] = {}
@@ -54,6 +66,9 @@ class CapacityIndex:
         self._measures: dict[str, tuple[dict[Kind, float], Fragmentation]] = {}
         self._state_of: dict[int, int] = {}
         self._buckets: dict[GroupKey, dict[int, set[int]]] = {}
+        # Rooms changed since the sorted views were last read, with their room_key then and whether it was plain:
+        # the views are brought up to date when read, so a room that changes many times between passes is moved once.
+        self._moved: dict[int, tuple[tuple, bool]] = {}
         self._renumbered()
         self._count_all(running)
 
@@ -61,6 +76,7 @@ class CapacityIndex:
 
     def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
         """The members of a pool that match the constraints (a pass reads them, never changes them)."""
+        self._settle()
         key = (pool, constraints)
         if key not in self._groups:
             members = self._groups[key] = Members.of(self.rooms, pool, constraints)
@@ -73,7 +89,7 @@ class CapacityIndex:
         group = self.group(pool, constraints)
         key = ((pool, constraints), resource)
         if key not in self._ranked:
-            self._ranked[key] = sorted(rank_key(self.rooms[i], i, resource) for i in group.members)
+            self._ranked[key] = sorted(rank_keys(self.rooms, group.members, resource))
         return self._ranked[key]
 
     def fragmentation(self, pool: str, weights: dict[Kind, float]) -> Fragmentation:
@@ -90,18 +106,22 @@ class CapacityIndex:
 
     def states(self) -> dict[int, int]:
         """Each stated room's state id under its pool's kept measure (a pass copies, never changes it)."""
+        self._settle()
         return self._state_of
 
     def buckets(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> dict[int, set[int]]:
         """The group's members by state id under the pool's measure (`fragmentation` first); kept up to date by
-        each change of room, so a pass states only the rooms it changes (it copies these, never changes them)."""
+        each change of room (when read), so a pass states only the rooms it changes (it copies these, never changes
+        them)."""
+        self._settle()
         key = (pool, constraints)
         if key not in self._buckets:
             measure = self._measures[pool][1]
+            plain = plain_states(measure)
             by_state: dict[int, set[int]] = {}
             for i in self.group(pool, constraints).members:
                 if i not in self._state_of:
-                    self._state_of[i] = measure.state(self.rooms[i])
+                    self._state_of[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._state_of[i], set()).add(i)
             self._buckets[key] = by_state
         return self._buckets[key]
@@ -128,19 +148,12 @@ class CapacityIndex:
     def add(self, task: RunningTask) -> None:
         """A task placed: it holds its room from now."""
         self._count(task, 1)
-        i = self.position.get(task.worker_id)
-        if i is not None:
-            self._change_room(i, lambda room: room.hold(task.request, task.gpu_ids))
 
     def remove(self, task_id: int) -> None:
         """A task that ended: its room is free again."""
         task = self.running.get(task_id)
-        if task is None:
-            return
-        self._count(task, -1)
-        i = self.position.get(task.worker_id)
-        if i is not None:
-            self._change_room(i, lambda room: room.give(task.request, task.gpu_ids))
+        if task is not None:
+            self._count(task, -1)
 
     def stop(self, task_id: int) -> None:
         """A task being evicted or terminated: it holds its room until it ends."""
@@ -156,7 +169,7 @@ class CapacityIndex:
         self.rooms.append(joined)
         self._renumbered()
         for task_id in self.on_worker.get(room.id, ()):
-            self._count_in_pool(self.running[task_id], 1)
+            self._count_in_pool(self.running[task_id], 1, joined.pool)
 
     def lose(self, worker_id: str) -> None:
         """A worker no longer alive: its room is gone; its tasks stay on record until they are reported ended."""
@@ -164,7 +177,7 @@ class CapacityIndex:
         if i is None:
             return
         for task_id in self.on_worker.get(worker_id, ()):
-            self._count_in_pool(self.running[task_id], -1)
+            self._count_in_pool(self.running[task_id], -1, self.rooms[i].pool)
         del self.rooms[i]
         self._renumbered()
 
@@ -173,6 +186,7 @@ class CapacityIndex:
     def _renumbered(self) -> None:
         """Positions moved (a worker joined or was lost): the groups and totals are found again when asked."""
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
+        self._moved.clear()
         self._groups.clear()
         self._ranked.clear()
         self._member_of.clear()
@@ -205,66 +219,118 @@ class CapacityIndex:
                     self._latest[pool] = task
         for (project, pool, request), n in alike.items():
             amounts = request.amounts(n)
-            _add(self.quota_use, project, amounts)
-            self._tasks_of[project] += n
+            if self.quotas is None or project in self.quotas:
+                _add(self.quota_use, project, amounts)
+                self._tasks_of[project] += n
             if pool is not None:
                 _add(self.pool_use.setdefault(pool, {}), project, amounts)
                 self._pool_tasks_of[pool, project] += n
 
-    def _change_room(self, i: int, change) -> None:
-        room = self.rooms[i]
-        old, old_ranks = room_key(room, i), [rank_key(room, i, resource) for resource in RANKED]
-        change(room)
-        for key in self._member_of.get(i, ()):
-            _resort(self._groups[key].keys, old, room_key(room, i))
-            for resource, old_rank in zip(RANKED, old_ranks, strict=True):
-                if (key, resource) in self._ranked:
-                    _resort(self._ranked[key, resource], old_rank, rank_key(room, i, resource))
-        if i in self._state_of:
-            old_state = self._state_of[i]
-            new_state = self._state_of[i] = self._measures[room.pool][1].state(room)
-            for key in self._member_of.get(i, ()):
-                if key in self._buckets and new_state != old_state:
-                    _move(self._buckets[key], old_state, new_state, i)
+    def _settle(self) -> None:
+        """Move the rooms changed (`add`, `remove`) since the last read in the sorted views and restate them; where
+        many changed, sorting a view afresh costs less than moving each (the order is the same either way)."""
+        if not self._moved:
+            return
+        changes, self._moved = self._moved, {}
+        moved: dict[int, tuple[tuple, tuple]] = {}  # room -> (its key before, its key now)
+        restate: list[int] = []  # rooms back to the same key, plain before and after, are in the same state
+        for i, (old, plain) in changes.items():
+            room = self.rooms[i]
+            new = room_key(room, i)
+            if new != old:
+                moved[i] = (old, new)
+                restate.append(i)
+            elif not (plain and _plain(room)):
+                restate.append(i)
+        for key, members in self._groups.items():
+            changed = [i for i in moved if i in members.member_set] if len(moved) < len(members.members) else \
+                [i for i in members.members if i in moved]
+            if not changed:
+                continue
+            if len(changed) * 8 > len(members.members):  # sorted again when read
+                members.unsort()
+                for resource in RANKED:
+                    self._ranked.pop((key, resource), None)
+                continue
+            for i in changed:
+                old, new = moved[i]
+                if not members.stale:
+                    _resort(members.keys, old, new)
+                for resource in RANKED:
+                    ranked = self._ranked.get((key, resource))
+                    if ranked is not None:
+                        _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
+        memos: dict[str, dict[tuple, int]] = {}  # per pool, its measure's plain_states
+        for i in restate:
+            if i in self._state_of:
+                room = self.rooms[i]
+                measure = self._measures[room.pool][1]
+                memo = memos.get(room.pool)
+                if memo is None:
+                    memo = memos[room.pool] = plain_states(measure)
+                old_state = self._state_of[i]
+                new_state = self._state_of[i] = stated(measure, room, memo)
+                if new_state != old_state:
+                    for key in self._member_of.get(i, ()):
+                        if key in self._buckets:
+                            _move(self._buckets[key], old_state, new_state, i)
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)
         return None if i is None else self.rooms[i].pool
 
     def _count(self, task: RunningTask, sign: int) -> None:
-        self.tasks_of_job[task.job_id] += sign
-        if not self.tasks_of_job[task.job_id]:
-            del self.tasks_of_job[task.job_id]
+        """Count a task placed (sign 1) or ended (-1), and move its room."""
+        job_id, worker_id = task.job_id, task.worker_id
+        held = self.tasks_of_job[job_id] + sign
+        if held:
+            self.tasks_of_job[job_id] = held
+        else:
+            del self.tasks_of_job[job_id]
         if sign > 0:
             self.running[task.task_id] = task
-            self.on_worker[task.worker_id].add(task.task_id)
+            on_worker = self.on_worker[worker_id]
+            on_worker.add(task.task_id)
         else:
             del self.running[task.task_id]
-            self.on_worker[task.worker_id].discard(task.task_id)
-            if not self.on_worker[task.worker_id]:
-                del self.on_worker[task.worker_id]
-        _charge(self.quota_use, self._tasks_of, task.project, task.project, task, sign)
-        self._count_in_pool(task, sign)
-
-    def _count_in_pool(self, task: RunningTask, sign: int) -> None:
-        pool = self._pool(task)
-        if pool is None:
+            on_worker = self.on_worker[worker_id]
+            on_worker.discard(task.task_id)
+            if not on_worker:
+                del self.on_worker[worker_id]
+        if self.quotas is None or task.project in self.quotas:
+            _charge(self.quota_use, self._tasks_of, task.project, task.project, task, sign)
+        i = self.position.get(worker_id)
+        if i is None:
             return
-        _charge(self.pool_use.setdefault(pool, {}), self._pool_tasks_of, (pool, task.project), task.project, task,
-                sign)
-        if not self.pool_use[pool]:
+        room = self.rooms[i]
+        self._count_in_pool(task, sign, room.pool)
+        if i not in self._moved:
+            self._moved[i] = (room_key(room, i), _plain(room))
+        if sign > 0:
+            room.hold(task.request, task.gpu_ids)
+        else:
+            room.give(task.request, task.gpu_ids)
+
+    def _count_in_pool(self, task: RunningTask, sign: int, pool: str) -> None:
+        use = self.pool_use.get(pool)
+        if use is None:
+            use = self.pool_use[pool] = {}
+        _charge(use, self._pool_tasks_of, (pool, task.project), task.project, task, sign)
+        if not use:
             del self.pool_use[pool]
         priorities = self._priorities[pool]
-        priorities[task.priority] += sign
-        if not priorities[task.priority]:
+        running = priorities[task.priority] + sign
+        if running:
+            priorities[task.priority] = running
+        else:
             del priorities[task.priority]
             if not priorities:
                 del self._priorities[pool]
         latest = self._latest.get(pool)
-        if sign > 0 and pool not in self._stale_latest and (latest is None or
-                                                           _placed_order(task) > _placed_order(latest)):
-            self._latest[pool] = task
-        elif sign < 0 and latest is not None and latest.task_id == task.task_id:
+        if sign > 0:
+            if pool not in self._stale_latest and (latest is None or _placed_order(task) > _placed_order(latest)):
+                self._latest[pool] = task
+        elif latest is not None and latest.task_id == task.task_id:
             del self._latest[pool]
             self._stale_latest.add(pool)
 
@@ -273,6 +339,18 @@ def _resort(entries: list[tuple], old: tuple, new: tuple) -> None:
     """Move a room's entry in a sorted list."""
     entries.pop(bisect_left(entries, old))
     insort(entries, new)
+
+
+def _plain(room: WorkerRoom) -> bool:
+    """Whether the room's fragmentation state follows from its room_key (and its labels) alone: no device memory
+    known, no shares, no custom slots."""
+    return not (room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom)
+
+
+def _rank_of(key: tuple, resource: str) -> tuple[float, int]:
+    """The rank_key of a room for a RANKED resource, from its room_key."""
+    gpus, cpu, memory, i = key
+    return (-(gpus if resource == "gpu" else cpu if resource == "cpu" else memory), i)
 
 
 def _move(by_state: dict[int, set[int]], old: int, new: int, i: int) -> None:
@@ -286,12 +364,17 @@ def _move(by_state: dict[int, set[int]], old: int, new: int, i: int) -> None:
 def _charge(use: Use, counts: Counter, count_key, project: str, task: RunningTask, sign: int) -> None:
     """Add (or take back) a task's amounts to a project's use; with none of its tasks left, its use is dropped, so
     that rounding never leaves a trace of what ended."""
-    counts[count_key] += sign
-    if not counts[count_key]:
+    left = counts[count_key] + sign
+    if not left:
         del counts[count_key]
         use.pop(project, None)
         return
-    _add(use, project, task.request.amounts(sign))
+    counts[count_key] = left
+    project_use = use.get(project)
+    if project_use is None:
+        project_use = use[project] = defaultdict(float)
+    for resource, amount in task.request.per_task.items():
+        project_use[resource] += amount * sign
 
 
 def _add(use: Use, project: str, amounts: dict[str, float]) -> None:

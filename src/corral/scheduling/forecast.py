@@ -109,25 +109,38 @@ class _Simulation:
                  now: float, policy: Policy, dependencies: Mapping[int, JobEnd],
                  mixes: Mapping[str, RequestMix] | None, horizon: float) -> None:
         self.now, self.policy, self.until = now, policy, now + horizon
-        self.index = CapacityIndex(rooms, [e.task for e in ending])
+        self.index = CapacityIndex(rooms, [e.task for e in ending], quotas=frozenset(policy.quotas))
         self.pool_of = {room.id: room.pool for room in rooms}
-        self.ends = [(e.ends_at, e.task.task_id) for e in ending]  # a heap; entries not in ends_at are stale
+        self.ends: list[tuple[float, int]] = []  # a heap of (end, task id); entries not in ends_at are stale
+        self.ends_at: dict[int, float] = {}
+        self.runs_for: dict[int, float] = {}
+        self.left: Counter[int] = Counter()  # tasks of a job not ended in the simulation
+        for e in ending:
+            task = e.task
+            self.ends.append((e.ends_at, task.task_id))
+            self.ends_at[task.task_id] = e.ends_at
+            self.runs_for[task.task_id] = max(e.ends_at - task.since, MIN_STEP)
+            self.left[task.job_id] += 1
         heapq.heapify(self.ends)
-        self.ends_at = {e.task.task_id: e.ends_at for e in ending}
-        self.runs_for = {e.task.task_id: max(e.ends_at - e.task.since, MIN_STEP) for e in ending}
         self.dependencies = dict(dependencies)
-        self.left: Counter[int] = Counter(e.task.job_id for e in ending)  # tasks of a job not ended in the simulation
         self.order: dict = {}  # unit key -> its place in the sequencers' order
         self.kinds: dict[tuple, dict] = defaultdict(dict)  # kind -> {unit key: Waiting}, in order
         self.gated: dict = {}  # unit key -> Waiting, held back by its job's dependencies or begin time
-        for n, item in enumerate(sorted(waiting, key=self._rank)):
+        self.asked: set[int] = set()  # the jobs to estimate (not evicted ones waiting again)
+        self.named: set[int] = set()  # jobs waited on
+        self.alike: dict[tuple, tuple] = {}  # each kind, as one tuple: looked up by itself, never compared
+        self.kind_of: dict = {}
+        fifo = {pool: self.policy.pool(pool).sequencer is Sequencer.FIFO for pool in {i.unit.pool for i in waiting}}
+        # Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
+        # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
+        for n, item in enumerate(sorted(waiting, key=lambda item: 0 if fifo[item.unit.pool] else -item.unit.priority)):
             unit = item.unit
             self.order[unit.key] = n
             self.left[unit.job_id] += len(unit.task_ids)
             self.gated[unit.key] = item
-        self.asked = {item.unit.job_id for item in waiting}  # the jobs to estimate (not evicted ones waiting again)
-        self.named = {j for item in waiting for j in (*item.job.after, *item.job.after_any)}  # jobs waited on
-        self.kind_of = {item.unit.key: _kind(item.unit) for item in waiting}
+            self.asked.add(unit.job_id)
+            self.named.update(item.job.after, item.job.after_any)
+            self.kind_of[unit.key] = self._kind(unit)
         self.mixes = dict(mixes) if mixes else self._mixes_seen(waiting, ending)
         self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
         self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)
@@ -136,11 +149,11 @@ class _Simulation:
         self.latest_start = now  # placements of one step start in the order they are made
         self.evicted = False  # in this step
 
-    def _rank(self, item: Waiting) -> tuple:
-        """Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
-        the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would."""
-        sequencer = self.policy.pool(item.unit.pool).sequencer
-        return (0 if sequencer is Sequencer.FIFO else -item.unit.priority,)
+    def _kind(self, unit: Unit) -> tuple:
+        """Units alike for placement: offered together, and counted against the free room together."""
+        kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread, unit.project,
+                unit.priority)
+        return self.alike.setdefault(kind, kind)
 
     def run(self, watch: int | None) -> dict[int, Estimate]:
         t, previous = self.now, self.now
@@ -265,7 +278,7 @@ class _Simulation:
             unit = Unit(key, tuple(task.task_id for task in tasks), first.request, pool=pool, priority=first.priority,
                         project=first.project, since=t)
             self.order[key] = len(self.order)
-            self.kind_of[key] = _kind(unit)
+            self.kind_of[key] = self._kind(unit)
             self.kinds[self.kind_of[key]][key] = Waiting(unit, self.runs_for.get(first.task_id, MIN_STEP))
 
     def _next_step(self, t: float) -> float | None:
@@ -316,8 +329,3 @@ class _Simulation:
         for item in waiting:
             mixes[item.unit.pool].add(item.unit.request, item.unit.constraints, len(item.unit.task_ids))
         return mixes
-
-
-def _kind(unit: Unit) -> tuple:
-    """Units alike for placement: offered together, and counted against the free room together."""
-    return (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread, unit.project, unit.priority)

@@ -119,6 +119,7 @@ class _Pass:
         self.lowest_running = index.lowest_priorities()
         self.last_placed = index.last_placed()  # round-robin goes on from there, pass after pass
         self.blocked: dict[tuple, Reason] = {}  # one failed request of a kind settles its equals in this pass
+        self.settled: dict[tuple, Reason] = {}  # blocked kinds whose equals wait for that reason whatever they check
         self.ever_fits: dict[tuple, bool] = {}
         self.no_plan: set[tuple] = set()
         self.claimed: set[int] = set()  # stopping tasks a unit already counts on
@@ -162,6 +163,10 @@ class _Pass:
                                                tuple(self.book.take(i, unit.request)))])
                 return None
         self.alike = None
+        if self.settled and not self.book.held and pool_policy.reservation_time is None and self._checks_nothing(unit):
+            reason = self.settled.get((unit.pool, unit.constraints, unit.request, unit.priority, unit.spread))
+            if reason is not None:
+                return reason
         # 2. The job's own cap, then quota.
         if unit.max_running is not None and self.holding[unit.job_id] + len(unit.task_ids) > unit.max_running:
             return AtMostRunning(self.holding[unit.job_id], unit.max_running)
@@ -177,7 +182,10 @@ class _Pass:
         kind = (unit.pool, unit.constraints, unit.request)
         single = len(unit.task_ids) == 1 and not unit.avoid
         if single and kind in self.blocked:
-            return self._instead_of_waiting(unit, group, pool_policy, self.blocked[kind])
+            reason = self._instead_of_waiting(unit, group, pool_policy, self.blocked[kind])
+            if reason is self.blocked[kind] and self._settles(unit, pool_policy):
+                self.settled[unit.pool, unit.constraints, unit.request, unit.priority, unit.spread] = reason
+            return reason
         assignments, placeable = self._fit(unit, group)
         if assignments is not None:
             self._placed(unit, assignments)
@@ -202,6 +210,15 @@ class _Pass:
         nothing to avoid, no cap on its job, no quota on its project."""
         return (len(unit.task_ids) == 1 and not unit.avoid and unit.max_running is None
                 and unit.project not in self.policy.quotas)
+
+    def _settles(self, unit: Unit, pool_policy: PoolPolicy) -> bool:
+        """Whether every unit alike this one (a blocked kind, the same priority and spread, nothing it checks) waits
+        for the same reason for the rest of the pass while no room is held: nothing can be held for it, and it can
+        preempt nothing (it does not outrank, or its kind found no plan; both stay so)."""
+        return (not self.book.held and pool_policy.reservation_time is None and self._checks_nothing(unit)
+                and (not self.policy.may_preempt(unit.pool)
+                     or unit.priority <= self.lowest_running.get(unit.pool, unit.priority)
+                     or (unit.pool, unit.constraints, unit.request, 1, unit.spread, unit.priority) in self.no_plan))
 
     def _instead_of_waiting(self, unit: Unit, group: Group, pool_policy: PoolPolicy, reason: Reason) -> Reason:
         # 5a. Room held for another would have fitted it.

@@ -16,10 +16,11 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
+from weakref import WeakKeyDictionary
 
 from corral.core.config import Strategy
 from corral.core.constraints import AnyConstraint
@@ -61,6 +62,7 @@ class Request:
         object.__setattr__(self, "share", share)  # hundredths of one device, for a share; 0 for whole devices
         object.__setattr__(self, "whole", 0 if share else int(self.gpu))  # whole devices, 0 for a share
         object.__setattr__(self, "_hash", hash((self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory)))
+        object.__setattr__(self, "per_task", self.amounts())  # what one task holds, kept: never changed
 
     def __hash__(self) -> int:
         return self._hash
@@ -228,8 +230,16 @@ class WorkerRoom:
         return {"cpu": self.cpu, "memory": self.memory}.get(resource, self.custom.get(resource, 0.0))
 
     def copy(self) -> WorkerRoom:
-        return replace(self, free_gpu_ids=list(self.free_gpu_ids), free_custom=dict(self.free_custom),
-                       gpu_shared=dict(self.gpu_shared), gpu_memory_shared=dict(self.gpu_memory_shared))
+        """Its own free room, the rest shared: a pass copies every room it takes from, and `replace` costs several
+        times this."""
+        room = object.__new__(WorkerRoom)
+        room.__dict__.update(self.__dict__)
+        room.free_gpu_ids = list(self.free_gpu_ids)
+        room.free_custom = dict(self.free_custom)
+        room.gpu_shared = dict(self.gpu_shared)
+        room.gpu_memory_shared = dict(self.gpu_memory_shared)
+        room.__post_init__()
+        return room
 
     def _device_order(self, gpu_id: int) -> tuple[int, int]:
         return (self.device_memory(gpu_id), gpu_id)
@@ -282,17 +292,29 @@ class Group:
     """
 
     def __init__(self, pool: str, constraints: tuple[AnyConstraint, ...], members: list[int], member_set: set[int],
-                 index: list[tuple]) -> None:
+                 index: Callable[[], list[tuple]]) -> None:
         self.pool, self.constraints = pool, constraints
         self.members = members  # in registration order, for round-robin and reasons
         self.member_set = member_set
-        self.index = index  # the members' room_key, sorted
+        self._sort = index
+        self.sorted: list[tuple] | None = None  # the members' room_key, sorted, once a strategy asked for it
         self.cursor = 0
         # The fragmentation-aware strategy's view: members by state id; the order in which states gained
         # members; per request, a heap of (choice, state) and how much of that order it has taken in.
         self.by_state: dict[int, set[int]] | None = None
         self.revived: list[int] = []
         self.ranked: dict[Request, tuple[list[tuple[tuple, int]], list[int]]] = {}
+        # Per state, a heap of positions holding every member (and some that left): its first member is the first
+        # registered, found without a scan of a state that a thousand alike workers share.
+        self.firsts: dict[int, list[int]] = {}
+
+    @property
+    def index(self) -> list[tuple]:
+        """The members' room_key (none held), sorted: built when first asked (the fragmentation-aware strategy
+        never asks), then kept in order as rooms change."""
+        if self.sorted is None:
+            self.sorted = self._sort()
+        return self.sorted
 
 
 def room_key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
@@ -305,19 +327,48 @@ def rank_key(room: WorkerRoom, i: int, resource: str) -> tuple[float, int]:
     return (-free, i)
 
 
-@dataclass
-class Members:
-    """The rooms of a pool that match some constraints: positions in registration order, and sorted by room_key."""
+def room_keys(rooms: Sequence[WorkerRoom], positions: Iterable[int]) -> list[tuple[int, float, int, int]]:
+    """The room_key of each room at `positions`, in one pass."""
+    return [(len(rooms[i].free_gpu_ids), rooms[i].free_cpu, rooms[i].free_memory, i) for i in positions]
 
-    members: list[int]
-    member_set: set[int]
-    keys: list[tuple]
+
+def rank_keys(rooms: Sequence[WorkerRoom], positions: Iterable[int], resource: str) -> list[tuple[float, int]]:
+    """The rank_key of each room at `positions`, in one pass: views of a thousand workers are sorted afresh often."""
+    if resource == "gpu":
+        return [(-len(rooms[i].free_gpu_ids), i) for i in positions]
+    if resource == "cpu":
+        return [(-rooms[i].free_cpu, i) for i in positions]
+    return [(-rooms[i].free_memory, i) for i in positions]
+
+
+class Members:
+    """The rooms of a pool that match some constraints: positions in registration order, and sorted by room_key.
+
+    The sorted keys may go stale (`unsort`) while many rooms change, and are sorted again when next read: a
+    forecast moves hundreds of rooms between passes whose strategy never reads them."""
+
+    def __init__(self, rooms: Sequence[WorkerRoom], members: list[int]) -> None:
+        self.rooms, self.members, self.member_set = rooms, members, set(members)
+        self._keys = sorted(room_keys(rooms, members))
+        self.stale = False
 
     @classmethod
     def of(cls, rooms: Sequence[WorkerRoom], pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
-        members = [i for i, room in enumerate(rooms)
-                   if room.pool == pool and all(c.admits(room) for c in constraints)]
-        return cls(members, set(members), sorted(room_key(rooms[i], i) for i in members))
+        return cls(rooms, [i for i, room in enumerate(rooms)
+                           if room.pool == pool and all(c.admits(room) for c in constraints)])
+
+    @property
+    def keys(self) -> list[tuple]:
+        if self.stale:
+            self._keys[:] = sorted(room_keys(self.rooms, self.members))
+            self.stale = False
+        return self._keys
+
+    def unsort(self) -> None:
+        self.stale = True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Members) and (self.members, self.keys) == (other.members, other.keys)
 
 
 class KeptGroups(Protocol):
@@ -334,11 +385,48 @@ class KeptGroups(Protocol):
     def states(self) -> Mapping[int, int]: ...
 
 
+# Per fragmentation measure, the state ids of plain rooms by what decides them: kept as long as the measure.
+_PLAIN_STATES: WeakKeyDictionary[Fragmentation, dict[tuple, int]] = WeakKeyDictionary()
+
+
+def plain_states(measure: Fragmentation) -> dict[tuple, int]:
+    """The state ids of plain rooms the measure has given, by what decides them (see `stated`)."""
+    memo = _PLAIN_STATES.get(measure)
+    if memo is None:
+        memo = _PLAIN_STATES[measure] = {}
+    return memo
+
+
+def stated(measure: Fragmentation, room: WorkerRoom, memo: dict[tuple, int]) -> int:
+    """The room's state id under the measure. A plain room's (no device memory known, no shares, no custom slots)
+    follows from its labels and its room_key, so it is looked up in `memo` (the measure's `plain_states`) rather
+    than worked out: a forecast states thousands of rooms, most of them alike."""
+    if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
+        return measure.state(room)
+    key = (measure.admitted(room), len(room.free_gpu_ids), room.free_cpu, room.free_memory)
+    state = memo.get(key)
+    if state is None:
+        state = memo[key] = measure.state(room)
+    return state
+
+
 def _bucket(group: Group, state: int, i: int) -> None:
     members = group.by_state.setdefault(state, set())
     if not members:
         group.revived.append(state)
     members.add(i)
+    if state in group.firsts:
+        heappush(group.firsts[state], i)
+
+
+def _first(group: Group, state: int, members: set[int]) -> int:
+    """The first registered of a state's members (none empty)."""
+    firsts = group.firsts.get(state)
+    if firsts is None:
+        firsts = group.firsts[state] = sorted(members)
+    while firsts[0] not in members:
+        heappop(firsts)
+    return firsts[0]
 
 
 def _unbucket(by_state: dict[int, set[int]], state: int, i: int) -> None:
@@ -370,28 +458,32 @@ class RoomBook:
         self._states: dict[int, int] = {}  # room -> its state id, for rooms stated in this pass
         self._kept_states: Mapping[int, int] = {} if kept is None else kept.states()  # as the index states them
         self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
+        self._plain: dict[str, dict[tuple, int]] = {}  # per pool, its measure's plain_states
 
     def group(self, pool: str, constraints: tuple[AnyConstraint, ...], start_after: str | None = None) -> Group:
         """The workers of a pool that match the constraints; round-robin turns start after `start_after`."""
         key = (pool, constraints)
         if key not in self._groups:
-            if self._kept is None:
-                found = Members.of(self.rooms, pool, constraints)
-                index = found.keys
-            else:
-                found = self._kept.group(pool, constraints)
-                index = list(found.keys)
-                for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
-                    index.pop(bisect_left(index, room_key(self.originals[i], i)))
-                    insort(index, room_key(self.rooms[i], i))
+            found = Members.of(self.rooms, pool, constraints) if self._kept is None else \
+                self._kept.group(pool, constraints)
             members = found.members
-            group = self._groups[key] = Group(pool, constraints, members, found.member_set,
-                                              [entry for entry in index if entry[3] not in self.held]
-                                              if self.held else index)
+            group = self._groups[key] = Group(pool, constraints, members, found.member_set, lambda: self._sorted(found))
             last = self.position.get(start_after) if start_after else None
             if last in group.member_set:
                 group.cursor = (members.index(last) + 1) % len(members)
         return self._groups[key]
+
+    def _sorted(self, found: Members) -> list[tuple]:
+        """A group's room keys as they are now, sorted, none held: the kept order, the rooms this pass changed
+        moved in it."""
+        if self._kept is None:
+            index = sorted(room_keys(self.rooms, found.members))
+        else:
+            index = list(found.keys)
+            for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
+                index.pop(bisect_left(index, room_key(self.originals[i], i)))
+                insort(index, room_key(self.rooms[i], i))
+        return [entry for entry in index if entry[3] not in self.held] if self.held else index
 
     def most_free(self, group: Group, resource: str) -> int:
         """The member with the most of a RANKED resource free now, the first registered among equals."""
@@ -399,7 +491,7 @@ class RoomBook:
             return min(group.members, key=lambda i: rank_key(self.rooms[i], i, resource))
         unchanged = next((entry for entry in self._kept.ranked(group.pool, group.constraints, resource)
                           if entry[1] not in self._copied), None)
-        changed = [rank_key(self.rooms[i], i, resource) for i in self._copied if i in group.member_set]
+        changed = rank_keys(self.rooms, self._copied.intersection(group.member_set), resource)
         return min([*changed, unchanged] if unchanged else changed)[1]
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
@@ -441,7 +533,8 @@ class RoomBook:
             return
         key = room_key(self.rooms[i], i)
         for group in self._groups_of(i):
-            group.index.pop(bisect_left(group.index, key))
+            if group.sorted is not None:
+                group.sorted.pop(bisect_left(group.sorted, key))
             if group.by_state is not None:
                 _unbucket(group.by_state, self._state(i), i)
         self.held[i] = job_id
@@ -452,10 +545,15 @@ class RoomBook:
         new = room_key(self.rooms[i], i)
         old_state = self._state(i)
         if old_state is not None and self.rooms[i].pool in self.measures:
-            self._states[i] = self.measures[self.rooms[i].pool].state(self.rooms[i])
+            pool = self.rooms[i].pool
+            memo = self._plain.get(pool)
+            if memo is None:
+                memo = self._plain[pool] = plain_states(self.measures[pool])
+            self._states[i] = stated(self.measures[pool], self.rooms[i], memo)
         for group in self._groups_of(i):
-            group.index.pop(bisect_left(group.index, old))
-            insort(group.index, new)
+            if group.sorted is not None:
+                group.sorted.pop(bisect_left(group.sorted, old))
+                insort(group.sorted, new)
             if group.by_state is not None:
                 _unbucket(group.by_state, old_state, i)
                 _bucket(group, self._states[i], i)
@@ -467,11 +565,12 @@ class RoomBook:
     def _bucketed(self, group: Group, measure: Fragmentation) -> dict[int, set[int]]:
         """The group's members (none held) by state id: the index's buckets, with the rooms this pass changed
         restated."""
+        plain = plain_states(measure)
         if self._kept is None:
             by_state: dict[int, set[int]] = {}
             for *_, i in group.index:
                 if i not in self._states:
-                    self._states[i] = measure.state(self.rooms[i])
+                    self._states[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._states[i], set()).add(i)
             return by_state
         kept = self._kept.buckets(group.pool, group.constraints)
@@ -480,7 +579,7 @@ class RoomBook:
             _unbucket(by_state, self._kept_states[i], i)
             if i not in self.held:
                 if i not in self._states:
-                    self._states[i] = measure.state(self.rooms[i])
+                    self._states[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._states[i], set()).add(i)
         return by_state
 
@@ -503,7 +602,10 @@ class RoomBook:
                             if (choice := measure.choice(state, request)) is not None)
             return next((i for _, _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
                          if self._fits(i, request, measure.choice(state, request))), None)
-        heap, seen = group.ranked.setdefault(request, ([], [0]))
+        ranked = group.ranked.get(request)
+        if ranked is None:
+            ranked = group.ranked[request] = ([], [0])
+        heap, seen = ranked
         for state in group.revived[seen[0]:]:
             if state in group.by_state and (choice := measure.choice(state, request)) is not None:
                 heappush(heap, (choice, measure.states[state], state))
@@ -512,7 +614,7 @@ class RoomBook:
             choice, _, state = heap[0]
             members = group.by_state.get(state)
             if members:
-                i = min(members)
+                i = _first(group, state, members)
                 if self._fits(i, request, choice):
                     return i
             heappop(heap)

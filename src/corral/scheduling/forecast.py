@@ -234,12 +234,16 @@ class _Simulation:
                 free[resource] = free.get(resource, 0.0) - amount
         return free
 
-    def _start(self, key, assignments, t: float, previous: float) -> None:
+    def _unqueue(self, key) -> Waiting:
         kind = self.kind_of.pop(key)
         item = self.kinds[kind].pop(key)
-        unit = item.unit
         if not self.kinds[kind]:
             del self.kinds[kind]
+        return item
+
+    def _start(self, key, assignments, t: float, previous: float) -> None:
+        item = self._unqueue(key)
+        unit = item.unit
         freed = [end for a in assignments for end in self.freed.get(a.worker_id, ())]
         start = max(max((end for end, _ in freed), default=t), previous, self.latest_start) if freed else t
         self.latest_start = start
@@ -264,19 +268,23 @@ class _Simulation:
     def _evict(self, victims: Sequence[RunningTask], t: float) -> None:
         """Evicted tasks free their room at once and wait again: a gang whole, a task alone."""
         self.evicted = True
-        by_job: dict[tuple, list[RunningTask]] = defaultdict(list)
+        by_key: dict[tuple, dict[int, RunningTask]] = defaultdict(dict)
         for task in victims:
-            by_job[(task.job_id, None) if task.gang else (task.job_id, task.task_id)].append(task)
-        for key, tasks in by_job.items():
-            first = tasks[0]
-            for task in tasks:
-                self.index.remove(task.task_id)
-                self.ends_at.pop(task.task_id, None)
+            by_key[(task.job_id, None) if task.gang else (task.job_id, task.task_id)][task.task_id] = task
+        for key, tasks in by_key.items():
+            first = next(iter(tasks.values()))
+            for task_id in tasks:
+                self.index.remove(task_id)
+                self.ends_at.pop(task_id, None)
             pool = self.pool_of.get(first.worker_id)
             if pool is None:
                 continue
-            unit = Unit(key, tuple(task.task_id for task in tasks), first.request, pool=pool, priority=first.priority,
-                        project=first.project, since=t)
+            task_ids = tuple(tasks)
+            if key in self.kind_of:  # a gang evicted in two steps (rows that disagree on it): it waits as one
+                earlier = self._unqueue(key)
+                task_ids = tuple(dict.fromkeys(earlier.unit.task_ids + task_ids))
+            unit = Unit(key, task_ids, first.request, pool=pool, priority=first.priority, project=first.project,
+                        since=t)
             self.order[key] = len(self.order)
             self.kind_of[key] = self._kind(unit)
             self.kinds[self.kind_of[key]][key] = Waiting(unit, self.runs_for.get(first.task_id, MIN_STEP))

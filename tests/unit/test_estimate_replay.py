@@ -75,14 +75,15 @@ def test_every_pod_starts_no_node_is_overbooked_and_the_waiting_get_estimates(tm
     nodes = replay.load_nodes(tmp_path / replay.NODES)
     pods = replay.load_trace(tmp_path, compress=2.0, repeats=2)
     assert len(pods) == 2 * 196  # the never scheduled are skipped
-    for limited in (False, True):
-        result = replay.replay(nodes, replay.with_limits(pods) if limited else pods)
+    one_pass = pods[:196]
+    for replayed, history in ((pods, []), (replay.with_limits(pods), []), (pods, one_pass)):
+        result = replay.replay(nodes, replayed, every=0.0, history=history)
         assert set(result.starts) == {p.id for p in pods}
         assert all(result.starts[p.id] >= p.arrives for p in pods)
         assert over_capacity(replay, nodes, result) == []
         waited = [p for p in pods if result.starts[p.id] > p.arrives]
         assert len([p for p in waited if result.starts[p.id] - p.arrives > replay.LONG_WAIT]) > 20
-        assert all(result.estimates[p.id] for p in waited)  # forecast at each arrival that leaves pods waiting
+        assert all(result.estimates[p.id] for p in waited)  # every=0: a forecast at each event that leaves one waiting
         for pod_id, estimates in result.estimates.items():
             arrives = pods[pod_id].arrives
             assert all(arrives <= made <= result.starts[pod_id] for made, _ in estimates)
@@ -112,6 +113,16 @@ def test_time_limits_are_at_least_the_duration_and_whole_ten_minutes() -> None:
     for pod, limited in zip(pods, replay.with_limits(pods, seed=3), strict=True):
         assert pod.runs_for <= limited.time_limit <= 3 * pod.runs_for + replay.LIMIT_STEP
         assert limited.time_limit % replay.LIMIT_STEP == 0
+    assert [p.time_limit for p in replay.exact_limits(pods)] == [p.runs_for for p in pods]
+
+
+def test_with_every_duration_known_the_estimates_are_close(tmp_path: Path) -> None:
+    """The simulation's own error (order, resolution): far under what a duration model adds."""
+    replay = load()
+    tiny_trace(tmp_path)
+    nodes = replay.load_nodes(tmp_path / replay.NODES)
+    result = replay.replay(nodes, replay.exact_limits(replay.load_trace(tmp_path, compress=2.0, repeats=2)))
+    assert replay.score(result).median < 0.1
 
 
 def test_the_horizon_buckets_split_the_estimates_the_score_counts(tmp_path: Path) -> None:

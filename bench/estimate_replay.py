@@ -56,7 +56,7 @@ from corral.scheduling.rooms import Request, WorkerRoom  # noqa: E402
 
 PODS = "openb_pod_list_default.csv"
 COMPRESS = 6000.0  # arrivals come this many times faster than in the trace
-QUIET = 0.01  # the first pods, spread over the trace's first 110 days, arrive as its busy last 36 days begin
+QUIET = 0.01  # the first 1% of pods, spread over the trace's first 116 days, arrive as its busy last 33 days begin
 REPEATS = 2  # the trace's pods this many times, each pass after the one before
 EVERY = 10.0  # simulated seconds: at most one forecast this often (0: at every arrival that leaves pods waiting)
 LONG_WAIT = 60.0  # seconds: the waits the target speaks of

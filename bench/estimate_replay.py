@@ -58,7 +58,7 @@ PODS = "openb_pod_list_default.csv"
 COMPRESS = 6000.0  # arrivals come this many times faster than in the trace
 QUIET = 0.01  # the first 1% of pods, spread over the trace's first 116 days, arrive as its busy last 33 days begin
 REPEATS = 2  # the trace's pods this many times, each pass after the one before
-EVERY = 10.0  # simulated seconds: at most one forecast this often (0: at every arrival that leaves pods waiting)
+EVERY = 10.0  # simulated seconds: at most one forecast this often (0: at every event that leaves a pod unestimated)
 LONG_WAIT = 60.0  # seconds: the waits the target speaks of
 LIMIT_STEP = 600.0  # a time limit is rounded up to this many seconds
 HORIZONS = (600.0, 3600.0, 6 * 3600.0, math.inf)  # upper bounds of the horizon buckets
@@ -250,13 +250,13 @@ def score(result: Replay, low: float = 0.0, high: float = math.inf, first_only: 
 
 
 def worst(result: Replay, count: int = 5) -> list[str]:
-    """The first estimates furthest off, with what the pods ahead assumed: to see why."""
+    """The first estimates furthest off, with the pod's kind and wait: to see which pods the model misjudges."""
     rows = []
     for pod in result.pods:
         wait = result.starts[pod.id] - pod.arrives
         estimates = result.estimates.get(pod.id)
         if wait > LONG_WAIT and estimates and estimates[0][1] is not None:
-            made_at, estimate = estimates[0]
+            estimate = estimates[0][1]
             rows.append((abs(estimate - result.starts[pod.id]) / wait, pod, wait, estimate - pod.arrives))
     rows.sort(key=lambda r: -r[0])
     return [f"pod {pod.id} ({pod.project}, {pod.command}, cpu {pod.request.cpu:g}, gpu {pod.request.gpu:g}): "

@@ -49,6 +49,7 @@ bench: $(STAMP) chromium
 	$(BIN)/python bench/containment.py
 	$(BIN)/python bench/workdir_upload.py
 	$(BIN)/python bench/trace_replay.py
+	$(BIN)/python bench/estimate_replay.py
 	$(BIN)/python bench/interactive.py
 	$(BIN)/python bench/authz.py
 	$(BIN)/python bench/usage.py

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from bench.trace_replay import DATA, NODES, POOL, load_nodes, load_pods  # noqa: E402
 from corral.core.config import PoolPolicy, Strategy  # noqa: E402
 from corral.scheduling.capacity import CapacityIndex  # noqa: E402
-from corral.scheduling.durations import KEPT_RUNS, DurationModel, Run, expected_end  # noqa: E402
+from corral.scheduling.durations import KEPT_RUNS, DurationModel, Run, share_of  # noqa: E402
 from corral.scheduling.forecast import Ending, Waiting, forecast  # noqa: E402
 from corral.scheduling.placement import Unit, place_over  # noqa: E402
 from corral.scheduling.policy import Policy  # noqa: E402
@@ -126,11 +126,6 @@ def with_limits(pods: list[TracePod], seed: int = 0) -> list[TracePod]:
                      math.ceil(p.runs_for * draw.uniform(1, 3) / LIMIT_STEP) * LIMIT_STEP) for p in pods]
 
 
-def exact_limits(pods: list[TracePod]) -> list[TracePod]:
-    """Each pod with its actual duration as its time limit: the forecast then knows every duration."""
-    return [TracePod(p.id, p.request, p.project, p.arrives, p.runs_for, p.runs_for) for p in pods]
-
-
 class LearnedDurations:
     """The runs ended so far, as a DurationModel: rebuilt when asked after new runs, from only the latest runs of
     each kind it keys by (the model keeps no more of any kind), so a rebuild costs the kinds, not the history."""
@@ -154,7 +149,7 @@ class LearnedDurations:
 
 
 def replay(nodes: list[WorkerRoom], pods: list[TracePod], every: float = EVERY, policy: Policy = POLICY,
-           history: list[TracePod] = ()) -> Replay:
+           history: list[TracePod] = (), known: bool = False) -> Replay:
     """The truth and the estimates in one pass; the estimates change nothing the truth does. The model learns from
     the pods of `history` (as ended before the replay) and from each pod that ends in it."""
     result = Replay(pods)
@@ -194,20 +189,22 @@ def replay(nodes: list[WorkerRoom], pods: list[TracePod], every: float = EVERY, 
         if unestimated and now - last_forecast >= every:
             last_forecast = now
             unestimated.clear()
-            _estimate(result, index, pending, learned.model(), by_id, now, policy)
+            _estimate(result, index, pending, None if known else learned.model(), by_id, now, policy)
     return result
 
 
-def _estimate(result: Replay, index: CapacityIndex, pending: dict[int, Unit], model: DurationModel,
+def _estimate(result: Replay, index: CapacityIndex, pending: dict[int, Unit], model: DurationModel | None,
               by_id: dict[int, TracePod], now: float, policy: Policy) -> None:
-    """One forecast over the pods pending now; each keeps every estimate made of it, with when it was made."""
-    waiting = [Waiting(unit, model.expected(pod.project, pod.command, pod.shape, pod.time_limit).seconds)
-               for unit in pending.values() for pod in (by_id[unit.job_id],)]
-    ending = []
-    for task in index.running.values():
-        pod = by_id[task.task_id]
-        duration = model.expected(pod.project, pod.command, pod.shape, pod.time_limit)
-        ending.append(Ending(task, expected_end(duration, task.since, now, pod.time_limit)))
+    """One forecast over the pods pending now; each keeps every estimate made of it, with when it was made. With no
+    model, every pod's actual duration is known."""
+    def runs_for(pod: TracePod, age: float) -> float:
+        if model is None:
+            return pod.runs_for
+        return model.duration(pod.project, pod.command, pod.shape, share_of(pod.id), age, pod.time_limit).seconds
+
+    waiting = [Waiting(unit, runs_for(by_id[unit.job_id], 0.0)) for unit in pending.values()]
+    ending = [Ending(task, max(task.since + runs_for(by_id[task.task_id], now - task.since), now))
+              for task in index.running.values()]
     result.left_ratios.append(statistics.median((e.ends_at - now) / max(e.task.since + by_id[e.task.task_id].runs_for
                                                                         - now, 1.0) for e in ending))
     result.duration_ratios.append(statistics.median(w.runs_for / by_id[w.unit.job_id].runs_for for w in waiting))
@@ -321,16 +318,18 @@ def main() -> None:
     print(f"{len(nodes)} nodes, {sum(n.gpu for n in nodes)} GPUs; {len(pods)} pods ({args.repeats} x the trace's "
           f"scheduled pods), arrivals {args.compress:g}x faster, real durations; a forecast at each event that "
           f"leaves a pod waiting with no estimate yet{f', at most one per {args.every:g} s' if args.every else ''}")
-    runs = [("learned durations only, from the pods ended in the replay", pods, []),
-            ("with time limits (1-3x, rounded up to 10 min)", with_limits(pods, args.seed), [])]
+    earlier = pods[:len(pods) // args.repeats]  # one pass of the trace, as ended before the replay: a warm model
+    runs = [("learned durations, the model knowing one earlier pass of the trace", pods, earlier, False),
+            ("learned durations and time limits (1-3x, rounded up to 10 min), the same model",
+             with_limits(pods, args.seed), earlier, False),
+            ("learned durations, from the pods ended in the replay only (a cold start)", pods, [], False),
+            ("time limits only (1-3x), nothing learned: the limits stand in", with_limits(pods, args.seed), [],
+             False)]
     if args.diagnose:
-        runs += [("learned durations only, the model also knowing one earlier pass of the trace", pods,
-                  pods[:len(pods) // args.repeats]),
-                 ("each pod's actual duration as its time limit (what is left is the simulation's own error)",
-                  exact_limits(pods), [])]
-    for name, replayed, history in runs:
+        runs += [("every pod's actual duration known (what is left is the simulation's own error)", pods, [], True)]
+    for name, replayed, history, known in runs:
         started = time.perf_counter()
-        report(name, replay(nodes, replayed, args.every, history=history), started)
+        report(name, replay(nodes, replayed, args.every, history=history, known=known), started)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def test_jobs_table_shows_task_counts_age_and_the_pending_reason(cli, fake):
 
 def test_jobs_table_says_when_a_pending_job_starts(cli, fake):
     fake.jobs = [job_view(3, estimate=StartEstimate(text="~12m after job 41", start_at=time.time() + 720,
-                                                    after_job=41, basis="job 41 runs for its time limit")),
+                                                    after_job=41, basis="job 41's end: its time limit")),
                  job_view(2, estimate=StartEstimate(text="unknown: no worker can ever fit it: ...", start_at=None,
                                                     never=True)),
                  job_view(1, state="RUNNING", estimate=StartEstimate(text="stale", start_at=None))]
@@ -46,7 +46,7 @@ def test_jobs_table_says_when_a_pending_job_starts(cli, fake):
     table = cli("jobs").output
     assert "~12m after job 41" in table and "unknown: no worker can ever fit it" in table and "stale" not in table
     info = cli("info", "3").output
-    assert "~12m after job 41" in info and "job 41 runs for its time limit" in info
+    assert "~12m after job 41" in info and "job 41's end: its time limit" in info
 
 
 def test_jobs_json_and_limit(cli, fake):
@@ -231,7 +231,7 @@ def test_info_what_if_lists_one_line_per_remedy(cli, fake):
     now = time.time()
     fake.jobs = [job_view(5, pending_reason="needs 8 gpu per task; at most 4 free on w3")]
     fake.what_if_view = WhatIfView(job_id=5, now=now, forecasts=7, baseline=StartEstimate(
-        text="~1h after job 41", start_at=now + 3600, after_job=41, basis="job 41 runs for its time limit"), remedies=[
+        text="~1h after job 41", start_at=now + 3600, after_job=41, basis="job 41's end: its time limit"), remedies=[
         RemedyView(kind="gpus", change="--gpus 4 instead of 8", spec={"resources": {"gpu": 4}}, text="now",
                    start_at=now, workers=["w3"]),
         RemedyView(kind="priority", change="--priority 6 instead of 0", spec={"priority": 6}, text="now",

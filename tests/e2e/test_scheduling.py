@@ -185,7 +185,7 @@ def test_a_pending_job_says_when_it_starts_and_its_estimate_is_held_to_account(b
     cluster.wait_running(first)
     second = cluster.submit(command=["true"], resources={"cpu": 1})
     estimate = wait_for(lambda: cluster.job(second)["estimate"], 20, "the second job's start estimate")
-    assert estimate["after_job"] == first and estimate["basis"] == f"job {first} runs for its time limit"
+    assert estimate["after_job"] == first and estimate["basis"] == f"job {first}'s end: its time limit"
     assert estimate["text"] in (f"~10m after job {first}", f"~9m after job {first}")
     env = {"CORRAL_URL": cluster.url, "CORRAL_TOKEN": cluster.admin_token, "PATH": "/usr/bin:/bin",
            "PYTHONPATH": ":".join(sys.path), "COLUMNS": "200"}
@@ -197,7 +197,7 @@ def test_a_pending_job_says_when_it_starts_and_its_estimate_is_held_to_account(b
         return done.stdout
 
     assert "START" in corral("jobs") and f"after job {first}" in corral("jobs")
-    assert f"job {first} runs for its time limit" in corral("info", str(second))
+    assert f"job {first}'s end: its time limit" in corral("info", str(second))
     # The running job ends early: the waiting one starts, and its estimate is held to account.
     assert cluster.http.post(f"/api/v1/jobs/{first}/cancel").status_code == 200
     assert cluster.wait_end(second, timeout=30)["state"] == "SUCCEEDED"

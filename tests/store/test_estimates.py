@@ -43,7 +43,7 @@ async def test_a_job_behind_one_with_a_time_limit_starts_when_that_limit_ends(st
     assert list(made) == [second]
     estimate = (await _estimates(store))[second]
     assert estimate.start_at == pytest.approx(NOW + 600, abs=1) and estimate.after_job == first
-    assert estimate.basis == f"job {first} runs for its time limit"
+    assert estimate.basis == f"job {first}'s end: its time limit"
 
 
 async def test_learned_durations_stand_in_for_a_missing_time_limit(store):
@@ -54,7 +54,7 @@ async def test_learned_durations_stand_in_for_a_missing_time_limit(store):
     await estimator.run(store, NOW + 100)
     estimate = (await _estimates(store))[second]
     assert estimate.start_at == pytest.approx(NOW + 900, abs=1)
-    assert estimate.basis == f"job {first} runs for the median of 3 similar jobs"
+    assert estimate.basis == f"job {first}'s end: the runs of 3 similar jobs"
 
 
 async def test_a_job_no_worker_can_fit_is_unknown_and_says_why(store):

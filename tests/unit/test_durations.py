@@ -1,16 +1,21 @@
-"""Expected durations: a time limit where set, else the median of the most alike finished runs."""
+"""Durations: each task its own quantile of the most alike finished runs (those longer than its age), within its
+time limit; a guess with neither."""
 
 from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corral.scheduling.durations import (
     ENOUGH,
     GUESS,
+    KEPT_RUNS,
     OVERDUE,
     Duration,
     DurationModel,
     Run,
     command_name,
-    expected_end,
+    share_of,
 )
 
 SHAPE = (1.0, 0, 1.0)
@@ -20,37 +25,56 @@ def runs(command: str, seconds: list[float], project: str = "vision", shape=SHAP
     return [Run(project, command, shape, s) for s in seconds]
 
 
-def test_a_time_limit_wins():
-    model = DurationModel(runs("train", [10, 20, 30]))
-    assert model.expected("vision", "train", SHAPE, time_limit=7200) == Duration(7200, "its time limit")
+def test_each_share_takes_its_quantile_of_the_similar_runs():
+    model = DurationModel(runs("train", [400, 100, 300, 200]))
+    assert [model.duration("vision", "train", SHAPE, share).seconds for share in (0.01, 0.3, 0.6, 0.99)] == \
+        [100, 200, 300, 400]
+    assert model.duration("vision", "train", SHAPE, 0.5).basis == "the runs of 4 similar jobs"
 
 
-def test_the_median_of_similar_jobs_says_how_many():
-    model = DurationModel(runs("train", [100, 300, 200, 900]))
-    assert model.expected("vision", "train", SHAPE) == Duration(250, "the median of 4 similar jobs")
+def test_a_running_task_takes_its_quantile_among_the_runs_longer_than_its_age():
+    model = DurationModel(runs("train", [100, 200, 300, 400]))
+    assert model.duration("vision", "train", SHAPE, 0.01, age=250).seconds == 300
+    assert model.duration("vision", "train", SHAPE, 0.99, age=250).seconds == 400
+    outlived = model.duration("vision", "train", SHAPE, 0.5, age=1000)
+    assert outlived == Duration(1000 * OVERDUE, "longer than the runs of 4 similar jobs")
+
+
+def test_a_time_limit_caps_what_was_learned_and_stands_in_for_nothing_learned():
+    model = DurationModel(runs("train", [100, 200, 300]))
+    assert model.duration("vision", "train", SHAPE, 0.99, time_limit=250) == Duration(250, "its time limit")
+    assert model.duration("vision", "train", SHAPE, 0.01, time_limit=250).seconds == 100
+    assert model.duration("vision", "eval", SHAPE, 0.5, time_limit=7200).seconds == 200  # the project's runs
+    assert DurationModel().duration("nlp", "x", SHAPE, 0.5, time_limit=7200) == Duration(7200, "its time limit")
 
 
 def test_other_resources_fall_back_to_the_command_then_the_project():
     model = DurationModel(runs("train", [100, 200, 300]) + runs("eval", [50, 50, 50]))
-    assert model.expected("vision", "train", (8.0, 0, 8.0)) == Duration(200, "the median of 3 jobs named train")
-    assert model.expected("vision", "bench", SHAPE).basis == "the median of 6 jobs of project vision"
+    assert model.duration("vision", "train", (8.0, 0, 8.0), 0.5).basis == "the runs of 3 jobs named train"
+    assert model.duration("vision", "bench", SHAPE, 0.5).basis == "the runs of 6 jobs of project vision"
 
 
 def test_too_few_runs_do_not_count_and_no_history_is_a_guess():
     model = DurationModel(runs("train", [100] * (ENOUGH - 1), project="nlp"))
-    assert model.expected("nlp", "train", SHAPE).seconds == GUESS
-    assert model.expected("nlp", "train", SHAPE).basis.startswith("a guess")
+    guess = model.duration("nlp", "train", SHAPE, 0.5)
+    assert guess.seconds == GUESS and guess.basis.startswith("a guess")
+    assert model.duration("nlp", "train", SHAPE, 0.5, age=2 * GUESS).seconds == 2 * GUESS * OVERDUE
 
 
 def test_the_latest_runs_count():
-    model = DurationModel(runs("train", [10_000] * 50 + [100] * 50))
-    assert model.expected("vision", "train", SHAPE).seconds == 100
+    model = DurationModel(runs("train", [10_000] * KEPT_RUNS + [100] * KEPT_RUNS))
+    assert model.duration("vision", "train", SHAPE, 0.99).seconds == 100
 
 
-def test_an_overdue_task_is_expected_to_run_a_while_longer_unless_its_limit_ends_it():
-    assert expected_end(Duration(100, "x"), since=0, now=50) == 100
-    assert expected_end(Duration(100, "x"), since=0, now=400) == 400 * OVERDUE
-    assert expected_end(Duration(100, "its time limit"), since=0, now=400, time_limit=100) == 400
+@given(st.lists(st.integers(1, 10**9), min_size=200, max_size=400, unique=True))
+def test_shares_spread_evenly_over_many_tasks(task_ids):
+    shares = sorted(share_of(task_id) for task_id in task_ids)
+    assert all(0 < share < 1 for share in shares)
+    assert sum(share < 0.5 for share in shares) / len(shares) > 0.3  # no half of [0, 1) left empty
+
+
+def test_consecutive_tasks_land_far_apart():
+    assert abs(share_of(1) - share_of(2)) > 0.1 and share_of(7) == share_of(7)
 
 
 def test_a_command_is_named_by_its_given_name_else_its_program_and_script():

@@ -111,7 +111,7 @@ def render_info(job: JobView, tasks: list[TaskView], history: list[HistoryEntry]
 
 
 def estimate_text(estimate: StartEstimate) -> Text:
-    """"~12m after job 41 (at 14:02; job 41 runs for its time limit)"."""
+    """"~12m after job 41 (at 14:02; job 41's end: its time limit)"."""
     said = Text(estimate.text, style="bold")
     if estimate.start_at is not None:
         at = datetime.fromtimestamp(estimate.start_at).strftime("%H:%M" if estimate.text != "now" else "%H:%M:%S")

@@ -22,9 +22,10 @@ from corral.core.states import JobState
 from corral.engine.coordinator import pending_work
 from corral.engine.handlers import ScheduleJobs, Snapshot, pending_unit, task_request
 from corral.metrics import ESTIMATE_ERROR_SECONDS, ESTIMATE_SECONDS
-from corral.scheduling.durations import Duration, DurationModel, expected_end
+from corral.scheduling.durations import Duration, DurationModel, share_of
 from corral.scheduling.forecast import HORIZON, Ending, Estimate, Situation, Waiting
 from corral.scheduling.reasons import TooLarge
+from corral.scheduling.rooms import Request
 from corral.scheduling.snapshot import JobPlacement, eligible_since
 from corral.store.estimates import (
     ESTIMATOR,
@@ -59,7 +60,7 @@ class Assumed:
     def basis(self, estimate: Estimate) -> str:
         """What a job's estimate rests on, in words: the job it waits for, or the running tasks as a whole."""
         if estimate.after_job is not None and estimate.after_job in self.by_job:
-            return f"job {estimate.after_job} runs for {self.by_job[estimate.after_job].basis}"
+            return f"job {estimate.after_job}'s end: {self.by_job[estimate.after_job].basis}"
         if not self.running:
             return "nothing is running"
         counts = ", ".join(f"{n} {kind}" for kind, n in self.running.most_common())
@@ -133,19 +134,14 @@ class Estimator:
         waiting = [self._waiting(target, snapshot, facts, assumed) for target in targets
                    if target.job_id not in cluster.unreadable]
         ending = []
-        used: Counter[Duration] = Counter()
         for task in running:
-            job = facts.get(task.job_id)
             if task.stopping:
                 ending.append(Ending(task, now + STOPPING_FOR))
                 continue
-            limit = job.time_limit if job else None
-            duration = self._duration(task.job_id, job, (task.request.cpu, task.request.memory, task.request.gpu),
-                                      assumed)
-            used[duration] += 1
-            ending.append(Ending(task, expected_end(duration, task.since, now, limit)))
-        for duration, tasks in used.items():
-            assumed.running[_kind(duration)] += tasks
+            duration = self._duration(task.job_id, task.task_id, facts.get(task.job_id), task.request,
+                                      now - task.since, assumed)
+            assumed.running[_kind(duration)] += 1
+            ending.append(Ending(task, max(task.since + duration.seconds, now)))
         situation = Situation(tuple(waiting), tuple(index.rooms), tuple(ending), now, cluster.policy,
                               cluster.dependencies)
         return situation, {job_id for job_id, state in states.items() if state is JobState.PENDING}, assumed
@@ -156,15 +152,19 @@ class Estimator:
         job = cluster.jobs.get(target.job_id, JobPlacement())
         request = task_request(job, snapshot.jobs[target.job_id])
         since = eligible_since(job, cluster.dependencies, target.since)
-        duration = self._duration(target.job_id, facts.get(target.job_id),
-                                  (request.cpu, request.memory, request.gpu), assumed)
-        return Waiting(pending_unit(target, job, request, snapshot, since), duration.seconds, job)
+        unit = pending_unit(target, job, request, snapshot, since)
+        duration = self._duration(target.job_id, unit.task_ids[0], facts.get(target.job_id), request, 0.0, assumed)
+        return Waiting(unit, duration.seconds, job)
 
-    def _duration(self, job_id: int, job: JobDurationFacts | None, shape, assumed: Assumed) -> Duration:
-        if job_id not in assumed.by_job:
-            assumed.by_job[job_id] = (self.model.expected(job.project, job.name, shape, job.time_limit)
-                                      if job is not None else self.model.expected("", "", shape))
-        return assumed.by_job[job_id]
+    def _duration(self, job_id: int, task_id: int, job: JobDurationFacts | None, request: Request, age: float,
+                  assumed: Assumed) -> Duration:
+        """How long in all a task runs that has run `age` seconds (corral.scheduling.durations); the first asked of
+        a job stands for it in the words of an estimate."""
+        shape = (request.cpu, request.memory, request.gpu)
+        duration = self.model.duration(job.project if job else "", job.name if job else "", shape, share_of(task_id),
+                                       age, job.time_limit if job else None)
+        assumed.by_job.setdefault(job_id, duration)
+        return duration
 
 
 def _kind(duration: Duration) -> str:

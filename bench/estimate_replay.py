@@ -14,16 +14,17 @@ together: without repeats no compression contends it).
 The estimates: at each event that leaves a pod waiting that has no estimate yet, but at most
 once per EVERY simulated seconds (a forecast over some hundreds pending and 7,600 running costs
 about 0.2 s, and in the busiest stretches pods arrive several a second), `forecast` runs over
-the pods pending then, the running pods' expected ends and a DurationModel learned from the
-pods ended so far in the replay (project: qos; command: the pod's GPU kind, cpu / share /
-whole, the trace having no command names; shape: cpu, memory, gpus). A pod's first estimate
-(made at its arrival, or at the first forecast after it: at most EVERY seconds or one event
-later) is scored against its actual start, for pods that waited over a minute. Two runs: the
-learned model only; time limits set (the actual duration times a random factor in [1, 3],
-rounded up to 10 minutes: the model then takes the limit as the duration). `--diagnose` adds
-two: the model also knowing one earlier pass of the trace (what ends first in a replay are
-the short runs, so a model learning only from them is biased short), and each pod's actual
-duration as its limit (the error left is the simulation's own: order, resolution).
+the pods pending then, the running pods' expected ends and a DurationModel (project: qos;
+command: the pod's GPU kind, cpu / share / whole, the trace having no command names; shape:
+cpu, memory, gpus) learned from one earlier pass of the trace, as a controller that has run
+this workload knows its runs, and from the pods ended so far in the replay. A pod's first
+estimate (made at its arrival, or at the first forecast after it: at most EVERY seconds or one
+event later) is scored against its actual start, for pods that waited over a minute. Three
+runs: the learned model; the same with time limits set (the actual duration times a random
+factor in [1, 3], rounded up to 10 minutes, capping what was learned); a cold start, learning
+only from the pods ended in the replay (what ends first are the short runs: a model learning
+only from them is biased short). `--diagnose` adds a fourth: every pod's actual duration known
+(the error left is the simulation's own: order, resolution).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from bench.trace_replay import DATA, NODES, POOL, load_nodes, load_pods  # noqa: E402
 from corral.core.config import PoolPolicy, Strategy  # noqa: E402
 from corral.scheduling.capacity import CapacityIndex  # noqa: E402
-from corral.scheduling.durations import KEPT_RUNS, DurationModel, Run, share_of  # noqa: E402
+from corral.scheduling.durations import KEPT_RUNS, WAITING, DurationModel, Run, share_of  # noqa: E402
 from corral.scheduling.forecast import Ending, Waiting, forecast  # noqa: E402
 from corral.scheduling.placement import Unit, place_over  # noqa: E402
 from corral.scheduling.policy import Policy  # noqa: E402
@@ -197,13 +198,14 @@ def _estimate(result: Replay, index: CapacityIndex, pending: dict[int, Unit], mo
               by_id: dict[int, TracePod], now: float, policy: Policy) -> None:
     """One forecast over the pods pending now; each keeps every estimate made of it, with when it was made. With no
     model, every pod's actual duration is known."""
-    def runs_for(pod: TracePod, age: float) -> float:
+    def runs_for(pod: TracePod, share: float, age: float) -> float:
         if model is None:
             return pod.runs_for
-        return model.duration(pod.project, pod.command, pod.shape, share_of(pod.id), age, pod.time_limit).seconds
+        return model.duration(pod.project, pod.command, pod.shape, share, age, pod.time_limit).seconds
 
-    waiting = [Waiting(unit, runs_for(by_id[unit.job_id], 0.0)) for unit in pending.values()]
-    ending = [Ending(task, max(task.since + runs_for(by_id[task.task_id], now - task.since), now))
+    waiting = [Waiting(unit, runs_for(by_id[unit.job_id], WAITING, 0.0)) for unit in pending.values()]
+    ending = [Ending(task, max(task.since + runs_for(by_id[task.task_id], share_of(task.task_id), now - task.since),
+                               now))
               for task in index.running.values()]
     result.left_ratios.append(statistics.median((e.ends_at - now) / max(e.task.since + by_id[e.task.task_id].runs_for
                                                                         - now, 1.0) for e in ending))
@@ -322,9 +324,7 @@ def main() -> None:
     runs = [("learned durations, the model knowing one earlier pass of the trace", pods, earlier, False),
             ("learned durations and time limits (1-3x, rounded up to 10 min), the same model",
              with_limits(pods, args.seed), earlier, False),
-            ("learned durations, from the pods ended in the replay only (a cold start)", pods, [], False),
-            ("time limits only (1-3x), nothing learned: the limits stand in", with_limits(pods, args.seed), [],
-             False)]
+            ("learned durations, from the pods ended in the replay only (a cold start)", pods, [], False)]
     if args.diagnose:
         runs += [("every pod's actual duration known (what is left is the simulation's own error)", pods, [], True)]
     for name, replayed, history, known in runs:

@@ -33,11 +33,18 @@ def test_each_share_takes_its_quantile_of_the_similar_runs():
 
 
 def test_a_running_task_takes_its_quantile_among_the_runs_longer_than_its_age():
-    model = DurationModel(runs("train", [100, 200, 300, 400]))
-    assert model.duration("vision", "train", SHAPE, 0.01, age=250).seconds == 300
-    assert model.duration("vision", "train", SHAPE, 0.99, age=250).seconds == 400
-    outlived = model.duration("vision", "train", SHAPE, 0.5, age=1000)
-    assert outlived == Duration(1000 * OVERDUE, "longer than the runs of 4 similar jobs")
+    model = DurationModel(runs("train", [100 * n for n in range(1, 11)]))
+    assert model.duration("vision", "train", SHAPE, 0.01, age=650).seconds == 700
+    assert model.duration("vision", "train", SHAPE, 0.99, age=650).seconds == 1000
+    outlived = model.duration("vision", "train", SHAPE, 0.5, age=950)
+    assert outlived == Duration(GUESS, "a guess: it outlived the runs of every similar job")
+    assert model.duration("vision", "train", SHAPE, 0.5, age=2 * GUESS).seconds == 2 * GUESS * OVERDUE
+
+
+def test_one_that_outlived_its_own_kind_is_judged_by_a_wider_kind():
+    model = DurationModel(runs("train", [100, 200, 300]) + runs("sweep", [5000, 6000, 7000]))
+    older = model.duration("vision", "train", SHAPE, 0.01, age=350)
+    assert older == Duration(5000, "the runs of 6 jobs of project vision")
 
 
 def test_a_time_limit_caps_what_was_learned_and_stands_in_for_nothing_learned():

@@ -22,7 +22,7 @@ from corral.core.states import JobState
 from corral.engine.coordinator import pending_work
 from corral.engine.handlers import ScheduleJobs, Snapshot, pending_unit, task_request
 from corral.metrics import ESTIMATE_ERROR_SECONDS, ESTIMATE_SECONDS
-from corral.scheduling.durations import Duration, DurationModel, share_of
+from corral.scheduling.durations import WAITING, Duration, DurationModel, share_of
 from corral.scheduling.forecast import HORIZON, Ending, Estimate, Situation, Waiting
 from corral.scheduling.reasons import TooLarge
 from corral.scheduling.rooms import Request
@@ -138,7 +138,7 @@ class Estimator:
             if task.stopping:
                 ending.append(Ending(task, now + STOPPING_FOR))
                 continue
-            duration = self._duration(task.job_id, task.task_id, facts.get(task.job_id), task.request,
+            duration = self._duration(task.job_id, share_of(task.task_id), facts.get(task.job_id), task.request,
                                       now - task.since, assumed)
             assumed.running[_kind(duration)] += 1
             ending.append(Ending(task, max(task.since + duration.seconds, now)))
@@ -153,16 +153,16 @@ class Estimator:
         request = task_request(job, snapshot.jobs[target.job_id])
         since = eligible_since(job, cluster.dependencies, target.since)
         unit = pending_unit(target, job, request, snapshot, since)
-        duration = self._duration(target.job_id, unit.task_ids[0], facts.get(target.job_id), request, 0.0, assumed)
+        duration = self._duration(target.job_id, WAITING, facts.get(target.job_id), request, 0.0, assumed)
         return Waiting(unit, duration.seconds, job)
 
-    def _duration(self, job_id: int, task_id: int, job: JobDurationFacts | None, request: Request, age: float,
+    def _duration(self, job_id: int, share: float, job: JobDurationFacts | None, request: Request, age: float,
                   assumed: Assumed) -> Duration:
         """How long in all a task runs that has run `age` seconds (corral.scheduling.durations); the first asked of
         a job stands for it in the words of an estimate."""
         shape = (request.cpu, request.memory, request.gpu)
-        duration = self.model.duration(job.project if job else "", job.name if job else "", shape, share_of(task_id),
-                                       age, job.time_limit if job else None)
+        duration = self.model.duration(job.project if job else "", job.name if job else "", shape, share, age,
+                                       job.time_limit if job else None)
         assumed.by_job.setdefault(job_id, duration)
         return duration
 

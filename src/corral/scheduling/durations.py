@@ -6,13 +6,14 @@ given one, else its program and script ("python train.py"). The latest runs of t
 that has enough of them stand for the task's duration, and the answer says which kind it was, so an
 estimate built on it can say what it assumed.
 
-Not their median: a waiting job starts when the first few of many running tasks end, and runs are
-heavy-tailed, so one middle value per task gets the order of the ends wrong (measured on the
-Alibaba trace, docs/performance.md). Each task takes its own quantile of its kind's runs (`share`,
-fixed per task, spread evenly over many tasks): the tasks of a kind end as spread out as its runs
-did. A running task takes it among the runs longer than its age (it has outlived the others); one
-that outlived them all is taken to run a quarter longer than it has. A time limit caps what was
-learned, and stands in when nothing was; with neither, an hour is guessed.
+Not only their median: a waiting job starts when the first few of many running tasks end, and
+runs are heavy-tailed, so one middle value per running task gets the order of the ends wrong
+(measured on the Alibaba trace, docs/performance.md). Each running task takes its own quantile
+(`share`, fixed per task, spread evenly over many tasks) of the runs longer than its age, of the
+most alike kind that has enough of those: the tasks of a kind end as spread out as its runs did,
+and one that outlived most runs of its own kind has joined the long tail of a wider kind. A task
+not started yet takes the median (WAITING). A time limit caps what was learned, and stands in
+when nothing was; with neither, an hour is guessed (or, past that, a quarter more than its age).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 GUESS = 3600.0  # seconds a task of which nothing is known is taken to run
-KEPT_RUNS = 500  # the latest runs kept per kind: enough to hold its long tail, and to follow what jobs take now
+KEPT_RUNS = 5_000  # the latest runs kept per kind: many, or a burst of short runs just ended hides the long tail
+WAITING = 0.5  # the share a task not started yet takes: the median (closer on the trace replay than a quantile each)
 ENOUGH = 3  # runs of a kind before they stand for it
-OVERDUE = 1.25  # a task that outlived every similar run is taken to end after this multiple of its age
+OVERDUE = 1.25  # a task older than the guess, with nothing learned, is taken to end after this multiple of its age
 GOLDEN = 2654435761  # Knuth's multiplicative hash: consecutive task ids land far apart in [0, 1)
 
 Shape = tuple[float, int, float]  # cpu, memory, gpu per task
@@ -64,33 +66,35 @@ class DurationModel:
 
     def duration(self, project: str, command: str, shape: Shape, share: float, age: float = 0.0,
                  time_limit: float | None = None) -> Duration:
-        """How long in all a task of this kind runs that has run `age` seconds: the `share` quantile of the alike
-        runs longer than its age, within its time limit."""
-        alike = self._alike(project, command, shape)
-        if alike is None:
+        """How long in all a task of this kind runs that has run `age` seconds: the `share` quantile of the runs
+        longer than its age of the most alike kind with enough of them, within its time limit."""
+        learned = self._learned(project, command, shape, share, age)
+        if learned is None:
             if time_limit is not None:
                 return Duration(time_limit, "its time limit")
+            if self._by:
+                return Duration(max(GUESS, age * OVERDUE), "a guess: it outlived the runs of every similar job")
             return Duration(max(GUESS, age * OVERDUE), "a guess: no similar job has finished yet")
-        runs, words = alike
-        longer = len(runs) - bisect_right(runs, age)
-        if longer:
-            learned = Duration(runs[len(runs) - longer + min(int(share * longer), longer - 1)],
-                               f"the runs of {len(runs)} {words}")
-        else:
-            learned = Duration(age * OVERDUE, f"longer than the runs of {len(runs)} {words}")
         if time_limit is not None and time_limit < learned.seconds:
             return Duration(time_limit, "its time limit")
         return learned
 
-    def _alike(self, project: str, command: str, shape: Shape) -> tuple[list[float], str] | None:
-        """The runs of the most alike kind with enough of them, sorted, and that kind in words."""
+    def _learned(self, project: str, command: str, shape: Shape, share: float, age: float) -> Duration | None:
+        """The quantile among the runs longer than `age` of the most alike kind with enough of them: a task that
+        outlived most runs of its own kind is judged by a wider kind, whose long tail it has joined."""
         for key, words in zip(_keys(project, command, shape), ("similar jobs", f"jobs named {command}",
                                                                  f"jobs of project {project}"), strict=True):
             runs = self._by.get(key)
-            if runs is not None and len(runs) >= ENOUGH:
-                if key not in self._sorted:
-                    self._sorted[key] = sorted(runs)
-                return self._sorted[key], words
+            if runs is None or len(runs) < ENOUGH:
+                continue
+            if key not in self._sorted:
+                self._sorted[key] = sorted(runs)
+            ordered = self._sorted[key]
+            first = bisect_right(ordered, age)
+            longer = len(ordered) - first
+            if longer >= ENOUGH:
+                return Duration(ordered[first + min(int(share * longer), longer - 1)],
+                                f"the runs of {len(ordered)} {words}")
         return None
 
 

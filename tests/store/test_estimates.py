@@ -8,6 +8,7 @@ from sqlalchemy import select
 
 from corral.engine.estimates import Estimator
 from corral.scheduling.durations import Run
+from corral.store import estimates as estimates_store
 from corral.store.estimates import read_estimates, settled_since
 from corral.store.schema import estimate_records
 from tests.store.helpers import NOW, add_worker, job_history, job_tasks, report, settle, submit
@@ -108,3 +109,23 @@ async def test_one_controller_estimates_per_period(store):
     assert not await second.run_if_due(store, NOW + 1)  # due, but the other controller's pass is fresh
     assert await second.run_if_due(store, NOW + 6)
     assert not await first.run_if_due(store, NOW + 7)  # due again, and the other's pass is fresh
+
+
+async def test_statements_over_many_jobs_are_split(store, monkeypatch):
+    monkeypatch.setattr(estimates_store, "CHUNK", 1)  # as 100k job ids would be, past what SQLite binds at once
+    worker = await add_worker(store, cpu=2)
+    first = await submit(store, time_limit=600, resources={"cpu": 2})
+    await settle(store)
+    await _running(store, worker, first)
+    waiting = [await submit(store) for _ in range(3)]
+    await settle(store)
+    estimator = Estimator()
+    await estimator.run(store, NOW + 100)
+    assert sorted(await _estimates(store)) == waiting
+    (task,) = await job_tasks(store, first)
+    await report(store, worker, (task.id, task.attempt, "SUCCEEDED", 0), now=NOW + 500)
+    await settle(store, now=NOW + 500)  # two of the three start
+    await estimator.run(store, NOW + 505)
+    assert len(await _estimates(store)) == 1
+    async with store.read() as connection:
+        assert len(await settled_since(connection, 0)) == 2

@@ -109,7 +109,7 @@ class Estimator:
                 e.job_id: _move_message(before[e.job_id], e, now) for e in changed
                 if e.job_id in before and moved_by_factor(before[e.job_id].start_at, e.start_at, now, self.factor)},
                 now)
-            for record in await settle(connection, made.keys()):
+            for record in await settle(connection):
                 ESTIMATE_ERROR_SECONDS.labels(horizon_of(record.horizon)).observe(record.error)
             await mark_estimated(connection, now)
         self.wrote_at = now

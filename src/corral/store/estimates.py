@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.estimates import Settled
@@ -23,6 +23,7 @@ from corral.store.schema import attempts, cluster_settings, estimate_records, hi
 RUNS_READ = 5_000  # the latest finished attempts the duration model learns from
 FINISHED = (str(TaskState.SUCCEEDED), str(TaskState.FAILED))  # attempts that ran to their own end
 ESTIMATOR = "EstimateStarts"  # the history rows it writes, and its handler lock
+CHUNK = 5_000  # job ids per statement
 ESTIMATED_AT = "estimated_at"  # the cluster setting: when the last pass wrote
 
 
@@ -62,11 +63,12 @@ async def finished_runs(connection: AsyncConnection, limit: int = RUNS_READ) -> 
 
 
 async def duration_facts(connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, JobDurationFacts]:
-    if not job_ids:
-        return {}
-    rows = await connection.execute(select(jobs.c.id, jobs.c.name, jobs.c.spec).where(jobs.c.id.in_(list(job_ids))))
-    return {row.id: JobDurationFacts(_command(row.name, row.spec), _project(row.spec), _time_limit(row.spec))
-            for row in rows}
+    facts: dict[int, JobDurationFacts] = {}
+    for some in _chunks(list(job_ids)):
+        rows = await connection.execute(select(jobs.c.id, jobs.c.name, jobs.c.spec).where(jobs.c.id.in_(some)))
+        facts.update((row.id, JobDurationFacts(_command(row.name, row.spec), _project(row.spec),
+                                               _time_limit(row.spec))) for row in rows)
+    return facts
 
 
 async def estimated_at(connection: AsyncConnection) -> float | None:
@@ -93,10 +95,10 @@ async def read_estimates(connection: AsyncConnection,
 async def write_estimates(connection: AsyncConnection, changed: Collection[StoredEstimate],
                           recorded: Collection[StoredEstimate]) -> None:
     """Replace the estimates that moved; record those whose start moved (a known start only)."""
-    if changed:
+    for some in _chunks(list(changed)):
         await connection.execute(delete(start_estimates).where(
-            start_estimates.c.job_id.in_([e.job_id for e in changed])))
-        await connection.execute(insert(start_estimates), [_columns(e) for e in changed])
+            start_estimates.c.job_id.in_([e.job_id for e in some])))
+        await connection.execute(insert(start_estimates), [_columns(e) for e in some])
     if recorded:
         await connection.execute(insert(estimate_records), [
             dict(job_id=e.job_id, made_at=e.made_at, start_at=e.start_at) for e in recorded])
@@ -110,13 +112,20 @@ async def note_moved(connection: AsyncConnection, moves: Mapping[int, str], now:
             for job_id, message in moves.items()])
 
 
-async def settle(connection: AsyncConnection, pending: Collection[int]) -> list[Settled]:
+async def settle(connection: AsyncConnection) -> list[Settled]:
     """Jobs with an estimate that are no longer pending: their latest estimate goes; each open record of one that
     started gets its start (its first placement since the record was made). Returns the records settled."""
     gone = [job_id for job_id, in await connection.execute(
-        select(start_estimates.c.job_id).where(start_estimates.c.job_id.not_in(list(pending))))]
-    if not gone:
-        return []
+        select(start_estimates.c.job_id)
+        .select_from(start_estimates.outerjoin(jobs, jobs.c.id == start_estimates.c.job_id))
+        .where(or_(jobs.c.id.is_(None), jobs.c.state != str(JobState.PENDING))))]
+    settled: list[Settled] = []
+    for some in _chunks(gone):
+        settled += await _settle(connection, some)
+    return settled
+
+
+async def _settle(connection: AsyncConnection, gone: list[int]) -> list[Settled]:
     await connection.execute(delete(start_estimates).where(start_estimates.c.job_id.in_(gone)))
     open_records = (await connection.execute(
         select(estimate_records.c.id, estimate_records.c.job_id, estimate_records.c.made_at,
@@ -131,14 +140,20 @@ async def settle(connection: AsyncConnection, pending: Collection[int]) -> list[
             .where(tasks.c.job_id.in_(gone), attempts.c.assigned_at.is_not(None))):
         placements.setdefault(job_id, []).append(assigned_at)
     settled: list[Settled] = []
+    started_at: dict[int, float] = {}
     for record in open_records:
         started = min((at for at in placements.get(record.job_id, ()) if at >= record.made_at), default=None)
-        if started is None:  # cancelled, or doomed, before it started: nothing to hold the record to
-            await connection.execute(delete(estimate_records).where(estimate_records.c.id == record.id))
-            continue
-        await connection.execute(update(estimate_records).where(estimate_records.c.id == record.id)
-                                 .values(started_at=started))
-        settled.append(Settled(record.made_at, record.start_at, started))
+        if started is not None:
+            started_at[record.id] = started
+            settled.append(Settled(record.made_at, record.start_at, started))
+    unstarted = [record.id for record in open_records if record.id not in started_at]
+    if unstarted:  # cancelled, or doomed, before it started: nothing to hold the records to
+        await connection.execute(delete(estimate_records).where(estimate_records.c.id.in_(unstarted)))
+    if started_at:
+        await connection.execute(
+            update(estimate_records).where(estimate_records.c.id == bindparam("record"))
+            .values(started_at=bindparam("started")),
+            [{"record": record, "started": at} for record, at in started_at.items()])
     return settled
 
 
@@ -149,9 +164,9 @@ async def settled_since(connection: AsyncConnection, since: float) -> list[Settl
     return [Settled(row.made_at, row.start_at, row.started_at) for row in rows]
 
 
-async def pending_job_ids(connection: AsyncConnection) -> set[int]:
-    return {job_id for job_id, in await connection.execute(
-        select(jobs.c.id).where(jobs.c.state == str(JobState.PENDING)))}
+def _chunks(items: list) -> list[list]:
+    """Lists short enough for one IN (...) on every store (SQLite binds at most 32,766 values a statement)."""
+    return [items[i:i + CHUNK] for i in range(0, len(items), CHUNK)]
 
 
 def _columns(estimate: StoredEstimate) -> dict:

@@ -215,3 +215,26 @@ async def test_a_backlog_longer_than_a_page_is_read_page_after_page_without_wait
         assert await webhooks.run_pass(client, now) is True and receiver.requests == []
         assert await webhooks.run_pass(client, now) is False
     assert receiver.events() == [(job_id, "job.started")]
+
+
+async def test_a_pass_with_nothing_new_or_due_takes_no_write(store, monkeypatch):
+    webhooks, receiver, now = Webhooks(store, "1", 86400.0), Receiver(), time.time()
+    writes = []
+    write = store.write
+
+    def counted(*args, **kwargs):
+        writes.append(args)
+        return write(*args, **kwargs)
+
+    async with receiver.client() as client:
+        await webhooks.run_pass(client, now)  # the first seeds the cursor
+        monkeypatch.setattr(store, "write", counted)
+        await webhooks.run_pass(client, now + 1)
+        assert writes == []
+        job_id = await submit(store, notify=HOOK)  # a new event: the next pass writes, and sends nothing for it
+        writes.clear()
+        await webhooks.run_pass(client, now + 2)
+        assert writes and receiver.requests == []
+        await _moved(store, job_id, "RUNNING", now)
+        await webhooks.run_pass(client, now + 3)
+    assert receiver.events() == [(job_id, "job.started")]

@@ -27,18 +27,20 @@ from corral.core.webhooks import (
     retry_delay,
 )
 from corral.metrics import NOTIFICATIONS_DELIVERED, NOTIFICATIONS_FAILED, NOTIFICATIONS_GAVE_UP
-from corral.store.events import PAGE, read_events, safe_horizon
+from corral.store.events import PAGE, latest_id, read_events, safe_horizon
 from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 from corral.store.webhooks import (
     Delivery,
     add_deliveries,
+    anything_due,
     claim_due,
     prune_deliveries,
     read_cursor,
     record_delivered,
     record_failed,
     record_given_up,
+    stored_cursor,
     targets,
     webhook_secret,
     write_cursor,
@@ -86,7 +88,14 @@ class Webhooks:
     async def run_pass(self, client: httpx.AsyncClient, now: float) -> bool:
         """Fill the outbox, send what is due; True when a full page of events or batch of deliveries went (more
         may wait). Retries are timed from `now`, the pass's start."""
-        async with self.store.write(HANDLER) as connection:
+        async with self.store.read() as connection:
+            cursor = await stored_cursor(connection)
+            idle = (cursor is not None and await latest_id(connection) <= cursor
+                    and not await anything_due(connection, now))
+        if idle and now - self.pruned_at <= PRUNE_EVERY:
+            return False  # nothing new, nothing due: no write (SQLite has one writer)
+        # Not a state move: other controllers need not wake for the outbox and its cursor.
+        async with self.store.write(HANDLER, moves_state=False) as connection:
             behind = await self._fill(connection, now)
             due = await claim_due(connection, now, LEASE, BATCH)
             secret = await webhook_secret(connection) if due else ""
@@ -146,7 +155,7 @@ class Webhooks:
         return f"HTTP {response.status_code}"
 
     async def _record(self, outcomes: list[Outcome], now: float) -> None:
-        async with self.store.write() as connection:
+        async with self.store.write(moves_state=False) as connection:
             for outcome in outcomes:
                 delivery, tries = outcome.delivery, outcome.delivery.tries + 1
                 if outcome.error is None:

@@ -48,13 +48,19 @@ async def rotate_secret(connection: AsyncConnection) -> str:
     return secret
 
 
-async def read_cursor(connection: AsyncConnection) -> int:
-    """Where the outbox's filling stands; the first time, the newest event (what happened before is not sent)."""
+async def stored_cursor(connection: AsyncConnection) -> int | None:
+    """Where the outbox's filling stands, if it ever started (a read: it seeds nothing)."""
     stored = (await connection.execute(select(cluster_settings.c.value).where(cluster_settings.c.name == CURSOR))
               ).scalar()
+    return None if stored is None else int(stored)
+
+
+async def read_cursor(connection: AsyncConnection) -> int:
+    """Where the outbox's filling stands; the first time, the newest event (what happened before is not sent)."""
+    stored = await stored_cursor(connection)
     if stored is None:
-        stored = (await seed_settings(connection, {CURSOR: str(await latest_id(connection))}))[CURSOR]
-    return int(stored)
+        return int((await seed_settings(connection, {CURSOR: str(await latest_id(connection))}))[CURSOR])
+    return stored
 
 
 async def write_cursor(connection: AsyncConnection, after: int) -> None:
@@ -95,6 +101,12 @@ async def claim_due(connection: AsyncConnection, now: float, lease: float, limit
         await connection.execute(update(deliveries).where(deliveries.c.id.in_([row.id for row in rows]))
                                  .values(next_try_at=now + lease))
     return [Delivery(row.id, row.job_id, row.url, row.event, dict(row.body), row.tries) for row in rows]
+
+
+async def anything_due(connection: AsyncConnection, now: float) -> bool:
+    """Whether a delivery is due now: a pass that has neither this nor new events takes no write."""
+    return (await connection.execute(select(deliveries.c.id).where(deliveries.c.next_try_at <= now).limit(1))
+            ).first() is not None
 
 
 async def record_delivered(connection: AsyncConnection, delivery_id: int, tries: int, now: float) -> None:

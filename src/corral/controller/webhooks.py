@@ -105,12 +105,17 @@ class Webhooks:
         if not due:
             return behind
         gate = asyncio.Semaphore(PARALLEL)
+        by_job: dict[int, list[Delivery]] = {}
+        for delivery in due:  # oldest first
+            by_job.setdefault(delivery.job_id, []).append(delivery)
 
-        async def send(delivery: Delivery) -> Outcome:
+        async def send(deliveries: list[Delivery]) -> list[Outcome]:
+            """One job's deliveries in the order they were made: a receiver hears a start before its end."""
             async with gate:
-                return Outcome(delivery, await self._post(client, delivery, secret))
+                return [Outcome(delivery, await self._post(client, delivery, secret)) for delivery in deliveries]
 
-        outcomes = await asyncio.gather(*(send(delivery) for delivery in due))
+        outcomes = [outcome for sent in await asyncio.gather(*(send(group) for group in by_job.values()))
+                    for outcome in sent]
         await self._record(outcomes, now)
         return behind or len(due) == BATCH
 

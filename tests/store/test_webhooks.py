@@ -238,3 +238,24 @@ async def test_a_pass_with_nothing_new_or_due_takes_no_write(store, monkeypatch)
         await _moved(store, job_id, "RUNNING", now)
         await webhooks.run_pass(client, now + 3)
     assert receiver.events() == [(job_id, "job.started")]
+
+
+async def test_one_jobs_deliveries_due_together_arrive_in_order(store):
+    """The receiver takes a while over a start: its end, due in the same pass, still arrives after it."""
+    heard: list[str] = []
+
+    async def slow_start(request: httpx.Request) -> httpx.Response:
+        event = request.headers["X-Corral-Event"]
+        if event == "job.started":
+            await asyncio.sleep(0.2)
+        heard.append(event)
+        return httpx.Response(200)
+
+    webhooks, now = Webhooks(store, "1", 86400.0), time.time()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(slow_start)) as client:
+        await webhooks.run_pass(client, now)
+        job_id = await submit(store, notify=HOOK)
+        await _moved(store, job_id, "RUNNING", now - 10)
+        await _moved(store, job_id, "SUCCEEDED", now - 9)
+        await webhooks.run_pass(client, now)
+    assert heard == ["job.started", "job.succeeded"]

@@ -12,14 +12,15 @@ from collections.abc import Sequence
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
-from corral.controller.auth import require_admin
+from corral.controller.identity import allow, principal_of, visible_projects
 from corral.controller.services import services_of
+from corral.core.roles import Action
 from corral.core.serving import REPLICA_COUNTED, DeploymentState, Probe, ReplicaState
 from corral.core.views import EventView
 from corral.store.deployments import deployment_facts, deployment_rows, replicas_with_workers
 from corral.store.events import latest_by_deployment
 
-router = APIRouter(prefix="/api/v1", tags=["dashboard"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1", tags=["dashboard"], dependencies=[Depends(allow(Action.READ))])
 
 
 class ReplicaHealth(BaseModel):
@@ -84,11 +85,14 @@ def summarize(board: Sequence[DeploymentHealth]) -> DeploymentsSummary:
 async def deployments_board(request: Request,
                             events: int = Query(30, ge=0, le=500, description="latest events per deployment")
                             ) -> DeploymentsBoard:
-    """Live and destroying deployments, newest first, each with its replicas not yet TERMINATED."""
+    """Live and destroying deployments, newest first, each with its replicas not yet TERMINATED: those of the
+    projects the caller may read (a member signed in to the dashboard was answered 401, and signed out)."""
     services = services_of(request)
     probes: dict[int, Probe] = dict(services.serving.probes)
+    visible = visible_projects(principal_of(request))
     async with services.store.read() as connection:
-        rows = await deployment_rows(connection)
+        rows = [row for row in await deployment_rows(connection)
+                if visible is None or deployment_facts(row).spec.project in visible]
         replica_rows = await replicas_with_workers(connection, [r.id for r in rows])
         latest = await latest_by_deployment(connection, [r.name for r in rows], events) if events else {}
     board = []

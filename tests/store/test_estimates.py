@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from corral.engine.estimates import Estimator
+from corral.engine.estimates import RECORDS_KEPT, Estimator
 from corral.scheduling.durations import Run
 from corral.store import estimates as estimates_store
 from corral.store.estimates import read_estimates, settled_since
@@ -97,6 +97,9 @@ async def test_once_a_job_starts_its_estimates_are_held_to_account(store):
     assert (record.made_at, record.start_at, record.started_at) == (NOW + 100, pytest.approx(NOW + 600, abs=1),
                                                                       NOW + 500)
     assert record.error == pytest.approx(100, abs=1) and len(rows) == 1
+    await estimator.run(store, NOW + 500 + RECORDS_KEPT + 1)  # a year on, the record is forgotten
+    async with store.read() as connection:
+        assert await settled_since(connection, 0) == []
 
 
 async def test_one_controller_estimates_per_period(store):

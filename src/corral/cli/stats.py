@@ -14,7 +14,7 @@ def stats() -> None:
 
 
 @stats.command()
-@click.option("--days", type=click.FloatRange(min=0, min_open=True, max=3650), default=30.0, show_default=True,
+@click.option("--days", type=click.FloatRange(min=0, min_open=True, max=365), default=30.0, show_default=True,
               help="Over the jobs started in the last N days.")
 @json_option
 def estimates(days: float, as_json: bool) -> None:

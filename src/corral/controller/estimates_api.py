@@ -17,7 +17,7 @@ router = APIRouter(prefix="/api/v1/stats", tags=["stats"])
 
 
 @router.get("/estimates", response_model=EstimateStats, dependencies=[Depends(allow(Action.READ))])
-async def estimate_stats(request: Request, days: float = Query(30.0, gt=0, le=3650,
+async def estimate_stats(request: Request, days: float = Query(30.0, gt=0, le=365,
                                                                 description="over the jobs started in these days")
                          ) -> EstimateStats:
     """Median and 90th percentile absolute error of the start estimates of jobs started lately, per horizon."""

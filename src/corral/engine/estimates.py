@@ -36,6 +36,7 @@ from corral.store.estimates import (
     finished_runs,
     mark_estimated,
     note_moved,
+    prune_records,
     read_estimates,
     settle,
     write_estimates,
@@ -48,6 +49,7 @@ log = logging.getLogger("corral.engine.estimates")
 PERIOD = 5.0  # seconds between passes
 LEARN_PERIOD = 60.0  # seconds between readings of the finished runs the durations are learned from
 STOPPING_FOR = 15.0  # seconds a task being stopped is taken to hold its room still
+RECORDS_KEPT = 365 * 86400.0  # seconds an estimate held to account stays on record (corral stats estimates)
 
 
 @dataclass
@@ -78,6 +80,7 @@ class Estimator:
         self.kept = KeptCapacity()  # the cluster, brought up to date from the history pass after pass
         self.facts: dict[int, JobDurationFacts] = {}  # what durations are looked up by, per job: fixed once stored
         self.wrote_at: float | None = None
+        self.pending = ScheduleJobs()  # whose targets (the pending work) a pass estimates; it never runs here
 
     async def run_if_due(self, store: Store, now: float) -> bool:
         """A pass, once per PERIOD; False when none ran (not due, or another controller's pass is fresh)."""
@@ -111,6 +114,7 @@ class Estimator:
                 now)
             for record in await settle(connection):
                 ESTIMATE_ERROR_SECONDS.labels(horizon_of(record.horizon)).observe(record.error)
+            await prune_records(connection, now - RECORDS_KEPT)
             await mark_estimated(connection, now)
         self.wrote_at = now
         return made
@@ -118,12 +122,11 @@ class Estimator:
     async def situation(self, store: Store, now: float) -> tuple[Situation, set[int], Assumed]:
         """What the simulation runs over, the jobs to estimate (those with nothing placed yet), and the durations
         it assumed."""
-        handler = ScheduleJobs()
         async with store.read() as connection:
             if now - self.learned_at >= LEARN_PERIOD:
                 self.model = DurationModel(await finished_runs(connection))
                 self.learned_at = now
-            targets, snapshot, states = await pending_work(connection, handler, now, self.kept)
+            targets, snapshot, states = await pending_work(connection, self.pending, now, self.kept)
             cluster, index = snapshot.cluster, snapshot.cluster.capacity()
             running = list(index.running.values())
             wanted = {t.job_id for t in targets} | {t.job_id for t in running}

@@ -96,18 +96,16 @@ class Situation:
 
 def forecast(waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Sequence[Ending], *, now: float,
              policy: Policy | None = None, dependencies: Mapping[int, JobEnd] | None = None,
-             mixes: Mapping[str, RequestMix] | None = None, horizon: float = HORIZON,
-             watch: int | None = None) -> dict[int, Estimate]:
+             horizon: float = HORIZON, watch: int | None = None) -> dict[int, Estimate]:
     """An estimate for every job with a unit in `waiting`. `rooms` are the alive workers net of `ending`;
-    `dependencies` the jobs named in after/after_any as they are now; `mixes` as ScheduleJobs keeps them.
+    `dependencies` the jobs named in after/after_any as they are now.
     With `watch`, the simulation stops once that job's first unit is placed: only its estimate is sure."""
-    return _Simulation(waiting, rooms, ending, now, policy or Policy(), dependencies or {}, mixes, horizon).run(watch)
+    return _Simulation(waiting, rooms, ending, now, policy or Policy(), dependencies or {}, horizon).run(watch)
 
 
 class _Simulation:
     def __init__(self, waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Sequence[Ending],
-                 now: float, policy: Policy, dependencies: Mapping[int, JobEnd],
-                 mixes: Mapping[str, RequestMix] | None, horizon: float) -> None:
+                 now: float, policy: Policy, dependencies: Mapping[int, JobEnd], horizon: float) -> None:
         self.now, self.policy, self.until = now, policy, now + horizon
         self.index = CapacityIndex(rooms, [e.task for e in ending], quotas=frozenset(policy.quotas))
         self.pool_of = {room.id: room.pool for room in rooms}
@@ -141,7 +139,7 @@ class _Simulation:
             self.asked.add(unit.job_id)
             self.named.update(item.job.after, item.job.after_any)
             self.kind_of[unit.key] = self._kind(unit)
-        self.mixes = dict(mixes) if mixes else self._mixes_seen(waiting, ending)
+        self.mixes = self._mixes_seen(waiting, ending)
         self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
         self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)
         self.reasons: dict = {}

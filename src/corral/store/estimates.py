@@ -157,6 +157,11 @@ async def _settle(connection: AsyncConnection, gone: list[int]) -> list[Settled]
     return settled
 
 
+async def prune_records(connection: AsyncConnection, started_before: float) -> None:
+    """Forget the records of jobs started before `started_before`: the store does not grow with every estimate."""
+    await connection.execute(delete(estimate_records).where(estimate_records.c.started_at < started_before))
+
+
 async def settled_since(connection: AsyncConnection, since: float) -> list[Settled]:
     rows = await connection.execute(
         select(estimate_records.c.made_at, estimate_records.c.start_at, estimate_records.c.started_at)

@@ -118,6 +118,7 @@ attempts = Table(
     Column("refunded", Boolean, nullable=False, default=False, server_default=false()),
     Column("oom_killed", Boolean, nullable=False, default=False, server_default=false()),
     Column("world", JSON),  # where it started and with which environment, as its worker reported (AttemptWorld)
+    Index("ix_attempts_finished", "finished_at"),  # the start estimates learn durations from the latest
 )
 
 workers = Table(

@@ -1,4 +1,5 @@
-"""start estimates: each pending job's latest, and a record of those made, held to account once the job starts
+"""start estimates: each pending job's latest, and a record of those made, held to account once the job starts;
+attempts indexed by when they finished (the durations are learned from the latest)
 
 Revision ID: 0020
 Revises: 0019
@@ -33,9 +34,11 @@ def upgrade() -> None:
     )
     op.create_index('ix_estimate_records_job', 'estimate_records', ['job_id'])
     op.create_index('ix_estimate_records_started', 'estimate_records', ['started_at'])
+    op.create_index('ix_attempts_finished', 'attempts', ['finished_at'])
 
 
 def downgrade() -> None:
+    op.drop_index('ix_attempts_finished', 'attempts')
     op.drop_index('ix_estimate_records_started', 'estimate_records')
     op.drop_index('ix_estimate_records_job', 'estimate_records')
     op.drop_table('estimate_records')

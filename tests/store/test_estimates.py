@@ -132,3 +132,15 @@ async def test_statements_over_many_jobs_are_split(store, monkeypatch):
     assert len(await _estimates(store)) == 1
     async with store.read() as connection:
         assert len(await settled_since(connection, 0)) == 2
+
+
+async def test_a_requests_estimator_has_its_own_index_and_the_learned_durations(store):
+    await add_worker(store, cpu=1)
+    await submit(store, resources={"cpu": 2})
+    await settle(store)
+    engine = Estimator()
+    await engine.run(store, NOW)
+    request = engine.beside()
+    assert request.model is engine.model and request.kept is not engine.kept
+    situation, _, _ = await request.situation(store, NOW + 1)  # within the learning period: no runs read again
+    assert request.model is engine.model and len(situation.waiting) == 1

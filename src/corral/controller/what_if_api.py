@@ -16,7 +16,7 @@ from corral.core.estimates import start_text
 from corral.core.roles import Action
 from corral.core.states import JobState
 from corral.core.what_if import RemedyView, WhatIfView
-from corral.engine.estimates import Estimator, stored_estimate
+from corral.engine.estimates import stored_estimate
 from corral.scheduling.remedies import Remedy, what_if
 from corral.store.job_views import job_row
 
@@ -43,8 +43,8 @@ async def _what_if(request: Request, job_id: int) -> WhatIfView:
     services = services_of(request)
     now = time.time()
     # An estimator of its own: the engine's keeps a capacity index across its passes, which a request reading
-    # beside them must not move; the durations it learns are read from the same finished runs.
-    situation, _, assumed = await Estimator().situation(services.store, now)
+    # beside them must not move; the durations are those the engine's learned.
+    situation, _, assumed = await services.engine.estimator.beside().situation(services.store, now)
     if not any(item.unit.job_id == job_id for item in situation.waiting):
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"job {job_id} has no task waiting for room (it may have been placed just now)")

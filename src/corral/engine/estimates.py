@@ -82,6 +82,13 @@ class Estimator:
         self.wrote_at: float | None = None
         self.pending = ScheduleJobs()  # whose targets (the pending work) a pass estimates; it never runs here
 
+    def beside(self) -> Estimator:
+        """An estimator for one request (a what-if): a capacity index of its own, which nothing else moves, and the
+        durations this one learned, not read again."""
+        other = Estimator(self.factor)
+        other.model, other.learned_at = self.model, self.learned_at
+        return other
+
     async def run_if_due(self, store: Store, now: float) -> bool:
         """A pass, once per PERIOD; False when none ran (not due, or another controller's pass is fresh)."""
         if now < self.due:

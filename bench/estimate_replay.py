@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from bench.trace_replay import DATA, NODES, POOL, load_nodes, load_pods  # noqa: E402
 from corral.core.config import PoolPolicy, Strategy  # noqa: E402
 from corral.scheduling.capacity import CapacityIndex  # noqa: E402
-from corral.scheduling.durations import KEPT_RUNS, WAITING, DurationModel, Run, share_of  # noqa: E402
+from corral.scheduling.durations import KEPT_RUNS, WAITING, DurationModel, Run, Still, share_of  # noqa: E402
 from corral.scheduling.forecast import Ending, Waiting, forecast  # noqa: E402
 from corral.scheduling.placement import Unit, place_over  # noqa: E402
 from corral.scheduling.policy import Policy  # noqa: E402
@@ -142,11 +142,12 @@ class LearnedDurations:
         self._count += 1
         self._model = None
 
-    def model(self) -> DurationModel:
+    def model(self, still: list[Still]) -> DurationModel:
+        """What was learned, with these pods running now (each lasting at least its age)."""
         if self._model is None:
             runs = {n: run for latest in self._latest.values() for n, run in latest}
             self._model = DurationModel(runs[n] for n in sorted(runs))
-        return self._model
+        return self._model.running(still)
 
 
 def replay(nodes: list[WorkerRoom], pods: list[TracePod], every: float = EVERY, policy: Policy = POLICY,
@@ -190,7 +191,9 @@ def replay(nodes: list[WorkerRoom], pods: list[TracePod], every: float = EVERY, 
         if unestimated and now - last_forecast >= every:
             last_forecast = now
             unestimated.clear()
-            _estimate(result, index, pending, None if known else learned.model(), by_id, now, policy)
+            still = [Still(pod.project, pod.command, pod.shape, now - task.since)
+                     for task in index.running.values() for pod in (by_id[task.task_id],)]
+            _estimate(result, index, pending, None if known else learned.model(still), by_id, now, policy)
     return result
 
 

@@ -50,12 +50,24 @@ async def test_a_job_behind_one_with_a_time_limit_starts_when_that_limit_ends(st
 async def test_learned_durations_stand_in_for_a_missing_time_limit(store):
     _, first, second = await _one_behind_another(store, name="train")
     estimator = Estimator()
-    estimator.model = estimator.model.__class__([Run("default", "train", (1.0, 0, 0.0), 900)] * 3)
+    estimator.ended = estimator.ended.__class__([Run("default", "train", (1.0, 0, 0.0), 900)] * 3)
     estimator.learned_at = NOW + 100
     await estimator.run(store, NOW + 100)
     estimate = (await _estimates(store))[second]
     assert estimate.start_at == pytest.approx(NOW + 900, abs=1)
     assert estimate.basis == f"job {first}'s end: the runs of 3 similar jobs"
+
+
+async def test_the_running_tasks_count_as_lasting_at_least_their_age(store):
+    """Half the ended runs took 50 s, half 200 s; the running task has lasted 100 s, so fewer than 4 in 7 last
+    past 50 s, and a share of 0.45 lands on 200 s where the ended runs alone put it on 50 s."""
+    await _one_behind_another(store, name="train")
+    estimator = Estimator()
+    estimator.ended = estimator.ended.__class__([Run("default", "train", (1.0, 0, 0.0), s) for s in [50, 200] * 3])
+    estimator.learned_at = NOW + 100
+    await estimator.run(store, NOW + 100)
+    assert estimator.ended.duration("default", "train", (1.0, 0, 0.0), 0.45).seconds == 50
+    assert estimator.model.duration("default", "train", (1.0, 0, 0.0), 0.45).seconds == 200
 
 
 async def test_a_job_no_worker_can_fit_is_unknown_and_says_why(store):
@@ -141,6 +153,6 @@ async def test_a_requests_estimator_has_its_own_index_and_the_learned_durations(
     engine = Estimator()
     await engine.run(store, NOW)
     request = engine.beside()
-    assert request.model is engine.model and request.kept is not engine.kept
+    assert request.ended is engine.ended and request.kept is not engine.kept
     situation, _, _ = await request.situation(store, NOW + 1)  # within the learning period: no runs read again
-    assert request.model is engine.model and len(situation.waiting) == 1
+    assert request.ended is engine.ended and len(situation.waiting) == 1

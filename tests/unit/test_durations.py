@@ -1,5 +1,5 @@
-"""Durations: each task its own quantile of the most alike finished runs (those longer than its age), within its
-time limit; a guess with neither."""
+"""Durations: each task its own quantile of the most alike finished runs (those longer than its age), the tasks
+still running counted as lasting at least their age (Kaplan-Meier), within its time limit; a guess with neither."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from corral.scheduling.durations import (
     Duration,
     DurationModel,
     Run,
+    Still,
     command_name,
     share_of,
 )
@@ -71,6 +72,59 @@ def test_too_few_runs_do_not_count_and_no_history_is_a_guess():
 def test_the_latest_runs_count():
     model = DurationModel(runs("train", [10_000] * KEPT_RUNS + [100] * KEPT_RUNS))
     assert model.duration("vision", "train", SHAPE, 0.99).seconds == 100
+
+
+def still(command: str, ages: list[float], project: str = "vision", shape=SHAPE) -> list[Still]:
+    return [Still(project, command, shape, age) for age in ages]
+
+
+def test_tasks_still_running_count_as_lasting_at_least_their_age():
+    ended = runs("train", [100, 200, 300, 400])
+    assert DurationModel(ended).duration("vision", "train", SHAPE, 0.5).seconds == 300
+    # Four more started together and still going at 350: half of the eight last past 300, so the median is 400.
+    model = DurationModel(ended, still("train", [350] * 4))
+    assert model.duration("vision", "train", SHAPE, 0.5).seconds == 400
+    assert model.duration("vision", "train", SHAPE, 0.1).seconds == 100  # the first ends are as they were
+    assert model.duration("vision", "train", SHAPE, 0.5).basis == "the runs of 4 similar jobs"
+    # Tasks of other kinds change nothing here.
+    assert DurationModel(ended, still("eval", [350] * 4)).duration("vision", "train", SHAPE, 0.5).seconds == 300
+
+
+def test_a_share_past_every_end_seen_is_taken_past_the_longest():
+    ended = runs("train", [4000, 5000, 6000, 7000]) + runs("eval", [10] * 10)
+    model = DurationModel(ended, still("train", [8000] * 4))
+    longest = model.duration("vision", "train", SHAPE, 0.9)
+    assert longest == Duration(7000, "a guess: longer than the runs of 4 similar jobs, whose longest are still running")
+    assert model.duration("vision", "train", SHAPE, 0.9, age=6500).seconds == 6500 * OVERDUE
+    assert model.duration("vision", "train", SHAPE, 0.9, time_limit=6000) == Duration(6000, "its time limit")
+
+
+def test_the_engine_s_model_takes_the_running_tasks_of_each_pass():
+    ended = DurationModel(runs("train", [100, 200, 300, 400]))
+    now = ended.running(still("train", [350] * 4))
+    assert now.duration("vision", "train", SHAPE, 0.5).seconds == 400
+    assert ended.duration("vision", "train", SHAPE, 0.5).seconds == 300  # the model it came from is unchanged
+
+
+durations = st.lists(st.floats(1, 1e5), min_size=1, max_size=60)
+
+
+@given(durations, durations, st.floats(0.001, 0.999), st.floats(0, 1e5))
+def test_tasks_still_running_never_shorten_what_is_expected(ended, ages, share, age):
+    without = DurationModel(runs("train", ended)).duration("vision", "train", SHAPE, share, age)
+    with_running = DurationModel(runs("train", ended), still("train", ages)).duration("vision", "train", SHAPE, share,
+                                                                                        age)
+    assert with_running.seconds >= without.seconds
+
+
+@given(durations, st.floats(0.001, 0.999), st.floats(0, 1e5))
+def test_with_none_running_a_share_is_its_place_among_the_runs_longer_than_the_age(ended, share, age):
+    longer = sorted(s for s in ended if s > age)
+    learned = DurationModel(runs("train", ended)).duration("vision", "train", SHAPE, share, age)
+    if len(longer) >= ENOUGH:
+        assert learned.seconds == longer[min(int(share * len(longer)), len(longer) - 1)]
+    else:
+        assert learned.basis.startswith("a guess")
 
 
 @given(st.lists(st.integers(1, 10**9), min_size=200, max_size=400, unique=True))

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.scheduling.durations import DurationModel, Run
+from corral.scheduling.durations import DurationModel, Run, Still
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "estimate_replay.py"
 NODES = """sn,cpu_milli,memory_mib,gpu,model
@@ -140,14 +140,18 @@ runs = st.lists(st.builds(Run, st.sampled_from(["LS", "BE"]), st.sampled_from(["
                           st.floats(1, 1e5)), max_size=300)
 
 
+stills = st.lists(st.builds(Still, st.sampled_from(["LS", "BE"]), st.sampled_from(["cpu", "whole"]),
+                            st.sampled_from([(1.0, 0, 1.0), (2.0, 0, 0.0)]), st.floats(0, 1e5)), max_size=50)
+
+
 @settings(max_examples=30, deadline=None)
-@given(runs)
-def test_the_learned_model_answers_as_one_built_from_every_run(history: list[Run]) -> None:
+@given(runs, stills)
+def test_the_learned_model_answers_as_one_built_from_every_run(history: list[Run], still: list[Still]) -> None:
     replay = load()
     learned = replay.LearnedDurations()
     for run in history:
         learned.add(run)
-    whole, model = DurationModel(history), learned.model()
+    whole, model = DurationModel(history, still), learned.model(still)
     for project in ("LS", "BE"):
         for command in ("cpu", "whole", "other"):
             for shape in ((1.0, 0, 1.0), (2.0, 0, 0.0), (8.0, 0, 8.0)):

@@ -22,8 +22,9 @@ from corral.core.states import JobState
 from corral.engine.coordinator import pending_work
 from corral.engine.handlers import ScheduleJobs, Snapshot, pending_unit, task_request
 from corral.metrics import ESTIMATE_ERROR_SECONDS, ESTIMATE_SECONDS
-from corral.scheduling.durations import WAITING, Duration, DurationModel, share_of
+from corral.scheduling.durations import WAITING, Duration, DurationModel, Still, share_of
 from corral.scheduling.forecast import HORIZON, Ending, Estimate, Situation, Waiting
+from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import TooLarge
 from corral.scheduling.rooms import Request
 from corral.scheduling.snapshot import JobPlacement, eligible_since
@@ -74,7 +75,8 @@ class Estimator:
 
     def __init__(self, factor: float = MOVE_FACTOR) -> None:
         self.factor = factor
-        self.model = DurationModel()
+        self.ended = DurationModel()  # the finished runs, read once per LEARN_PERIOD
+        self.model = self.ended  # the same with the tasks running now, each pass
         self.learned_at = 0.0
         self.due = 0.0
         self.kept = KeptCapacity()  # the cluster, brought up to date from the history pass after pass
@@ -86,7 +88,7 @@ class Estimator:
         """An estimator for one request (a what-if): a capacity index of its own, which nothing else moves, and the
         durations this one learned, not read again."""
         other = Estimator(self.factor)
-        other.model, other.learned_at = self.model, self.learned_at
+        other.ended, other.learned_at = self.ended, self.learned_at
         return other
 
     async def run_if_due(self, store: Store, now: float) -> bool:
@@ -131,7 +133,7 @@ class Estimator:
         it assumed."""
         async with store.read() as connection:
             if now - self.learned_at >= LEARN_PERIOD:
-                self.model = DurationModel(await finished_runs(connection))
+                self.ended = DurationModel(await finished_runs(connection))
                 self.learned_at = now
             targets, snapshot, states = await pending_work(connection, self.pending, now, self.kept)
             cluster, index = snapshot.cluster, snapshot.cluster.capacity()
@@ -140,6 +142,8 @@ class Estimator:
             self.facts = {job_id: self.facts[job_id] for job_id in wanted if job_id in self.facts}
             self.facts.update(await duration_facts(connection, wanted - self.facts.keys()))
             facts = self.facts
+        self.model = self.ended.running(_still(task, facts.get(task.job_id), now) for task in running
+                                        if not task.stopping)
         assumed = Assumed()
         waiting = [self._waiting(target, snapshot, facts, assumed) for target in targets
                    if target.job_id not in cluster.unreadable]
@@ -170,11 +174,19 @@ class Estimator:
                   assumed: Assumed) -> Duration:
         """How long in all a task runs that has run `age` seconds (corral.scheduling.durations); the first asked of
         a job stands for it in the words of an estimate."""
-        shape = (request.cpu, request.memory, request.gpu)
-        duration = self.model.duration(job.project if job else "", job.name if job else "", shape, share, age,
-                                       job.time_limit if job else None)
+        duration = self.model.duration(job.project if job else "", job.name if job else "", _shape(request), share,
+                                       age, job.time_limit if job else None)
         assumed.by_job.setdefault(job_id, duration)
         return duration
+
+
+def _still(task: RunningTask, job: JobDurationFacts | None, now: float) -> Still:
+    """A running task as the durations learn from it: lasting at least its age."""
+    return Still(job.project if job else "", job.name if job else "", _shape(task.request), now - task.since)
+
+
+def _shape(request: Request) -> tuple[float, int, float]:
+    return (request.cpu, request.memory, request.gpu)
 
 
 def _kind(duration: Duration) -> str:

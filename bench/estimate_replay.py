@@ -17,13 +17,14 @@ about 0.2 s, and in the busiest stretches pods arrive several a second), `foreca
 the pods pending then, the running pods' expected ends and a DurationModel (project: qos;
 command: the pod's GPU kind, cpu / share / whole, the trace having no command names; shape:
 cpu, memory, gpus) learned from one earlier pass of the trace, as a controller that has run
-this workload knows its runs, and from the pods ended so far in the replay. A pod's first
+this workload knows its runs, from the pods ended so far in the replay, and from those running
+(each lasting at least its age, as the engine counts the tasks running). A pod's first
 estimate (made at its arrival, or at the first forecast after it: at most EVERY seconds or one
 event later) is scored against its actual start, for pods that waited over a minute. Three
 runs: the learned model; the same with time limits set (the actual duration times a random
 factor in [1, 3], rounded up to 10 minutes, capping what was learned); a cold start, learning
-only from the pods ended in the replay (what ends first are the short runs: a model learning
-only from them is biased short). `--diagnose` adds a fourth: every pod's actual duration known
+only from the pods ended and running in the replay (what ends first are the short runs: a model
+learning only from them would be biased short, which counting the running corrects). `--diagnose` adds a fourth: every pod's actual duration known
 (the error left is the simulation's own: order, resolution).
 """
 
@@ -327,7 +328,7 @@ def main() -> None:
     runs = [("learned durations, the model knowing one earlier pass of the trace", pods, earlier, False),
             ("learned durations and time limits (1-3x, rounded up to 10 min), the same model",
              with_limits(pods, args.seed), earlier, False),
-            ("learned durations, from the pods ended in the replay only (a cold start)", pods, [], False)]
+            ("learned durations, from the pods ended and running in the replay only (a cold start)", pods, [], False)]
     if args.diagnose:
         runs += [("every pod's actual duration known (what is left is the simulation's own error)", pods, [], True)]
     for name, replayed, history, known in runs:

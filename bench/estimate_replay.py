@@ -24,8 +24,9 @@ event later) is scored against its actual start, for pods that waited over a min
 runs: the learned model; the same with time limits set (the actual duration times a random
 factor in [1, 3], rounded up to 10 minutes, capping what was learned); a cold start, learning
 only from the pods ended and running in the replay (what ends first are the short runs: a model
-learning only from them would be biased short, which counting the running corrects). `--diagnose` adds a fourth: every pod's actual duration known
-(the error left is the simulation's own: order, resolution).
+learning only from them would be biased short, which counting the running corrects).
+`--diagnose` adds a fourth: every pod's actual duration known (the error left is the
+simulation's own: order, resolution).
 """
 
 from __future__ import annotations

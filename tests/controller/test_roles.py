@@ -3,6 +3,7 @@ are revoked or expire, and the users, members and tokens API's validation."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -163,6 +164,30 @@ async def test_owners_are_recorded_and_listings_show_only_what_the_caller_may_re
     assert listed == {mine["id"]: "mem", team.bobs_job: "bob"} and elsewhere in everyone
     assert by_bob == [team.bobs_job] and in_vision == 2
     assert hidden.status_code == 403
+
+
+def _events(stream: str) -> list[dict]:
+    return [json.loads(line.removeprefix("data: ")) for line in stream.splitlines() if line.startswith("data: ")]
+
+
+async def test_the_event_stream_shows_a_reader_the_jobs_and_deployments_of_its_projects(team):
+    """The dashboard follows the whole stream: a member, a viewer, or a user of no project gets what it may read."""
+    async with team.api.admin() as admin:
+        elsewhere = (await _ok(admin.post("/api/v1/jobs", json={**JOB, "project": "audio"}), 201))["id"]
+        await _ok(admin.post("/api/v1/deployments", json={**SERVED, "name": "theirs", "project": "audio"}), 201)
+        await _ok(admin.post("/api/v1/users", json={"name": "loner"}), 201)
+        loner = (await _ok(admin.post("/api/v1/tokens", json={"user": "loner"}), 201))["token"]
+        whole = _events((await admin.get("/api/v1/events", params={"follow": "false"})).text)
+    async with team.as_("view") as viewer:
+        seen = _events((await viewer.get("/api/v1/events", params={"follow": "false"})).text)
+        last = _events((await viewer.get("/api/v1/events", params={"follow": "false", "last": 2})).text)
+    async with team.api.as_(loner) as nobody:
+        answer = await nobody.get("/api/v1/events", params={"follow": "false"})
+    assert {elsewhere, team.bobs_job} <= {e["job_id"] for e in whole} and "theirs" in {e["deployment"] for e in whole}
+    assert team.bobs_job in {e["job_id"] for e in seen} and "bobs" in {e["deployment"] for e in seen}
+    assert all(e["job_id"] == team.bobs_job or e["deployment"] == "bobs" for e in seen), seen
+    assert last == seen[-2:]
+    assert answer.status_code == 200 and _events(answer.text) == []
 
 
 async def test_a_job_token_acts_as_its_owner_capped_to_the_jobs_project_and_priority(team):

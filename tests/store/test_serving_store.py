@@ -17,7 +17,7 @@ from corral.serving.pool import read_pool
 from corral.store.deployments import NameTaken, destroy_deployment, insert_deployment, scale_deployment
 from corral.store.events import before_last, latest_by_deployment, read_events
 from corral.store.schema import deployments, history, replicas
-from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle
+from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle, submit
 
 SPEC = DeploymentSpec(name="svc", command=["serve"], min_replicas=1, resources={"cpu": 1},
                       health={"interval": 1, "threshold": 2})
@@ -238,3 +238,26 @@ async def test_replicas_that_keep_failing_to_start_are_replaced_ever_more_slowly
     (third,) = await live_replicas(store)
     assert third.state == "HEALTHY" and third.healthy_at == NOW + 4
     assert await backoff(store) == (0, None)  # it served: the count starts again
+
+
+async def test_events_narrowed_to_projects_are_those_of_their_jobs_and_deployments(store):
+    await add_worker(store)
+    elsewhere = await submit(store, project="audio")
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+        await insert_deployment(connection, SPEC.model_copy(update={"name": "asr", "project": "audio"}), [], NOW)
+    await serve_pass(store, NOW)
+    async with store.read() as connection:
+        every = await read_events(connection, 0)
+        default = await read_events(connection, 0, projects={"default"})
+        audio = await read_events(connection, 0, projects={"audio"})
+        none = await read_events(connection, 0, projects=set())
+        last = await before_last(connection, 1, projects={"audio"})
+    project = {j: (await job(store, j)).spec.get("project") or "default" for j in {e.job_id for e in every} - {None}}
+    assert sorted(project.values()) == ["audio", "audio", "default"]  # a replica job of each, and the audio job
+    assert {e.job_id for e in default if e.job_id} == {j for j, p in project.items() if p == "default"}
+    assert {e.job_id for e in audio if e.job_id} == {j for j, p in project.items() if p == "audio"} >= {elsewhere}
+    assert {e.deployment for e in default if e.deployment} == {"svc"}
+    assert {e.deployment for e in audio if e.deployment} == {"asr"}
+    assert none == [] and last == audio[-1].id - 1
+    assert len(default) + len(audio) == len(every) - 1  # all but the worker's registration

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 
 from corral.core.events import GAP_SETTLE_SECONDS
 from corral.core.views import EventView
@@ -43,10 +43,10 @@ class EventHub:
 
 
 async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | None = None, *,
-                        deployment: str | None = None, follow: bool = True,
+                        deployment: str | None = None, projects: Collection[str] | None = None, follow: bool = True,
                         idle: float = SAFETY_POLL) -> AsyncIterator[list[EventView]]:
-    """Batches of events above `after` (of one job, or one deployment), in id order; an empty batch when idle
-    for `idle` seconds.
+    """Batches of events above `after` (of one job, one deployment, or the jobs and deployments of `projects`), in
+    id order; an empty batch when idle for `idle` seconds.
 
     Without `follow`, ends once caught up.
     """
@@ -54,7 +54,7 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
         rung = hub.current()
         async with store.read() as connection:
             horizon = await safe_horizon(connection, after, time.time(), GAP_SETTLE_SECONDS)
-            batch = await read_events(connection, after, job_id, PAGE, horizon, deployment)
+            batch = await read_events(connection, after, job_id, PAGE, horizon, deployment, projects)
         if batch:
             after = batch[-1].id
             yield batch

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, s
 from fastapi.responses import StreamingResponse
 
 from corral.controller.events import follow_events
-from corral.controller.identity import job_facts, person, principal_of, refuse_unless
+from corral.controller.identity import job_facts, person, principal_of, refuse_unless, visible_projects
 from corral.controller.services import services_of
 from corral.core.roles import Action
 from corral.core.views import EventView
@@ -43,7 +43,8 @@ async def events(
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
 ) -> StreamingResponse:
     """Without `after`, `last` or Last-Event-ID, the stream starts with the oldest event kept. The whole stream is
-    a cluster admin's; others name a job or a deployment of a project they may read."""
+    a cluster admin's; others get the events of the jobs and deployments of the projects they may read, or name a
+    job or a deployment of one."""
     services = services_of(request)
     start = after
     if last_event_id is not None:
@@ -63,31 +64,29 @@ async def events(
             if named is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {deployment!r}")
             projects.append((named.spec or {}).get("project") or DEFAULT_PROJECT)
+        principal = principal_of(request)
+        for project in projects:
+            refuse_unless(principal, Action.READ, project)
+        readable = None if projects else visible_projects(principal)  # None: no narrowing by project
         if start is None:
-            start = await before_last(connection, last, job, deployment) if last else 0
+            start = await before_last(connection, last, job, deployment, readable) if last else 0
         newest = await latest_id(connection)
-    principal = principal_of(request)
-    if not projects and not principal.cluster_admin:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"the whole event stream is for cluster admins; "
-                                                       f"{principal.name} names ?job= or ?deployment=")
-    for project in projects:
-        refuse_unless(principal, Action.READ, project)
     if start > newest:
         # Ids only grow: an id from the future means a different store, so replay all that is kept.
         start = 0
-    return StreamingResponse(_stream(request, start, job, deployment, follow), media_type="text/event-stream",
+    return StreamingResponse(_stream(request, start, job, deployment, readable, follow), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 async def _stream(request: Request, after: int, job: int | None, deployment: str | None,
-                  follow: bool) -> AsyncIterator[str]:
+                  projects: frozenset[str] | None, follow: bool) -> AsyncIterator[str]:
     services = services_of(request)
     EVENT_SUBSCRIBERS.inc()
     try:
         yield f"retry: {RETRY_MS}\n\n"
         quiet_since = time.monotonic()
         async for batch in follow_events(services.store, services.events, after, job, deployment=deployment,
-                                         follow=follow):
+                                         projects=projects, follow=follow):
             if batch:
                 EVENTS_SENT.inc(len(batch))
                 yield "".join(sse(event) for event in batch)

@@ -2,25 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlalchemy import Select, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.events import Stamp, event_type, ready
 from corral.core.states import JOB_TERMINAL
 from corral.core.views import EventView
+from corral.scheduling.policy import DEFAULT_PROJECT
 from corral.store.schema import deployments, history, jobs, tasks
 
 PAGE = 500  # rows per read; a subscriber that is behind reads page after page
 
 
-def only(query: Select, job_id: int | None, deployment: str | None) -> Select:
-    """The query narrowed to one job's events, or to those of every deployment ever named `deployment`."""
+def only(query: Select, job_id: int | None, deployment: str | None,
+         projects: Collection[str] | None = None) -> Select:
+    """The query narrowed to one job's events, or to those of every deployment ever named `deployment`, or to the
+    events of the jobs and deployments of `projects` (None: every event)."""
     if job_id is not None:
         query = query.where(history.c.job_id == job_id)
     if deployment is not None:
         named = select(deployments.c.id).where(deployments.c.name == deployment)
         query = query.where(history.c.deployment_id.in_(named))
+    if projects is not None:
+        chosen = sorted(projects)
+        query = query.where(or_(
+            history.c.job_id.in_(select(jobs.c.id).where(_project(jobs.c.spec).in_(chosen))),
+            history.c.deployment_id.in_(select(deployments.c.id).where(_project(deployments.c.spec).in_(chosen)))))
     return query
+
+
+def _project(spec):
+    """A job's or deployment's project, as its spec names it (the default project where it names none)."""
+    return func.coalesce(spec["project"].as_string(), DEFAULT_PROJECT)
 
 
 def _events() -> Select:
@@ -43,12 +58,13 @@ async def _read(connection: AsyncConnection, query: Select) -> list[EventView]:
 
 
 async def read_events(connection: AsyncConnection, after: int, job_id: int | None = None,
-                      limit: int = PAGE, upto: int | None = None, deployment: str | None = None) -> list[EventView]:
+                      limit: int = PAGE, upto: int | None = None, deployment: str | None = None,
+                      projects: Collection[str] | None = None) -> list[EventView]:
     """Events with an id above `after` (and at most `upto`), oldest first."""
     query = _events().where(history.c.id > after).limit(limit)
     if upto is not None:
         query = query.where(history.c.id <= upto)
-    return await _read(connection, only(query, job_id, deployment))
+    return await _read(connection, only(query, job_id, deployment, projects))
 
 
 async def latest_by_deployment(connection: AsyncConnection, names: list[str], count: int) -> dict[str, list[EventView]]:
@@ -69,9 +85,9 @@ async def latest_id(connection: AsyncConnection) -> int:
 
 
 async def before_last(connection: AsyncConnection, count: int, job_id: int | None = None,
-                      deployment: str | None = None) -> int:
-    """The id to start after so that the last `count` events (of a job, of a deployment) are read."""
-    query = only(select(history.c.id).order_by(history.c.id.desc()).limit(count), job_id, deployment)
+                      deployment: str | None = None, projects: Collection[str] | None = None) -> int:
+    """The id to start after so that the last `count` events (of a job, of a deployment, of projects) are read."""
+    query = only(select(history.c.id).order_by(history.c.id.desc()).limit(count), job_id, deployment, projects)
     ids = list((await connection.execute(query)).scalars())
     return min(ids) - 1 if ids else await latest_id(connection)
 

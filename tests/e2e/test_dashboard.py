@@ -223,6 +223,7 @@ def test_a_personal_token_signs_in_as_its_user_and_the_jobs_filter_by_user(brows
     tab.get_by_role("button", name="Sign in").click()
     tab.locator("#who").filter(has_text="dora · member").wait_for()
     assert tab.locator("#who").get_attribute("title") == "atlas: member"
+    tab.locator("#live.on").filter(has_text="live").wait_for()  # the event stream of its projects follows
     screenshot(tab, "signed-in-as-a-user")
     context.close()
 

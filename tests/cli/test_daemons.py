@@ -83,3 +83,19 @@ def test_a_bad_audit_retention_is_a_usage_error(started, tmp_path, value):
     result = CliRunner().invoke(main, ["controller", "--data-dir", str(tmp_path / "data"), "--audit-retention", value])
     assert result.exit_code == 2 and "--audit-retention" in result.output
     assert "controller" not in started
+
+
+def test_the_networks_webhooks_may_reach_are_a_controller_option(started, tmp_path):
+    args = ["controller", "--data-dir", str(tmp_path / "data")]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    assert started["controller"].notify_allow == ()
+    result = CliRunner().invoke(main, [*args, "--notify-allow", "10.20.0.0/16", "--notify-allow", "::1"])
+    assert result.exit_code == 0, result.output
+    assert [str(network) for network in started["controller"].notify_allow] == ["10.20.0.0/16", "::1/128"]
+
+
+@pytest.mark.parametrize("value", ["intranet", "10.0.0.0/33", ""])
+def test_a_bad_network_to_let_webhooks_reach_is_a_usage_error(started, tmp_path, value):
+    result = CliRunner().invoke(main, ["controller", "--data-dir", str(tmp_path / "data"), "--notify-allow", value])
+    assert result.exit_code == 2 and "--notify-allow" in result.output and "is not an IP network" in result.output
+    assert "controller" not in started

@@ -72,8 +72,10 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture(scope="module")
 def notifying(tmp_path_factory) -> Iterator[Cluster]:
-    """A controller whose webhook retries wait 0.2 s, 0.6 s ... (not 10 s, 30 s ...), and one worker."""
-    running = Cluster(tmp_path_factory.mktemp("notify"), controller_args=("--notify-backoff", "0.2s"))
+    """A controller whose webhook retries wait 0.2 s, 0.6 s ... (not 10 s, 30 s ...) and reach loopback (the
+    receiver's), and one worker."""
+    running = Cluster(tmp_path_factory.mktemp("notify"),
+                      controller_args=("--notify-backoff", "0.2s", "--notify-allow", "127.0.0.1"))
     running.start_controller()
     running.start_worker("w1")
     yield running

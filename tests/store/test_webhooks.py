@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 from sqlalchemy import insert, select
 
-from corral.controller.webhooks import HANDLER, LEASE, Webhooks
+from corral.controller.webhooks import HANDLER, LEASE, Webhooks, guarded_client
 from corral.core.estimates import moved_message
-from corral.core.webhooks import MAX_TRIES, signature
+from corral.core.webhooks import MAX_TRIES, parse_network, signature
 from corral.metrics import REGISTRY
 from corral.store.events import PAGE, read_events
 from corral.store.handler_locks import HandlerBusy
@@ -259,3 +261,57 @@ async def test_one_jobs_deliveries_due_together_arrive_in_order(store):
         await _moved(store, job_id, "SUCCEEDED", now - 9)
         await webhooks.run_pass(client, now)
     assert heard == ["job.started", "job.succeeded"]
+
+
+class _Took(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def local_receiver():
+    """A real receiver on 127.0.0.1: loopback, which webhooks may reach only when the admin lets it through."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Took)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_a_webhook_to_an_address_that_is_not_public_is_refused_at_once_unless_let_through(store, local_receiver):
+    now = time.time()
+    by_name = local_receiver.replace("127.0.0.1", "localhost")
+    for let_through in ((), (parse_network("127.0.0.0/8"), parse_network("::1"))):
+        webhooks = Webhooks(store, "1", 86400.0, allowed=let_through)
+        async with guarded_client(webhooks.allowed) as client:
+            await webhooks.run_pass(client, now)
+            jobs = [await submit(store, notify=f"{url}/hook") for url in (local_receiver, by_name)]
+            for job_id in jobs:
+                await _moved(store, job_id, "RUNNING", now - 10)
+            await webhooks.run_pass(client, now)
+        rows = (await _deliveries(store))[-2:]
+        if let_through:
+            assert [(row.tries, row.delivered_at is not None) for row in rows] == [(1, True)] * 2
+            continue
+        assert [(row.tries, row.next_try_at, row.gave_up_at is not None) for row in rows] == [(1, None, True)] * 2
+        assert rows[0].last_error == ("refused: 127.0.0.1 is a loopback address (corral controller --notify-allow "
+                                      "NETWORK lets it through)")
+        assert rows[1].last_error.startswith("refused: localhost: ") and "loopback" in rows[1].last_error
+        async with store.read() as connection:
+            gave_up = [e.message for e in await read_events(connection, 0, jobs[0])
+                       if e.type == "job.notification_gave_up"]
+        assert gave_up == [f"notification to {local_receiver}/hook gave up after 1 try: {rows[0].last_error}"]
+
+
+async def test_the_guarded_client_connects_to_the_address_it_checked(local_receiver):
+    """The check sits where the connection opens: an address let through is reached, another loopback one is not."""
+    async with guarded_client([parse_network("127.0.0.1")]) as client:
+        assert (await client.post(f"{local_receiver}/x", content=b"{}")).status_code == 204
+    async with guarded_client([parse_network("10.0.0.0/8")]) as client:
+        with pytest.raises(httpx.ConnectError, match="loopback"):
+            await client.post(f"{local_receiver}/x", content=b"{}")

@@ -27,6 +27,8 @@ from corral.core.webhooks import (
     content,
     headers,
     notification,
+    parse_network,
+    refusal,
     retry_delay,
     signature,
 )
@@ -160,3 +162,35 @@ def test_a_project_default_cannot_be_none():
 def test_the_python_api_takes_notify_as_an_option():
     spec = function_spec(print, "0" * 64, None, None, {"notify": "https://hooks.example.com/x"})
     assert spec.notify == "https://hooks.example.com/x"
+
+
+REFUSED = {
+    "127.0.0.1": "loopback", "127.8.9.10": "loopback", "::1": "loopback", "10.1.2.3": "private",
+    "172.16.0.9": "private", "192.168.1.1": "private", "fd00::5": "private", "169.254.169.254": "link-local",
+    "fe80::1%eth0": "link-local", "100.64.0.1": "non-public", "0.0.0.0": "private", "224.0.0.1": "non-public",
+    "::ffff:10.0.0.1": "private", "::ffff:127.0.0.1": "loopback", "240.0.0.1": "private",
+}
+
+
+@pytest.mark.parametrize(("address", "kind"), REFUSED.items())
+def test_addresses_that_are_not_public_are_refused_saying_what_they_are(address, kind):
+    said = refusal(address, ())
+    assert said is not None and f"a {kind} address" in said and "--notify-allow" in said
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"])
+def test_public_addresses_are_reached(address):
+    assert refusal(address, ()) is None
+
+
+def test_the_admin_lets_networks_through():
+    allowed = (parse_network("10.20.0.0/16"), parse_network("127.0.0.1"), parse_network("::1"))
+    assert refusal("10.20.3.4", allowed) is None and refusal("::ffff:10.20.3.4", allowed) is None
+    assert refusal("127.0.0.1", allowed) is None and refusal("::1", allowed) is None
+    assert refusal("10.21.0.1", allowed) is not None and refusal("127.0.0.2", allowed) is not None
+
+
+@pytest.mark.parametrize("text", ["10.0.0.0/33", "example.com", "", "10.0.0.1/8/2", "::g"])
+def test_a_bad_network_is_refused_saying_what_one_looks_like(text):
+    with pytest.raises(ValueError, match="is not an IP network"):
+        parse_network(text)

@@ -93,6 +93,16 @@ def refuse_token_value(ctx: click.Context, param: click.Parameter, value: str | 
                                  "(see --help)", ctx=ctx, param=param)
 
 
+def networks_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple:
+    """Click callback: IP networks (10.0.0.0/8, 127.0.0.1), else a usage error naming the bad one."""
+    from corral.core.webhooks import parse_network
+
+    try:
+        return tuple(parse_network(text) for text in value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+
+
 def advertise_url_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Click callback: one http(s)://host[:port], else a usage error."""
     if value is None:
@@ -133,6 +143,9 @@ def advertise_url_option(ctx: click.Context, param: click.Parameter, value: str 
 @click.option("--notify-estimate-factor", type=click.FloatRange(min=1, min_open=True, max=1000), default=2.0,
               show_default=True, help="A job's webhook hears of its start estimate when the wait it promises grows "
                                       "or shrinks by more than this factor.")
+@click.option("--notify-allow", "notify_allow", multiple=True, callback=networks_option, metavar="NETWORK",
+              help="Let job webhooks reach this network (CIDR or address; repeatable) though it is not public: "
+                   "loopback, private and link-local addresses are refused otherwise.")
 @click.option("--admin-token", hidden=True, expose_value=False, callback=refuse_token_value)
 @click.option("--join-token", hidden=True, expose_value=False, callback=refuse_token_value)
 @click.option("--advertise-url", callback=advertise_url_option,
@@ -143,7 +156,7 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
                heartbeat_interval: float, event_retention: float, lost_worker_retention: float, log_limit: int,
                log_retention: float, audit_retention: float, metrics_token_required: bool, log_format: str,
                config: CorralConfig | None, advertise_url: str | None, notify_backoff: float,
-               notify_estimate_factor: float) -> None:
+               notify_estimate_factor: float, notify_allow: tuple) -> None:
     """Run the controller (API, scheduler, dashboard) in the foreground.
 
     The cluster's admin and join tokens are kept in the store, shared by every controller of it. The first start
@@ -175,7 +188,7 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         metrics_token_required=metrics_token_required or config.metrics.require_token,
         admin_token=os.environ.get("CORRAL_ADMIN_TOKEN") or None,
         join_token=os.environ.get("CORRAL_JOIN_TOKEN") or None, advertise_url=advertise_url,
-        notify_backoff=notify_backoff, notify_estimate_factor=notify_estimate_factor)
+        notify_backoff=notify_backoff, notify_estimate_factor=notify_estimate_factor, notify_allow=notify_allow)
     try:
         with hold(made_data_dir(data_dir), settings.url, shared=settings.shares_data_dir):
             controller_logging(log_format)

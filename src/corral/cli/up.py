@@ -243,7 +243,9 @@ def up(ctx: click.Context, n_workers: int, port: int, host: str, data_dir: Path,
         signal.signal(sig, lambda *_: stop.set())
     cluster = Cluster(data_dir, stop)
     try:
-        controller_args = ["--data-dir", str(data_dir), "--host", host, "--port", str(port)]
+        # A local cluster's webhooks may reach receivers on this machine (a team's controller refuses them).
+        controller_args = ["--data-dir", str(data_dir), "--host", host, "--port", str(port),
+                           "--notify-allow", "127.0.0.0/8", "--notify-allow", "::1"]
         cluster.start_controller(controller_args + (["--db", db_url] if db_url else []), url)
         if not stop.is_set():
             worker_args = ["--controller", url]

@@ -122,7 +122,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             loop_tasks.append(asyncio.create_task(prune_audit_loop(store, settings.audit_retention),
                                                   name="prune-audit"))
         router, serving, serving_tasks = start_serving(store, engine.wake, settings.config.router)
-        webhooks = Webhooks(store, app.version, settings.event_retention, settings.notify_backoff)
+        webhooks = Webhooks(store, app.version, settings.event_retention, settings.notify_backoff,
+                            settings.notify_allow)
         loop_tasks.append(asyncio.create_task(webhooks.run(), name="webhooks"))
         registry = Registry(store, engine, settings.reachable_url or settings.url, app.version)
         loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))

@@ -15,7 +15,7 @@ from corral.core.config import CorralConfig
 from corral.core.estimates import MOVE_FACTOR
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.relay import CONNECT_TIMEOUT
-from corral.core.webhooks import BACKOFF_BASE
+from corral.core.webhooks import BACKOFF_BASE, Network
 from corral.store.cluster_state import seed_settings
 from corral.store.database import normalize_url, redacted, sqlite_url
 from corral.store.store import Store
@@ -49,6 +49,7 @@ class ControllerSettings:
     relay_connect_timeout: float = CONNECT_TIMEOUT  # seconds a client's channel waits for its worker to dial back
     notify_estimate_factor: float = MOVE_FACTOR  # an estimate that moves by more than this is a webhook call
     notify_backoff: float = BACKOFF_BASE  # seconds before a job webhook's first retry; each next wait is 3x longer
+    notify_allow: tuple[Network, ...] = ()  # networks job webhooks may reach though not public
     advertise_url: str | None = None  # where workers and people reach this controller, when not its own address
 
     @property

@@ -5,25 +5,35 @@ turns the history rows past its cursor into deliveries, moves the cursor, and cl
 lease. The POSTs are made outside any transaction (a slow receiver never holds the store), then their outcomes are
 written. A controller that dies while sending leaves its claims to run out: another sends them again, so a
 receiver may see a delivery twice (rarely) and tells by `X-Corral-Delivery`; never two controllers at once.
+
+Connections go only where `core.webhooks.refusal` lets them: the check is made as each connection is opened, on
+the address it connects to (`Guarded`), so a name that resolves to a public address when checked and to a private
+one a moment later gets nowhere. A refused URL is given up at once (trying again would be refused again).
+Environment proxies are not used: a proxy would connect where the check never looked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import httpcore
 import httpx
 
 from corral.core.events import GAP_SETTLE_SECONDS, subject
 from corral.core.webhooks import (
     BACKOFF_BASE,
     TIMEOUT,
+    Network,
     body_bytes,
     content,
     headers,
     notification,
+    refusal,
     retry_delay,
 )
 from corral.metrics import NOTIFICATIONS_DELIVERED, NOTIFICATIONS_FAILED, NOTIFICATIONS_GAVE_UP
@@ -60,20 +70,61 @@ PRUNE_EVERY = 3600.0  # seconds between removals of old finished deliveries
 class Outcome:
     delivery: Delivery
     error: str | None  # None: delivered
+    refused: bool = False  # the address is not one webhooks may reach: no retry
+
+
+class Refused(httpcore.ConnectError):
+    """A connection not opened: the address is not one webhooks may reach."""
+
+
+class Guarded(httpcore.AsyncNetworkBackend):
+    """Opens TCP connections only to addresses `refusal` lets through, resolving the name itself and connecting to
+    the address it checked."""
+
+    def __init__(self, allowed: Sequence[Network]) -> None:
+        self.allowed = tuple(allowed)
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                          socket_options=None) -> httpcore.AsyncNetworkStream:
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+        allowed = [address for address in addresses if refusal(address, self.allowed) is None]
+        if not allowed:
+            named = "" if addresses == [host] else f"{host}: "
+            raise Refused(f"refused: {named}{refusal(addresses[0], self.allowed)}")
+        return await self._backend.connect_tcp(allowed[0], port, timeout, local_address, socket_options)
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options=None) -> httpcore.AsyncNetworkStream:
+        raise Refused("refused: webhooks go over TCP only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+def guarded_client(allowed: Sequence[Network]) -> httpx.AsyncClient:
+    """httpx's client whose connections `Guarded` opens (its transport's pool is httpcore's, given that backend)."""
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    transport._pool = httpcore.AsyncConnectionPool(ssl_context=httpx.create_ssl_context(),
+                                                   network_backend=Guarded(allowed))
+    return httpx.AsyncClient(transport=transport, timeout=TIMEOUT, follow_redirects=False, trust_env=False)
 
 
 class Webhooks:
     """The controller's notification loop; `backoff` is the wait before a first retry (--notify-backoff)."""
 
-    def __init__(self, store: Store, version: str, retention: float, backoff: float = BACKOFF_BASE) -> None:
+    def __init__(self, store: Store, version: str, retention: float, backoff: float = BACKOFF_BASE,
+                 allowed: Sequence[Network] = ()) -> None:
         self.store = store
         self.version = version
         self.retention = retention
         self.backoff = backoff
+        self.allowed = tuple(allowed)  # networks reached though not public (--notify-allow)
         self.pruned_at = 0.0
 
     async def run(self) -> None:
-        async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False) as client:
+        async with guarded_client(self.allowed) as client:
             while True:
                 more = False
                 try:
@@ -112,7 +163,7 @@ class Webhooks:
         async def send(deliveries: list[Delivery]) -> list[Outcome]:
             """One job's deliveries in the order they were made: a receiver hears a start before its end."""
             async with gate:
-                return [Outcome(delivery, await self._post(client, delivery, secret)) for delivery in deliveries]
+                return [await self._post(client, delivery, secret) for delivery in deliveries]
 
         outcomes = [outcome for sent in await asyncio.gather(*(send(group) for group in by_job.values()))
                     for outcome in sent]
@@ -145,19 +196,22 @@ class Webhooks:
             await write_cursor(connection, moved)
         return len(events) == PAGE
 
-    async def _post(self, client: httpx.AsyncClient, delivery: Delivery, secret: str) -> str | None:
-        """POST one delivery; None when the receiver took it (2xx), else what went wrong, in one line."""
+    async def _post(self, client: httpx.AsyncClient, delivery: Delivery, secret: str) -> Outcome:
+        """POST one delivery: delivered when the receiver took it (2xx), else what went wrong, in one line."""
         body = body_bytes(delivery.body, delivery.id)
         sent = headers(secret, int(time.time()), body, delivery.event, delivery.id, self.version)
         try:
             response = await client.post(delivery.url, content=body, headers=sent)
         except httpx.HTTPError as error:
-            return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no answer'}"
+            if isinstance(error.__cause__, Refused):
+                return Outcome(delivery, str(error.__cause__), refused=True)
+            return Outcome(delivery, f"{type(error).__name__}: "
+                                     f"{str(error).splitlines()[0] if str(error) else 'no answer'}")
         if 200 <= response.status_code < 300:
-            return None
+            return Outcome(delivery, None)
         if response.is_redirect:
-            return f"HTTP {response.status_code} (redirects are not followed)"
-        return f"HTTP {response.status_code}"
+            return Outcome(delivery, f"HTTP {response.status_code} (redirects are not followed)")
+        return Outcome(delivery, f"HTTP {response.status_code}")
 
     async def _record(self, outcomes: list[Outcome], now: float) -> None:
         async with self.store.write(moves_state=False) as connection:
@@ -168,7 +222,7 @@ class Webhooks:
                     await record_delivered(connection, delivery.id, tries, now)
                     continue
                 NOTIFICATIONS_FAILED.labels(delivery.event).inc()
-                delay = retry_delay(tries, self.backoff)
+                delay = None if outcome.refused else retry_delay(tries, self.backoff)
                 if delay is not None:
                     await record_failed(connection, delivery.id, tries, outcome.error, now + delay)
                     continue

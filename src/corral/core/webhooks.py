@@ -3,15 +3,21 @@
 A job's `notify` URL (or its project's default) is POSTed a JSON body when the job starts, ends, or its estimated
 start moves. The receiver checks `X-Corral-Signature` (an HMAC-SHA256 of "<timestamp>.<body>" with the cluster's
 webhook secret, as Stripe signs): the timestamp inside the signature lets it refuse replays.
+
+Whoever may submit a job chooses where the controller sends a request, from inside the cluster's network: so only
+public addresses are reached, unless the cluster's admin lets networks through (`corral controller --notify-allow`).
+Otherwise any member could have the controller call a cloud's metadata service, a database's HTTP port or an admin
+page on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,6 +61,32 @@ def check_url(url: str) -> str:
         raise ValueError("the notify URL holds credentials (user:password@), which whoever reads the job would "
                          "see: the receiver checks X-Corral-Signature instead")
     return url
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_network(text: str) -> Network:
+    """A network a cluster's admin lets webhooks reach ("10.0.0.0/8", "127.0.0.1"); ValueError saying why not."""
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an IP network (e.g. 10.0.0.0/8, 127.0.0.1, fd00::/8)") from None
+
+
+def refusal(address: str, allowed: Sequence[Network]) -> str | None:
+    """Why a webhook may not connect to `address` (an IP as the resolver gave it), or None when it may: a public
+    address, or one in a network the admin let through."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone ("fe80::1%eth0") names no other address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 reaches 10.0.0.1
+    if any(ip in network for network in allowed):
+        return None
+    if ip.is_global and not ip.is_multicast:
+        return None
+    kind = ("a loopback" if ip.is_loopback else "a link-local" if ip.is_link_local else
+            "a private" if ip.is_private else "a non-public")
+    return f"{ip} is {kind} address (corral controller --notify-allow NETWORK lets it through)"
 
 
 def chosen_url(job_url: str | None, project_url: str | None) -> str | None:

@@ -127,7 +127,7 @@ async def record_given_up(connection: AsyncConnection, delivery: Delivery, tries
                              .values(tries=tries, last_error=error, next_try_at=None, gave_up_at=now))
     await connection.execute(insert(history).values(
         at=now, job_id=delivery.job_id, handler="Notify", result="GAVE_UP",
-        message=f"notification to {delivery.url} gave up after {tries} tries: {error}"))
+        message=f"notification to {delivery.url} gave up after {tries} {'try' if tries == 1 else 'tries'}: {error}"))
 
 
 async def prune_deliveries(connection: AsyncConnection, older_than: float) -> int:

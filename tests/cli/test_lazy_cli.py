@@ -6,25 +6,30 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import click
 import pytest
 
 from corral.cli.main import COMMANDS, main
+from tests.cli.conftest import job_view
 
 # What only running a command may import: the clients, the HTTP library, the models and the tables.
 HEAVY = ("httpx", "pydantic", "rich", "yaml", "corral.client.http", "corral.client.aio", "corral.core.spec",
          "corral.core.views")
+# What `corral jobs` piped does without: the models, rich, and httpx's own command line tool (pygments).
+HEAVY_FOR_THE_LISTING = ("pydantic", "rich", "yaml", "pygments", "corral.core.spec", "corral.core.views")
 
 
-def imported_by(*args: str) -> set[str]:
-    """The modules a fresh `corral ARGS` process had imported when it exited."""
+def imported_by(*args: str, url: str = "http://127.0.0.1:9") -> set[str]:
+    """The modules a fresh `corral ARGS` process (stdout piped) had imported when it exited."""
     script = ("import atexit, json, sys\n"
               "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
               "from corral.cli.main import main\n"
               "main(prog_name='corral')\n")
     run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "CORRAL_URL": "http://127.0.0.1:9"})
+                         env={**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": "t"})
     assert run.returncode == 0, run.stderr
     return set(json.loads(run.stderr.splitlines()[-1]))
 
@@ -35,6 +40,29 @@ def test_help_imports_nothing_heavy(args):
     modules = imported_by(*args)
     assert "click" in modules  # the probe saw the process's modules
     assert modules.isdisjoint(HEAVY), sorted(modules.intersection(HEAVY))
+
+
+def test_a_piped_jobs_listing_loads_no_model_and_no_rich():
+    """`corral jobs` piped reads a few fields of the controller's JSON and lays its table out itself."""
+    page = json.dumps({"items": [job_view(7).model_dump(mode="json")], "next_cursor": None}).encode()
+
+    class Controller(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Controller) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        modules = imported_by("jobs", url=f"http://127.0.0.1:{server.server_port}")
+        server.shutdown()
+    assert "corral.client.http" in modules
+    assert modules.isdisjoint(HEAVY_FOR_THE_LISTING), sorted(modules.intersection(HEAVY_FOR_THE_LISTING))
 
 
 def test_the_listing_says_what_each_command_says_of_itself():

@@ -25,6 +25,7 @@ from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
+from corral.client.transport import StdlibTransport, plain_and_direct
 from corral.core.failover import Rotation, parse_urls
 from corral.core.states import JobState
 
@@ -124,6 +125,8 @@ class Client:
                  transport: httpx.BaseTransport | None = None) -> None:
         self._controllers, self._token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        if transport is None and plain_and_direct(self._controllers.urls):
+            transport = StdlibTransport()
         self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport,
                                   verify=tls_verification(self._controllers.urls))
 

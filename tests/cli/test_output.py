@@ -74,11 +74,20 @@ def test_a_piped_jobs_table_is_the_one_rich_draws(cli, fake, monkeypatch):
     assert "entraînement 训练" in cli("jobs").stdout
 
 
+def test_a_jobs_table_on_a_terminal_keeps_its_colours(cli, fake, monkeypatch):
+    """Styled by rich as before: the state's colour spans its cell, a pending job's reason is dim in it."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    fake.jobs = [job_view(2, pending_reason="no room on any worker"),
+                 job_view(1, spec=JobSpec(command=["sh"], interactive=True))]
+    out = cli("jobs").stdout
+    assert "\x1b[2;35mno room on any worker" in out and "\x1b[35mPENDING  " in out
+    assert "\x1b[36m interactive\x1b[0m" in out
+
+
 def test_a_plain_table_is_laid_out_as_rich_lays_it_out():
     """Random cells of spaces, words and line breaks, styled pieces or plain strings: the same text as rich's."""
     from rich.console import Console
     from rich.table import Table
-    from rich.text import Text
 
     pick = random.Random(31)
     for _ in range(300):
@@ -91,7 +100,7 @@ def test_a_plain_table_is_laid_out_as_rich_lays_it_out():
         for column in columns:
             table.add_column(column, no_wrap=column not in wrapping)
         for row in rows:
-            table.add_row(*(cell if isinstance(cell, str) else Text.assemble(*cell) for cell in row))
+            table.add_row(*(cell if isinstance(cell, str) else common.styled(cell) for cell in row))
         drawn = io.StringIO()
         Console(file=drawn, highlight=False, soft_wrap=False, width=common.PIPED_WIDTH).print(table)
         assert common.plain_table(columns, rows) + "\n" == drawn.getvalue(), (columns, rows)

@@ -16,6 +16,7 @@ import click
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
     from corral.client.http import Client
 
@@ -97,7 +98,8 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(to_jsonable(value), indent=2))
 
 
-# A table cell: a string (rich reads its markup), or (text, style) pieces ("\n" in a text starts a line).
+# A table cell: a string (rich reads its markup), or (text, style) pieces, at least one ("\n" in a text starts a
+# line); the first piece's style is the whole cell's, under the others' (a pending job's reason is dim magenta).
 Cell = str | Sequence[tuple[str, str]]
 PIPED_WIDTH = 1000  # the console's width when stdout is not a terminal
 
@@ -120,14 +122,23 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[Cell]], wrapping
         click.echo(text)
         return
     from rich.table import Table
-    from rich.text import Text
 
     table = Table(box=None, pad_edge=False)
     for column in columns:
         table.add_column(column, no_wrap=column not in wrapping)
     for row in rows:
-        table.add_row(*(cell if isinstance(cell, str) else Text.assemble(*cell) for cell in row))
+        table.add_row(*(cell if isinstance(cell, str) else styled(cell) for cell in row))
     console().print(table)
+
+
+def styled(pieces: Sequence[tuple[str, str]]) -> Text:
+    from rich.text import Text
+
+    (text, style), *more = pieces
+    cell = Text(text, style=style)
+    for text, style in more:
+        cell.append(text, style=style)
+    return cell
 
 
 def plain_stdout() -> bool:

@@ -89,7 +89,7 @@ def test_importing_the_client_loads_no_model_and_a_model_is_built_on_first_use()
               "loaded = [m for m in ('pydantic', 'corral.core.spec', 'corral.core.views') if m in sys.modules]\n"
               "import pydantic\n"
               "from corral.client import plans\n"
-              "from corral.core import relay, views\n"
+              "from corral.core import protocol, relay, views\n"
               "from corral.core.wire import DeferredModel\n"
               "built = [f'{name}.{n}' for name in ('corral.core.spec', 'corral.core.views', 'corral.core.protocol',\n"
               "         'corral.core.relay') for n, v in vars(sys.modules[name]).items() if isinstance(v, type)\n"

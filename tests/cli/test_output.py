@@ -8,7 +8,7 @@ import time
 
 from corral.cli import common
 from corral.cli.listing import JOB_COLUMNS, job_row
-from corral.core.protocol import AttemptWorld
+from corral.core.attempt_world import AttemptWorld
 from corral.core.spec import JobSpec, Workdir
 from corral.core.views import (
     AttemptView,

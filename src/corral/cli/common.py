@@ -132,6 +132,8 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[Cell]], wrapping
 
 
 def styled(pieces: Sequence[tuple[str, str]]) -> Text:
+    """A cell's pieces as rich text; the first piece's style is the whole cell's, padding too, as rich gives
+    `Text(text, style)`."""
     from rich.text import Text
 
     (text, style), *more = pieces

@@ -52,8 +52,8 @@ def jobs(states: tuple[str, ...], limit: int, every: bool, mine: bool, owner: st
         found = list(api.list(**query))
         print_json(found)
     else:  # the table reads a few fields of the controller's JSON: no model is built
-        found = list(api.list_rows(**query))
-        print_table(JOB_COLUMNS, (job_row(job, time.time()) for job in found), wrapping=("STATE", "START"))
+        found, now = list(api.list_rows(**query)), time.time()
+        print_table(JOB_COLUMNS, (job_row(job, now) for job in found), wrapping=("STATE", "START"))
     if not every and len(found) == limit and (total := api.count(wanted, owner=owner, project=project)) > limit:
         click.echo(f"showing {limit} of {total} jobs; --limit N or --all for more", err=True)
 

@@ -1,5 +1,6 @@
 """The client's stdlib transport (plain http://, no proxy) against a real HTTP server on a thread."""
 
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -101,11 +102,13 @@ def test_a_connection_the_controller_closed_while_idle_is_not_used_again():
 
 
 def test_a_refused_controller_is_named_and_the_next_one_answers():
-    with serving(jobs_controller) as (url, _):
-        dead = f"http://127.0.0.1:{int(url.rsplit(':', 1)[1]) + 1}"
-        with pytest.raises(CorralError, match=f"cannot reach the controller at {dead}: .*refused"):
-            Client(dead, "tok").get(1)
-        assert len(list(Client(f"{dead},{url}", "tok").list_rows())) == 2
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{unused.getsockname()[1]}"  # bound, not listening: refused
+        with serving(jobs_controller) as (url, _):
+            with pytest.raises(CorralError, match=f"cannot reach the controller at {dead}: .*refused"):
+                Client(dead, "tok").get(1)
+            assert len(list(Client(f"{dead},{url}", "tok").list_rows())) == 2
 
 
 def test_a_reply_slower_than_the_timeout_is_a_clear_error():

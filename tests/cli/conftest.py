@@ -75,6 +75,9 @@ class FakeClient:
         self.listed.append({"owner": owner, "project": project})
         return iter(self.jobs[:limit])
 
+    def list_rows(self, states=None, limit=100, owner=None, project=None):
+        return (job.model_dump(mode="json") for job in self.list(states, limit, owner, project))
+
     def count(self, states=None, owner=None, project=None):
         return len(self.jobs)
 

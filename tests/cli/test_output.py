@@ -1,10 +1,14 @@
 """What the listing and info commands print, from views a fake client returns."""
 
+import io
 import json
+import random
 import re
 import time
 
-from corral.core.protocol import AttemptWorld
+from corral.cli import common
+from corral.cli.listing import JOB_COLUMNS, job_row
+from corral.core.attempt_world import AttemptWorld
 from corral.core.spec import JobSpec, Workdir
 from corral.core.views import (
     AttemptView,
@@ -47,6 +51,59 @@ def test_jobs_table_says_when_a_pending_job_starts(cli, fake):
     assert "~12m after job 41" in table and "unknown: no worker can ever fit it" in table and "stale" not in table
     info = cli("info", "3").output
     assert "~12m after job 41" in info and "job 41's end: its time limit" in info
+
+
+def test_a_piped_jobs_table_is_the_one_rich_draws(cli, fake, monkeypatch):
+    """Piped, `corral jobs` lays its table out without rich: the text is rich's to the character (multi-line
+    states, marks, empty cells), and a name rich would measure otherwise (wide characters) is drawn by rich."""
+    fake.jobs = [job_view(5, spec=JobSpec(command=["sh"], interactive=True), state="RUNNING",
+                          task_counts={"RUNNING": 1}),
+                 job_view(4, state="FAILED", retry_count=1, max_retries=3, task_counts={"FAILED": 2}),
+                 job_view(3, state="FAILED", retry_chain=[3, 4]),
+                 job_view(2, pending_reason="needs 8 GPUs; largest free: 4 on w3  ",
+                          estimate=StartEstimate(text="~12m after job 41", start_at=time.time() + 720)),
+                 job_view(1, spec=JobSpec(command=["x"], name="  spaced [b]name[/b] :smile: "))]
+    piped = cli("jobs").stdout
+    assert common.plain_table(JOB_COLUMNS, [job_row(job.model_dump(mode="json"), 0) for job in fake.jobs])
+    monkeypatch.setattr(common, "plain_table", lambda columns, rows: None)
+    assert cli("jobs").stdout == piped
+    assert " interactive" in piped and " retry 1/3" in piped and " retried" in piped
+    monkeypatch.undo()
+    fake.jobs = [job_view(6, spec=JobSpec(command=["x"], name="entraînement 训练"))]
+    assert common.plain_table(JOB_COLUMNS, [job_row(fake.jobs[0].model_dump(mode="json"), time.time())]) is None
+    assert "entraînement 训练" in cli("jobs").stdout
+
+
+def test_a_jobs_table_on_a_terminal_keeps_its_colours(cli, fake, monkeypatch):
+    """Styled by rich as before: the state's colour spans its cell, a pending job's reason is dim in it."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    fake.jobs = [job_view(2, pending_reason="no room on any worker"),
+                 job_view(1, spec=JobSpec(command=["sh"], interactive=True))]
+    out = cli("jobs").stdout
+    assert "\x1b[2;35mno room on any worker" in out and "\x1b[35mPENDING  " in out
+    assert "\x1b[36m interactive\x1b[0m" in out
+
+
+def test_a_plain_table_is_laid_out_as_rich_lays_it_out():
+    """Random cells of spaces, words and line breaks, styled pieces or plain strings: the same text as rich's."""
+    from rich.console import Console
+    from rich.table import Table
+
+    pick = random.Random(31)
+    for _ in range(300):
+        columns = [pick.choice(["ID", "STATE", "A LONG HEADER", "N"]) + str(i) for i in range(pick.randint(1, 4))]
+        wrapping = [column for column in columns if pick.random() < 0.5]
+        rows = [[pick.choice(["", "a", "xyz", "  "]) if pick.random() < 0.3 else
+                 [("".join(pick.choice(["a", " ", "\n", "xyz", "-"]) for _ in range(pick.randint(0, 6))), "dim"),
+                  (pick.choice(["", " x", "\nq "]), "red")] for _ in columns] for _ in range(pick.randint(0, 3))]
+        table = Table(box=None, pad_edge=False)
+        for column in columns:
+            table.add_column(column, no_wrap=column not in wrapping)
+        for row in rows:
+            table.add_row(*(cell if isinstance(cell, str) else common.styled(cell) for cell in row))
+        drawn = io.StringIO()
+        Console(file=drawn, highlight=False, soft_wrap=False, width=common.PIPED_WIDTH).print(table)
+        assert common.plain_table(columns, rows) + "\n" == drawn.getvalue(), (columns, rows)
 
 
 def test_jobs_json_and_limit(cli, fake):

@@ -62,14 +62,15 @@ def test_sync_and_async_clients_give_the_same_pages_waits_and_logs():
             "X-Corral-Attempt": "0", "X-Corral-Task-State": "RUNNING", "X-Corral-Log-Size": str(len(log))})
 
     sync, aio = both(handler)
-    expected = ([j.id for j in sync.list(limit=None)], sync.wait(5).state, b"".join(sync.logs(5)))
+    expected = ([j.id for j in sync.list(limit=None)], [j["id"] for j in sync.list_rows(limit=2)],
+                sync.wait(5).state, b"".join(sync.logs(5)))
 
     async def scenario():
         async with aio:
-            return ([j.id async for j in aio.list(limit=None)], (await aio.wait(5)).state,
-                    b"".join([chunk async for chunk in aio.logs(5)]))
+            return ([j.id async for j in aio.list(limit=None)], [j["id"] async for j in aio.list_rows(limit=2)],
+                    (await aio.wait(5)).state, b"".join([chunk async for chunk in aio.logs(5)]))
 
-    assert expected == ([9, 8, 7], "SUCCEEDED", log)
+    assert expected == ([9, 8, 7], [9, 8], "SUCCEEDED", log)
     assert run(scenario()) == expected
 
 

@@ -16,8 +16,9 @@ import time
 import pytest
 
 import corral.worker.runner as runner_module
+from corral.core.attempt_world import AttemptWorld
 from corral.core.log_limits import truncation_marker
-from corral.core.protocol import AttemptWorld, StartOrder, StopOrder
+from corral.core.protocol import StartOrder, StopOrder
 from corral.core.spec import Workdir
 from tests.waiting import wait_until
 from tests.worker.support import CONTAINMENTS, Harness, build_order, daemonizing_task, gone, written_pids

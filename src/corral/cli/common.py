@@ -1,4 +1,4 @@
-"""What every command shares: the client, the error convention, key=value options and JSON output.
+"""What every command shares: the client, the error convention, key=value options, tables and JSON output.
 
 Every command imports this module, its help too: the client, the models and rich are imported by the
 functions that use them, not here (see main.py).
@@ -7,14 +7,16 @@ functions that use them, not here (see main.py).
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
     from corral.client.http import Client
 
@@ -96,13 +98,81 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(to_jsonable(value), indent=2))
 
 
+# A table cell: a string (rich reads its markup), or (text, style) pieces, at least one ("\n" in a text starts a
+# line); the first piece's style is the whole cell's, under the others' (a pending job's reason is dim magenta).
+Cell = str | Sequence[tuple[str, str]]
+PIPED_WIDTH = 1000  # the console's width when stdout is not a terminal
+
+
 def console() -> Console:
     """A console on the current stdout, so CliRunner captures tables too."""
     # Piped output keeps whole values (for grep and awk) instead of cutting them to 80 columns.
     from rich.console import Console
 
-    width = None if sys.stdout.isatty() else 1000
+    width = None if sys.stdout.isatty() else PIPED_WIDTH
     return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
+
+
+def print_table(columns: Sequence[str], rows: Iterable[Sequence[Cell]], wrapping: Collection[str] = ()) -> None:
+    """A table with a header and no borders, as rich draws it (`wrapping`: the columns it may wrap). Where the
+    text would come out the same, it is laid out here without importing rich (a tenth of `corral jobs`)."""
+    rows = list(rows)
+    text = plain_table(columns, rows) if plain_stdout() else None
+    if text is not None:
+        click.echo(text)
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for column in columns:
+        table.add_column(column, no_wrap=column not in wrapping)
+    for row in rows:
+        table.add_row(*(cell if isinstance(cell, str) else styled(cell) for cell in row))
+    console().print(table)
+
+
+def styled(pieces: Sequence[tuple[str, str]]) -> Text:
+    """A cell's pieces as rich text; the first piece's style is the whole cell's, padding too, as rich gives
+    `Text(text, style)`."""
+    from rich.text import Text
+
+    (text, style), *more = pieces
+    cell = Text(text, style=style)
+    for text, style in more:
+        cell.append(text, style=style)
+    return cell
+
+
+def plain_stdout() -> bool:
+    """Whether rich would write stdout without escape codes, at PIPED_WIDTH: not a terminal, and neither
+    TTY_COMPATIBLE=1 nor FORCE_COLOR says to style it anyway (rich's own test)."""
+    if sys.stdout.isatty():
+        return False
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    return compatible == "0" or (compatible != "1" and not os.environ.get("FORCE_COLOR"))
+
+
+def plain_table(columns: Sequence[str], rows: list[Sequence[Cell]]) -> str | None:
+    """The table as rich lays it out unstyled: each column as wide as its widest line, two spaces between columns,
+    each line of a row padded to the table's width. None where rich's layout could differ: a character that is not
+    printable ASCII (rich measures wide ones, expands tabs), a string cell that could hold markup, or a table wider
+    than PIPED_WIDTH (rich would wrap or cut it)."""
+    cells = [[cell if isinstance(cell, str) else "".join(text for text, _ in cell) for cell in row] for row in rows]
+    for row, texts in zip(rows, cells, strict=True):
+        for cell, text in zip(row, texts, strict=True):
+            if not (text.replace("\n", "").isprintable() and text.isascii()) or \
+                    (isinstance(cell, str) and ("[" in text or ":" in text)):
+                return None
+    lines = [[text.split("\n") for text in texts] for texts in cells]
+    widths = [max([len(column), *(len(line) for row in lines for line in row[i])]) for i, column in enumerate(columns)]
+    if sum(widths) + 2 * (len(widths) - 1) > PIPED_WIDTH:
+        return None
+    out = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True))]
+    for row in lines:
+        for n in range(max(len(cell) for cell in row)):
+            out.append("  ".join((cell[n] if n < len(cell) else "").ljust(width)
+                                 for cell, width in zip(row, widths, strict=True)))
+    return "\n".join(out)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")

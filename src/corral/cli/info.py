@@ -25,7 +25,7 @@ from corral.cli.format import (
 from corral.cli.listing import state_text
 from corral.client.errors import CorralError
 from corral.client.http import Client
-from corral.core.protocol import AttemptWorld
+from corral.core.attempt_world import AttemptWorld
 from corral.core.spec import JobSpec
 from corral.core.states import JobState
 from corral.core.views import HistoryEntry, JobView, PlacementAnalysis, StartEstimate, TaskView

@@ -1,17 +1,17 @@
 """`corral jobs` and `corral workers`: one row per job or worker.
 
 rich and the views are imported by the functions that draw, when they draw: `corral jobs --help` must not
-load them.
+load them, and `corral jobs` piped loads neither (the client's JSON rows, `print_table`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from corral.cli.common import client, console, json_option, print_json
+from corral.cli.common import Cell, client, console, json_option, print_json, print_table
 from corral.cli.format import format_age, format_bytes, format_number, task_summary
 from corral.core.states import JobState, WorkerState
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from corral.core.views import ControllerView, JobView, WorkerView
+    from corral.core.views import ControllerView, WorkerView
 
 STATE_STYLES = {"SUCCEEDED": "green", "FAILED": "red", "LOST": "red", "UNSCHEDULABLE": "red",
                 "CANCELLED": "yellow", "RUNNING": "cyan", "PENDING": "magenta"}
@@ -47,49 +47,44 @@ def jobs(states: tuple[str, ...], limit: int, every: bool, mine: bool, owner: st
         raise click.UsageError("--mine and --user both name whose jobs: give one")
     api, wanted = client(), [s.upper() for s in states]
     owner = api.whoami()["name"] if mine else owner
-    found = list(api.list(states=wanted, limit=None if every else limit, owner=owner, project=project))
+    query = {"states": wanted, "limit": None if every else limit, "owner": owner, "project": project}
     if as_json:
+        found = list(api.list(**query))
         print_json(found)
-    else:
-        console().print(jobs_table(found, time.time()))
+    else:  # the table reads a few fields of the controller's JSON: no model is built
+        found, now = list(api.list_rows(**query)), time.time()
+        print_table(JOB_COLUMNS, (job_row(job, now) for job in found), wrapping=("STATE", "START"))
     if not every and len(found) == limit and (total := api.count(wanted, owner=owner, project=project)) > limit:
         click.echo(f"showing {limit} of {total} jobs; --limit N or --all for more", err=True)
 
 
-def jobs_table(found: list[JobView], now: float) -> Table:
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(box=None, pad_edge=False)
-    for column in ("ID", "NAME", "OWNER", "STATE", "START", "TASKS", "AGE"):
-        table.add_column(column, no_wrap=column not in ("STATE", "START"))
-    for job in found:
-        state = state_text(job.state)
-        if job.state == JobState.PENDING and job.pending_reason:
-            state.append(f"\n{job.pending_reason}", style="dim")
-        start = job.estimate.text if job.state == JobState.PENDING and job.estimate else ""
-        table.add_row(str(job.id), Text(job.name) + kind_mark(job) + retry_mark(job), Text(job.owner), state,
-                      Text(start), task_summary(job.task_counts), format_age(now - job.created_at))
-    return table
+JOB_COLUMNS = ("ID", "NAME", "OWNER", "STATE", "START", "TASKS", "AGE")
 
 
-def kind_mark(job: JobView) -> Text:
+def job_row(job: dict[str, Any], now: float) -> list[Cell]:
+    """A job's row of `corral jobs`, from its JSON (JobView's fields)."""
+    state, pending = job["state"], job["state"] == JobState.PENDING
+    state_cell = [(state, STATE_STYLES.get(state, ""))]
+    if pending and job.get("pending_reason"):
+        state_cell.append((f"\n{job['pending_reason']}", "dim"))
+    start = job["estimate"]["text"] if pending and job.get("estimate") else ""
+    return [str(job["id"]), [(job["name"], ""), *kind_mark(job), *retry_mark(job)], [(job["owner"], "")], state_cell,
+            [(start, "")], task_summary(job["task_counts"]), format_age(now - job["created_at"])]
+
+
+def kind_mark(job: dict[str, Any]) -> list[tuple[str, str]]:
     """" interactive" on an interactive job (corral shell): one with a terminal to attach to."""
-    from rich.text import Text
-
-    return Text(" interactive", style="cyan") if job.spec.interactive else Text()
+    return [(" interactive", "cyan")] if job["spec"].get("interactive") else []
 
 
-def retry_mark(job: JobView) -> Text:
+def retry_mark(job: dict[str, Any]) -> list[tuple[str, str]]:
     """" retry 2/3" on a job that is a retry, " retried" on a first job whose retry is scheduled or created."""
-    from rich.text import Text
-
-    if job.retry_count:
-        return Text(f" retry {job.retry_count}/{job.max_retries}", style="yellow")
-    has_child = bool(job.retry_chain) and job.retry_chain[-1] != job.id
-    if has_child or job.retry_due_at is not None:
-        return Text(" retried", style="yellow")
-    return Text()
+    if job.get("retry_count"):
+        return [(f" retry {job['retry_count']}/{job.get('max_retries', 0)}", "yellow")]
+    chain = job.get("retry_chain") or []
+    if (chain and chain[-1] != job["id"]) or job.get("retry_due_at") is not None:
+        return [(" retried", "yellow")]
+    return []
 
 
 @click.command()

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from pydantic import ValidationError
 
 from corral.cli.common import CliError, GpuAmount, client, json_option, parse_amounts, parse_pairs, print_json
@@ -63,6 +62,8 @@ def load_spec_list(path: Path) -> list[tuple[dict[str, Any], Path | None]] | Non
 
 
 def _read_spec_file(path: Path) -> Any:
+    import yaml  # only a spec file needs it: `corral submit -- CMD` does not load it
+
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as error:

@@ -185,6 +185,12 @@ class AsyncClient:
              project: str | None = None) -> AsyncIterator[JobView]:
         return self._iterate(plans.list_jobs(states, limit, launched_by, owner, project))
 
+    def list_rows(self, states: Iterable[JobState | str] | None = None, limit: int | None = 100,
+                  launched_by: int | None = None, owner: str | None = None,
+                  project: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """As `list`, each job as the controller's JSON object, not validated (see `Client.list_rows`)."""
+        return self._iterate(plans.list_jobs(states, limit, launched_by, owner, project, rows=True))
+
     async def count(self, states: Iterable[JobState | str] | None = None, launched_by: int | None = None,
                     owner: str | None = None, project: str | None = None) -> int:
         """How many jobs are in `states` (any state if none), launched by a job, of an owner or of a project."""

@@ -25,13 +25,14 @@ from corral.client.discovery import discover
 from corral.client.errors import CorralError, format_detail
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
+from corral.client.transport import StdlibTransport, plain_and_direct
 from corral.core.failover import Rotation, parse_urls
-from corral.core.spec import JobSpec, Resources, Workdir
 from corral.core.states import JobState
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the models, imported by the plans that read them: `corral jobs` loads no pydantic
     from corral.client.jobs import FunctionJob
     from corral.client.relay import ExecResult, Relay
+    from corral.core.spec import JobSpec, Resources, Workdir
     from corral.core.usage import UsageReport
     from corral.core.views import (
         ControllerView,
@@ -124,6 +125,8 @@ class Client:
                  transport: httpx.BaseTransport | None = None) -> None:
         self._controllers, self._token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        if transport is None and plain_and_direct(self._controllers.urls):
+            transport = StdlibTransport()
         self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport,
                                   verify=tls_verification(self._controllers.urls))
 
@@ -250,6 +253,8 @@ class Client:
         own (built by the worker: the function runs in it), `options` sets any other JobSpec field (name,
         env, priority, max_retries_failure, time_limit, ...).
         """
+        from corral.core.spec import JobSpec
+
         if isinstance(target, JobSpec | dict):
             if args or kwargs or resources or replicas or workdir or options or pip or python:
                 raise TypeError("a job spec carries its own options: pass only idempotency_key with it")
@@ -281,6 +286,13 @@ class Client:
         """Jobs newest first, across pages, at most `limit` of them (None: all); `launched_by`: a job's children,
         `owner`: a user's jobs, `project`: a project's."""
         return self._iterate(plans.list_jobs(states, limit, launched_by, owner, project))
+
+    def list_rows(self, states: Iterable[JobState | str] | None = None, limit: int | None = 100,
+                  launched_by: int | None = None, owner: str | None = None,
+                  project: str | None = None) -> Iterator[dict[str, Any]]:
+        """As `list`, each job as the controller's JSON object, not validated: for a listing that reads a few
+        fields, which then loads no model (pydantic and the spec's models are a third of `corral jobs`)."""
+        return self._iterate(plans.list_jobs(states, limit, launched_by, owner, project, rows=True))
 
     def count(self, states: Iterable[JobState | str] | None = None, launched_by: int | None = None,
               owner: str | None = None, project: str | None = None) -> int:

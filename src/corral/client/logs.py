@@ -10,7 +10,6 @@ import httpx
 
 from corral.client.plans import API, Call, Item, Plan, Sleep
 from corral.core.states import TASK_TERMINAL
-from corral.core.views import TaskView
 
 TASK_CHECK_INTERVAL = 2.0  # how often a follower of a pinned attempt asks whether the task moved on
 
@@ -73,6 +72,8 @@ def follow_logs(job_id: int, task: int, stream: str, attempt: int | None, poll: 
         elif pinned and time.monotonic() >= next_check:
             next_check = time.monotonic() + TASK_CHECK_INTERVAL
             tasks = yield Call("GET", f"{API}/jobs/{job_id}/tasks")
+            from corral.core.views import TaskView
+
             if next((t.attempt for t in map(TaskView.model_validate, tasks.json()) if t.index == task),
                     None) != current:
                 return  # the pinned attempt is over and drained; the task runs another one

@@ -12,28 +12,29 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import ConfigDict, TypeAdapter
-
-from corral.core.spec import JobBatch, JobSpec, Workdir
 from corral.core.states import JobState
-from corral.core.views import (
-    ControllerView,
-    EstimateStats,
-    HistoryEntry,
-    JobPage,
-    JobView,
-    PlacementAnalysis,
-    RetryAttemptView,
-    TaskView,
-    WorkdirSharing,
-    WorkerView,
-)
 
-if TYPE_CHECKING:  # the models of what the CLI's common commands never ask, imported by the plans that do
+if TYPE_CHECKING:  # the models, imported by the plans that read them: importing the client loads no pydantic
+    from pydantic import TypeAdapter
+
     from corral.core.deployment_views import CatalogView, DeploymentView
+    from corral.core.spec import JobSpec, Workdir
     from corral.core.usage import UsageReport
+    from corral.core.views import (
+        ControllerView,
+        EstimateStats,
+        HistoryEntry,
+        JobPage,
+        JobView,
+        PlacementAnalysis,
+        RetryAttemptView,
+        TaskView,
+        WorkdirSharing,
+        WorkerView,
+    )
     from corral.core.what_if import WhatIfView
 
 API = "/api/v1"
@@ -95,19 +96,22 @@ def advance(plan: Plan, reply: Any, failure: BaseException | None = None) -> Ste
     except StopIteration:
         return None
 
-_ON_FIRST_USE = ConfigDict(defer_build=True)  # a command builds only the readers it uses, not all at import
-_tasks = TypeAdapter(list[TaskView], config=_ON_FIRST_USE)
-_job_views = TypeAdapter(list[JobView], config=_ON_FIRST_USE)
-_history = TypeAdapter(list[HistoryEntry], config=_ON_FIRST_USE)
-_workers = TypeAdapter(list[WorkerView], config=_ON_FIRST_USE)
-_controllers = TypeAdapter(list[ControllerView], config=_ON_FIRST_USE)
-_retry_attempts = TypeAdapter(list[RetryAttemptView], config=_ON_FIRST_USE)
+
+@cache
+def list_of(model: type) -> TypeAdapter:
+    """The reader of a JSON list of `model`, built on its first use: a command builds only the readers it uses."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(list[model])
 
 
 def submit(spec: JobSpec | dict, idempotency_key: str | None = None) -> Plan[JobView]:
     """Validated locally first, so a bad spec fails with the field named before any network round trip. Only the
     fields given are sent: the controller fills in the rest (a job launched from a task inherits its launcher's
     project and priority)."""
+    from corral.core.spec import JobSpec
+    from corral.core.views import JobView
+
     spec = spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     response = yield Call("POST", f"{API}/jobs", json=spec.model_dump(mode="json", exclude_unset=True),
@@ -119,39 +123,52 @@ def submit_many(specs: Iterable[JobSpec | dict], idempotency_keys: Iterable[str 
                 ) -> Plan[list[JobView]]:
     """One call for many jobs, each checked locally as `submit` checks one (the index of a bad one named): all
     are stored, or none. `idempotency_keys`: one per job (None for none)."""
+    from corral.core.spec import JobBatch, JobSpec
+    from corral.core.views import JobView
+
     specs = [spec if isinstance(spec, JobSpec) else JobSpec.model_validate(spec) for spec in specs]
     batch = JobBatch(jobs=specs, idempotency_keys=None if idempotency_keys is None else list(idempotency_keys))
     body: dict[str, Any] = {"jobs": [spec.model_dump(mode="json", exclude_unset=True) for spec in batch.jobs]}
     if batch.idempotency_keys is not None:
         body["idempotency_keys"] = batch.idempotency_keys
     response = yield Call("POST", f"{API}/jobs/batch", json=body)
-    return _job_views.validate_python(response.json())
+    return list_of(JobView).validate_python(response.json())
 
 
 def get(job_id: int) -> Plan[JobView]:
     response = yield Call("GET", f"{API}/jobs/{job_id}")
+    from corral.core.views import JobView
+
     return JobView.model_validate(response.json())
 
 
 def tasks(job_id: int) -> Plan[list[TaskView]]:
     response = yield Call("GET", f"{API}/jobs/{job_id}/tasks")
-    return _tasks.validate_python(response.json())
+    from corral.core.views import TaskView
+
+    return list_of(TaskView).validate_python(response.json())
 
 
 def history(job_id: int) -> Plan[list[HistoryEntry]]:
     response = yield Call("GET", f"{API}/jobs/{job_id}/history")
-    return _history.validate_python(response.json())
+    from corral.core.views import HistoryEntry
+
+    return list_of(HistoryEntry).validate_python(response.json())
 
 
 def attempts(job_id: int) -> Plan[list[RetryAttemptView]]:
     """The job's retry chain, oldest first: each job's state and failure cause."""
     response = yield Call("GET", f"{API}/jobs/{job_id}/attempts")
-    return _retry_attempts.validate_python(response.json())
+    from corral.core.views import RetryAttemptView
+
+    return list_of(RetryAttemptView).validate_python(response.json())
 
 
 def placement(job_id: int) -> Plan[PlacementAnalysis]:
     """Each worker, and why it can or cannot take a task of the job now."""
     response = yield Call("GET", f"{API}/jobs/{job_id}/placement")
+    from corral.core.views import PlacementAnalysis
+
     return PlacementAnalysis.model_validate(response.json())
 
 
@@ -171,21 +188,29 @@ def attachments(job_id: int) -> Plan[list[dict[str, Any]]]:
 
 def cancel(job_id: int) -> Plan[JobView]:
     response = yield Call("POST", f"{API}/jobs/{job_id}/cancel")
+    from corral.core.views import JobView
+
     return JobView.model_validate(response.json())
 
 
 def workers() -> Plan[list[WorkerView]]:
     response = yield Call("GET", f"{API}/workers")
-    return _workers.validate_python(response.json())
+    from corral.core.views import WorkerView
+
+    return list_of(WorkerView).validate_python(response.json())
 
 
 def controllers() -> Plan[list[ControllerView]]:
     response = yield Call("GET", f"{API}/controllers")
-    return _controllers.validate_python(response.json())
+    from corral.core.views import ControllerView
+
+    return list_of(ControllerView).validate_python(response.json())
 
 
 def estimate_stats(days: float = 30.0) -> Plan[EstimateStats]:
     response = yield Call("GET", f"{API}/stats/estimates", params={"days": days})
+    from corral.core.views import EstimateStats
+
     return EstimateStats.model_validate(response.json())
 
 
@@ -232,44 +257,61 @@ def job_filters(states: Iterable[JobState | str] | None, launched_by: int | None
     return {"state": [str(s) for s in states or ()], **{k: v for k, v in given.items() if v is not None}}
 
 
-def list_page(states: Iterable[JobState | str] | None = None, limit: int = 100, cursor: int | None = None,
-              launched_by: int | None = None, owner: str | None = None, project: str | None = None) -> Plan[JobPage]:
+def job_page(states: Iterable[JobState | str] | None = None, limit: int = 100, cursor: int | None = None,
+             launched_by: int | None = None, owner: str | None = None,
+             project: str | None = None) -> Plan[dict[str, Any]]:
+    """One page of the jobs listing, as the controller's JSON."""
     params: dict[str, Any] = {"limit": limit, **job_filters(states, launched_by, owner, project)}
     if cursor is not None:
         params["cursor"] = cursor
     response = yield Call("GET", f"{API}/jobs", params=params)
-    return JobPage.model_validate(response.json())
+    return response.json()
+
+
+def list_page(states: Iterable[JobState | str] | None = None, limit: int = 100, cursor: int | None = None,
+              launched_by: int | None = None, owner: str | None = None, project: str | None = None) -> Plan[JobPage]:
+    page = yield from job_page(states, limit, cursor, launched_by, owner, project)
+    from corral.core.views import JobPage
+
+    return JobPage.model_validate(page)
 
 
 def count_jobs(states: Iterable[JobState | str] | None = None, launched_by: int | None = None,
                owner: str | None = None, project: str | None = None) -> Plan[int]:
-    """How many jobs match, whatever the page size (the controller counts them)."""
+    """How many jobs match, whatever the page size (the controller counts them). Only the count is read: the
+    page's one job is not."""
     params: dict[str, Any] = {"limit": 1, "count": "true", **job_filters(states, launched_by, owner, project)}
     response = yield Call("GET", f"{API}/jobs", params=params)
-    return JobPage.model_validate(response.json()).total or 0
+    return int(response.json().get("total") or 0)
 
 
 def list_jobs(states: Iterable[JobState | str] | None = None, limit: int | None = 100,
-              launched_by: int | None = None, owner: str | None = None, project: str | None = None) -> Plan[None]:
-    """Jobs newest first, across pages, at most `limit` of them (None: all)."""
+              launched_by: int | None = None, owner: str | None = None, project: str | None = None,
+              rows: bool = False) -> Plan[None]:
+    """Jobs newest first, across pages, at most `limit` of them (None: all): JobViews, or with `rows` the
+    controller's JSON objects as they came (a listing that shows a few fields of each builds no model)."""
     states = list(states or ())
     cursor, left = None, limit
     while left is None or left > 0:
-        page = yield from list_page(states, min(PAGE_SIZE, left or PAGE_SIZE), cursor, launched_by, owner, project)
-        items = page.items if left is None else page.items[:left]
+        read = job_page if rows else list_page
+        page = yield from read(states, min(PAGE_SIZE, left or PAGE_SIZE), cursor, launched_by, owner, project)
+        found, next_cursor = (page["items"], page["next_cursor"]) if rows else (page.items, page.next_cursor)
+        items = found if left is None else found[:left]
         for item in items:
             yield Item(item)
         if left is not None:
             left -= len(items)
-        if page.next_cursor is None or not page.items:
+        if next_cursor is None or not found:
             return
-        cursor = page.next_cursor
+        cursor = next_cursor
 
 
 def workdir_sharing(workdir: Workdir, pool: str) -> Plan[WorkdirSharing]:
     """How many alive workers of `pool` share the directory (and how many are alive)."""
     response = yield Call("GET", f"{API}/workdir/sharing",
                           params={"path": workdir.path, "filesystem": workdir.filesystem, "pool": pool})
+    from corral.core.views import WorkdirSharing
+
     return WorkdirSharing.model_validate(response.json())
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from corral.core import limits
+from corral.core.attempt_world import AttemptWorld, CachedEnvironment
 from corral.core.relay import MAX_COLS, MAX_ROWS, ChannelKind
 from corral.core.spec import (
     MAX_CPU,
@@ -85,35 +86,9 @@ class GpuUse(WireModel):
         return self
 
 
-EnvironmentKey = Annotated[str, Field(pattern=r"^[0-9a-f]{16,64}$")]
 MAX_SHARED_FS = 64
 MAX_PYTHONS = 32
 MAX_ENVIRONMENTS = 10_000
-
-
-class CachedEnvironment(WireModel):
-    """One Python environment a worker keeps built, for `corral workers`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    key: EnvironmentKey
-    python: PythonVersion | None = None
-    size: int = Field(0, ge=0, le=2**62, description="bytes on disk")
-    last_used: float = Field(0.0, ge=0, description="unix time a task last started with it")
-    in_use: int = Field(0, ge=0, le=MAX_COUNT, description="attempts using it now")
-
-
-class AttemptWorld(WireModel):
-    """Where an attempt starts and with which Python environment, as its worker made them (with PREPARED)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    start: Literal["shared", "bundle", "empty"] = Field(
-        ..., description="shared: the submission directory itself; bundle: an unpacked copy; empty: a new directory")
-    directory: AbsolutePath
-    env_key: EnvironmentKey | None = None
-    env_seconds: float | None = Field(None, ge=0, le=86400 * 365, description="how long the environment took to build")
-    env_cached: bool | None = Field(None, description="the environment was already built on this worker")
 
 
 class RegisterRequest(WireModel):

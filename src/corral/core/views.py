@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from corral.core.protocol import AttemptWorld, CachedEnvironment
+from corral.core.attempt_world import AttemptWorld, CachedEnvironment
 from corral.core.relay import ChannelKind
 from corral.core.retry_policy import FailureCause, RetryPolicy
 from corral.core.spec import JobSpec

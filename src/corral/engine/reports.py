@@ -16,8 +16,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from corral.core.attempt_world import CachedEnvironment
 from corral.core.drain import end_while_preempting, starts_drain
-from corral.core.protocol import CachedEnvironment, GpuUse, RegisterRequest, TaskReport
+from corral.core.protocol import GpuUse, RegisterRequest, TaskReport
 from corral.core.states import TASK_HOLDS_RESOURCES, TASK_TERMINAL, TASK_TRANSITIONS, Fact, TaskState, WorkerState
 from corral.engine.attempts import end_attempt
 from corral.engine.drain import start_drains

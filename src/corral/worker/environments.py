@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import IO
 
 import corral
+from corral.core.attempt_world import CachedEnvironment
 from corral.core.pip import ItemKind, PipItem, classify, python_matches
-from corral.core.protocol import CachedEnvironment
 from corral.lifetime import dies_with_parent
 
 log = logging.getLogger("corral.worker.environments")

@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import Any
 
 import corral
+from corral.core.attempt_world import AttemptWorld
 from corral.core.failure import ENVIRONMENT_BUILD_FAILED
 from corral.core.log_limits import DEFAULT_LOG_LIMIT
 from corral.core.protocol import (
-    AttemptWorld,
     BuildOrder,
     Order,
     PreemptOrder,

@@ -1,0 +1,128 @@
+"""The client's stdlib transport (plain http://, no proxy) against a real HTTP server on a thread."""
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from corral.client.errors import CorralError
+from corral.client.http import Client
+from corral.client.transport import StdlibTransport
+from tests.cli.conftest import job_view
+from tests.cli.test_client import sse_event, waiting_controller
+
+
+@contextmanager
+def serving(handler, keep_alive: bool = True):
+    """A server on 127.0.0.1 answering each request with `handler(httpx.Request) -> httpx.Response` (an event
+    stream chunked, as the controller sends it); yields its URL and the connections it accepted. Without
+    `keep_alive` it closes each connection after one reply, without saying so."""
+    connections = []
+
+    class Bridge(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self):
+            super().setup()
+            connections.append(self.client_address)
+
+        def answer(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            request = httpx.Request(self.command, f"http://127.0.0.1{self.path}", headers=self.headers.items(),
+                                    content=body)
+            response = handler(request)
+            content, chunked = response.read(), response.headers.get("content-type") == "text/event-stream"
+            self.send_response(response.status_code)
+            for name, value in response.headers.items():
+                if name not in ("content-length", "transfer-encoding"):
+                    self.send_header(name, value)
+            self.send_header(*(("Transfer-Encoding", "chunked") if chunked else ("Content-Length", len(content))))
+            self.end_headers()
+            if chunked:
+                for line in content.splitlines(keepends=True):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self.wfile.write(content)
+            self.close_connection = not keep_alive
+
+        do_GET = do_POST = do_PUT = do_HEAD = answer
+
+        def log_message(self, *args):
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Bridge) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}", connections
+        finally:
+            server.shutdown()
+
+
+def jobs_controller(request):
+    if request.method == "POST":
+        assert request.headers["idempotency-key"] == "K" and b'"command":["true"]' in request.content
+        return httpx.Response(201, json=job_view(5).model_dump(mode="json"))
+    if request.url.path == "/api/v1/jobs":
+        return httpx.Response(200, json={"items": [job_view(i).model_dump(mode="json") for i in (3, 2)],
+                                         "next_cursor": None})
+    return httpx.Response(404, json={"detail": f"no job {request.url.path.rsplit('/', 1)[1]}"})
+
+
+def test_a_plain_http_controller_is_reached_through_the_stdlib_over_one_connection():
+    with serving(jobs_controller) as (url, connections), Client(url, "tok") as api:
+        assert isinstance(api._http._transport, StdlibTransport)
+        assert [job["id"] for job in api.list_rows()] == [3, 2]
+        assert api.submit({"command": ["true"]}, idempotency_key="K").id == 5
+        with pytest.raises(CorralError, match="^no job 9$") as raised:
+            api.get(9)
+        assert raised.value.status == 404
+        assert len(connections) == 1
+
+
+def test_wait_reads_the_chunked_event_stream_while_it_reads_the_job():
+    stream = sse_event(1, 3, "RUNNING") + sse_event(2, 3, "SUCCEEDED")
+    handler, asked = waiting_controller(["RUNNING", "SUCCEEDED"], [stream])
+    with serving(handler) as (url, connections), Client(url, "tok") as api:
+        assert api.wait(3).state == "SUCCEEDED"
+    assert [r.url.path for r in asked] == ["/api/v1/events", "/api/v1/jobs/3", "/api/v1/jobs/3"]
+    assert len(connections) == 2  # the stream holds one while the job is read on another
+
+
+def test_a_connection_the_controller_closed_while_idle_is_not_used_again():
+    with serving(jobs_controller, keep_alive=False) as (url, connections), Client(url, "tok") as api:
+        for _ in range(3):
+            assert len(list(api.list_rows())) == 2
+            time.sleep(0.05)  # the server's close has arrived
+        assert len(connections) == 3
+
+
+def test_a_refused_controller_is_named_and_the_next_one_answers():
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{unused.getsockname()[1]}"  # bound, not listening: refused
+        with serving(jobs_controller) as (url, _):
+            with pytest.raises(CorralError, match=f"cannot reach the controller at {dead}: .*refused"):
+                Client(dead, "tok").get(1)
+            assert len(list(Client(f"{dead},{url}", "tok").list_rows())) == 2
+
+
+def test_a_reply_slower_than_the_timeout_is_a_clear_error():
+    def slow(request):
+        time.sleep(0.5)
+        return httpx.Response(200, json=[])
+
+    with serving(slow) as (url, _), pytest.raises(CorralError, match="cannot reach the controller at .*timed out"):
+        Client(url, "tok", timeout=0.1).workers()
+
+
+@pytest.mark.parametrize("url, variable", [("https://ctl:1", None), ("http://ctl:1", "HTTP_PROXY"),
+                                           ("http://ctl:1", "no_proxy")])
+def test_https_or_a_proxy_variable_keeps_httpx_own_transport(url, variable, monkeypatch):
+    if variable:
+        monkeypatch.setenv(variable, "http://proxy:3128")
+    assert not isinstance(Client(url, "tok")._http._transport, StdlibTransport)

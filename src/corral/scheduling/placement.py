@@ -311,11 +311,15 @@ class _Pass:
         rooms, request, tasks = self.book.rooms, unit.request, len(unit.task_ids)
         need, gpu_memory = request.amounts(), request.gpu_memory
         wanted = [resource for resource, amount in need.items() if amount > 0]
-        most_free = {r: rooms[self.book.most_free(group, r) if r in RANKED and not gpu_memory
-                              and not (r == "gpu" and request.share)
-                              else _most(rooms, group.members, r, request, free=True)] for r in wanted}
-        # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
-        binding = next((r for r in wanted if need[r] > free_for(most_free[r], r, request) + EPS), None)
+        # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind. The worker with
+        # the most free is looked for only up to the binding resource: each costs a walk of the group.
+        most_free: dict[str, WorkerRoom] = {}
+        binding = None
+        for r in wanted:
+            most_free[r] = self._most_free(group, r, request)
+            if need[r] > free_for(most_free[r], r, request) + EPS:
+                binding = r
+                break
         if binding is None and tasks > 1 and wanted:
             binding = wanted[0]
         if binding is None:
@@ -333,6 +337,12 @@ class _Pass:
                           gpu_memory, devices, shared_devices=shared)
         return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free > EPS else "", gpu_memory,
                       shared_devices=shared)
+
+    def _most_free(self, group: Group, resource: str, request: Request) -> WorkerRoom:
+        """The member with the most of a resource free now, as this request sees it."""
+        if resource in RANKED and not request.gpu_memory and not (resource == "gpu" and request.share):
+            return self.book.rooms[self.book.most_free(group, resource)]
+        return self.book.rooms[_most(self.book.rooms, group.members, resource, request, free=True)]
 
     def _preempt(self, unit: Unit, group: Group) -> Reason | None:
         if unit.priority <= self.lowest_running.get(unit.pool, unit.priority):

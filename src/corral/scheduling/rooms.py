@@ -455,6 +455,8 @@ class RoomBook:
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
         self.measures = dict(measures or {})
         self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
+        self._groups_of_room: dict[int, list[Group]] = {}  # found when a room first changes, until a group is added
+        self._keyed = False  # whether a strategy asked for a group's sorted keys: only then are they kept in order
         self._states: dict[int, int] = {}  # room -> its state id, for rooms stated in this pass
         self._kept_states: Mapping[int, int] = {} if kept is None else kept.states()  # as the index states them
         self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
@@ -468,6 +470,7 @@ class RoomBook:
                 self._kept.group(pool, constraints)
             members = found.members
             group = self._groups[key] = Group(pool, constraints, members, found.member_set, lambda: self._sorted(found))
+            self._groups_of_room.clear()
             last = self.position.get(start_after) if start_after else None
             if last in group.member_set:
                 group.cursor = (members.index(last) + 1) % len(members)
@@ -476,6 +479,7 @@ class RoomBook:
     def _sorted(self, found: Members) -> list[tuple]:
         """A group's room keys as they are now, sorted, none held: the kept order, the rooms this pass changed
         moved in it."""
+        self._keyed = True
         if self._kept is None:
             index = sorted(room_keys(self.rooms, found.members))
         else:
@@ -506,7 +510,7 @@ class RoomBook:
 
     def take(self, i: int, request: Request) -> list[int]:
         """Reserve room on `i`; a share goes to the device the strategy chose for it, if it chose one."""
-        old = room_key(self.rooms[i], i)
+        old = room_key(self.rooms[i], i) if self._keyed else None
         device = self._device_for[2] if self._device_for and self._device_for[:2] == (i, request) else None
         self._device_for = None
         gpu_ids = self._own(i).take(request, device)
@@ -514,7 +518,7 @@ class RoomBook:
         return gpu_ids
 
     def give(self, i: int, request: Request, gpu_ids: Sequence[int]) -> None:
-        old = room_key(self.rooms[i], i)
+        old = room_key(self.rooms[i], i) if self._keyed else None
         self._own(i).give(request, gpu_ids)
         self._moved(i, old)
 
@@ -531,7 +535,7 @@ class RoomBook:
         """Keep everyone else off this room for the rest of the pass."""
         if i in self.held:
             return
-        key = room_key(self.rooms[i], i)
+        key = room_key(self.rooms[i], i) if self._keyed else None
         for group in self._groups_of(i):
             if group.sorted is not None:
                 group.sorted.pop(bisect_left(group.sorted, key))
@@ -539,10 +543,12 @@ class RoomBook:
                 _unbucket(group.by_state, self._state(i), i)
         self.held[i] = job_id
 
-    def _moved(self, i: int, old: tuple) -> None:
+    def _moved(self, i: int, old: tuple | None) -> None:
+        """Room `i` changed: its state restated, and it moves in its groups' views (`old`: its sorted key before, kept
+        only once a strategy sorts)."""
         if i in self.held:
             return
-        new = room_key(self.rooms[i], i)
+        new = room_key(self.rooms[i], i) if self._keyed else None
         old_state = self._state(i)
         if old_state is not None and self.rooms[i].pool in self.measures:
             pool = self.rooms[i].pool
@@ -584,7 +590,10 @@ class RoomBook:
         return by_state
 
     def _groups_of(self, i: int) -> list[Group]:
-        return [group for group in self._groups.values() if i in group.member_set]
+        groups = self._groups_of_room.get(i)
+        if groups is None:
+            groups = self._groups_of_room[i] = [group for group in self._groups.values() if i in group.member_set]
+        return groups
 
     def _least_fragmenting(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """The worker (and, for a share, the device) whose fragmentation grows least; ties toward best fit.

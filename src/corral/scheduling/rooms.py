@@ -55,17 +55,26 @@ class Request:
     gpu_memory: int = 0  # whole devices: bytes each must have; a share: bytes of its device it reserves; 0: any
 
     def __post_init__(self) -> None:
-        """Its hash and its GPU parts, worked out once as plain attributes: a pass reads them for every task it offers
-        room and every worker it tries (a cached property answers each read some ten times slower). Not fields:
-        a request is sent as its fields."""
+        """Its fields as one tuple, its hash and its GPU parts, worked out once as plain attributes: a pass reads them
+        for every task it offers room and every worker it tries (a cached property answers each read some ten times
+        slower), and compares requests in every look-up keyed by one. Not fields: a request is sent as its fields."""
         share = gpu_share(self.gpu)
         object.__setattr__(self, "share", share)  # hundredths of one device, for a share; 0 for whole devices
         object.__setattr__(self, "whole", 0 if share else int(self.gpu))  # whole devices, 0 for a share
-        object.__setattr__(self, "_hash", hash((self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory)))
+        fields = (self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory)
+        object.__setattr__(self, "_fields", fields)
+        object.__setattr__(self, "_hash", hash(fields))
         object.__setattr__(self, "per_task", self.amounts())  # what one task holds, kept: never changed
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        """As the dataclass compares, from the fields kept as one tuple (equal requests are seldom the same object:
+        each task row reads its own)."""
+        if other.__class__ is not Request:
+            return NotImplemented
+        return self is other or self._fields == other._fields
 
     def amounts(self, tasks: int = 1) -> dict[str, float]:
         """Per resource, in the order a reason names them: the scarcest kinds first."""

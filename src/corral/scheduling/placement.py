@@ -117,7 +117,7 @@ class _Pass:
         self.quota_use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float), {
             project: defaultdict(float, index.quota_use.get(project, {})) for project in policy.quotas})
         self.lowest_running = index.lowest_priorities()
-        self.last_placed = index.last_placed()  # round-robin goes on from there, pass after pass
+        self.last_placed: dict[str, str] | None = None  # round-robin goes on from there, pass after pass
         self.blocked: dict[tuple, Reason] = {}  # one failed request of a kind settles its equals in this pass
         self.settled: dict[tuple, Reason] = {}  # blocked kinds whose equals wait for that reason whatever they check
         self.ever_fits: dict[tuple, bool] = {}
@@ -174,7 +174,7 @@ class _Pass:
         if over is not None:
             return over
         # 3. Nobody present could hold it.
-        group = self.book.group(unit.pool, unit.constraints, self.last_placed.get(unit.pool))
+        group = self.book.group(unit.pool, unit.constraints, self._turns_after(unit.pool))
         absent = self._absent(unit, group)
         if absent is not None:
             return absent
@@ -425,6 +425,15 @@ class _Pass:
     def _hold_workers(self, worker_ids: set[str], job_id: int) -> None:
         for worker_id in worker_ids:
             self.book.hold(self.book.position[worker_id], job_id)
+
+    def _turns_after(self, pool: str) -> str | None:
+        """The worker a round-robin pool's turns go on after; asked of the index only where turns are taken (finding
+        it may walk every running task)."""
+        if self.strategies[pool] is not Strategy.ROUND_ROBIN:
+            return None
+        if self.last_placed is None:
+            self.last_placed = self.index.last_placed()
+        return self.last_placed.get(pool)
 
     def _default_strategy(self, pool: str) -> Strategy:
         """Fragmentation-aware where the pool has GPUs (it leaves fewer of them unused), concentrated elsewhere."""

@@ -509,12 +509,12 @@ class RoomBook:
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
         """The room the strategy gives this task to, or None when none in the group fits now."""
+        if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
+            return self._least_fragmenting(group, request, exclude)
         if strategy is Strategy.ROUND_ROBIN:
             return self._next_in_turn(group, request, exclude)
         if strategy is Strategy.DISPERSED:
             return self._emptiest(group, request, exclude)
-        if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
-            return self._least_fragmenting(group, request, exclude)
         return self._fullest(group, request, exclude)
 
     def take(self, i: int, request: Request) -> list[int]:
@@ -522,7 +522,7 @@ class RoomBook:
         old = room_key(self.rooms[i], i) if self._keyed else None
         device = self._device_for[2] if self._device_for and self._device_for[:2] == (i, request) else None
         self._device_for = None
-        gpu_ids = self._own(i).take(request, device)
+        gpu_ids = (self.rooms[i] if i in self._copied else self._own(i)).take(request, device)
         self._moved(i, old)
         return gpu_ids
 
@@ -557,21 +557,22 @@ class RoomBook:
         only once a strategy sorts)."""
         if i in self.held:
             return
-        new = room_key(self.rooms[i], i) if self._keyed else None
-        old_state = self._state(i)
-        if old_state is not None and self.rooms[i].pool in self.measures:
-            pool = self.rooms[i].pool
-            memo = self._plain.get(pool)
+        room = self.rooms[i]
+        new = room_key(room, i) if self._keyed else None
+        old_state = new_state = self._states[i] if i in self._states else self._kept_states.get(i)
+        measure = self.measures.get(room.pool) if old_state is not None else None
+        if measure is not None:
+            memo = self._plain.get(room.pool)
             if memo is None:
-                memo = self._plain[pool] = plain_states(self.measures[pool])
-            self._states[i] = stated(self.measures[pool], self.rooms[i], memo)
+                memo = self._plain[room.pool] = plain_states(measure)
+            new_state = self._states[i] = stated(measure, room, memo)
         for group in self._groups_of(i):
             if group.sorted is not None:
                 group.sorted.pop(bisect_left(group.sorted, old))
                 insort(group.sorted, new)
             if group.by_state is not None:
                 _unbucket(group.by_state, old_state, i)
-                _bucket(group, self._states[i], i)
+                _bucket(group, new_state, i)
 
     def _state(self, i: int) -> int | None:
         """Room `i`'s state id now, or None when nothing stated it."""
@@ -624,13 +625,15 @@ class RoomBook:
         if ranked is None:
             ranked = group.ranked[request] = ([], [0])
         heap, seen = ranked
-        for state in group.revived[seen[0]:]:
-            if state in group.by_state and (choice := measure.choice(state, request)) is not None:
-                heappush(heap, (choice, measure.states[state], state))
-        seen[0] = len(group.revived)
+        by_state = group.by_state
+        if seen[0] < len(group.revived):
+            for state in group.revived[seen[0]:]:
+                if state in by_state and (choice := measure.choice(state, request)) is not None:
+                    heappush(heap, (choice, measure.states[state], state))
+            seen[0] = len(group.revived)
         while heap:
             choice, _, state = heap[0]
-            members = group.by_state.get(state)
+            members = by_state.get(state)
             if members:
                 i = _first(group, state, members)
                 if self._fits(i, request, choice):

@@ -243,8 +243,7 @@ class CapacityIndex:
             elif not (plain and _plain(room)):
                 restate.append(i)
         for key, members in self._groups.items():
-            changed = [i for i in moved if i in members.member_set] if len(moved) < len(members.members) else \
-                [i for i in members.members if i in moved]
+            changed = members.member_set.intersection(moved)
             if not changed:
                 continue
             if len(changed) * 8 > len(members.members):  # sorted again when read

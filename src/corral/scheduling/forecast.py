@@ -32,7 +32,7 @@ from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
 from corral.scheduling.placement import Unit, place_over
 from corral.scheduling.policy import Policy
-from corral.scheduling.preemption import RunningTask
+from corral.scheduling.preemption import RunningTask, placed_task
 from corral.scheduling.reasons import (
     DependencyFailed,
     NoWorkerAlive,
@@ -147,7 +147,8 @@ class _Simulation:
             self.left[unit.job_id] += len(unit.task_ids)
             self.gated[unit.key] = item
             self.asked.add(unit.job_id)
-            self.named.update(item.job.after, item.job.after_any)
+            if item.job.after or item.job.after_any:
+                self.named.update(item.job.after, item.job.after_any)
             self.kind_of[unit.key] = self._kind(unit)
         self.mixes = self._mixes_seen(waiting, ending)
         self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
@@ -261,7 +262,12 @@ class _Simulation:
         item = self._unqueue(key)
         unit = item.unit
         freed = self.freed
-        ended = [end for a in assignments for end in freed.get(a.worker_id, ())] if freed else ()
+        if not freed:
+            ended = ()
+        elif len(assignments) == 1:
+            ended = freed.get(assignments[0].worker_id, ())
+        else:
+            ended = [end for a in assignments for end in freed.get(a.worker_id, ())]
         if ended:
             start = max(max(end for end, _ in ended), previous, self.latest_start)
             jobs = {job for _, job in ended}
@@ -273,8 +279,8 @@ class _Simulation:
         gang = unit.key[1] is None
         runs_for, end = item.runs_for, t + item.runs_for
         for a in assignments:
-            self.index.add(RunningTask(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
-                                       unit.project, since=t, gang=gang))
+            self.index.add(placed_task(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
+                                       unit.project, t, gang))
             self.runs_for[a.task_id] = runs_for
             self.ends_at[a.task_id] = end
             heapq.heappush(self.ends, (end, a.task_id))

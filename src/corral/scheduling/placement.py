@@ -126,7 +126,7 @@ class _Pass:
         self.evicted_jobs: set[int] = set()
         self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
         self.strategies: dict[str, Strategy] = {}
-        self.holding = Counter(index.tasks_of_job)  # job -> its tasks holding room, placed ones included
+        self.placed_of: Counter[int] = Counter()  # job -> its tasks placed in this pass (beside those the index holds)
         self.alike: tuple[tuple, Group] | None = None  # (kind, group) of the last offer, when it placed one task
 
     def run(self, units: Sequence[Unit]) -> Placement:
@@ -157,10 +157,11 @@ class _Pass:
         # blocked only by a failed offer, and nothing failed since): only the choice of worker is left.
         if self.alike is not None and self.alike[0] == (unit.pool, unit.constraints, unit.request) \
                 and self._checks_nothing(unit):
-            i = self.book.choose(self.alike[1], unit.request, self.strategies[unit.pool])
+            request = self.alike[0][2]  # equal to the unit's, and the same object for every task of the run
+            i = self.book.choose(self.alike[1], request, self.strategies[unit.pool])
             if i is not None:
                 self._placed(unit, [Assignment(unit.task_ids[0], self.book.rooms[i].id,
-                                               tuple(self.book.take(i, unit.request)))])
+                                               tuple(self.book.take(i, request)))])
                 return None
         self.alike = None
         if self.settled and not self.book.held and pool_policy.reservation_time is None and self._checks_nothing(unit):
@@ -168,8 +169,10 @@ class _Pass:
             if reason is not None:
                 return reason
         # 2. The job's own cap, then quota.
-        if unit.max_running is not None and self.holding[unit.job_id] + len(unit.task_ids) > unit.max_running:
-            return AtMostRunning(self.holding[unit.job_id], unit.max_running)
+        if unit.max_running is not None:
+            holding = self.index.tasks_of_job.get(unit.job_id, 0) + self.placed_of[unit.job_id]
+            if holding + len(unit.task_ids) > unit.max_running:
+                return AtMostRunning(holding, unit.max_running)
         over = self._over_quota(unit)
         if over is not None:
             return over
@@ -200,7 +203,7 @@ class _Pass:
 
     def _placed(self, unit: Unit, assignments: list[Assignment]) -> None:
         self.result.assignments[unit.key] = assignments
-        self.holding[unit.job_id] += len(unit.task_ids)
+        self.placed_of[unit.job_id] += len(unit.task_ids)
         if unit.project in self.policy.quotas:
             for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
                 self.quota_use[unit.project][resource] += amount
@@ -330,7 +333,7 @@ class _Pass:
             shares = share_room(room) if gpu_memory else ()
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free or shares else "",
                           gpu_memory, shares=shares)
-        shared = sum(len(rooms[i].gpu_shared) for i in group.members) if binding == "gpu" else 0
+        shared = sum([len(rooms[i].gpu_shared) for i in group.members]) if binding == "gpu" else 0
         if binding == "gpu" and gpu_memory:  # name the free devices too small, if that is all there is
             devices = room.memories(room.free_gpu_ids)
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if devices else "",

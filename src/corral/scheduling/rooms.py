@@ -313,6 +313,7 @@ class Group:
         self.by_state: dict[int, set[int]] | None = None
         self.revived: list[int] = []
         self.ranked: dict[Request, tuple[list[tuple[tuple, int]], list[int]]] = {}
+        self.last_ranked: tuple[Request, tuple[list[tuple[tuple, int]], list[int]]] | None = None  # found by identity
         # Per state, a heap of positions holding every member (and some that left): its first member is the first
         # registered, found without a scan of a state that a thousand alike workers share.
         self.firsts: dict[int, list[int]] = {}
@@ -420,12 +421,15 @@ def stated(measure: Fragmentation, room: WorkerRoom, memo: dict[tuple, int]) -> 
 
 
 def _bucket(group: Group, state: int, i: int) -> None:
-    members = group.by_state.setdefault(state, set())
+    members = group.by_state.get(state)
+    if members is None:
+        members = group.by_state[state] = set()
     if not members:
         group.revived.append(state)
     members.add(i)
-    if state in group.firsts:
-        heappush(group.firsts[state], i)
+    firsts = group.firsts.get(state)
+    if firsts is not None:
+        heappush(firsts, i)
 
 
 def _first(group: Group, state: int, members: set[int]) -> int:
@@ -621,9 +625,14 @@ class RoomBook:
                             if (choice := measure.choice(state, request)) is not None)
             return next((i for _, _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
                          if self._fits(i, request, measure.choice(state, request))), None)
-        ranked = group.ranked.get(request)
-        if ranked is None:
-            ranked = group.ranked[request] = ([], [0])
+        last = group.last_ranked  # alike tasks in a row ask with one request: found without hashing it
+        if last is not None and last[0] is request:
+            ranked = last[1]
+        else:
+            ranked = group.ranked.get(request)
+            if ranked is None:
+                ranked = group.ranked[request] = ([], [0])
+            group.last_ranked = (request, ranked)
         heap, seen = ranked
         by_state = group.by_state
         if seen[0] < len(group.revived):

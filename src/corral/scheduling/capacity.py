@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable
+from operator import itemgetter
 from dataclasses import replace
 
 from corral.core.constraints import AnyConstraint
@@ -89,7 +90,9 @@ class CapacityIndex:
         group = self.group(pool, constraints)
         key = ((pool, constraints), resource)
         if key not in self._ranked:
-            self._ranked[key] = sorted(rank_keys(self.rooms, group.members, resource))
+            # Sorted on the amount alone: the members come in position order, and a sort keeps equals in order, so
+            # the order is the keys' own, with no tuple compared.
+            self._ranked[key] = sorted(rank_keys(self.rooms, group.members, resource), key=itemgetter(0))
         return self._ranked[key]
 
     def fragmentation(self, pool: str, weights: dict[Kind, float]) -> Fragmentation:

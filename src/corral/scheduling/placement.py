@@ -120,6 +120,7 @@ class _Pass:
         self.last_placed: dict[str, str] | None = None  # round-robin goes on from there, pass after pass
         self.blocked: dict[tuple, Reason] = {}  # one failed request of a kind settles its equals in this pass
         self.settled: dict[tuple, Reason] = {}  # blocked kinds whose equals wait for that reason whatever they check
+        self.last_settled: tuple[tuple, Reason] | None = None  # the settled kind looked up last, and its reason
         self.ever_fits: dict[tuple, bool] = {}
         self.no_plan: set[tuple] = set()
         self.claimed: set[int] = set()  # stopping tasks a unit already counts on
@@ -165,8 +166,12 @@ class _Pass:
                 return None
         self.alike = None
         if self.settled and not self.book.held and pool_policy.reservation_time is None and self._checks_nothing(unit):
-            reason = self.settled.get((unit.pool, unit.constraints, unit.request, unit.priority, unit.spread))
+            kind = (unit.pool, unit.constraints, unit.request, unit.priority, unit.spread)
+            if self.last_settled is not None and self.last_settled[0] == kind:  # its equals come in a row: no hashing
+                return self.last_settled[1]
+            reason = self.settled.get(kind)
             if reason is not None:
+                self.last_settled = (kind, reason)
                 return reason
         # 2. The job's own cap, then quota.
         if unit.max_running is not None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable
-from operator import itemgetter
 from dataclasses import replace
+from operator import itemgetter
 
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.fragmentation import Fragmentation, Kind

@@ -276,8 +276,9 @@ class CapacityIndex:
                 new_state = state_of[i] = stated(self._measures[room.pool][1], room, memo)
                 if new_state != old_state:
                     for key in self._member_of.get(i, ()):
-                        if key in buckets:
-                            _move(buckets[key], old_state, new_state, i)
+                        by_state = buckets.get(key)
+                        if by_state is not None:
+                            _move(by_state, old_state, new_state, i)
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)

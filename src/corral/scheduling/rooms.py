@@ -16,7 +16,7 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
@@ -300,12 +300,11 @@ class Group:
     `fits` has the last word.
     """
 
-    def __init__(self, pool: str, constraints: tuple[AnyConstraint, ...], members: list[int], member_set: set[int],
-                 index: Callable[[], list[tuple]]) -> None:
+    def __init__(self, pool: str, constraints: tuple[AnyConstraint, ...], found: Members) -> None:
         self.pool, self.constraints = pool, constraints
-        self.members = members  # in registration order, for round-robin and reasons
-        self.member_set = member_set
-        self._sort = index
+        self.found = found  # as the index keeps them (or as the book found them)
+        self.members = found.members  # in registration order, for round-robin and reasons
+        self.member_set = found.member_set
         self.sorted: list[tuple] | None = None  # the members' room_key, sorted, once a strategy asked for it
         self.cursor = 0
         # The fragmentation-aware strategy's view: members by state id; the order in which states gained
@@ -317,14 +316,6 @@ class Group:
         # Per state, a heap of positions holding every member (and some that left): its first member is the first
         # registered, found without a scan of a state that a thousand alike workers share.
         self.firsts: dict[int, list[int]] = {}
-
-    @property
-    def index(self) -> list[tuple]:
-        """The members' room_key (none held), sorted: built when first asked (the fragmentation-aware strategy
-        never asks), then kept in order as rooms change."""
-        if self.sorted is None:
-            self.sorted = self._sort()
-        return self.sorted
 
 
 def room_key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
@@ -482,25 +473,29 @@ class RoomBook:
             found = Members.of(self.rooms, pool, constraints) if self._kept is None else \
                 self._kept.group(pool, constraints)
             members = found.members
-            group = self._groups[key] = Group(pool, constraints, members, found.member_set, lambda: self._sorted(found))
+            group = self._groups[key] = Group(pool, constraints, found)
             self._groups_of_room.clear()
             last = self.position.get(start_after) if start_after else None
             if last in group.member_set:
                 group.cursor = (members.index(last) + 1) % len(members)
         return self._groups[key]
 
-    def _sorted(self, found: Members) -> list[tuple]:
-        """A group's room keys as they are now, sorted, none held: the kept order, the rooms this pass changed
-        moved in it."""
-        self._keyed = True
-        if self._kept is None:
-            index = sorted(room_keys(self.rooms, found.members))
-        else:
-            index = list(found.keys)
-            for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
-                index.pop(bisect_left(index, room_key(self.originals[i], i)))
-                insort(index, room_key(self.rooms[i], i))
-        return [entry for entry in index if entry[3] not in self.held] if self.held else index
+    def _index(self, group: Group) -> list[tuple]:
+        """The group's room keys (none held), sorted: built when a strategy first asks (the fragmentation-aware one
+        never does), from the kept order with the rooms this pass changed moved in it; then kept in order as rooms
+        change."""
+        if group.sorted is None:
+            self._keyed = True
+            found = group.found
+            if self._kept is None:
+                index = sorted(room_keys(self.rooms, found.members))
+            else:
+                index = list(found.keys)
+                for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
+                    index.pop(bisect_left(index, room_key(self.originals[i], i)))
+                    insort(index, room_key(self.rooms[i], i))
+            group.sorted = [entry for entry in index if entry[3] not in self.held] if self.held else index
+        return group.sorted
 
     def most_free(self, group: Group, resource: str) -> int:
         """The member with the most of a RANKED resource free now, the first registered among equals."""
@@ -588,7 +583,7 @@ class RoomBook:
         plain = plain_states(measure)
         if self._kept is None:
             by_state: dict[int, set[int]] = {}
-            for *_, i in group.index:
+            for *_, i in self._index(group):
                 if i not in self._states:
                     self._states[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._states[i], set()).add(i)
@@ -662,7 +657,7 @@ class RoomBook:
 
     def _fullest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Best fit: the fewest free GPUs that suffice, then the fewest free cores."""
-        index, gpus = group.index, request.whole
+        index, gpus = self._index(group), request.whole
         while True:
             start = bisect_left(index, (gpus, request.cpu - EPS))
             if start == len(index):
@@ -680,7 +675,8 @@ class RoomBook:
 
     def _emptiest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Worst fit: the most free GPUs, then the most free cores."""
-        index, position = group.index, len(group.index) - 1
+        index = self._index(group)
+        position = len(index) - 1
         while position >= 0:
             gpus = index[position][0]
             if gpus < request.whole:

@@ -8,12 +8,19 @@ have SUCCEEDED for those that wait on it; an evicted task waits again. A job's e
 moment its first pending unit is placed; where that room was freed by one job's end, that job is
 named.
 
-Two things keep it cheap enough to run every few seconds over 10k pending units and 1k workers:
+What keeps it cheap enough to run every few seconds over 10k pending units and 1k workers:
   - steps land on events, but at most one step per tenth of the time ahead (RESOLUTION), so a
     day ahead is some hundred passes, and the error this adds is under a tenth of the wait;
   - a pass is offered, of each kind of unit, only as many as the pool's free room could hold in
     total (the rest could not be placed anyway, and a unit that fails to fit changes nothing a
-    later one sees), besides the units that would preempt or hold a reservation.
+    later one sees), besides the units that would preempt or hold a reservation;
+  - the rest is the cost per task placed and ended, some 10k of each (placement's choice and
+    take, the index's counts, the next settle's restating of its room), kept low by look-ups
+    that do not hash what they can number or find by identity (kinds are numbered; alike tasks
+    in a row choose with one request object), by tasks made without the dataclass constructor
+    (`placed_task`), and by the garbage collector being off while the simulation runs: its
+    full collections walked every object the caller holds, and the simulation leaves no
+    cycles behind.
 """
 
 from __future__ import annotations

@@ -480,7 +480,7 @@ class RoomBook:
                 group.cursor = (members.index(last) + 1) % len(members)
         return self._groups[key]
 
-    def _index(self, group: Group) -> list[tuple]:
+    def sorted_keys(self, group: Group) -> list[tuple]:
         """The group's room keys (none held), sorted: built when a strategy first asks (the fragmentation-aware one
         never does), from the kept order with the rooms this pass changed moved in it; then kept in order as rooms
         change."""
@@ -583,7 +583,7 @@ class RoomBook:
         plain = plain_states(measure)
         if self._kept is None:
             by_state: dict[int, set[int]] = {}
-            for *_, i in self._index(group):
+            for *_, i in self.sorted_keys(group):
                 if i not in self._states:
                     self._states[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._states[i], set()).add(i)
@@ -657,7 +657,7 @@ class RoomBook:
 
     def _fullest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Best fit: the fewest free GPUs that suffice, then the fewest free cores."""
-        index, gpus = self._index(group), request.whole
+        index, gpus = self.sorted_keys(group), request.whole
         while True:
             start = bisect_left(index, (gpus, request.cpu - EPS))
             if start == len(index):
@@ -675,7 +675,7 @@ class RoomBook:
 
     def _emptiest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Worst fit: the most free GPUs, then the most free cores."""
-        index = self._index(group)
+        index = self.sorted_keys(group)
         position = len(index) - 1
         while position >= 0:
             gpus = index[position][0]

@@ -37,7 +37,7 @@ from operator import itemgetter
 from corral.core.config import Sequencer
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Unit, place_over
+from corral.scheduling.placement import Assignment, Unit, place_over
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask, placed_task
 from corral.scheduling.reasons import (
@@ -184,8 +184,7 @@ class _Simulation:
             if units:
                 placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
                 self.reasons.update(placement.waiting)
-                for key, assignments in placement.assignments.items():
-                    self._start(key, assignments, t, previous)
+                self._start(placement.assignments, t, previous)
                 for victims in placement.victims.values():
                     self._evict(victims, t)
             following = self._next_step(t)
@@ -265,32 +264,35 @@ class _Simulation:
             del self.kinds[kind]
         return item
 
-    def _start(self, key, assignments, t: float, previous: float) -> None:
-        item = self._unqueue(key)
-        unit = item.unit
-        freed = self.freed
-        if not freed:
-            ended = ()
-        elif len(assignments) == 1:
-            ended = freed.get(assignments[0].worker_id, ())
-        else:
-            ended = [end for a in assignments for end in freed.get(a.worker_id, ())]
-        if ended:
-            start = max(max(end for end, _ in ended), previous, self.latest_start)
-            jobs = {job for _, job in ended}
-            after = jobs.pop() if len(jobs) == 1 else self._waited_for(item.job)
-        else:
-            start, after = t, self._waited_for(item.job)
-        self.latest_start = start
-        self.starts[unit.job_id].append((start, after))
-        gang = unit.key[1] is None
-        runs_for, end = item.runs_for, t + item.runs_for
-        for a in assignments:
-            self.index.add(placed_task(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
-                                       unit.project, t, gang))
-            self.runs_for[a.task_id] = runs_for
-            self.ends_at[a.task_id] = end
-            heapq.heappush(self.ends, (end, a.task_id))
+    def _start(self, placed: Mapping[tuple, Sequence[Assignment]], t: float, previous: float) -> None:
+        """The units a pass placed start, in the order it placed them: each runs for its expected duration."""
+        freed, starts, index, runs_for, ends_at, ends = self.freed, self.starts, self.index, self.runs_for, \
+            self.ends_at, self.ends
+        for key, assignments in placed.items():
+            item = self._unqueue(key)
+            unit = item.unit
+            if not freed:
+                ended = ()
+            elif len(assignments) == 1:
+                ended = freed.get(assignments[0].worker_id, ())
+            else:
+                ended = [end for a in assignments for end in freed.get(a.worker_id, ())]
+            if ended:
+                start = max(max(end for end, _ in ended), previous, self.latest_start)
+                jobs = {job for _, job in ended}
+                after = jobs.pop() if len(jobs) == 1 else self._waited_for(item.job)
+            else:
+                start, after = t, self._waited_for(item.job)
+            self.latest_start = start
+            starts[unit.job_id].append((start, after))
+            gang = unit.key[1] is None
+            end = t + item.runs_for
+            for a in assignments:
+                index.add(placed_task(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
+                                      unit.project, t, gang))
+                runs_for[a.task_id] = item.runs_for
+                ends_at[a.task_id] = end
+                heapq.heappush(ends, (end, a.task_id))
 
     def _waited_for(self, job: JobPlacement) -> int | None:
         """Of the jobs it named, the one that ended last in the simulation."""

@@ -129,12 +129,13 @@ class _Simulation:
         self.ends_at: dict[int, float] = {}
         self.runs_for: dict[int, float] = {}  # of the tasks placed in the simulation (the others': since to end)
         self.left: Counter[int] = Counter()  # tasks of a job not ended in the simulation
+        ends, ends_at, left = self.ends, self.ends_at, self.left
         for e in ending:
             task = e.task
-            self.ends.append((e.ends_at, task.task_id))
-            self.ends_at[task.task_id] = e.ends_at
-            self.left[task.job_id] += 1
-        heapq.heapify(self.ends)
+            ends.append((e.ends_at, task.task_id))
+            ends_at[task.task_id] = e.ends_at
+            left[task.job_id] += 1
+        heapq.heapify(ends)
         self.dependencies = dict(dependencies)
         self.order: dict = {}  # unit key -> its place in the sequencers' order
         self.kinds: dict[int, dict] = defaultdict(dict)  # kind -> {unit key: Waiting}, in order
@@ -148,15 +149,17 @@ class _Simulation:
         fifo = {pool: self.policy.pool(pool).sequencer is Sequencer.FIFO for pool in {i.unit.pool for i in waiting}}
         # Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
         # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
+        order, gated, asked, kind_of = self.order, self.gated, self.asked, self.kind_of
         for n, item in enumerate(sorted(waiting, key=lambda item: 0 if fifo[item.unit.pool] else -item.unit.priority)):
             unit = item.unit
-            self.order[unit.key] = n
-            self.left[unit.job_id] += len(unit.task_ids)
-            self.gated[unit.key] = item
-            self.asked.add(unit.job_id)
+            key = unit.key
+            order[key] = n
+            left[key[0]] += len(unit.task_ids)
+            gated[key] = item
+            asked.add(key[0])
             if item.job.after or item.job.after_any:
                 self.named.update(item.job.after, item.job.after_any)
-            self.kind_of[unit.key] = self._kind(unit)
+            kind_of[key] = self._kind(unit)
         self.mixes = self._mixes_seen(waiting, ending)
         self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
         self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -138,7 +141,35 @@ def test_on_one_queue_estimates_follow_the_queue_and_never_precede_now(ends, run
     assert starts[0] == pytest.approx(min(ends) + NOW)
 
 
+@settings(max_examples=60, deadline=None)
+@given(ends=st.lists(st.floats(min_value=1, max_value=50_000), min_size=1, max_size=6),
+       jobs=st.lists(st.tuples(st.floats(min_value=1, max_value=50_000), st.integers(1, 2), st.integers(0, 2),
+                               st.integers(1, 3)), min_size=1, max_size=8))
+def test_equal_requests_forecast_as_one_shared_request(ends, jobs):
+    """Each waiting task reads its own request: the simulation answers as when alike ones share one object."""
+    rooms = [worker(f"w{i}", gpus=2, free=[1]) for i in range(len(ends))]
+    ending = [busy(1000 + i, 5000 + i, f"w{i}", end) for i, end in enumerate(ends)]
+    items = [waiting(i + 1, runs_for=r, gpus=gpus, priority=priority, tasks=tasks)
+             for i, (r, gpus, priority, tasks) in enumerate(jobs)]
+    one = {}
+    shared = [Waiting(replace(item.unit, request=one.setdefault(item.unit.request, item.unit.request)),
+                      item.runs_for, item.job) for item in items]
+    assert forecast(items, rooms, ending, now=NOW) == forecast(shared, rooms, ending, now=NOW)
+
+
 def test_watching_one_job_stops_once_it_is_placed():
     items = [waiting(2, runs_for=300), waiting(3, runs_for=300)]
     estimates = forecast(items, [worker("w1", free=[])], [busy(41, 9, "w1", 100)], now=NOW, watch=2)
     assert estimates[2].start_at == NOW + 100 and estimates[3].start_at is None
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_the_garbage_collector_is_left_as_it_was(collecting):
+    """The simulation runs with the collector off, and turns it back on only if it was on."""
+    was = gc.isenabled()
+    try:
+        gc.enable() if collecting else gc.disable()
+        forecast([waiting(2)], [worker("w1", free=[])], [busy(41, 9, "w1", 600)], now=NOW)
+        assert gc.isenabled() is collecting
+    finally:
+        gc.enable() if was else gc.disable()

@@ -4,6 +4,7 @@ decides when every unit goes through every check (any strategy, sequencer, reser
 
 from __future__ import annotations
 
+from dataclasses import replace
 from unittest.mock import patch
 
 from hypothesis import given, settings
@@ -68,6 +69,29 @@ def test_placing_alike_tasks_by_their_choice_alone_decides_as_every_check_does(w
         checked = place(units, rooms, policy=policy, running=running, now=10.0)
     assert (quick.assignments, quick.waiting, quick.victims) == (checked.assignments, checked.waiting,
                                                                  checked.victims)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 11), unique=True, max_size=8), RUNNING, RUNS, POLICIES)
+def test_equal_requests_that_are_distinct_objects_decide_as_one_shared_request(workers, tasks, runs, policy):
+    """Alike tasks in a row choose with one request object, found by identity: tasks whose requests are only equal
+    (each task row reads its own) are placed as those sharing one."""
+    rooms = [worker(n) for n in workers]
+    running = running_on(rooms, tasks)
+    units = units_of(runs)
+    apart = [replace(unit, request=replace(unit.request)) for unit in units]
+    assert all(a.request == u.request and a.request is not u.request for a, u in zip(apart, units, strict=True))
+    shared = place(units, rooms, policy=policy, running=running, now=10.0)
+    distinct = place(apart, rooms, policy=policy, running=running, now=10.0)
+    assert (shared.assignments, shared.waiting, shared.victims) == (distinct.assignments, distinct.waiting,
+                                                                    distinct.victims)
+
+
+def test_requests_compare_by_their_fields():
+    first, second = Request(1.0, 2**30, 1, (("fpga", 1.0),)), Request(1.0, 2**30, 1, (("fpga", 1.0),))
+    assert first == second and hash(first) == hash(second) and first is not second
+    assert first != Request(1.0, 2**30, 1) and first != Request(1.0, 2**30, 1, (("fpga", 1.0),), gpu_memory=8)
+    assert first != (1.0, 2**30, 1, (("fpga", 1.0),), 0) and {first: 1}[second] == 1
 
 
 def test_alike_tasks_after_the_first_skip_its_checks():

@@ -18,6 +18,7 @@ from bisect import bisect_left, insort
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import replace
+from operator import itemgetter
 
 from corral.core.constraints import AnyConstraint
 from corral.scheduling.fragmentation import Fragmentation, Kind
@@ -89,7 +90,9 @@ class CapacityIndex:
         group = self.group(pool, constraints)
         key = ((pool, constraints), resource)
         if key not in self._ranked:
-            self._ranked[key] = sorted(rank_keys(self.rooms, group.members, resource))
+            # Sorted on the amount alone: the members come in position order, and a sort keeps equals in order, so
+            # the order is the keys' own, with no tuple compared.
+            self._ranked[key] = sorted(rank_keys(self.rooms, group.members, resource), key=itemgetter(0))
         return self._ranked[key]
 
     def fragmentation(self, pool: str, weights: dict[Kind, float]) -> Fragmentation:
@@ -210,12 +213,14 @@ class CapacityIndex:
             self.running[task.task_id] = task
             self.on_worker[task.worker_id].add(task.task_id)
             self.tasks_of_job[task.job_id] += 1
-            pool = self._pool(task)
+            i = self.position.get(task.worker_id)
+            pool = None if i is None else self.rooms[i].pool
             alike[task.project, pool, task.request] += 1
             if pool is not None:
                 self._priorities[pool][task.priority] += 1
                 latest = self._latest.get(pool)
-                if latest is None or _placed_order(task) > _placed_order(latest):
+                if latest is None or task.since > latest.since or (
+                        task.since == latest.since and task.task_id > latest.task_id):  # _placed_order, unrolled
                     self._latest[pool] = task
         for (project, pool, request), n in alike.items():
             amounts = request.amounts(n)
@@ -243,8 +248,7 @@ class CapacityIndex:
             elif not (plain and _plain(room)):
                 restate.append(i)
         for key, members in self._groups.items():
-            changed = [i for i in moved if i in members.member_set] if len(moved) < len(members.members) else \
-                [i for i in members.members if i in moved]
+            changed = members.member_set.intersection(moved)
             if not changed:
                 continue
             if len(changed) * 8 > len(members.members):  # sorted again when read
@@ -261,19 +265,20 @@ class CapacityIndex:
                     if ranked is not None:
                         _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
         memos: dict[str, dict[tuple, int]] = {}  # per pool, its measure's plain_states
+        state_of, buckets = self._state_of, self._buckets
         for i in restate:
-            if i in self._state_of:
+            old_state = state_of.get(i)
+            if old_state is not None:
                 room = self.rooms[i]
-                measure = self._measures[room.pool][1]
                 memo = memos.get(room.pool)
                 if memo is None:
-                    memo = memos[room.pool] = plain_states(measure)
-                old_state = self._state_of[i]
-                new_state = self._state_of[i] = stated(measure, room, memo)
+                    memo = memos[room.pool] = plain_states(self._measures[room.pool][1])
+                new_state = state_of[i] = stated(self._measures[room.pool][1], room, memo)
                 if new_state != old_state:
                     for key in self._member_of.get(i, ()):
-                        if key in self._buckets:
-                            _move(self._buckets[key], old_state, new_state, i)
+                        by_state = buckets.get(key)
+                        if by_state is not None:
+                            _move(by_state, old_state, new_state, i)
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)
@@ -281,20 +286,20 @@ class CapacityIndex:
 
     def _count(self, task: RunningTask, sign: int) -> None:
         """Count a task placed (sign 1) or ended (-1), and move its room."""
-        job_id, worker_id = task.job_id, task.worker_id
-        held = self.tasks_of_job[job_id] + sign
+        job_id, worker_id, task_id = task.job_id, task.worker_id, task.task_id
+        tasks_of_job = self.tasks_of_job
+        held = tasks_of_job[job_id] + sign
         if held:
-            self.tasks_of_job[job_id] = held
+            tasks_of_job[job_id] = held
         else:
-            del self.tasks_of_job[job_id]
+            del tasks_of_job[job_id]
         if sign > 0:
-            self.running[task.task_id] = task
-            on_worker = self.on_worker[worker_id]
-            on_worker.add(task.task_id)
+            self.running[task_id] = task
+            self.on_worker[worker_id].add(task_id)
         else:
-            del self.running[task.task_id]
+            del self.running[task_id]
             on_worker = self.on_worker[worker_id]
-            on_worker.discard(task.task_id)
+            on_worker.discard(task_id)
             if not on_worker:
                 del self.on_worker[worker_id]
         if self.quotas is None or task.project in self.quotas:
@@ -304,8 +309,9 @@ class CapacityIndex:
             return
         room = self.rooms[i]
         self._count_in_pool(task, sign, room.pool)
-        if i not in self._moved:
-            self._moved[i] = (room_key(room, i), _plain(room))
+        moved = self._moved
+        if i not in moved:
+            moved[i] = (room_key(room, i), _plain(room))
         if sign > 0:
             room.hold(task.request, task.gpu_ids)
         else:
@@ -328,7 +334,9 @@ class CapacityIndex:
                 del self._priorities[pool]
         latest = self._latest.get(pool)
         if sign > 0:
-            if pool not in self._stale_latest and (latest is None or _placed_order(task) > _placed_order(latest)):
+            if pool not in self._stale_latest and (
+                    latest is None or task.since > latest.since
+                    or (task.since == latest.since and task.task_id > latest.task_id)):  # _placed_order, unrolled
                 self._latest[pool] = task
         elif latest is not None and latest.task_id == task.task_id:
             del self._latest[pool]

@@ -8,28 +8,38 @@ have SUCCEEDED for those that wait on it; an evicted task waits again. A job's e
 moment its first pending unit is placed; where that room was freed by one job's end, that job is
 named.
 
-Two things keep it cheap enough to run every few seconds over 10k pending units and 1k workers:
+What keeps it cheap enough to run every few seconds over 10k pending units and 1k workers:
   - steps land on events, but at most one step per tenth of the time ahead (RESOLUTION), so a
     day ahead is some hundred passes, and the error this adds is under a tenth of the wait;
   - a pass is offered, of each kind of unit, only as many as the pool's free room could hold in
     total (the rest could not be placed anyway, and a unit that fails to fit changes nothing a
-    later one sees), besides the units that would preempt or hold a reservation.
+    later one sees), besides the units that would preempt or hold a reservation;
+  - the rest is the cost per task placed and ended, some 10k of each (placement's choice and
+    take, the index's counts, the next settle's restating of its room), kept low by look-ups
+    that do not hash what they can number or find by identity (kinds are numbered; alike tasks
+    in a row choose with one request object), by tasks made without the dataclass constructor
+    (`placed_task`), and by the garbage collector being off while the simulation runs: its
+    full collections walked every object the caller holds, and the simulation leaves no
+    cycles behind.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import itemgetter
 
 from corral.core.config import Sequencer
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Unit, place_over
+from corral.scheduling.placement import Assignment, Unit, place_over
 from corral.scheduling.policy import Policy
-from corral.scheduling.preemption import RunningTask
+from corral.scheduling.preemption import RunningTask, placed_task
 from corral.scheduling.reasons import (
     DependencyFailed,
     NoWorkerAlive,
@@ -100,7 +110,13 @@ def forecast(waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Se
     """An estimate for every job with a unit in `waiting`. `rooms` are the alive workers net of `ending`;
     `dependencies` the jobs named in after/after_any as they are now.
     With `watch`, the simulation stops once that job's first unit is placed: only its estimate is sure."""
-    return _Simulation(waiting, rooms, ending, now, policy or Policy(), dependencies or {}, horizon).run(watch)
+    collecting = gc.isenabled()
+    gc.disable()  # the simulation makes some hundred thousand short-lived objects, and no garbage cycles to speak of
+    try:
+        return _Simulation(waiting, rooms, ending, now, policy or Policy(), dependencies or {}, horizon).run(watch)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class _Simulation:
@@ -111,34 +127,39 @@ class _Simulation:
         self.pool_of = {room.id: room.pool for room in rooms}
         self.ends: list[tuple[float, int]] = []  # a heap of (end, task id); entries not in ends_at are stale
         self.ends_at: dict[int, float] = {}
-        self.runs_for: dict[int, float] = {}
+        self.runs_for: dict[int, float] = {}  # of the tasks placed in the simulation (the others': since to end)
         self.left: Counter[int] = Counter()  # tasks of a job not ended in the simulation
+        ends, ends_at, left = self.ends, self.ends_at, self.left
         for e in ending:
             task = e.task
-            self.ends.append((e.ends_at, task.task_id))
-            self.ends_at[task.task_id] = e.ends_at
-            self.runs_for[task.task_id] = max(e.ends_at - task.since, MIN_STEP)
-            self.left[task.job_id] += 1
-        heapq.heapify(self.ends)
+            ends.append((e.ends_at, task.task_id))
+            ends_at[task.task_id] = e.ends_at
+            left[task.job_id] += 1
+        heapq.heapify(ends)
         self.dependencies = dict(dependencies)
         self.order: dict = {}  # unit key -> its place in the sequencers' order
-        self.kinds: dict[tuple, dict] = defaultdict(dict)  # kind -> {unit key: Waiting}, in order
+        self.kinds: dict[int, dict] = defaultdict(dict)  # kind -> {unit key: Waiting}, in order
         self.gated: dict = {}  # unit key -> Waiting, held back by its job's dependencies or begin time
         self.asked: set[int] = set()  # the jobs to estimate (not evicted ones waiting again)
         self.named: set[int] = set()  # jobs waited on
-        self.alike: dict[tuple, tuple] = {}  # each kind, as one tuple: looked up by itself, never compared
-        self.kind_of: dict = {}
+        # Kinds are numbered: a number is looked up without hashing the request and constraints it stands for.
+        self.kind_ids: dict[tuple, int] = {}
+        self.kind_facts: list[tuple] = []  # per kind: (pool, constraints, request, tasks, spread, project, priority)
+        self.kind_of: dict = {}  # unit key -> its kind
         fifo = {pool: self.policy.pool(pool).sequencer is Sequencer.FIFO for pool in {i.unit.pool for i in waiting}}
         # Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
         # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
+        order, gated, asked, kind_of = self.order, self.gated, self.asked, self.kind_of
         for n, item in enumerate(sorted(waiting, key=lambda item: 0 if fifo[item.unit.pool] else -item.unit.priority)):
             unit = item.unit
-            self.order[unit.key] = n
-            self.left[unit.job_id] += len(unit.task_ids)
-            self.gated[unit.key] = item
-            self.asked.add(unit.job_id)
-            self.named.update(item.job.after, item.job.after_any)
-            self.kind_of[unit.key] = self._kind(unit)
+            key = unit.key
+            order[key] = n
+            left[key[0]] += len(unit.task_ids)
+            gated[key] = item
+            asked.add(key[0])
+            if item.job.after or item.job.after_any:
+                self.named.update(item.job.after, item.job.after_any)
+            kind_of[key] = self._kind(unit)
         self.mixes = self._mixes_seen(waiting, ending)
         self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
         self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)
@@ -147,11 +168,15 @@ class _Simulation:
         self.latest_start = now  # placements of one step start in the order they are made
         self.evicted = False  # in this step
 
-    def _kind(self, unit: Unit) -> tuple:
+    def _kind(self, unit: Unit) -> int:
         """Units alike for placement: offered together, and counted against the free room together."""
         kind = (unit.pool, unit.constraints, unit.request, len(unit.task_ids), unit.spread, unit.project,
                 unit.priority)
-        return self.alike.setdefault(kind, kind)
+        number = self.kind_ids.get(kind)
+        if number is None:
+            number = self.kind_ids[kind] = len(self.kind_facts)
+            self.kind_facts.append(kind)
+        return number
 
     def run(self, watch: int | None) -> dict[int, Estimate]:
         t, previous = self.now, self.now
@@ -162,8 +187,7 @@ class _Simulation:
             if units:
                 placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
                 self.reasons.update(placement.waiting)
-                for key, assignments in placement.assignments.items():
-                    self._start(key, assignments, t, previous)
+                self._start(placement.assignments, t, previous)
                 for victims in placement.victims.values():
                     self._evict(victims, t)
             following = self._next_step(t)
@@ -177,37 +201,44 @@ class _Simulation:
     def _release(self, t: float) -> None:
         """Tasks expected to end by `t` free their room; a job with nothing left has ended, successfully."""
         self.freed.clear()
-        while self.ends and self.ends[0][0] <= t:
-            end, task_id = heapq.heappop(self.ends)
-            if self.ends_at.get(task_id) != end:  # evicted before it ended
+        ends, ends_at, running, left = self.ends, self.ends_at, self.index.running, self.left
+        while ends and ends[0][0] <= t:
+            end, task_id = heapq.heappop(ends)
+            if ends_at.get(task_id) != end:  # evicted before it ended
                 continue
-            del self.ends_at[task_id]
-            task = self.index.running[task_id]
+            del ends_at[task_id]
+            task = running[task_id]
             self.index.remove(task_id)
-            self.freed[task.worker_id].append((end, task.job_id))
-            self.left[task.job_id] -= 1
-            if self.left[task.job_id] <= 0 and task.job_id in self.named:
-                self.dependencies[task.job_id] = JobEnd("SUCCEEDED", end)
+            job_id = task.job_id
+            self.freed[task.worker_id].append((end, job_id))
+            left[job_id] -= 1
+            if left[job_id] <= 0 and job_id in self.named:
+                self.dependencies[job_id] = JobEnd("SUCCEEDED", end)
 
     def _ungate(self, t: float) -> None:
         """Units whose dependencies ended as asked and whose begin time passed join their kinds."""
-        for key, item in list(self.gated.items()):
+        if not self.gated:
+            return
+        still: dict = {}
+        for key, item in self.gated.items():
             held_back = gate(item.job, self.dependencies, t)
-            if isinstance(held_back, DependencyFailed):
-                del self.gated[key]
-                self.doomed[item.unit.job_id] = held_back
-            elif held_back is None:
-                del self.gated[key]
+            if held_back is None:
                 self.kinds[self.kind_of[key]][key] = item
+            elif isinstance(held_back, DependencyFailed):
+                self.doomed[item.unit.job_id] = held_back
+            else:
+                still[key] = item
+        self.gated = still
 
     def _offered(self, t: float) -> list[Unit]:
         """Of each kind, the first units the pool's free room could hold in all, and those that would preempt or
         reserve; in the sequencers' order."""
-        free = {pool: self._free(pool) for pool in {kind[0] for kind in self.kinds}}
+        free = {pool: self._free(pool) for pool in {self.kind_facts[kind][0] for kind in self.kinds}}
         lowest = self.index.lowest_priorities()
-        offered: list[Unit] = []
+        offered: list[tuple[int, Unit]] = []  # (place in order, unit)
+        order = self.order
         for kind, items in self.kinds.items():
-            pool, request, tasks, priority = kind[0], kind[2], kind[3], kind[6]
+            pool, _, request, tasks, _, _, priority = self.kind_facts[kind]
             pool_policy = self.policy.pool(pool)
             need = request.amounts(tasks)
             room = free[pool]
@@ -217,12 +248,9 @@ class _Simulation:
                         default=len(items))
             if pool_policy.reservation_time is not None:
                 count = max(count, 1)  # the first may be owed room held for it
-            for n, item in enumerate(items.values()):
-                if n >= count:
-                    break
-                offered.append(item.unit)
-        offered.sort(key=lambda unit: self.order[unit.key])
-        return offered
+            offered += [(order[key], item.unit) for key, item in islice(items.items(), count)]
+        offered.sort(key=itemgetter(0))
+        return [unit for _, unit in offered]
 
     def _free(self, pool: str) -> dict[str, float]:
         """What the pool's alive workers have free in all, per resource."""
@@ -239,26 +267,40 @@ class _Simulation:
             del self.kinds[kind]
         return item
 
-    def _start(self, key, assignments, t: float, previous: float) -> None:
-        item = self._unqueue(key)
-        unit = item.unit
-        freed = [end for a in assignments for end in self.freed.get(a.worker_id, ())]
-        start = max(max((end for end, _ in freed), default=t), previous, self.latest_start) if freed else t
-        self.latest_start = start
-        jobs = {job for _, job in freed}
-        after = jobs.pop() if len(jobs) == 1 else self._waited_for(item.job)
-        self.starts[unit.job_id].append((start, after))
-        gang = unit.key[1] is None
-        for a in assignments:
-            task = RunningTask(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
-                               unit.project, since=t, gang=gang)
-            self.index.add(task)
-            self.runs_for[a.task_id] = item.runs_for
-            self.ends_at[a.task_id] = t + item.runs_for
-            heapq.heappush(self.ends, (t + item.runs_for, a.task_id))
+    def _start(self, placed: Mapping[tuple, Sequence[Assignment]], t: float, previous: float) -> None:
+        """The units a pass placed start, in the order it placed them: each runs for its expected duration."""
+        freed, starts, index, runs_for, ends_at, ends = self.freed, self.starts, self.index, self.runs_for, \
+            self.ends_at, self.ends
+        for key, assignments in placed.items():
+            item = self._unqueue(key)
+            unit = item.unit
+            if not freed:
+                ended = ()
+            elif len(assignments) == 1:
+                ended = freed.get(assignments[0].worker_id, ())
+            else:
+                ended = [end for a in assignments for end in freed.get(a.worker_id, ())]
+            if ended:
+                start = max(max(end for end, _ in ended), previous, self.latest_start)
+                jobs = {job for _, job in ended}
+                after = jobs.pop() if len(jobs) == 1 else self._waited_for(item.job)
+            else:
+                start, after = t, self._waited_for(item.job)
+            self.latest_start = start
+            starts[unit.job_id].append((start, after))
+            gang = unit.key[1] is None
+            end = t + item.runs_for
+            for a in assignments:
+                index.add(placed_task(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
+                                      unit.project, t, gang))
+                runs_for[a.task_id] = item.runs_for
+                ends_at[a.task_id] = end
+                heapq.heappush(ends, (end, a.task_id))
 
     def _waited_for(self, job: JobPlacement) -> int | None:
         """Of the jobs it named, the one that ended last in the simulation."""
+        if not (job.after or job.after_any):
+            return None
         ended = [(self.dependencies[j].finished_at or 0.0, j) for j in (*job.after, *job.after_any)
                  if j in self.dependencies and self.dependencies[j].state == "SUCCEEDED"]
         return max(ended)[1] if ended else None
@@ -271,6 +313,9 @@ class _Simulation:
             by_key[(task.job_id, None) if task.gang else (task.job_id, task.task_id)][task.task_id] = task
         for key, tasks in by_key.items():
             first = next(iter(tasks.values()))
+            runs_for = self.runs_for.get(first.task_id)
+            if runs_for is None:  # running at the start
+                runs_for = max(self.ends_at[first.task_id] - first.since, MIN_STEP)
             for task_id in tasks:
                 self.index.remove(task_id)
                 self.ends_at.pop(task_id, None)
@@ -285,7 +330,7 @@ class _Simulation:
                         since=t)
             self.order[key] = len(self.order)
             self.kind_of[key] = self._kind(unit)
-            self.kinds[self.kind_of[key]][key] = Waiting(unit, self.runs_for.get(first.task_id, MIN_STEP))
+            self.kinds[self.kind_of[key]][key] = Waiting(unit, runs_for)
 
     def _next_step(self, t: float) -> float | None:
         """The next moment something may change: an expected end or a begin time, at least a step away."""

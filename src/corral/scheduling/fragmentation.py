@@ -148,10 +148,11 @@ class Fragmentation:
 
     def admitted(self, room: WorkerRoom) -> tuple[int, ...]:
         """The constraint sets the room meets (its labels do not change within a pass)."""
-        if room.id not in self._admitted:
-            self._admitted[room.id] = tuple(s for s, constraints in enumerate(self.constraint_sets)
-                                            if all(c.admits(room) for c in constraints))
-        return self._admitted[room.id]
+        admitted = self._admitted.get(room.id)
+        if admitted is None:
+            admitted = self._admitted[room.id] = tuple(s for s, constraints in enumerate(self.constraint_sets)
+                                                       if all(c.admits(room) for c in constraints))
+        return admitted
 
     def state(self, room: WorkerRoom) -> int:
         """The id of the room's state: equal for workers that fragment alike."""

@@ -117,16 +117,17 @@ class _Pass:
         self.quota_use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float), {
             project: defaultdict(float, index.quota_use.get(project, {})) for project in policy.quotas})
         self.lowest_running = index.lowest_priorities()
-        self.last_placed = index.last_placed()  # round-robin goes on from there, pass after pass
+        self.last_placed: dict[str, str] | None = None  # round-robin goes on from there, pass after pass
         self.blocked: dict[tuple, Reason] = {}  # one failed request of a kind settles its equals in this pass
         self.settled: dict[tuple, Reason] = {}  # blocked kinds whose equals wait for that reason whatever they check
+        self.last_settled: tuple[tuple, Reason] | None = None  # the settled kind looked up last, and its reason
         self.ever_fits: dict[tuple, bool] = {}
         self.no_plan: set[tuple] = set()
         self.claimed: set[int] = set()  # stopping tasks a unit already counts on
         self.evicted_jobs: set[int] = set()
         self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
         self.strategies: dict[str, Strategy] = {}
-        self.holding = Counter(index.tasks_of_job)  # job -> its tasks holding room, placed ones included
+        self.placed_of: Counter[int] = Counter()  # job -> its tasks placed in this pass (beside those the index holds)
         self.alike: tuple[tuple, Group] | None = None  # (kind, group) of the last offer, when it placed one task
 
     def run(self, units: Sequence[Unit]) -> Placement:
@@ -157,24 +158,31 @@ class _Pass:
         # blocked only by a failed offer, and nothing failed since): only the choice of worker is left.
         if self.alike is not None and self.alike[0] == (unit.pool, unit.constraints, unit.request) \
                 and self._checks_nothing(unit):
-            i = self.book.choose(self.alike[1], unit.request, self.strategies[unit.pool])
+            request = self.alike[0][2]  # equal to the unit's, and the same object for every task of the run
+            i = self.book.choose(self.alike[1], request, self.strategies[unit.pool])
             if i is not None:
                 self._placed(unit, [Assignment(unit.task_ids[0], self.book.rooms[i].id,
-                                               tuple(self.book.take(i, unit.request)))])
+                                               tuple(self.book.take(i, request)))])
                 return None
         self.alike = None
         if self.settled and not self.book.held and pool_policy.reservation_time is None and self._checks_nothing(unit):
-            reason = self.settled.get((unit.pool, unit.constraints, unit.request, unit.priority, unit.spread))
+            kind = (unit.pool, unit.constraints, unit.request, unit.priority, unit.spread)
+            if self.last_settled is not None and self.last_settled[0] == kind:  # its equals come in a row: no hashing
+                return self.last_settled[1]
+            reason = self.settled.get(kind)
             if reason is not None:
+                self.last_settled = (kind, reason)
                 return reason
         # 2. The job's own cap, then quota.
-        if unit.max_running is not None and self.holding[unit.job_id] + len(unit.task_ids) > unit.max_running:
-            return AtMostRunning(self.holding[unit.job_id], unit.max_running)
+        if unit.max_running is not None:
+            holding = self.index.tasks_of_job.get(unit.job_id, 0) + self.placed_of[unit.job_id]
+            if holding + len(unit.task_ids) > unit.max_running:
+                return AtMostRunning(holding, unit.max_running)
         over = self._over_quota(unit)
         if over is not None:
             return over
         # 3. Nobody present could hold it.
-        group = self.book.group(unit.pool, unit.constraints, self.last_placed.get(unit.pool))
+        group = self.book.group(unit.pool, unit.constraints, self._turns_after(unit.pool))
         absent = self._absent(unit, group)
         if absent is not None:
             return absent
@@ -200,7 +208,7 @@ class _Pass:
 
     def _placed(self, unit: Unit, assignments: list[Assignment]) -> None:
         self.result.assignments[unit.key] = assignments
-        self.holding[unit.job_id] += len(unit.task_ids)
+        self.placed_of[unit.job_id] += len(unit.task_ids)
         if unit.project in self.policy.quotas:
             for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
                 self.quota_use[unit.project][resource] += amount
@@ -311,11 +319,15 @@ class _Pass:
         rooms, request, tasks = self.book.rooms, unit.request, len(unit.task_ids)
         need, gpu_memory = request.amounts(), request.gpu_memory
         wanted = [resource for resource, amount in need.items() if amount > 0]
-        most_free = {r: rooms[self.book.most_free(group, r) if r in RANKED and not gpu_memory
-                              and not (r == "gpu" and request.share)
-                              else _most(rooms, group.members, r, request, free=True)] for r in wanted}
-        # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind.
-        binding = next((r for r in wanted if need[r] > free_for(most_free[r], r, request) + EPS), None)
+        # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind. The worker with
+        # the most free is looked for only up to the binding resource: each costs a walk of the group.
+        most_free: dict[str, WorkerRoom] = {}
+        binding = None
+        for r in wanted:
+            most_free[r] = self._most_free(group, r, request)
+            if need[r] > free_for(most_free[r], r, request) + EPS:
+                binding = r
+                break
         if binding is None and tasks > 1 and wanted:
             binding = wanted[0]
         if binding is None:
@@ -326,13 +338,19 @@ class _Pass:
             shares = share_room(room) if gpu_memory else ()
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free or shares else "",
                           gpu_memory, shares=shares)
-        shared = sum(len(rooms[i].gpu_shared) for i in group.members) if binding == "gpu" else 0
+        shared = sum([len(rooms[i].gpu_shared) for i in group.members]) if binding == "gpu" else 0
         if binding == "gpu" and gpu_memory:  # name the free devices too small, if that is all there is
             devices = room.memories(room.free_gpu_ids)
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if devices else "",
                           gpu_memory, devices, shared_devices=shared)
         return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free > EPS else "", gpu_memory,
                       shared_devices=shared)
+
+    def _most_free(self, group: Group, resource: str, request: Request) -> WorkerRoom:
+        """The member with the most of a resource free now, as this request sees it."""
+        if resource in RANKED and not request.gpu_memory and not (resource == "gpu" and request.share):
+            return self.book.rooms[self.book.most_free(group, resource)]
+        return self.book.rooms[_most(self.book.rooms, group.members, resource, request, free=True)]
 
     def _preempt(self, unit: Unit, group: Group) -> Reason | None:
         if unit.priority <= self.lowest_running.get(unit.pool, unit.priority):
@@ -415,6 +433,15 @@ class _Pass:
     def _hold_workers(self, worker_ids: set[str], job_id: int) -> None:
         for worker_id in worker_ids:
             self.book.hold(self.book.position[worker_id], job_id)
+
+    def _turns_after(self, pool: str) -> str | None:
+        """The worker a round-robin pool's turns go on after; asked of the index only where turns are taken (finding
+        it may walk every running task)."""
+        if self.strategies[pool] is not Strategy.ROUND_ROBIN:
+            return None
+        if self.last_placed is None:
+            self.last_placed = self.index.last_placed()
+        return self.last_placed.get(pool)
 
     def _default_strategy(self, pool: str) -> Strategy:
         """Fragmentation-aware where the pool has GPUs (it leaves fewer of them unused), concentrated elsewhere."""

@@ -16,7 +16,7 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
@@ -55,17 +55,26 @@ class Request:
     gpu_memory: int = 0  # whole devices: bytes each must have; a share: bytes of its device it reserves; 0: any
 
     def __post_init__(self) -> None:
-        """Its hash and its GPU parts, worked out once as plain attributes: a pass reads them for every task it offers
-        room and every worker it tries (a cached property answers each read some ten times slower). Not fields:
-        a request is sent as its fields."""
+        """Its fields as one tuple, its hash and its GPU parts, worked out once as plain attributes: a pass reads them
+        for every task it offers room and every worker it tries (a cached property answers each read some ten times
+        slower), and compares requests in every look-up keyed by one. Not fields: a request is sent as its fields."""
         share = gpu_share(self.gpu)
         object.__setattr__(self, "share", share)  # hundredths of one device, for a share; 0 for whole devices
         object.__setattr__(self, "whole", 0 if share else int(self.gpu))  # whole devices, 0 for a share
-        object.__setattr__(self, "_hash", hash((self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory)))
+        fields = (self.cpu, self.memory, self.gpu, self.custom, self.gpu_memory)
+        object.__setattr__(self, "_fields", fields)
+        object.__setattr__(self, "_hash", hash(fields))
         object.__setattr__(self, "per_task", self.amounts())  # what one task holds, kept: never changed
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        """As the dataclass compares, from the fields kept as one tuple (equal requests are seldom the same object:
+        each task row reads its own)."""
+        if other.__class__ is not Request:
+            return NotImplemented
+        return self is other or self._fields == other._fields
 
     def amounts(self, tasks: int = 1) -> dict[str, float]:
         """Per resource, in the order a reason names them: the scarcest kinds first."""
@@ -291,12 +300,11 @@ class Group:
     `fits` has the last word.
     """
 
-    def __init__(self, pool: str, constraints: tuple[AnyConstraint, ...], members: list[int], member_set: set[int],
-                 index: Callable[[], list[tuple]]) -> None:
+    def __init__(self, pool: str, constraints: tuple[AnyConstraint, ...], found: Members) -> None:
         self.pool, self.constraints = pool, constraints
-        self.members = members  # in registration order, for round-robin and reasons
-        self.member_set = member_set
-        self._sort = index
+        self.found = found  # as the index keeps them (or as the book found them)
+        self.members = found.members  # in registration order, for round-robin and reasons
+        self.member_set = found.member_set
         self.sorted: list[tuple] | None = None  # the members' room_key, sorted, once a strategy asked for it
         self.cursor = 0
         # The fragmentation-aware strategy's view: members by state id; the order in which states gained
@@ -304,17 +312,10 @@ class Group:
         self.by_state: dict[int, set[int]] | None = None
         self.revived: list[int] = []
         self.ranked: dict[Request, tuple[list[tuple[tuple, int]], list[int]]] = {}
+        self.last_ranked: tuple[Request, tuple[list[tuple[tuple, int]], list[int]]] | None = None  # found by identity
         # Per state, a heap of positions holding every member (and some that left): its first member is the first
         # registered, found without a scan of a state that a thousand alike workers share.
         self.firsts: dict[int, list[int]] = {}
-
-    @property
-    def index(self) -> list[tuple]:
-        """The members' room_key (none held), sorted: built when first asked (the fragmentation-aware strategy
-        never asks), then kept in order as rooms change."""
-        if self.sorted is None:
-            self.sorted = self._sort()
-        return self.sorted
 
 
 def room_key(room: WorkerRoom, i: int) -> tuple[int, float, int, int]:
@@ -411,12 +412,15 @@ def stated(measure: Fragmentation, room: WorkerRoom, memo: dict[tuple, int]) -> 
 
 
 def _bucket(group: Group, state: int, i: int) -> None:
-    members = group.by_state.setdefault(state, set())
+    members = group.by_state.get(state)
+    if members is None:
+        members = group.by_state[state] = set()
     if not members:
         group.revived.append(state)
     members.add(i)
-    if state in group.firsts:
-        heappush(group.firsts[state], i)
+    firsts = group.firsts.get(state)
+    if firsts is not None:
+        heappush(firsts, i)
 
 
 def _first(group: Group, state: int, members: set[int]) -> int:
@@ -455,6 +459,8 @@ class RoomBook:
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
         self.measures = dict(measures or {})
         self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
+        self._groups_of_room: dict[int, list[Group]] = {}  # found when a room first changes, until a group is added
+        self._keyed = False  # whether a strategy asked for a group's sorted keys: only then are they kept in order
         self._states: dict[int, int] = {}  # room -> its state id, for rooms stated in this pass
         self._kept_states: Mapping[int, int] = {} if kept is None else kept.states()  # as the index states them
         self._device_for: tuple[int, Request, int] | None = None  # the device the last choice picked for a share
@@ -467,23 +473,29 @@ class RoomBook:
             found = Members.of(self.rooms, pool, constraints) if self._kept is None else \
                 self._kept.group(pool, constraints)
             members = found.members
-            group = self._groups[key] = Group(pool, constraints, members, found.member_set, lambda: self._sorted(found))
+            group = self._groups[key] = Group(pool, constraints, found)
+            self._groups_of_room.clear()
             last = self.position.get(start_after) if start_after else None
             if last in group.member_set:
                 group.cursor = (members.index(last) + 1) % len(members)
         return self._groups[key]
 
-    def _sorted(self, found: Members) -> list[tuple]:
-        """A group's room keys as they are now, sorted, none held: the kept order, the rooms this pass changed
-        moved in it."""
-        if self._kept is None:
-            index = sorted(room_keys(self.rooms, found.members))
-        else:
-            index = list(found.keys)
-            for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
-                index.pop(bisect_left(index, room_key(self.originals[i], i)))
-                insort(index, room_key(self.rooms[i], i))
-        return [entry for entry in index if entry[3] not in self.held] if self.held else index
+    def sorted_keys(self, group: Group) -> list[tuple]:
+        """The group's room keys (none held), sorted: built when a strategy first asks (the fragmentation-aware one
+        never does), from the kept order with the rooms this pass changed moved in it; then kept in order as rooms
+        change."""
+        if group.sorted is None:
+            self._keyed = True
+            found = group.found
+            if self._kept is None:
+                index = sorted(room_keys(self.rooms, found.members))
+            else:
+                index = list(found.keys)
+                for i in self._copied.intersection(found.member_set):  # changed in this pass: moved in the order
+                    index.pop(bisect_left(index, room_key(self.originals[i], i)))
+                    insort(index, room_key(self.rooms[i], i))
+            group.sorted = [entry for entry in index if entry[3] not in self.held] if self.held else index
+        return group.sorted
 
     def most_free(self, group: Group, resource: str) -> int:
         """The member with the most of a RANKED resource free now, the first registered among equals."""
@@ -496,25 +508,25 @@ class RoomBook:
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
         """The room the strategy gives this task to, or None when none in the group fits now."""
+        if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
+            return self._least_fragmenting(group, request, exclude)
         if strategy is Strategy.ROUND_ROBIN:
             return self._next_in_turn(group, request, exclude)
         if strategy is Strategy.DISPERSED:
             return self._emptiest(group, request, exclude)
-        if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
-            return self._least_fragmenting(group, request, exclude)
         return self._fullest(group, request, exclude)
 
     def take(self, i: int, request: Request) -> list[int]:
         """Reserve room on `i`; a share goes to the device the strategy chose for it, if it chose one."""
-        old = room_key(self.rooms[i], i)
+        old = room_key(self.rooms[i], i) if self._keyed else None
         device = self._device_for[2] if self._device_for and self._device_for[:2] == (i, request) else None
         self._device_for = None
-        gpu_ids = self._own(i).take(request, device)
+        gpu_ids = (self.rooms[i] if i in self._copied else self._own(i)).take(request, device)
         self._moved(i, old)
         return gpu_ids
 
     def give(self, i: int, request: Request, gpu_ids: Sequence[int]) -> None:
-        old = room_key(self.rooms[i], i)
+        old = room_key(self.rooms[i], i) if self._keyed else None
         self._own(i).give(request, gpu_ids)
         self._moved(i, old)
 
@@ -531,7 +543,7 @@ class RoomBook:
         """Keep everyone else off this room for the rest of the pass."""
         if i in self.held:
             return
-        key = room_key(self.rooms[i], i)
+        key = room_key(self.rooms[i], i) if self._keyed else None
         for group in self._groups_of(i):
             if group.sorted is not None:
                 group.sorted.pop(bisect_left(group.sorted, key))
@@ -539,24 +551,27 @@ class RoomBook:
                 _unbucket(group.by_state, self._state(i), i)
         self.held[i] = job_id
 
-    def _moved(self, i: int, old: tuple) -> None:
+    def _moved(self, i: int, old: tuple | None) -> None:
+        """Room `i` changed: its state restated, and it moves in its groups' views (`old`: its sorted key before, kept
+        only once a strategy sorts)."""
         if i in self.held:
             return
-        new = room_key(self.rooms[i], i)
-        old_state = self._state(i)
-        if old_state is not None and self.rooms[i].pool in self.measures:
-            pool = self.rooms[i].pool
-            memo = self._plain.get(pool)
+        room = self.rooms[i]
+        new = room_key(room, i) if self._keyed else None
+        old_state = new_state = self._states[i] if i in self._states else self._kept_states.get(i)
+        measure = self.measures.get(room.pool) if old_state is not None else None
+        if measure is not None:
+            memo = self._plain.get(room.pool)
             if memo is None:
-                memo = self._plain[pool] = plain_states(self.measures[pool])
-            self._states[i] = stated(self.measures[pool], self.rooms[i], memo)
+                memo = self._plain[room.pool] = plain_states(measure)
+            new_state = self._states[i] = stated(measure, room, memo)
         for group in self._groups_of(i):
             if group.sorted is not None:
                 group.sorted.pop(bisect_left(group.sorted, old))
                 insort(group.sorted, new)
             if group.by_state is not None:
                 _unbucket(group.by_state, old_state, i)
-                _bucket(group, self._states[i], i)
+                _bucket(group, new_state, i)
 
     def _state(self, i: int) -> int | None:
         """Room `i`'s state id now, or None when nothing stated it."""
@@ -568,7 +583,7 @@ class RoomBook:
         plain = plain_states(measure)
         if self._kept is None:
             by_state: dict[int, set[int]] = {}
-            for *_, i in group.index:
+            for *_, i in self.sorted_keys(group):
                 if i not in self._states:
                     self._states[i] = stated(measure, self.rooms[i], plain)
                 by_state.setdefault(self._states[i], set()).add(i)
@@ -584,7 +599,10 @@ class RoomBook:
         return by_state
 
     def _groups_of(self, i: int) -> list[Group]:
-        return [group for group in self._groups.values() if i in group.member_set]
+        groups = self._groups_of_room.get(i)
+        if groups is None:
+            groups = self._groups_of_room[i] = [group for group in self._groups.values() if i in group.member_set]
+        return groups
 
     def _least_fragmenting(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """The worker (and, for a share, the device) whose fragmentation grows least; ties toward best fit.
@@ -602,17 +620,24 @@ class RoomBook:
                             if (choice := measure.choice(state, request)) is not None)
             return next((i for _, _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
                          if self._fits(i, request, measure.choice(state, request))), None)
-        ranked = group.ranked.get(request)
-        if ranked is None:
-            ranked = group.ranked[request] = ([], [0])
+        last = group.last_ranked  # alike tasks in a row ask with one request: found without hashing it
+        if last is not None and last[0] is request:
+            ranked = last[1]
+        else:
+            ranked = group.ranked.get(request)
+            if ranked is None:
+                ranked = group.ranked[request] = ([], [0])
+            group.last_ranked = (request, ranked)
         heap, seen = ranked
-        for state in group.revived[seen[0]:]:
-            if state in group.by_state and (choice := measure.choice(state, request)) is not None:
-                heappush(heap, (choice, measure.states[state], state))
-        seen[0] = len(group.revived)
+        by_state = group.by_state
+        if seen[0] < len(group.revived):
+            for state in group.revived[seen[0]:]:
+                if state in by_state and (choice := measure.choice(state, request)) is not None:
+                    heappush(heap, (choice, measure.states[state], state))
+            seen[0] = len(group.revived)
         while heap:
             choice, _, state = heap[0]
-            members = group.by_state.get(state)
+            members = by_state.get(state)
             if members:
                 i = _first(group, state, members)
                 if self._fits(i, request, choice):
@@ -632,7 +657,7 @@ class RoomBook:
 
     def _fullest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Best fit: the fewest free GPUs that suffice, then the fewest free cores."""
-        index, gpus = group.index, request.whole
+        index, gpus = self.sorted_keys(group), request.whole
         while True:
             start = bisect_left(index, (gpus, request.cpu - EPS))
             if start == len(index):
@@ -650,7 +675,8 @@ class RoomBook:
 
     def _emptiest(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
         """Worst fit: the most free GPUs, then the most free cores."""
-        index, position = group.index, len(group.index) - 1
+        index = self.sorted_keys(group)
+        position = len(index) - 1
         while position >= 0:
             gpus = index[position][0]
             if gpus < request.whole:

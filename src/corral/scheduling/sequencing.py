@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import Protocol
 
 from corral.core.config import Sequencer
@@ -30,7 +31,7 @@ class Queue:
         if sequencer is Sequencer.FAIR_SHARE:
             self._fair = _FairShare(units, usage or {}, capacity or {})
         else:
-            ordered = units if sequencer is Sequencer.FIFO else sorted(units, key=lambda u: -u.priority)
+            ordered = units if sequencer is Sequencer.FIFO else _by_priority(units)
             self._plain = deque(ordered)
 
     def next(self):
@@ -44,6 +45,11 @@ class Queue:
             self._fair.charge(unit.project, unit.request.amounts(len(unit.task_ids)))
 
 
+def _by_priority(units: Sequence) -> list:
+    """The highest priority first, equals in the order given (a reversed sort keeps equals in order)."""
+    return sorted(units, key=attrgetter("priority"), reverse=True)
+
+
 def dominant_share(usage: Mapping[str, float], capacity: Mapping[str, float]) -> float:
     return max((usage.get(r, 0.0) / total for r, total in capacity.items() if total > 0), default=0.0)
 
@@ -55,7 +61,7 @@ class _FairShare:
         self.usage: dict[str, dict[str, float]] = defaultdict(dict, {p: dict(u) for p, u in usage.items()})
         self.queues: dict[str, deque] = defaultdict(deque)
         first_seen: dict[str, int] = {}
-        for position, unit in enumerate(sorted(units, key=lambda u: -u.priority)):
+        for position, unit in enumerate(_by_priority(units)):
             self.queues[unit.project].append(unit)
             first_seen.setdefault(unit.project, position)
         self.heap = [(self._share(p), first_seen[p], p) for p in self.queues]

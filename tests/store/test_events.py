@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import insert
 
+from corral.controller.events import EventHub, follow_events
 from corral.core.states import TaskState
 from corral.engine.cancel import cancel_job
 from corral.store.events import before_last, latest_id, prune_events, read_events, safe_horizon
@@ -93,3 +94,27 @@ async def test_pruning_keeps_active_jobs_and_the_newest_row_and_ids_keep_growing
     await submit(store)
     async with store.read() as connection:
         assert await latest_id(connection) > newest
+
+
+async def test_a_narrowed_stream_moves_past_the_events_it_leaves_out(store, monkeypatch):
+    """A member's stream (narrowed to its projects) must not read the other projects' events again at every wake:
+    it would read more and more of them as the cluster runs."""
+    reads_after = []
+
+    async def reading(connection, after, *args, **kwargs):
+        reads_after.append(after)
+        return await read_events(connection, after, *args, **kwargs)
+
+    monkeypatch.setattr("corral.controller.events.read_events", reading)
+    ours = await submit(store, project="vision")
+    stream = follow_events(store, EventHub(), 0, projects={"vision"}, idle=0.01)
+    assert {e.job_id for e in await anext(stream)} == {ours}
+    for _ in range(3):
+        await submit(store, project="audio")
+    async with store.read() as connection:
+        newest = await latest_id(connection)
+    assert await anext(stream) == []  # nothing of its projects
+    later = await submit(store, project="vision")
+    assert {e.job_id for e in await anext(stream)} == {later}
+    assert newest in reads_after  # it read on from past the audio jobs' events, not from its own last one
+    await stream.aclose()

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Collection
 from corral.core.events import GAP_SETTLE_SECONDS
 from corral.core.views import EventView
 from corral.metrics import EVENTS_PRUNED
-from corral.store.events import PAGE, prune_events, read_events, safe_horizon
+from corral.store.events import PAGE, latest_id, prune_events, read_events, safe_horizon
 from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 from corral.waiting import woken
@@ -50,18 +50,22 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
 
     Without `follow`, ends once caught up.
     """
+    narrowed = job_id is not None or deployment is not None or projects is not None
     while True:
         rung = hub.current()
         async with store.read() as connection:
             horizon = await safe_horizon(connection, after, time.time(), GAP_SETTLE_SECONDS)
-            batch = await read_events(connection, after, job_id, PAGE, horizon, deployment, projects)
+            # A narrowed stream reads up to the newest row, so that it moves past the rows it leaves out: it would
+            # read them again at every wake, more and more of them as the cluster runs.
+            upto = await latest_id(connection) if horizon is None and narrowed else horizon
+            batch = await read_events(connection, after, job_id, PAGE, upto, deployment, projects)
         if batch:
             after = batch[-1].id
             yield batch
             if len(batch) == PAGE:
                 continue
-        if horizon is not None:  # every row of the page up to the horizon has been read
-            after = max(after, horizon)
+        if upto is not None:  # every row of the page up to the horizon (or the newest) has been read
+            after = max(after, upto)
         if not follow and horizon is None:
             return
         if horizon is not None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from sqlalchemy import Select, delete, func, or_, select
+from sqlalchemy import Select, delete, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import aliased
 
 from corral.core.events import Stamp, event_type, ready
 from corral.core.states import JOB_TERMINAL
@@ -25,11 +26,14 @@ def only(query: Select, job_id: int | None, deployment: str | None,
     if deployment is not None:
         named = select(deployments.c.id).where(deployments.c.name == deployment)
         query = query.where(history.c.deployment_id.in_(named))
-    if projects is not None:
+    if projects is not None:  # looked up row by row (by primary key), not over every job at each read
         chosen = sorted(projects)
+        of_job = aliased(jobs)
+        of_deployment = aliased(deployments)
         query = query.where(or_(
-            history.c.job_id.in_(select(jobs.c.id).where(_project(jobs.c.spec).in_(chosen))),
-            history.c.deployment_id.in_(select(deployments.c.id).where(_project(deployments.c.spec).in_(chosen)))))
+            exists().where(of_job.c.id == history.c.job_id, _project(of_job.c.spec).in_(chosen)),
+            exists().where(of_deployment.c.id == history.c.deployment_id,
+                           _project(of_deployment.c.spec).in_(chosen))))
     return query
 
 

@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.flames import flame  # noqa: E402
 from bench.peers import ratio_line, slurm  # noqa: E402
-from corral.core.spec import MAX_BATCH, JobSpec  # noqa: E402
+from corral.core.spec import JobSpec  # noqa: E402
+from corral.core.spec_text import MAX_BATCH  # noqa: E402
 from corral.core.states import JOB_ACTIVE  # noqa: E402
 from corral.store.database import sqlite_url  # noqa: E402
 from corral.store.jobs import insert_job  # noqa: E402

@@ -15,7 +15,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from corral.core.spec import FILESYSTEM_ID
+from corral.core.spec_text import FILESYSTEM_ID
 
 # For tests only: a worker started with this variable behaves as if it ran on another machine.
 OVERRIDE = "CORRAL_FILESYSTEM_ID"

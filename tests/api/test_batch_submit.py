@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.core.spec import MAX_BATCH
+from corral.core.spec_text import MAX_BATCH
 
 JOB = {"command": ["true"]}
 

@@ -26,7 +26,7 @@ def query(path="/home/a/proj", filesystem=HERE, **more) -> dict:
 async def test_no_worker_alive_means_nothing_shares(api):
     async with api.admin() as admin:
         answer = await admin.get("/api/v1/workdir/sharing", params=query())
-    assert answer.json() == {"alive": 0, "sharing": 0}
+    assert answer.json() == {"alive": 0, "sharing": 0, "upload_needed": True}
 
 
 async def test_workers_share_by_file_system_or_shared_directory_within_the_pool(api):
@@ -36,7 +36,8 @@ async def test_workers_share_by_file_system_or_shared_directory_within_the_pool(
         default = (await admin.get("/api/v1/workdir/sharing", params=query())).json()
         gpu = (await admin.get("/api/v1/workdir/sharing", params=query(pool="gpu"))).json()
         listed = {w["name"]: w for w in (await admin.get("/api/v1/workers")).json()}
-    assert default == {"alive": 3, "sharing": 2} and gpu == {"alive": 1, "sharing": 1}
+    assert default == {"alive": 3, "sharing": 2, "upload_needed": True}
+    assert gpu == {"alive": 1, "sharing": 1, "upload_needed": False}
     assert listed["nfs"]["filesystem"] == ELSEWHERE and listed["nfs"]["shared_fs"] == ["/home"]
 
 

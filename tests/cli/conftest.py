@@ -4,10 +4,11 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from pydantic import ValidationError
 
 from corral.cli.main import main
-from corral.client.errors import CorralError
-from corral.core.spec import JobSpec
+from corral.client.errors import CorralError, format_detail
+from corral.core.spec import JobBatch, JobSpec, Workdir
 from corral.core.views import EstimateStats, JobView, WorkdirSharing
 
 
@@ -55,6 +56,27 @@ class FakeClient:
         self.batches += 1
         self.submitted += zip(specs, idempotency_keys or [None] * len(specs), strict=True)
         return [job_view(42 + i, spec) for i, spec in enumerate(specs)]
+
+    def submit_rows(self, specs, idempotency_keys=None, *, batch=False):
+        """As the controller answers: the specs checked (a 422 with FastAPI's detail), the jobs as JSON."""
+        try:
+            if batch:
+                checked = JobBatch.model_validate({"jobs": specs, "idempotency_keys": idempotency_keys}).jobs
+            else:
+                checked = [JobSpec.model_validate(specs[0])]
+        except ValidationError as error:
+            detail = [{"loc": ["body", *item["loc"]], "msg": item["msg"], "type": item["type"]}
+                      for item in error.errors()]
+            raise CorralError(422, format_detail(detail), detail) from None
+        views = self.submit_many(checked, idempotency_keys) if batch else \
+            [self.submit(checked[0], (idempotency_keys or [None])[0])]
+        return [view.model_dump(mode="json") for view in views]
+
+    def wait_row(self, job_id, timeout=None):
+        return self.wait(job_id, timeout).model_dump(mode="json")
+
+    def upload_needed(self, workdir, pool="default"):
+        return self.workdir_sharing(Workdir.model_validate(workdir), pool).upload_needed
 
     def estimate_stats(self, days=30.0):
         self.calls.append(("estimate_stats", days))

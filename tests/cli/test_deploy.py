@@ -9,7 +9,6 @@ from click.testing import CliRunner
 
 from corral.cli.main import main
 from corral.core.deployment_spec import DeploymentSpec
-from corral.core.views import WorkdirSharing
 from corral.filesystem import filesystem_id
 
 
@@ -31,8 +30,8 @@ class FakeApi:
                     state_since=time.time())
         return [view] if method == "GET" and path.endswith("deployments") else view
 
-    def workdir_sharing(self, workdir, pool="default"):
-        return WorkdirSharing(alive=1, sharing=1)
+    def upload_needed(self, workdir, pool="default"):
+        return False
 
     def upload_bundle(self, directory):
         return "ab" * 32

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from corral.core.spec import MAX_BATCH
+from corral.core.spec_text import MAX_BATCH
 
 
 def test_a_list_file_is_one_batch_call_with_the_options_over_each(cli, fake, tmp_path):

@@ -45,3 +45,31 @@ def test_submit_wait_ends_with_the_job_and_exits_by_its_state(cluster):
     assert ok.stderr == f"job {view['id']} SUCCEEDED (1 SUCCEEDED)\n"
     failed = corral(cluster, "submit", "--wait", "--", "false")
     assert failed.returncode == 1 and failed.stderr.endswith("FAILED (1 FAILED)\n")
+
+
+def test_a_bad_spec_is_refused_by_the_controller_in_the_words_of_the_local_check(bare_cluster, tmp_path):
+    """`corral submit` sends the spec as written (it loads no model): the controller's 422 becomes the one line
+    the local check printed, the field named, and a list's bad job named by its index; nothing is stored."""
+    bad = corral(bare_cluster, "submit", "--cpus", "-1", "--time-limit", "soon", "--", "true")
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr == ("error: invalid job spec: resources.cpu: Input should be greater than or equal to 0.01; "
+                          "time_limit: not a duration: 'soon' (use seconds or a unit, e.g. 90s, 15m, 2h)\n")
+    listed = tmp_path / "jobs.yaml"
+    listed.write_text("- {command: [a]}\n- {command: [b], gang: true, replicas: 2, max_running: 1}\n")
+    refused = corral(bare_cluster, "submit", "-f", str(listed))
+    assert refused.returncode == 1 and refused.stderr == (
+        "error: job 1 of the file: max_running is for independent tasks: a gang's tasks all run at once\n")
+    assert corral(bare_cluster, "jobs", "--all", "--json").stdout.strip() == "[]"
+
+
+def test_submit_loads_no_model(cluster, tmp_path):
+    """`corral submit --wait` imports neither pydantic nor the spec's models: a fifth of its start went there."""
+    script = ("import sys, runpy; sys.argv = ['corral', 'submit', '--wait', '--', 'true']\n"
+              "try:\n    runpy.run_module('corral', run_name='__main__')\n"
+              "except SystemExit as end:\n"
+              "    loaded = [m for m in ('pydantic', 'corral.core.spec', 'corral.core.views') if m in sys.modules]\n"
+              "    print(end.code, loaded)\n")
+    env = {**os.environ, "CORRAL_URL": cluster.url, "CORRAL_TOKEN": cluster.admin_token}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60,
+                         cwd=tmp_path)
+    assert run.stdout.splitlines()[-1] == "0 []", run.stdout + run.stderr

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.core.spec import format_bytes, parse_bytes
+from corral.core.spec_text import format_bytes, parse_bytes
 from corral.scheduling.placement import Request, Unit, WorkerRoom, place
 from corral.scheduling.reasons import NoRoom, NoWorkerAlive, TooLarge
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from corral.core.spec import MAX_MEMORY, JobSpec, Resources, parse_bytes, parse_duration
+from corral.core.spec import MAX_MEMORY, JobSpec, Resources
+from corral.core.spec_text import parse_bytes, parse_duration
 
 GiB = 2**30
 DIGEST = "0123456789abcdef" * 4

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from corral.core.spec_text import MAX_CUSTOM_AMOUNT, parse_gpus
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
@@ -53,8 +55,6 @@ def parse_pairs(ctx: click.Context | None, param: click.Parameter | None, values
 
 def parse_amounts(ctx: click.Context | None, param: click.Parameter | None, values: Iterable[str]) -> dict[str, float]:
     """Click callback for repeatable NAME=N options (custom resources): N a non-negative number."""
-    from corral.core.spec import MAX_CUSTOM_AMOUNT
-
     amounts: dict[str, float] = {}
     for name, value in parse_pairs(ctx, param, values).items():
         try:
@@ -74,8 +74,6 @@ class GpuAmount(click.ParamType):
     HELP = "whole GPUs, or a share of one (0.01-0.99)"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from corral.core.spec import parse_gpus
-
         try:
             return parse_gpus(value)
         except ValueError as error:
@@ -83,9 +81,7 @@ class GpuAmount(click.ParamType):
 
 
 def to_jsonable(value: Any) -> Any:
-    from pydantic import BaseModel
-
-    if isinstance(value, BaseModel):
+    if hasattr(value, "model_dump"):  # a pydantic model, recognised without importing pydantic for a dict
         return value.model_dump(mode="json")
     if isinstance(value, dict):
         return {k: to_jsonable(v) for k, v in value.items()}

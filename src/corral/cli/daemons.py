@@ -16,7 +16,8 @@ import click
 
 from corral.cli.common import CliError, parse_amounts, parse_pairs
 from corral.client.discovery import DEFAULT_DATA_DIR
-from corral.core.spec import MAX_CPU, MAX_GPU, MAX_MEMORY, format_bytes, parse_bytes, parse_duration
+from corral.core.spec import MAX_CPU, MAX_GPU, MAX_MEMORY
+from corral.core.spec_text import format_bytes, parse_bytes, parse_duration
 from corral.log_format import configure_logging
 
 if TYPE_CHECKING:

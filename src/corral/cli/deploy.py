@@ -14,7 +14,7 @@ from rich.text import Text
 from corral.cli.common import CliError, GpuAmount, client, console, json_option, parse_pairs, print_json
 from corral.cli.daemons import CONTROLLERS_HELP, config_option, controllers_option, read_token, refuse_token_value
 from corral.cli.format import format_age, format_command, format_resources, format_time
-from corral.cli.submit import chosen_workdir, export_option, load_spec_file, ship_workdir, workdir_options
+from corral.cli.submit import chosen_workdir, export_option, load_spec_file, ship_workdir, with_shipped, workdir_options
 from corral.client import serving
 from corral.client.exports import exported
 from corral.core.config import CorralConfig
@@ -120,7 +120,7 @@ def deploy(ctx: click.Context, name: str | None, spec_file: Path | None, replica
     directory = chosen_workdir(workdir, no_workdir, file_workdir)
     api = client(ctx)
     if directory is not None:
-        spec = spec.model_copy(update=ship_workdir(api, directory, spec.replica_job().pool))
+        spec = with_shipped(spec, ship_workdir(api, directory, spec.replica_job().pool))
     view = serving.deploy(api, spec)
     if key:
         serving.new_key(api, spec.name, key)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from corral.core.spec_text import format_bytes
 from corral.core.states import TaskState
 
 if TYPE_CHECKING:
@@ -42,13 +43,6 @@ def format_duration(seconds: float | None) -> str:
             parts.append(f"{whole // size}{unit}")
             whole %= size
     return "".join(parts[:2])
-
-
-def format_bytes(size: float, compact: bool = False) -> str:
-    """The spec's `format_bytes`, imported on first use: a command's help must not load the spec models."""
-    from corral.core.spec import format_bytes as spec_format_bytes
-
-    return spec_format_bytes(size, compact)
 
 
 def format_number(value: float) -> str:

@@ -20,7 +20,7 @@ import click
 from websockets.exceptions import ConnectionClosed
 
 from corral.cli.common import CliError, client
-from corral.cli.submit import build_spec, chosen_workdir, job_options, load_spec_file, ship_workdir
+from corral.cli.submit import build_spec, chosen_workdir, job_options, load_spec_file, ship_workdir, with_shipped
 from corral.client.errors import CorralError
 from corral.client.http import Client
 from corral.client.relay import CHUNK, PortForwarder, Relay, TerminalOutcome, closed_error, run_terminal
@@ -250,7 +250,7 @@ def shell(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, c
     directory = chosen_workdir(workdir, no_workdir, file_workdir)
     api = client(ctx)
     if directory is not None:
-        spec = spec.model_copy(update=ship_workdir(api, directory, spec.pool))
+        spec = with_shipped(spec, ship_workdir(api, directory, spec.pool))
     job = api.submit(spec)
     try:
         ended = wait_running(api, job.id)

@@ -8,20 +8,26 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from pydantic import ValidationError
 
 from corral.cli.common import CliError, GpuAmount, client, json_option, parse_amounts, parse_pairs, print_json
 from corral.cli.format import task_summary
-from corral.client.errors import format_validation
+from corral.client.errors import CorralError, format_detail, format_validation
 from corral.client.exports import exported
-from corral.client.http import Client
-from corral.core.retry_policy import RETRIABLE_CAUSES, Backoff, Jitter
-from corral.core.spec import MAX_BATCH, JobSpec, Workdir, parse_duration
+from corral.core.retry_causes import RETRIABLE_CAUSES, Backoff, Jitter
+from corral.core.spec_text import MAX_BATCH, parse_duration
 from corral.core.states import JobState
 from corral.filesystem import filesystem_id
+
+if TYPE_CHECKING:  # `corral submit` sends the spec as written: the controller checks it, and no model is loaded
+    from pydantic import BaseModel
+
+    from corral.client.http import Client
+    from corral.core.spec import JobSpec
+
+    Spec = TypeVar("Spec", bound=BaseModel)
 
 # Options that set a top-level JobSpec field of the same name when given.
 TOP_LEVEL = ("name", "replicas", "gang", "priority", "max_retries_failure", "max_retries_preemption",
@@ -104,17 +110,29 @@ def chosen_workdir(workdir: Path | None, no_workdir: bool, file_workdir: Path | 
     return workdir or Path.cwd()
 
 
-def ship_workdir(api: Client, directory: Path, pool: str) -> dict[str, Any]:
-    """The spec fields that make tasks start in `directory`: where it is, and the digest of its files when a
-    worker of the pool that does not share it may take them (or none is alive to tell)."""
-    try:
-        workdir = Workdir(path=os.path.abspath(directory), filesystem=filesystem_id())
-    except ValueError as error:
-        raise CliError(str(error)) from None
+def ship_workdir(api: Client, directory: Path, pool: str,
+                 before_upload: Callable[[], object] | None = None) -> dict[str, Any]:
+    """The spec fields (as JSON) that make tasks start in `directory`: where it is, and the digest of its files
+    when a worker of the pool that does not share it may take them (or none is alive to tell). `before_upload`
+    runs first when the files must travel."""
+    workdir = {"path": os.path.abspath(directory), "filesystem": filesystem_id()}
     fields: dict[str, Any] = {"workdir": workdir}
-    if api.workdir_sharing(workdir, pool).upload_needed:
+    if api.upload_needed(workdir, pool):
+        if before_upload is not None:
+            before_upload()
         fields["bundle"] = api.upload_bundle(directory)
     return fields
+
+
+def with_shipped(spec: Spec, fields: dict[str, Any]) -> Spec:
+    """A validated spec with `ship_workdir`'s fields."""
+    from corral.core.spec import Workdir
+
+    try:
+        workdir = Workdir.model_validate(fields["workdir"])
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    return spec.model_copy(update={**fields, "workdir": workdir})
 
 
 def _python_number(version: float, path: Path) -> str:
@@ -173,6 +191,8 @@ def build_spec_data(file_data: Mapping[str, Any] | None = None, *, command: tupl
 
 def build_spec(file_data: Mapping[str, Any] | None = None, **kwargs: Any) -> JobSpec:
     """The validated spec; a pydantic ValidationError names the field at fault."""
+    from corral.core.spec import JobSpec
+
     return JobSpec.model_validate(build_spec_data(file_data, **kwargs))
 
 
@@ -301,37 +321,62 @@ def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, 
     if not command and not all(data.get("command") for data, _ in entries):
         raise click.UsageError("no command: give it after --, e.g. `corral submit -- python train.py`, "
                                "or as `command:` in --file")
-    specs = [_entry_spec(i, len(entries), data, command=command, env=env, labels=labels, custom=custom, **options)
-             for i, (data, _) in enumerate(entries)]
+    specs = [build_spec_data(data, command=command, env=env, labels=labels, custom=custom, environ=os.environ,
+                             **options) for data, _ in entries]
     api = client(ctx)
     shipped: dict[Path, dict] = {}  # a directory is uploaded once, however many jobs start in it
     for i, (_, file_workdir) in enumerate(entries):
         directory = chosen_workdir(workdir, no_workdir, file_workdir)
         if directory is not None:
             if directory not in shipped:
-                shipped[directory] = ship_workdir(api, directory, specs[i].pool)
-            specs[i] = specs[i].model_copy(update=shipped[directory])
-    if listed is None:
-        jobs = [api.submit(specs[0], idempotency_key=idempotency_key)]
-    else:
-        keys = [f"{idempotency_key}/{i}" for i in range(len(specs))] if idempotency_key else None
-        jobs = api.submit_many(specs, idempotency_keys=keys)
+                pool = specs[i].get("pool")
+                shipped[directory] = ship_workdir(api, directory, pool if isinstance(pool, str) else "default",
+                                                  before_upload=lambda: _check_specs(specs))
+            specs[i] = {**specs[i], **shipped[directory]}
+    keys = None
+    if idempotency_key:
+        keys = [f"{idempotency_key}/{i}" for i in range(len(specs))] if listed else [idempotency_key]
+    try:
+        jobs = api.submit_rows(specs, keys, batch=listed is not None)
+    except CorralError as error:
+        if error.status != 422:
+            raise
+        raise CliError(_refusal(error)) from None
     if not as_json:
-        click.echo("\n".join(str(job.id) for job in jobs))
+        click.echo("\n".join(str(job["id"]) for job in jobs))
     elif not wait:
         print_json(jobs[0] if len(jobs) == 1 else jobs)
     if wait:
-        _wait(ctx, [job.id for job in jobs], as_json)
+        _wait(ctx, [job["id"] for job in jobs], as_json)
 
 
-def _entry_spec(index: int, count: int, data: dict[str, Any], **options: Any) -> JobSpec:
-    """One job of the file, the options over it; a bad one of a list is named by its index."""
-    try:
-        return build_spec(data, environ=os.environ, **options)
-    except ValidationError as error:
-        if count == 1:
-            raise
-        raise CliError(f"job {index} of the file: {format_validation(error)}") from None
+def _check_specs(specs: list[dict[str, Any]]) -> None:
+    """The controller's check, made here: a spec it would refuse is refused before its files are uploaded."""
+    from pydantic import ValidationError
+
+    from corral.core.spec import JobSpec
+
+    for index, data in enumerate(specs):
+        try:
+            JobSpec.model_validate(data)
+        except ValidationError as error:
+            if len(specs) == 1:
+                raise
+            raise CliError(f"job {index} of the file: {format_validation(error)}") from None
+
+
+def _refusal(error: CorralError) -> str:
+    """The controller's 422 as the user's error: the spec's fields at fault, and in a list which job."""
+    detail = error.detail
+    if not isinstance(detail, list) or not all(isinstance(item, dict) and (item.get("loc") or [None])[0] == "body"
+                                               for item in detail):
+        return error.message
+    where = detail[0]["loc"]
+    if len(where) > 2 and where[1] == "jobs" and isinstance(where[2], int):  # the batch call's jobs.N
+        index = where[2]
+        own = [{**item, "loc": item["loc"][3:]} for item in detail if item["loc"][1:3] == ["jobs", index]]
+        return f"job {index} of the file: {format_detail(own)}"
+    return f"invalid job spec: {error.message}"
 
 
 def _wait(ctx: click.Context, job_ids: list[int], as_json: bool) -> None:
@@ -339,12 +384,12 @@ def _wait(ctx: click.Context, job_ids: list[int], as_json: bool) -> None:
     ended = []
     for job_id in job_ids:
         try:
-            ended.append(client(ctx).wait(job_id))
+            ended.append(client(ctx).wait_row(job_id))
         except KeyboardInterrupt:
             click.echo(f"\nstopped waiting; job {job_id} goes on (`corral cancel {job_id}` stops it)", err=True)
             ctx.exit(130)
     if as_json:
         print_json(ended[0] if len(ended) == 1 else ended)
     for job in ended:
-        click.echo(f"job {job.id} {job.state} ({task_summary(job.task_counts)})", err=True)
-    ctx.exit(0 if all(job.state == JobState.SUCCEEDED for job in ended) else 1)
+        click.echo(f"job {job['id']} {job['state']} ({task_summary(job['task_counts'])})", err=True)
+    ctx.exit(0 if all(job["state"] == JobState.SUCCEEDED for job in ended) else 1)

@@ -17,7 +17,7 @@ from corral.client import credentials
 from corral.client.errors import CorralError
 from corral.client.http import Client
 from corral.core.roles import PROJECT_ROLES
-from corral.core.spec import parse_duration
+from corral.core.spec_text import parse_duration
 
 role_choice = click.Choice([str(role) for role in PROJECT_ROLES])
 

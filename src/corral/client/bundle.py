@@ -21,7 +21,7 @@ from pathlib import Path
 import pathspec
 
 from corral.client.errors import CorralError
-from corral.core.spec import format_bytes
+from corral.core.spec_text import format_bytes
 
 MAX_BUNDLE = 100 * 2**20  # the controller refuses larger bodies
 SKIPPED_DIRS = frozenset({".git", ".venv", "__pycache__"})

@@ -9,12 +9,14 @@ if TYPE_CHECKING:  # imported by `corral --help` too, which must not load pydant
 
 
 class CorralError(Exception):
-    """An API error (`status` is the HTTP status) or a local one (`status` is None)."""
+    """An API error (`status` is the HTTP status, `detail` the server's as it came) or a local one (`status` is
+    None)."""
 
-    def __init__(self, status: int | None, message: str) -> None:
+    def __init__(self, status: int | None, message: str, detail: object = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.detail = detail
 
     def __str__(self) -> str:
         return self.message

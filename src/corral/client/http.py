@@ -107,7 +107,7 @@ def try_again(controllers: Rotation, source: str, url: str, tries: int, method: 
 def checked(response: httpx.Response, ok: Iterable[int]) -> httpx.Response:
     """The answer, or a CorralError with the server's message for a status >= 400 not in `ok`."""
     if response.status_code >= 400 and response.status_code not in ok:
-        raise CorralError(response.status_code, message(response))
+        raise CorralError(response.status_code, message(response), detail_of(response))
     return response
 
 
@@ -273,6 +273,13 @@ class Client:
         order. `idempotency_keys`: one per spec, None for none."""
         return self._run(plans.submit_many(specs, idempotency_keys))
 
+    def submit_rows(self, specs: Sequence[Mapping[str, Any]], idempotency_keys: Sequence[str | None] | None = None,
+                    *, batch: bool = False) -> list[dict[str, Any]]:
+        """Submit job specs as written, unvalidated here: the controller checks them (a CorralError with status
+        422 names the field, its `detail` each error). One submission, or with `batch` one call for all (all
+        stored, or none). The jobs as the controller's JSON objects: `corral submit` builds no model."""
+        return self._run(plans.post_specs(specs, idempotency_keys, batch=batch))
+
     def get(self, job_id: int) -> JobView:
         return self._run(plans.get(job_id))
 
@@ -324,6 +331,10 @@ class Client:
     def wait(self, job_id: int, timeout: float | None = None) -> JobView:
         """The job once it is terminal, as soon as its event says so; TimeoutError after `timeout` seconds."""
         return self._run(sse.wait(job_id, timeout))
+
+    def wait_row(self, job_id: int, timeout: float | None = None) -> dict[str, Any]:
+        """As `wait`, the job as the controller's JSON object."""
+        return self._run(sse.wait(job_id, timeout, rows=True))
 
     def results(self, job_id: int, timeout: float | None = None) -> list:
         """A function job's return values, one per task in order; raises what the first failed task raised."""
@@ -449,6 +460,10 @@ class Client:
         """How many alive workers of `pool` share the directory, to tell whether its files must be uploaded."""
         return self._run(plans.workdir_sharing(workdir, pool))
 
+    def upload_needed(self, workdir: Mapping[str, str], pool: str = "default") -> bool:
+        """As `workdir_sharing(...).upload_needed`, for a Workdir's fields (path, filesystem), with no model."""
+        return self._run(plans.workdir_sharing(workdir, pool, rows=True))["upload_needed"]
+
     def upload_bundle(self, directory: str | os.PathLike) -> str:
         """Archive `directory` and upload it unless the controller has it already; returns its sha256.
         A tree unchanged since its last upload is not even archived (TreeMemo)."""
@@ -463,12 +478,17 @@ class Client:
         return digest
 
 
+def detail_of(response: httpx.Response) -> object:
+    """The server's `detail` (FastAPI's: a string, or for a 422 a list of pydantic errors); None if it sent none."""
+    try:
+        return response.json().get("detail")
+    except (ValueError, AttributeError):
+        return None
+
+
 def message(response: httpx.Response) -> str:
     """The server's `detail`, as a sentence; a 401 says where the token came from."""
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = None
+    detail = detail_of(response)
     if detail is None:
         detail = response.text.strip() or response.reason_phrase or f"HTTP {response.status_code}"
     text = format_detail(detail)

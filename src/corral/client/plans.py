@@ -10,7 +10,7 @@ results by construction, and no I/O happens in this module.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -135,8 +135,30 @@ def submit_many(specs: Iterable[JobSpec | dict], idempotency_keys: Iterable[str 
     return list_of(JobView).validate_python(response.json())
 
 
-def get(job_id: int) -> Plan[JobView]:
+def post_specs(specs: Sequence[Mapping[str, Any]], idempotency_keys: Sequence[str | None] | None = None, *,
+               batch: bool = False) -> Plan[list[dict[str, Any]]]:
+    """Job specs as their user wrote them, checked by the controller alone (its 422 names the field), in one call:
+    one submission, or with `batch` one batch call (all stored, or none). The jobs as the controller's JSON
+    objects: a command that sends what it was given and prints a few fields back builds no model (pydantic and
+    the spec's models are most of `corral submit`'s start)."""
+    keys = list(idempotency_keys) if idempotency_keys is not None else None
+    if not batch:
+        key = keys[0] if keys else None
+        response = yield Call("POST", f"{API}/jobs", json=dict(specs[0]),
+                              headers={"Idempotency-Key": key} if key else {})
+        return [response.json()]
+    body: dict[str, Any] = {"jobs": [dict(spec) for spec in specs]}
+    if keys is not None:
+        body["idempotency_keys"] = keys
+    response = yield Call("POST", f"{API}/jobs/batch", json=body)
+    return response.json()
+
+
+def get(job_id: int, rows: bool = False) -> Plan[JobView]:
+    """The job's JobView, or with `rows` the controller's JSON object as it came."""
     response = yield Call("GET", f"{API}/jobs/{job_id}")
+    if rows:
+        return response.json()
     from corral.core.views import JobView
 
     return JobView.model_validate(response.json())
@@ -306,10 +328,15 @@ def list_jobs(states: Iterable[JobState | str] | None = None, limit: int | None 
         cursor = next_cursor
 
 
-def workdir_sharing(workdir: Workdir, pool: str) -> Plan[WorkdirSharing]:
-    """How many alive workers of `pool` share the directory (and how many are alive)."""
-    response = yield Call("GET", f"{API}/workdir/sharing",
-                          params={"path": workdir.path, "filesystem": workdir.filesystem, "pool": pool})
+def workdir_sharing(workdir: Workdir | Mapping[str, str], pool: str, rows: bool = False) -> Plan[WorkdirSharing]:
+    """How many alive workers of `pool` share the directory (and how many are alive), and whether its files must
+    be uploaded; with `rows`, the controller's JSON object. `workdir`: a Workdir, or its fields."""
+    path, filesystem = (workdir["path"], workdir["filesystem"]) if isinstance(workdir, Mapping) else \
+        (workdir.path, workdir.filesystem)
+    response = yield Call("GET", f"{API}/workdir/sharing", params={"path": path, "filesystem": filesystem,
+                                                                   "pool": pool})
+    if rows:
+        return response.json()
     from corral.core.views import WorkdirSharing
 
     return WorkdirSharing.model_validate(response.json())

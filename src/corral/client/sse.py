@@ -147,8 +147,9 @@ def ends_job(event: Event, job_id: int) -> bool:
     return data.get("job_id") == job_id and data.get("task_id") is None and data.get("to_state") in JOB_TERMINAL
 
 
-def wait(job_id: int, timeout: float | None = None) -> Plan[JobView]:
+def wait(job_id: int, timeout: float | None = None, rows: bool = False) -> Plan[JobView]:
     """The job once it is terminal, told by its event stream rather than by polling; TimeoutError after `timeout`.
+    With `rows`, the job as the controller's JSON object.
 
     1. Open the job's event stream from its newest event on (what came before is in the job's state).
     2. Once it is open, read the job: it may have ended before; then it is the answer.
@@ -166,7 +167,7 @@ def wait(job_id: int, timeout: float | None = None) -> Plan[JobView]:
         reply, failure = None, None
         if isinstance(step, Item):
             if ends_job(step.value, job_id):
-                return (yield from get(job_id))
+                return (yield from get(job_id, rows))
             continue
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -180,8 +181,8 @@ def wait(job_id: int, timeout: float | None = None) -> Plan[JobView]:
             continue
         if isinstance(step, Open) and not checked:
             checked = True
-            job = yield from get(job_id)
-            if job.state in JOB_TERMINAL:
+            job = yield from get(job_id, rows)
+            if (job["state"] if rows else job.state) in JOB_TERMINAL:
                 return job
 
 

@@ -15,7 +15,8 @@ from corral.controller.params import RAW_BODY, PathId, PathIndex
 from corral.controller.services import services_of
 from corral.core import limits
 from corral.core.roles import Action
-from corral.core.spec import FILESYSTEM_ID, NAME, Workdir
+from corral.core.spec import NAME, Workdir
+from corral.core.spec_text import FILESYSTEM_ID
 from corral.core.views import WorkdirSharing
 from corral.core.wire import MAX_COUNT
 from corral.core.workdir import shares

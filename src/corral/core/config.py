@@ -19,7 +19,8 @@ import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from corral.core.retry_policy import RetryPolicy
-from corral.core.spec import Seconds, parse_bytes
+from corral.core.spec import Seconds
+from corral.core.spec_text import parse_bytes
 from corral.core.wire import WireModel
 
 

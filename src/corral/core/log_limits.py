@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from corral.core.spec import format_bytes
+from corral.core.spec_text import format_bytes
 
 DEFAULT_LOG_LIMIT = 100 * 10**6  # bytes per stream per attempt (100M, as `--log-limit` reads it)
 

@@ -18,7 +18,6 @@ from corral.core.attempt_world import AttemptWorld, CachedEnvironment
 from corral.core.relay import MAX_COLS, MAX_ROWS, ChannelKind
 from corral.core.spec import (
     MAX_CPU,
-    MAX_CUSTOM_AMOUNT,
     MAX_GPU,
     MAX_MEMORY,
     NAME,
@@ -27,6 +26,7 @@ from corral.core.spec import (
     PythonVersion,
     Workdir,
 )
+from corral.core.spec_text import MAX_CUSTOM_AMOUNT
 from corral.core.states import TaskState
 from corral.core.wire import MAX_COUNT, Count, DeferredModel, Id, WireModel, storable
 

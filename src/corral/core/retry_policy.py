@@ -9,60 +9,17 @@ merges the layers field by field, job first, down to the built-in defaults, whos
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 
+from corral.core.retry_causes import NEVER_RETRIED, RETRIABLE_CAUSES, Backoff, FailureCause, Jitter
+from corral.core.spec_text import parse_duration
 from corral.core.wire import WireModel
 
 MAX_RETRY_DELAY = 86_400.0  # 24 h: no retry waits longer, whatever a policy asks
 MAX_RETRIES = 1000
-
-
-def _seconds(value: object) -> object:
-    """"30s", "2h" or a number, as the job spec reads durations."""
-    if not isinstance(value, str):
-        return value
-    from corral.core.spec import parse_duration  # imported here: the job spec imports this module
-
-    return parse_duration(value)
-
-
-Seconds = Annotated[float, BeforeValidator(_seconds)]
-
-
-class Backoff(StrEnum):
-    FIXED = "fixed"
-    EXPONENTIAL = "exponential"
-
-
-class Jitter(StrEnum):
-    NONE = "none"
-    DETERMINISTIC = "deterministic"
-    RANDOM = "random"
-
-
-class FailureCause(StrEnum):
-    """Why a job ended other than SUCCEEDED, as `classify_failure` reads it from what the job recorded."""
-
-    AGENT_TRANSIENT = "agent_transient"
-    SCHEDULER_TIMEOUT = "scheduler_timeout"
-    BUILD_FAILURE = "build_failure"
-    ENVIRONMENT_BUILD_FAILED = "environment_build_failed"
-    NONZERO_EXIT = "nonzero_exit"
-    OOM_KILLED = "oom_killed"
-    UNKNOWN = "unknown"
-    USER_CANCELLED = "user_cancelled"
-    VALIDATION_ERROR = "validation_error"
-    QUOTA_EXCEEDED = "quota_exceeded"
-
-
-# Permanent by definition: no policy can opt them into a retry. An environment that failed to build would fail
-# again from the same inputs (a requirement that does not resolve, a broken wheel): the job must change first.
-NEVER_RETRIED = frozenset({FailureCause.USER_CANCELLED, FailureCause.VALIDATION_ERROR,
-                           FailureCause.QUOTA_EXCEEDED, FailureCause.ENVIRONMENT_BUILD_FAILED})
-RETRIABLE_CAUSES = frozenset(set(FailureCause) - NEVER_RETRIED)
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class RetryPolicy(WireModel):

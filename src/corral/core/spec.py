@@ -14,6 +14,14 @@ from corral.core import limits
 from corral.core.constraints import parse_constraint
 from corral.core.pip import check_items, check_python
 from corral.core.retry_policy import RetryPolicy
+from corral.core.spec_text import (
+    FILESYSTEM_ID,
+    MAX_BATCH,
+    MAX_CUSTOM_AMOUNT,
+    parse_bytes,
+    parse_duration,
+    parse_gpus,
+)
 from corral.core.webhooks import MAX_URL_LENGTH, check_url
 from corral.core.wire import Id, WireModel, incoming
 
@@ -21,53 +29,11 @@ MIN_CPU = 0.01  # a task is a process: it needs some CPU, and a zero reservation
 MAX_CPU = 4096.0
 MAX_MEMORY = 64 * 2**40  # 64 TiB
 MAX_GPU = 256
-MAX_CUSTOM_AMOUNT = 1e9  # of one custom slot
 MAX_REPLICAS = 10_000
 MAX_TIME_LIMIT = 365 * 86400.0
 EARLIEST_BEGIN = 946684800.0  # 2000-01-01 UTC
 MAX_BEGIN_AHEAD = 5 * 365 * 86400.0  # a begin time at most this far ahead of its submission
 DEFAULT_IDLE_TIMEOUT = 3600.0  # an interactive job with no client attached this long ends
-
-_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_bytes(value: object) -> object:
-    """Accept 1073741824, "1G", "512Mi", "2.5g" (decimal k/M/G/T, binary Ki/Mi/Gi/Ti; a trailing B is optional)."""
-    if not isinstance(value, str):
-        return value
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?)?b?\s*", value.lower())
-    if not match:
-        raise ValueError(f"not a size: {value!r} (use bytes or a unit, e.g. 512M, 4Gi)")
-    if not match.group(2) and "." in match.group(1):
-        raise ValueError(f"not a whole number of bytes: {value!r} (give a unit for fractions, e.g. 1.5G)")
-    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
-
-
-def format_bytes(size: float, compact: bool = False) -> str:
-    """What `parse_bytes` reads back: decimal units, as `--memory 4G` means 4*10**9. One decimal (1.0G), or compact
-    (capacities, reasons): 16G, 17.2G."""
-    value = float(size)
-    unit = ""
-    for unit in ("", "K", "M", "G", "T"):  # noqa: B007 - the unit reached is the one used
-        if abs(value) < 1000 or unit == "T":
-            break
-        value /= 1000
-    if not unit:
-        return f"{int(size)}B"
-    return f"{value:.3g}{unit}" if compact else f"{value:.1f}{unit}"
-
-
-def parse_duration(value: object) -> object:
-    """Accept seconds as a number, or "90s", "15m", "2h", "1d"."""
-    if not isinstance(value, str):
-        return value
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", value.lower())
-    if not match:
-        raise ValueError(f"not a duration: {value!r} (use seconds or a unit, e.g. 90s, 15m, 2h)")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-
 
 # Named priority bands; any integer in [-1000, 1000] is allowed too.
 PRIORITY_BANDS = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
@@ -119,28 +85,9 @@ def begin_problem(begin: float | None, now: float) -> str | None:
     return f"must lie between 2000-01-01 and five years from now ({latest}), not {begin:g}"
 
 
-def parse_gpus(value: object) -> object:
-    """Whole devices (kept as an integer), or a share of one device in hundredths: 0.25, not 0.333 or 1.5."""
-    if isinstance(value, bool):
-        raise ValueError("not a number of GPUs: a boolean (whole devices, or a share such as 0.25)")
-    if not isinstance(value, int | float | str):
-        return value
-    try:
-        amount = float(value)
-    except ValueError:
-        raise ValueError(f"not a number of GPUs: {value!r} (whole devices, or a share such as 0.25)") from None
-    if amount.is_integer():
-        return int(amount)
-    if not 0 < amount < 1 or abs(amount * 100 - round(amount * 100)) > 1e-6:
-        raise ValueError(f"{value!r} GPUs: ask for whole devices, or a share of one device from 0.01 to 0.99 "
-                         "in hundredths (a share never spans two devices)")
-    return round(amount, 2)
-
-
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 GpuCount = Annotated[int | float, BeforeValidator(parse_gpus)]
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
-FILESYSTEM_ID = r"^[0-9a-f]{16,64}$"  # corral.filesystem's ids
 FilesystemId = Annotated[str, Field(pattern=FILESYSTEM_ID)]
 PythonVersion = Annotated[str, Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,3}(\.[0-9]{1,3})?$")]
 AbsolutePath = Annotated[str, Field(min_length=1, max_length=limits.MAX_PATH, pattern=r"^/")]
@@ -346,7 +293,6 @@ class JobSpec(WireModel):
         return self
 
 
-MAX_BATCH = 1000  # jobs in one batch submission (each its own job, rows and history)
 IdempotencyKey = Annotated[str, Field(min_length=1, max_length=200)]
 
 

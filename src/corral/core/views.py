@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, computed_field
 
 from corral.core.attempt_world import AttemptWorld, CachedEnvironment
 from corral.core.relay import ChannelKind
@@ -216,6 +216,7 @@ class WorkdirSharing(DeferredModel):
     alive: int
     sharing: int
 
+    @computed_field  # sent too, so a client that reads the JSON alone need not know the rule
     @property
     def upload_needed(self) -> bool:
         """A worker that does not share it may take the job, or none is alive to judge by."""

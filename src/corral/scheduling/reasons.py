@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from corral.core.spec import format_bytes
+from corral.core.spec_text import format_bytes
 from corral.scheduling.rooms import SHARES
 
 if TYPE_CHECKING:  # constraints name the reasons they give

@@ -26,7 +26,7 @@ from typing import Any
 
 from corral.core.config import Sequencer
 from corral.core.constraints import Constraint
-from corral.core.spec import format_bytes
+from corral.core.spec_text import format_bytes
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.forecast import HORIZON, MIN_STEP, Ending, Estimate, Situation
 from corral.scheduling.placement import Unit, place_over

@@ -3,6 +3,7 @@ nothing of the heartbeat applied, and the refusal is on the job's record."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -101,3 +102,23 @@ async def test_a_heartbeat_fenced_off_by_another_controllers_commit_is_applied_a
                                     json={"reports": [_report(order, "PREPARED")]})
         assert refused.status_code == 503 and "send it again" in refused.json()["detail"], refused.text
         assert await _task_state(api, job_id) == "BUILDING"
+
+
+async def test_a_long_poll_is_answered_by_its_wait_counted_from_its_arrival(api, monkeypatch):
+    """The time a heartbeat's mark waits for the writer is part of its wait, not added to it: a poll whose mark is
+    committed only after its whole wait is answered at once rather than a wait later (the worker's interval kept)."""
+    now = {"t": 1000.0}
+    monkeypatch.setattr(workers_api, "clock", lambda: now["t"])
+    async with api.as_("join-token") as worker:
+        worker_id = (await worker.post("/api/v1/workers", json=WORKER)).json()["worker_id"]
+        marks = api.app.state.services.seen
+        mark = marks.seen
+
+        async def slow_mark(seen_id: str) -> None:
+            await mark(seen_id)
+            now["t"] += 60  # the writer was held for longer than the poll's wait
+
+        monkeypatch.setattr(marks, "seen", slow_mark)
+        async with asyncio.timeout(10):  # the old wait, 30 s after the mark, would run past this
+            answer = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 30})
+        assert answer.status_code == 200 and answer.json()["orders"] == []

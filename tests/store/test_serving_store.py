@@ -13,6 +13,7 @@ from corral.core.serving import Catalog, Probe
 from corral.engine.reports import ingest_heartbeat
 from corral.engine.serving_coordinator import run_serving_handler
 from corral.engine.serving_handlers import SERVING_HANDLERS
+from corral.serving.backends import LocalBackend
 from corral.serving.pool import read_pool
 from corral.store.deployments import NameTaken, destroy_deployment, insert_deployment, scale_deployment
 from corral.store.events import before_last, latest_by_deployment, read_events
@@ -87,6 +88,20 @@ async def test_the_pool_shows_what_a_replica_holds_custom_slots_included(store):
     await serve_pass(store, NOW)
     (holding,) = (await pool_of(store)).holdings["svc"]
     assert (holding.worker_id, holding.request.cpu, holding.request.custom) == (worker, 1.0, (("tpu", 1.0),))
+
+
+async def test_the_routers_pool_is_read_only_while_a_deployment_is_not_destroyed(store):
+    """The in-process router reads the pool every second: with no deployment it is empty, the cluster unread."""
+    worker = await add_worker(store)
+    backend = LocalBackend(store, changed=None)
+    assert (await backend.pool()).rooms == [] and [room.id for room in (await pool_of(store)).rooms] == [worker]
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+    assert [room.id for room in (await backend.pool()).rooms] == [worker]
+    async with store.write() as connection:
+        await destroy_deployment(connection, "svc", NOW)
+    await serve_pass(store, NOW)
+    assert (await backend.pool()).rooms == []
 
 
 async def test_scaling_to_zero_cancels_the_replica_job_and_destroy_ends_the_deployment(store):

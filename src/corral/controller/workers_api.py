@@ -43,6 +43,7 @@ async def register(body: RegisterRequest, request: Request) -> RegisterReply:
     return RegisterReply(worker_id=worker_id, heartbeat_interval=services.settings.heartbeat_interval)
 
 
+clock = time.monotonic  # when a long poll is answered by (a test moves it on)
 FENCED_TRIES = 3  # a heartbeat another controller's commit fenced off is applied again, on what that one wrote
 
 
@@ -64,7 +65,9 @@ async def _ingest(services: Services, worker_id: str, body: HeartbeatRequest) ->
 
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
 async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -> HeartbeatReply:
-    """Apply the reports, then answer with orders, waiting up to `wait` seconds for some to appear."""
+    """Apply the reports, then answer with orders, waiting for some to appear until `wait` seconds after the
+    heartbeat came: the time its mark or reports waited for the writer is part of the wait, not added to it."""
+    answer_by = clock() + body.wait
     services = services_of(request)
     signal = services.signals.event(worker_id)
 
@@ -102,7 +105,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             "refused": [{"task_id": r.task_id, "attempt": r.attempt, "state": r.state} for r in refused.refusals],
         }) from None
     orders = await current_orders()
-    if not orders and body.wait > 0 and await woken(signal, body.wait):
+    if not orders and (left := answer_by - clock()) > 0 and await woken(signal, left):
         orders = await current_orders()
     return HeartbeatReply(orders=orders, heartbeat_interval=services.settings.heartbeat_interval)
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from corral.client.aio import AsyncClient
 from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpoint
 from corral.serving.pool import Pool, read_pool
-from corral.store.deployments import scale_deployment
+from corral.store.deployments import any_shown, scale_deployment
 from corral.store.store import Store
 
 
@@ -24,8 +24,10 @@ class LocalBackend:
         await self.changed()
 
     async def pool(self) -> Pool:
+        """Read every second: with no deployment it is empty, and the cluster (every worker's room and every task
+        holding some: a tenth of the controller's CPU at a thousand busy workers) is not read for it."""
         async with self.store.read() as connection:
-            return await read_pool(connection)
+            return await read_pool(connection) if await any_shown(connection) else Pool()
 
     async def report_load(self, loads: dict[str, int]) -> None:
         """Nothing to send: the controller's own router is the one that autoscales, on its own load."""

@@ -199,6 +199,12 @@ async def newest_named(connection: AsyncConnection, name: str):
                                      .order_by(deployments.c.id.desc()).limit(1))).first()
 
 
+async def any_shown(connection: AsyncConnection) -> bool:
+    """Whether any deployment is not destroyed: with none, no router decides where a replica fits."""
+    return (await connection.execute(
+        select(deployments.c.id).where(deployments.c.state.in_([str(s) for s in SHOWN])).limit(1))).first() is not None
+
+
 async def name_exists(connection: AsyncConnection, name: str) -> bool:
     """Whether any deployment, destroyed or not, had this name."""
     return (await connection.execute(

@@ -58,6 +58,7 @@ class FakeController:
         self.pythons: list[list[str]] = []  # the Python versions heartbeats brought
         self.gpu_readings: list[list[GpuUse]] = []  # the devices' use heartbeats brought
         self.heartbeats = 0
+        self.polls_with_orders = 0  # heartbeats without reports answered with orders
         self.status: int | None = None  # answer everything with this status
         self.changed = asyncio.Event()
         self.acks: list[tuple[str, int, PreemptedAck]] = []  # (worker, task, acknowledgement)
@@ -146,6 +147,7 @@ class FakeController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), body.wait)
             orders = self.orders(worker)
+        self.polls_with_orders += bool(orders and not body.reports)
         self.down = self.down_after_orders and bool(orders)
         return httpx.Response(200, json=HeartbeatReply(orders=orders, heartbeat_interval=0.1).model_dump())
 
@@ -389,3 +391,16 @@ async def test_the_worker_waits_for_its_tasks_through_a_pidfd_not_a_thread_each(
         assert await process.wait() == 0
     finally:
         asyncio.set_child_watcher(before)
+
+
+async def test_after_new_orders_the_poller_waits_for_their_reports_rather_than_be_sent_them_again(controller,
+                                                                                                  tmp_path):
+    """Until the reports of an order arrive the controller answers a poll at once with the same order."""
+    async with running_agent(controller, tmp_path) as (agent, _):
+        agent.linger = agent.settle = 30.0  # the reports go with RUNNING; the poller waits for them, not the time
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sleep", "60"], start=True)
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        seen = controller.heartbeats
+        await wait_until(lambda: controller.heartbeats > seen, what="a poll after the reports")
+    assert controller.polls_with_orders == 1

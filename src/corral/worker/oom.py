@@ -79,15 +79,20 @@ class CgroupMemory:
             return cls()
 
     def read(self) -> MemoryRecord:
+        """The OOM kill counter; the peak and the limit only where the kernel keeps no counter (the verdict reads
+        them only then): one file read at every task's start rather than three."""
         if self.v2_dir is not None:
-            return MemoryRecord(parse_counter(_read(self.v2_dir / "memory.events"), "oom_kill"),
-                                _int(_read(self.v2_dir / "memory.peak")),
-                                parse_limit(_read(self.v2_dir / "memory.max")))
+            return _record(self.v2_dir, "memory.events", "memory.peak", "memory.max")
         if self.v1_dir is not None:
-            return MemoryRecord(parse_counter(_read(self.v1_dir / "memory.oom_control"), "oom_kill"),
-                                _int(_read(self.v1_dir / "memory.max_usage_in_bytes")),
-                                parse_limit(_read(self.v1_dir / "memory.limit_in_bytes")))
+            return _record(self.v1_dir, "memory.oom_control", "memory.max_usage_in_bytes", "memory.limit_in_bytes")
         return MemoryRecord()
+
+
+def _record(directory: Path, events: str, peak: str, limit: str) -> MemoryRecord:
+    oom_kills = parse_counter(_read(directory / events), "oom_kill")
+    if oom_kills is not None:
+        return MemoryRecord(oom_kills)
+    return MemoryRecord(None, _int(_read(directory / peak)), parse_limit(_read(directory / limit)))
 
 
 def _read(path: Path) -> str:

@@ -278,6 +278,16 @@ async def test_the_attempt_directory_is_made_while_the_loop_goes_on(tmp_path, mo
     assert harness.attempt_dir().stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.skipif(runner_module.cgroup_parent() is None, reason="no writable cgroup v2 hierarchy on this machine")
+async def test_a_task_s_cgroup_is_named_without_a_look_at_the_file_system(tmp_path, monkeypatch):
+    harness = Harness(tmp_path, containment="cgroup")
+    prefix = harness.runner.cgroup_prefix
+    monkeypatch.setattr(runner_module.Path, "resolve", lambda self, strict=False: pytest.fail("resolved a path"))
+    await run_to_end(harness, ["sh", "-c", "cat /proc/self/cgroup"])
+    assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
+    assert f"/{prefix}1-0" in (harness.attempt_dir() / "stdout").read_text()
+
+
 async def test_env_is_overlaid_and_cuda_visible_devices_comes_from_gpu_ids(tmp_path, monkeypatch):
     monkeypatch.setenv("CORRAL_TEST_INHERITED", "yes")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

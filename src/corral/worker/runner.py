@@ -295,6 +295,7 @@ class Runner:
         self.environments = environments or EnvironmentCache(work_dir / "environments")
         self.log_limit = log_limit  # bytes kept per stream per attempt
         self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
+        self.cgroup_prefix = cgroup_prefix(work_dir)  # its attempts' cgroups' names: found once (a path's resolve)
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
         self.gpus = gpus
         self.gpu_memory = dict(gpu_memory or {})  # device -> bytes, where NVML told
@@ -321,7 +322,7 @@ class Runner:
         assert self.cgroups is not None
         lifeline, held = os.pipe()
         try:
-            subprocess.Popen([*_WARDEN, str(self.cgroups), cgroup_prefix(self.work_dir), str(self.work_dir)],
+            subprocess.Popen([*_WARDEN, str(self.cgroups), self.cgroup_prefix, str(self.work_dir)],
                              stdin=lifeline, stdout=subprocess.DEVNULL, start_new_session=True)
         finally:
             os.close(lifeline)
@@ -454,7 +455,7 @@ class Runner:
             if port is not None:
                 env["PORT"] = str(port)
             att.env = env
-            att.cgroup = attempt_cgroup(self.cgroups, self.work_dir, *att.ref) if self.cgroups else None
+            att.cgroup = attempt_cgroup(self.cgroups, self.cgroup_prefix, *att.ref) if self.cgroups else None
             lifeline, att.lifeline = os.pipe() if att.cgroup is None else (subprocess.DEVNULL, None)
             tty = att.order.interactive
             try:

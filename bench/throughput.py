@@ -53,10 +53,11 @@ def run_array(cluster: Cluster, workload: dict) -> float:
 
 
 def controller_counts(cluster: Cluster) -> dict[str, float]:
-    """The controller's counters this bench reads from /metrics: commits, seconds the writer was held, passes."""
+    """The controller's counters this bench reads from /metrics: commits, seconds the writer was held, passes,
+    heartbeats."""
     text = cluster.http.get("/metrics").text
     names = {"commits": "corral_store_write_seconds_count", "held": "corral_store_write_seconds_sum",
-             "passes": "corral_engine_passes_total"}
+             "passes": "corral_engine_passes_total", "heartbeats": "corral_heartbeat_ingest_seconds_count"}
     return {key: float(re.search(rf"^{name} (\S+)$", text, re.M).group(1)) for key, name in names.items()}
 
 
@@ -114,13 +115,22 @@ def run_array_as_user(cluster: Cluster, workload: dict) -> float:
     return workload["replicas"] / (time.perf_counter() - start)
 
 
-def submit_to_running(cluster: Cluster) -> float:
-    """Seconds from submission to the task's RUNNING report, one job on an idle cluster."""
+def submit_times(cluster: Cluster) -> dict[str, float]:
+    """Seconds from submission to each of the task's records (ASSIGNED, BUILDING, ..., SUCCEEDED: when the controller
+    wrote them), one job of `true` on an idle cluster."""
     job_id = cluster.submit(command=["true"])
     cluster.wait_end(job_id)
-    history = cluster.get(f"/api/v1/jobs/{job_id}/history")
-    running = next(h["at"] for h in history if h["to_state"] == "RUNNING" and h["task_id"])
-    return running - cluster.job(job_id)["created_at"]
+    created = cluster.job(job_id)["created_at"]
+    times: dict[str, float] = {}
+    for row in cluster.get(f"/api/v1/jobs/{job_id}/history"):
+        if row["task_id"]:
+            times.setdefault(row["to_state"], row["at"] - created)
+    return times
+
+
+def submit_to_running(cluster: Cluster) -> float:
+    """Seconds from submission to the task's RUNNING report, one job on an idle cluster."""
+    return submit_times(cluster)["RUNNING"]
 
 
 def main() -> None:

@@ -18,7 +18,8 @@ HOLD = 'echo "$CUDA_VISIBLE_DEVICES $CORRAL_GPU_SHARE"; until [ -e "$RELEASE" ];
 def test_shares_pack_onto_one_device_and_a_whole_gpu_waits_until_the_shares_end(bare_cluster, tmp_path):
     cluster = bare_cluster
     cluster.start_worker("gpu-box", 4, "--gpus", "2")
-    assert "GPU shares are cooperative" in cluster.log("gpu-box")
+    # The worker's log lines are written by a thread of their own: the line may follow the registration.
+    wait_for(lambda: "GPU shares are cooperative" in cluster.log("gpu-box"), 10, "the note on shares in the log")
     env = {**os.environ, "CORRAL_URL": cluster.url, "CORRAL_TOKEN": cluster.admin_token}
 
     def submit(gpus: str, release: str, command: str) -> int:

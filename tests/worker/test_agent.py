@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 import threading
 from collections import defaultdict
@@ -32,7 +33,14 @@ from corral.core.protocol import (
 )
 from corral.core.relay import STDOUT
 from corral.core.states import TASK_TERMINAL, TaskState
-from corral.worker.agent import Agent, WorkerError, WorkerOptions, route_address, watch_children_by_pidfd
+from corral.worker.agent import (
+    Agent,
+    WorkerError,
+    WorkerOptions,
+    logs_written_in_background,
+    route_address,
+    watch_children_by_pidfd,
+)
 from corral.worker.environments import Interpreter
 from tests.waiting import wait_until
 from tests.worker.support import gone
@@ -58,6 +66,7 @@ class FakeController:
         self.pythons: list[list[str]] = []  # the Python versions heartbeats brought
         self.gpu_readings: list[list[GpuUse]] = []  # the devices' use heartbeats brought
         self.heartbeats = 0
+        self.polls_with_orders = 0  # heartbeats without reports answered with orders
         self.status: int | None = None  # answer everything with this status
         self.changed = asyncio.Event()
         self.acks: list[tuple[str, int, PreemptedAck]] = []  # (worker, task, acknowledgement)
@@ -146,6 +155,7 @@ class FakeController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), body.wait)
             orders = self.orders(worker)
+        self.polls_with_orders += bool(orders and not body.reports)
         self.down = self.down_after_orders and bool(orders)
         return httpx.Response(200, json=HeartbeatReply(orders=orders, heartbeat_interval=0.1).model_dump())
 
@@ -389,3 +399,48 @@ async def test_the_worker_waits_for_its_tasks_through_a_pidfd_not_a_thread_each(
         assert await process.wait() == 0
     finally:
         asyncio.set_child_watcher(before)
+
+
+async def test_after_new_orders_the_poller_waits_for_their_reports_rather_than_be_sent_them_again(controller,
+                                                                                                  tmp_path):
+    """Until the reports of an order arrive the controller answers a poll at once with the same order."""
+    async with running_agent(controller, tmp_path) as (agent, _):
+        agent.linger = agent.settle = 30.0  # the reports go with RUNNING; the poller waits for them, not the time
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sleep", "60"], start=True)
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        seen = controller.heartbeats
+        await wait_until(lambda: controller.heartbeats > seen, what="a poll after the reports")
+    assert controller.polls_with_orders == 1
+
+
+def test_the_worker_s_log_lines_are_written_by_a_thread_of_their_own_in_order_and_whole():
+    written: list[tuple[str, threading.Thread]] = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            written.append((self.format(record), threading.current_thread()))
+
+    recorder = Recorder()
+    recorder.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    kept = root.handlers[:]
+    root.handlers = [recorder]
+    try:
+        log = logging.getLogger("corral.worker.test")
+        with logs_written_in_background():
+            assert root.handlers != [recorder]
+            items = ["a"]
+            log.warning("task=%s got %s", 1, items)
+            items.append("b")  # after the call: the line keeps what it said
+            try:
+                raise ValueError("boom")
+            except ValueError:
+                log.exception("task=%s failed", 2)
+        assert root.handlers == [recorder]
+    finally:
+        root.handlers = kept
+    assert [line.splitlines()[0] for line, _ in written] == [
+        "WARNING corral.worker.test task=1 got ['a']", "ERROR corral.worker.test task=2 failed"]
+    assert "ValueError: boom" in written[1][0]
+    assert all(thread is not threading.current_thread() for _, thread in written)

@@ -46,6 +46,30 @@ def test_a_missing_cgroup_reads_as_no_record(tmp_path):
     assert CgroupMemory(tmp_path / "v2", tmp_path / "v1").read() == MemoryRecord()
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_peak_and_limit_are_read_only_where_the_kernel_keeps_no_counter(tmp_path, version):
+    events, peak, limit = (("memory.events", "memory.peak", "memory.max") if version == "v2" else
+                           ("memory.oom_control", "memory.max_usage_in_bytes", "memory.limit_in_bytes"))
+    (tmp_path / events).write_text("oom 3\noom_kill 2\n")
+    (tmp_path / peak).write_text("99\n")
+    (tmp_path / limit).write_text("100\n")
+    memory = CgroupMemory(**{f"{version}_dir": tmp_path})
+    assert memory.read() == MemoryRecord(oom_kills=2)
+    (tmp_path / events).write_text("oom 3\n")
+    assert memory.read() == MemoryRecord(peak=99, limit=100)
+
+
+def test_the_counter_s_file_is_opened_once_and_read_afresh_each_time(tmp_path):
+    events = tmp_path / "memory.events"
+    events.write_text("oom_kill 2\n")
+    memory = CgroupMemory(v2_dir=tmp_path)
+    assert memory.read() == MemoryRecord(oom_kills=2)
+    events.write_text("oom_kill 3\n")  # in place, as the kernel keeps it
+    assert memory.read() == MemoryRecord(oom_kills=3)
+    events.unlink()  # opened again, it would be missing
+    assert memory.read() == MemoryRecord(oom_kills=3)
+
+
 async def test_a_task_killed_while_its_cgroup_counts_an_oom_kill_is_reported_as_oom(tmp_path):
     """The task bumps the (fake) v1 counter, then dies by SIGKILL, as the kernel's OOM killer would leave it."""
     cgroup = tmp_path / "cgroup"

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 
 import pytest
@@ -253,6 +254,38 @@ async def test_a_bundle_that_cannot_be_fetched_fails_the_build(tmp_path):
     await harness.act(build_order(["true"], bundle="c" * 64))
     assert harness.states() == ["BUILDING", "FAILED"]
     assert harness.last().reason.startswith("build failed: ")
+
+
+async def test_the_attempt_directory_is_made_while_the_loop_goes_on(tmp_path, monkeypatch):
+    """A mkdir waiting on a busy disk's journal stalls nothing else: the loop runs while it waits."""
+    loop, release = asyncio.get_running_loop(), threading.Event()
+    waiting = asyncio.Event()
+    make = runner_module._private_directory
+
+    def slow(directory):
+        loop.call_soon_threadsafe(waiting.set)
+        assert release.wait(10), "the loop never ran while the directory was being made"
+        make(directory)
+
+    monkeypatch.setattr(runner_module, "_private_directory", slow)
+    harness = Harness(tmp_path)
+    acting = asyncio.create_task(harness.act(build_order(["true"])))
+    async with asyncio.timeout(10):
+        await waiting.wait()
+    release.set()
+    await acting
+    assert harness.states() == ["BUILDING", "PREPARED"]
+    assert harness.attempt_dir().stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(runner_module.cgroup_parent() is None, reason="no writable cgroup v2 hierarchy on this machine")
+async def test_a_task_s_cgroup_is_named_without_a_look_at_the_file_system(tmp_path, monkeypatch):
+    harness = Harness(tmp_path, containment="cgroup")
+    prefix = harness.runner.cgroup_prefix
+    monkeypatch.setattr(runner_module.Path, "resolve", lambda self, strict=False: pytest.fail("resolved a path"))
+    await run_to_end(harness, ["sh", "-c", "cat /proc/self/cgroup"])
+    assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
+    assert f"/{prefix}1-0" in (harness.attempt_dir() / "stdout").read_text()
 
 
 async def test_env_is_overlaid_and_cuda_visible_devices_comes_from_gpu_ids(tmp_path, monkeypatch):

@@ -168,6 +168,14 @@ def _check_executable(program: str, cwd: Path, path: str) -> None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
+def _private_directory(directory: Path) -> None:
+    """Make `directory` (and its parents), open to its owner alone. Called in a thread: a mkdir on a busy disk waits
+    for the file system's journal, for a millisecond or, at worst, a hundred, and the worker's loop would wait with
+    it, every other task's start, end and report too."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+
+
 def _stat(path: Path) -> tuple[int, int] | None:
     try:
         info = path.stat()
@@ -287,13 +295,17 @@ class Runner:
         self.environments = environments or EnvironmentCache(work_dir / "environments")
         self.log_limit = log_limit  # bytes kept per stream per attempt
         self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
+        self.cgroup_prefix = cgroup_prefix(work_dir)  # its attempts' cgroups' names: found once (a path's resolve)
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
         self.gpus = gpus
         self.gpu_memory = dict(gpu_memory or {})  # device -> bytes, where NVML told
         self.mps = mps  # an MPS control daemon runs: a share's limits are set for it
         self._fetch_checkpoint = fetch_checkpoint
         self._save_checkpoint = save_checkpoint
-        self.task_env = task_env or {}  # what every task learns from this worker (under the order's env)
+        # What every task's environment starts from, made once: the worker's own but its secrets, then what every
+        # task learns from this worker (task_env); the order's env goes over it.
+        self._base_env = {**{name: value for name, value in os.environ.items() if name not in WORKER_SECRETS},
+                          **(task_env or {})}
         self.memory = memory or CgroupMemory.of_this_process()
         self._report = report
         self._fetch_bundle = fetch_bundle
@@ -310,7 +322,7 @@ class Runner:
         assert self.cgroups is not None
         lifeline, held = os.pipe()
         try:
-            subprocess.Popen([*_WARDEN, str(self.cgroups), cgroup_prefix(self.work_dir), str(self.work_dir)],
+            subprocess.Popen([*_WARDEN, str(self.cgroups), self.cgroup_prefix, str(self.work_dir)],
                              stdin=lifeline, stdout=subprocess.DEVNULL, start_new_session=True)
         finally:
             os.close(lifeline)
@@ -376,8 +388,7 @@ class Runner:
             try:
                 if self.run_as_owners and att.order.run_as:
                     att.account = Account.named(att.order.run_as, self.name)
-                att.directory.mkdir(parents=True, exist_ok=True)
-                att.directory.chmod(0o700)
+                await asyncio.to_thread(_private_directory, att.directory)
                 att.world = self._world(att.order, att.directory)
                 if att.world.start == "bundle":
                     archive = await self._fetch_bundle(att.order.bundle)
@@ -431,8 +442,7 @@ class Runner:
             if att.ended or not att.prepared:
                 return
             command = att.order.command
-            inherited = {name: value for name, value in os.environ.items() if name not in WORKER_SECRETS}
-            env = {**inherited, **self.task_env, **att.order.env}
+            env = {**self._base_env, **att.order.env}
             if att.environment is not None:
                 env.update(att.environment.environment.task_env(env.get("PATH", os.defpath)))
             if self.gpus:
@@ -445,7 +455,7 @@ class Runner:
             if port is not None:
                 env["PORT"] = str(port)
             att.env = env
-            att.cgroup = attempt_cgroup(self.cgroups, self.work_dir, *att.ref) if self.cgroups else None
+            att.cgroup = attempt_cgroup(self.cgroups, self.cgroup_prefix, *att.ref) if self.cgroups else None
             lifeline, att.lifeline = os.pipe() if att.cgroup is None else (subprocess.DEVNULL, None)
             tty = att.order.interactive
             try:

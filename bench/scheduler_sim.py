@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from bench.flames import flame  # noqa: E402
+from corral.core.collector import paused  # noqa: E402
 from corral.core.spec import JobSpec  # noqa: E402
 from corral.core.states import JobState, TaskState, WorkerState  # noqa: E402
 from corral.engine.coordinator import _targets, run_handler  # noqa: E402
@@ -89,16 +90,17 @@ async def decide(store: Store) -> tuple[float, float, float, float, int]:
     handler = ScheduleJobs()
     cpu = time.process_time()
     started = time.perf_counter()
-    async with store.read() as connection:
-        rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
-                                 launcher_states=handler.launcher_states, limit=handler.batch_rows or BATCH_ROWS)
-        targets, job_info, _ = _targets(rows, handler)
-        snapshot = Snapshot(NOW, {job_id: info.facts for job_id, info in job_info.items()})
-        snapshot.cluster = await read_cluster(connection)
-    read = time.perf_counter() - started
-    started, placing = time.perf_counter(), time.process_time()
-    decision = handler.execute(targets, snapshot)
-    placing = time.process_time() - placing
+    with paused():  # as run_handler runs a placing handler
+        async with store.read() as connection:
+            rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
+                                     launcher_states=handler.launcher_states, limit=handler.batch_rows or BATCH_ROWS)
+            targets, job_info, _ = _targets(rows, handler)
+            snapshot = Snapshot(NOW, {job_id: info.facts for job_id, info in job_info.items()})
+            snapshot.cluster = await read_cluster(connection)
+        read = time.perf_counter() - started
+        started, placing = time.perf_counter(), time.process_time()
+        decision = handler.execute(targets, snapshot)
+        placing = time.process_time() - placing
     placed = sum(isinstance(effect, Place) for effect in decision.effects)
     return read, time.perf_counter() - started, time.process_time() - cpu, placing, placed
 

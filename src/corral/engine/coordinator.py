@@ -180,7 +180,9 @@ def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job
     for job_id, item in work:
         if job_id in failed:
             continue
-        changes = per_job.setdefault(job_id, ChangeSet(now))
+        changes = per_job.get(job_id)
+        if changes is None:  # made once per job, not once per item (a job of 10 placed tasks has 20)
+            changes = per_job[job_id] = ChangeSet(now)
         try:
             if isinstance(item, Effect):
                 JOB_APPLIERS[type(item)](item, changes, run)

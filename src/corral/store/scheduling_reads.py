@@ -121,7 +121,7 @@ def _holds_room():
 async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> list[WorkerRoom]:
     """Alive workers with their free room: capacity minus what the tasks holding room reserve."""
     alive = (await connection.execute(
-        select(workers).where(workers.c.state == WorkerState.ALIVE).order_by(workers.c.registered_at)
+        select(*ROOM_COLUMNS).where(workers.c.state == WorkerState.ALIVE).order_by(workers.c.registered_at)
     )).all()
     on_worker: dict[str, list[RunningTask]] = defaultdict(list)
     for task in running:
@@ -133,6 +133,13 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
             room.hold(task.request, task.gpu_ids)
         rooms.append(room)
     return rooms
+
+
+# The worker columns a room is made of (and its state): not the ones a heartbeat rewrites, as its GPU readings and
+# cached environments, which a pass would otherwise decode for every worker it reads.
+ROOM_COLUMNS = (workers.c.id, workers.c.name, workers.c.state, workers.c.cpu, workers.c.memory, workers.c.gpu,
+                workers.c.pool, workers.c.labels, workers.c.custom, workers.c.gpu_devices, workers.c.filesystem,
+                workers.c.shared_fs, workers.c.pythons)
 
 
 def _free_room(worker) -> WorkerRoom:
@@ -162,7 +169,7 @@ async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str
         return
     rows = []
     for start in range(0, len(ids), CHUNK):
-        rows += (await connection.execute(select(workers).where(workers.c.id.in_(ids[start:start + CHUNK]))
+        rows += (await connection.execute(select(*ROOM_COLUMNS).where(workers.c.id.in_(ids[start:start + CHUNK]))
                                           .order_by(workers.c.id).with_for_update())).all()
     yield
     held = []
@@ -337,7 +344,7 @@ class KeptCapacity:
         if not worker_ids:
             return True
         alive = {row.id: _free_room(row) for row in (await connection.execute(
-            select(workers).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
+            select(*ROOM_COLUMNS).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
             .order_by(workers.c.registered_at))).all()}
         index = self.index
         for worker_id in worker_ids - set(alive):

@@ -3,6 +3,7 @@ nothing, and what a pass does is still done (placement, the reaper, the order of
 
 from __future__ import annotations
 
+import gc
 import time
 from contextlib import asynccontextmanager
 
@@ -10,9 +11,11 @@ import pytest
 
 from corral.engine import loop
 from corral.engine.cancel import cancel_job
+from corral.engine.coordinator import run_handler
+from corral.engine.handlers import PrepareJobs, ScheduleJobs
 from corral.engine.loop import Engine, WorkerSignals
 from corral.store.worker_state import silent_workers
-from tests.store.helpers import add_worker, job, job_tasks, report, submit
+from tests.store.helpers import NOW, add_worker, job, job_tasks, report, submit
 from tests.store.test_launches import launch
 
 REPORTED = ("BUILDING", "PREPARED", "RUNNING", "SUCCEEDED")  # a task's way on its worker, in one heartbeat
@@ -111,3 +114,33 @@ async def test_a_pass_runs_the_cascade_only_where_a_job_was_launched_by_another(
     await run_to_idle(engine)
     row = await job(engine.store, child)
     assert (row.state, row.cancelled) == ("TERMINATING", True)  # the cascade, through the engine's passes
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+async def test_a_placing_run_decides_with_the_collector_off_and_leaves_it_as_it_was(store, collecting):
+    """A ScheduleJobs run pauses the garbage collector while it reads and decides; a run of a handler that does
+    not place leaves it alone."""
+    seen: list[bool] = []
+
+    class Seeing(ScheduleJobs):
+        def execute(self, targets, snapshot):
+            seen.append(gc.isenabled())
+            return super().execute(targets, snapshot)
+
+    class Promoting(PrepareJobs):
+        def execute(self, targets, snapshot):
+            seen.append(gc.isenabled())
+            return super().execute(targets, snapshot)
+
+    await add_worker(store, cpu=4.0)
+    await submit(store, gang=True, replicas=2)
+    was = gc.isenabled()
+    try:
+        gc.enable() if collecting else gc.disable()
+        assert [o.result for o in (await run_handler(store, Seeing(), NOW)).outcomes] == ["SUCCESS"]
+        assert gc.isenabled() is collecting
+        assert [o.result for o in (await run_handler(store, Promoting(), NOW)).outcomes] == ["SUCCESS"]
+        assert gc.isenabled() is collecting
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen == [False, collecting]

@@ -19,10 +19,12 @@ import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TYPE_CHECKING
 
+from corral.core.collector import paused
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import (
@@ -92,6 +94,13 @@ async def run_handler(store: Store, handler: Handler, now: float, errors: Target
     """One run. A job the handler raises about is left out and reported to `errors` (kept across runs by the
     engine: that is how a streak is seen); the run goes on for the others and commits."""
     errors = errors or TargetErrors()
+    # A placing run reads and decides over some hundred thousand short-lived objects (every pending task's row,
+    # target and unit): the collector's full collections would walk them and every long-lived object besides.
+    with paused() if handler.needs_rooms else nullcontext():
+        return await _run(store, handler, now, errors)
+
+
+async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors) -> RunReport:
     async with store.write(handler.name) as connection:
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
                                  handler.launcher_states, handler.batch_rows or BATCH_ROWS)
@@ -171,7 +180,9 @@ def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job
     for job_id, item in work:
         if job_id in failed:
             continue
-        changes = per_job.setdefault(job_id, ChangeSet(now))
+        changes = per_job.get(job_id)
+        if changes is None:  # made once per job, not once per item (a job of 10 placed tasks has 20)
+            changes = per_job[job_id] = ChangeSet(now)
         try:
             if isinstance(item, Effect):
                 JOB_APPLIERS[type(item)](item, changes, run)

@@ -172,9 +172,12 @@ class ScheduleJobs(Handler):
         units: list[Unit] = []
         since: dict = {}
         requests: dict[int, Request] = {}
+        last_job, job, held_back = None, NO_FACTS, None
         for target in targets:
-            job = cluster.jobs.get(target.job_id, JobPlacement())
-            held_back = gate(job, cluster.dependencies, now)
+            if target.job_id != last_job:  # a job's targets come in a row: its facts and gate are found once
+                last_job = target.job_id
+                job = cluster.jobs.get(last_job, NO_FACTS)
+                held_back = gate(job, cluster.dependencies, now)
             if isinstance(held_back, DependencyFailed):
                 decision.effects.append(Doom(target.job_id, held_back.sentence()))
                 continue
@@ -225,14 +228,22 @@ class ScheduleJobs(Handler):
         self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
 
 
+NO_FACTS = JobPlacement()  # the placement facts of a job the cluster read has none of: the defaults
+NOTHING: frozenset[str] = frozenset()
+
+
 def pending_unit(target: Target, job: JobPlacement, request: Request, snapshot: Snapshot, since: float) -> Unit:
     """What placement is offered of a target of ScheduleJobs: its pending tasks, a gang whole."""
     pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
     failed_on = snapshot.cluster.avoid
-    avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else frozenset()
-    return Unit(target.key, pending, request, pool=job.pool, constraints=job.constraints, spread=job.spread,
-                priority=job.priority, project=job.project, since=since, avoid=avoid,
-                max_running=job.max_running)
+    avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else NOTHING
+    # The Unit the constructor makes, without the frozen dataclass's field-by-field assignment: a pass makes one per
+    # pending task, and the constructor costs three times this.
+    unit = object.__new__(Unit)
+    unit.__dict__.update(key=target.key, task_ids=pending, request=request, pool=job.pool, constraints=job.constraints,
+                         spread=job.spread, priority=job.priority, project=job.project, since=since, avoid=avoid,
+                         max_running=job.max_running)
+    return unit
 
 
 def task_request(job: JobPlacement, facts: JobFacts) -> Request:

@@ -25,7 +25,6 @@ What keeps it cheap enough to run every few seconds over 10k pending units and 1
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 from collections import Counter, defaultdict
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
 
+from corral.core.collector import paused
 from corral.core.config import Sequencer
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
@@ -110,13 +110,8 @@ def forecast(waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Se
     """An estimate for every job with a unit in `waiting`. `rooms` are the alive workers net of `ending`;
     `dependencies` the jobs named in after/after_any as they are now.
     With `watch`, the simulation stops once that job's first unit is placed: only its estimate is sure."""
-    collecting = gc.isenabled()
-    gc.disable()  # the simulation makes some hundred thousand short-lived objects, and no garbage cycles to speak of
-    try:
+    with paused():  # the simulation makes some hundred thousand short-lived objects, and no garbage cycles to speak of
         return _Simulation(waiting, rooms, ending, now, policy or Policy(), dependencies or {}, horizon).run(watch)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 class _Simulation:

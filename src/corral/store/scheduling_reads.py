@@ -29,6 +29,7 @@ HOLDS_ROOM = frozenset(str(s) for s in TASK_HOLDS_RESOURCES)
 GAP_SECONDS = 60.0  # how long an id skipped by the rows read is looked for again (a rolled-back id never comes)
 GAP_WINDOW = 1000  # ids behind the latest at a build that may still be committing
 MAX_GAPS = 10_000  # more ids missing at once than this: rebuilt instead of looked for one by one
+NO_FACTS = JobPlacement()  # the placement facts of a job not found: the defaults, made once
 
 
 async def read_cluster(connection: AsyncConnection, kept: KeptCapacity | None = None,
@@ -92,7 +93,7 @@ def _placement(row) -> tuple[JobPlacement, str | None]:
 
 async def _running_tasks(connection: AsyncConnection, job_facts: dict[int, JobPlacement]) -> list[RunningTask]:
     rows = (await connection.execute(_task_room_columns().where(_holds_room()))).all()
-    return [_running_task(row, job_facts.get(row.job_id, JobPlacement())) for row in rows]
+    return [_running_task(row, job_facts.get(row.job_id, NO_FACTS)) for row in rows]
 
 
 def _task_room_columns():
@@ -120,7 +121,7 @@ def _holds_room():
 async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> list[WorkerRoom]:
     """Alive workers with their free room: capacity minus what the tasks holding room reserve."""
     alive = (await connection.execute(
-        select(workers).where(workers.c.state == WorkerState.ALIVE).order_by(workers.c.registered_at)
+        select(*ROOM_COLUMNS).where(workers.c.state == WorkerState.ALIVE).order_by(workers.c.registered_at)
     )).all()
     on_worker: dict[str, list[RunningTask]] = defaultdict(list)
     for task in running:
@@ -132,6 +133,13 @@ async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> lis
             room.hold(task.request, task.gpu_ids)
         rooms.append(room)
     return rooms
+
+
+# The worker columns a room is made of (and its state): not the ones a heartbeat rewrites, as its GPU readings and
+# cached environments, which a pass would otherwise decode for every worker it reads.
+ROOM_COLUMNS = (workers.c.id, workers.c.name, workers.c.state, workers.c.cpu, workers.c.memory, workers.c.gpu,
+                workers.c.pool, workers.c.labels, workers.c.custom, workers.c.gpu_devices, workers.c.filesystem,
+                workers.c.shared_fs, workers.c.pythons)
 
 
 def _free_room(worker) -> WorkerRoom:
@@ -161,29 +169,36 @@ async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str
         return
     rows = []
     for start in range(0, len(ids), CHUNK):
-        rows += (await connection.execute(select(workers).where(workers.c.id.in_(ids[start:start + CHUNK]))
+        rows += (await connection.execute(select(*ROOM_COLUMNS).where(workers.c.id.in_(ids[start:start + CHUNK]))
                                           .order_by(workers.c.id).with_for_update())).all()
     yield
     held = []
     for start in range(0, len(ids), CHUNK):
         held += (await connection.execute(
-            _task_room_columns().where(_holds_room(), tasks.c.worker_id.in_(ids[start:start + CHUNK])))).all()
+            select(tasks.c.worker_id, tasks.c.job_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu, tasks.c.gpu_ids)
+            .where(_holds_room(), tasks.c.worker_id.in_(ids[start:start + CHUNK])))).all()
     job_ids = sorted({row.job_id for row in held})
     facts: dict[int, JobPlacement] = {}
     for start in range(0, len(job_ids), CHUNK):
         facts.update((row.id, _placement(row)[0]) for row in (await connection.execute(
             select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
             .where(jobs.c.id.in_(job_ids[start:start + CHUNK])))).all())
-    on_worker: dict[str, list[RunningTask]] = defaultdict(list)
-    for row in held:
-        on_worker[row.worker_id].append(_running_task(row, facts.get(row.job_id, JobPlacement())))
+    # What each task holds, a request and its devices; equal requests are one object (a pass may place thousands
+    # of tasks of a few kinds), and the rows are unpacked by position (a row answers a name some twenty times slower).
+    requests: dict[tuple, Request] = {}
+    on_worker: dict[str, list[tuple[Request, tuple[int, ...]]]] = defaultdict(list)
+    for worker_id, job_id, cpu, memory, gpu, gpu_ids in held:
+        job = facts.get(job_id, NO_FACTS)
+        asked = (cpu, memory, gpu, job.custom, job.gpu_memory)
+        request = requests.get(asked) or requests.setdefault(asked, Request(*asked))
+        on_worker[worker_id].append((request, tuple(gpu_ids or ())))
     gone = set(ids) - {worker.id for worker in rows}
     if gone:
         raise StaleWrite(f"workers {sorted(gone)} are gone: placed on after they left")
     for worker in rows:
         if worker.state != WorkerState.ALIVE:
             raise StaleWrite(f"worker {worker.name} is {worker.state}: placed on after it left")
-        over = overbooking(_free_room(worker), ((task.request, task.gpu_ids) for task in on_worker[worker.id]))
+        over = overbooking(_free_room(worker), on_worker[worker.id])
         if over is not None:
             raise StaleWrite(f"worker {worker.name} is over-booked ({over}): another pass booked it first")
 
@@ -283,7 +298,7 @@ class KeptCapacity:
         await self._read_facts(connection, job_ids)
         facts = {}
         for job_id in job_ids:
-            facts[job_id], why = self._facts.get(job_id, (JobPlacement(), None))
+            facts[job_id], why = self._facts.get(job_id, (NO_FACTS, None))
             if why is not None:
                 unreadable[job_id] = why
         if self.index is not None and len(self._facts) > 2 * (len(job_ids) + len(self.index.tasks_of_job)):
@@ -329,7 +344,7 @@ class KeptCapacity:
         if not worker_ids:
             return True
         alive = {row.id: _free_room(row) for row in (await connection.execute(
-            select(workers).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
+            select(*ROOM_COLUMNS).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
             .order_by(workers.c.registered_at))).all()}
         index = self.index
         for worker_id in worker_ids - set(alive):
@@ -353,7 +368,7 @@ class KeptCapacity:
         holding = [row for row in rows if row.state in HOLDS_ROOM and row.worker_id is not None]
         await self._read_facts(connection, {row.job_id for row in holding})
         index = self.index
-        now = {row.id: _running_task(row, self._facts.get(row.job_id, (JobPlacement(), None))[0]) for row in holding}
+        now = {row.id: _running_task(row, self._facts.get(row.job_id, (NO_FACTS, None))[0]) for row in holding}
         for task_id in ids:
             if task_id not in now or index.running.get(task_id) != now[task_id]:
                 index.remove(task_id)  # a no-op for one not on record

@@ -24,7 +24,10 @@ from corral.waiting import woken
 log = logging.getLogger("corral.events")
 
 SAFETY_POLL = 2.0  # seconds between reads when nothing rang
-COALESCE = 0.05  # reads a ring wakes are at least this far apart, so a burst of commits costs one read per period
+# Reads a ring wakes are at least this far apart: a burst of commits costs one read per period, and a commit that
+# follows another by less (a task's end just after its start, and the job's) reaches the stream at most this late.
+COALESCE = 0.01
+GAP_RECHECK = 0.5  # seconds between reads while a gap in the ids is still filling
 PRUNE_EVERY = 60.0
 clock = time.monotonic  # how far apart reads are (a test moves it on)
 
@@ -72,7 +75,7 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
         if not follow and horizon is None:
             return
         if horizon is not None:
-            await asyncio.sleep(COALESCE * 10)  # a gap still filling: look again shortly
+            await asyncio.sleep(GAP_RECHECK)
             continue
         if not await woken(rung, idle):
             if not batch:

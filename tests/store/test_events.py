@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from sqlalchemy import insert
 
+from corral.controller import events as event_stream
 from corral.controller.events import EventHub, follow_events
 from corral.core.states import TaskState
 from corral.engine.cancel import cancel_job
@@ -117,4 +121,34 @@ async def test_a_narrowed_stream_moves_past_the_events_it_leaves_out(store, monk
     later = await submit(store, project="vision")
     assert {e.job_id for e in await anext(stream)} == {later}
     assert newest in reads_after  # it read on from past the audio jobs' events, not from its own last one
+    await stream.aclose()
+
+
+async def test_a_ring_after_a_quiet_spell_is_read_at_once_and_a_burst_once_per_period(store, monkeypatch):
+    """A commit after a quiet spell (a job's end) reaches the stream at once, not COALESCE later; commits closer
+    together than COALESCE still cost one read per COALESCE."""
+    now = [1000.0]
+    pauses = []
+    real_sleep = asyncio.sleep
+
+    async def pause(seconds):
+        pauses.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(event_stream, "clock", lambda: now[0])
+    monkeypatch.setattr(asyncio, "sleep", pause)
+    hub = EventHub()
+    store.on_commit.append(hub.ring)
+    stream = follow_events(store, hub, 0, idle=60)
+    first = await submit(store)
+    async with asyncio.timeout(10):
+        assert {e.job_id for e in await anext(stream)} == {first}
+        now[0] += event_stream.COALESCE + 1  # quiet since that read
+        later = await submit(store)
+        assert {e.job_id for e in await anext(stream)} == {later}
+        assert pauses == [0.0]
+        now[0] += event_stream.COALESCE / 4  # a burst: the next commit comes soon after that read
+        last = await submit(store)
+        assert {e.job_id for e in await anext(stream)} == {last}
+    assert pauses == [0.0, pytest.approx(event_stream.COALESCE * 3 / 4)]
     await stream.aclose()

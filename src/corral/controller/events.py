@@ -2,7 +2,8 @@
 
 A subscriber never polls the store in a tight loop: it sleeps until a write commits here (the
 store's on-commit hook rings the hub), and otherwise re-reads every SAFETY_POLL seconds, which
-is how it hears of writes made by another controller sharing the store.
+is how it hears of writes made by another controller sharing the store. A ring after a quiet
+spell is read at once; rings closer together are read at most once per COALESCE.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from corral.waiting import woken
 log = logging.getLogger("corral.events")
 
 SAFETY_POLL = 2.0  # seconds between reads when nothing rang
-COALESCE = 0.05  # after a ring, wait this long so a burst of commits costs one read
+# Reads a ring wakes are at least this far apart: a burst of commits costs one read per period, and a commit that
+# follows another by less (a task's end just after its start, and the job's) reaches the stream at most this late.
+COALESCE = 0.01
+GAP_RECHECK = 0.5  # seconds between reads while a gap in the ids is still filling
 PRUNE_EVERY = 60.0
+clock = time.monotonic  # how far apart reads are (a test moves it on)
 
 
 class EventHub:
@@ -53,6 +58,7 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
     narrowed = job_id is not None or deployment is not None or projects is not None
     while True:
         rung = hub.current()
+        read_at = clock()
         async with store.read() as connection:
             horizon = await safe_horizon(connection, after, time.time(), GAP_SETTLE_SECONDS)
             # A narrowed stream reads up to the newest row, so that it moves past the rows it leaves out: it would
@@ -69,13 +75,15 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
         if not follow and horizon is None:
             return
         if horizon is not None:
-            await asyncio.sleep(COALESCE * 10)  # a gap still filling: look again shortly
+            await asyncio.sleep(GAP_RECHECK)
             continue
         if not await woken(rung, idle):
             if not batch:
                 yield []
             continue
-        await asyncio.sleep(COALESCE)
+        # The commit that rang is read at once after a quiet spell (a job's end reaches whoever waits for it
+        # without a fixed delay); within COALESCE of the last read it waits out the rest of it.
+        await asyncio.sleep(max(0.0, read_at + COALESCE - clock()))
 
 
 async def prune_loop(store: Store, retention: float, every: float = PRUNE_EVERY) -> None:

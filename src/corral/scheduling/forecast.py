@@ -196,19 +196,21 @@ class _Simulation:
     def _release(self, t: float) -> None:
         """Tasks expected to end by `t` free their room; a job with nothing left has ended, successfully."""
         self.freed.clear()
-        ends, ends_at, running, left = self.ends, self.ends_at, self.index.running, self.left
+        ends, ends_at, running, left, freed = self.ends, self.ends_at, self.index.running, self.left, self.freed
+        ended: list[int] = []
         while ends and ends[0][0] <= t:
             end, task_id = heapq.heappop(ends)
             if ends_at.get(task_id) != end:  # evicted before it ended
                 continue
             del ends_at[task_id]
+            ended.append(task_id)
             task = running[task_id]
-            self.index.remove(task_id)
             job_id = task.job_id
-            self.freed[task.worker_id].append((end, job_id))
+            freed[task.worker_id].append((end, job_id))
             left[job_id] -= 1
             if left[job_id] <= 0 and job_id in self.named:
                 self.dependencies[job_id] = JobEnd("SUCCEEDED", end)
+        self.index.remove_all(ended)
 
     def _ungate(self, t: float) -> None:
         """Units whose dependencies ended as asked and whose begin time passed join their kinds."""
@@ -264,8 +266,8 @@ class _Simulation:
 
     def _start(self, placed: Mapping[tuple, Sequence[Assignment]], t: float, previous: float) -> None:
         """The units a pass placed start, in the order it placed them: each runs for its expected duration."""
-        freed, starts, index, runs_for, ends_at, ends = self.freed, self.starts, self.index, self.runs_for, \
-            self.ends_at, self.ends
+        freed, starts, runs_for, ends_at, ends = self.freed, self.starts, self.runs_for, self.ends_at, self.ends
+        tasks: list[RunningTask] = []
         for key, assignments in placed.items():
             item = self._unqueue(key)
             unit = item.unit
@@ -286,11 +288,12 @@ class _Simulation:
             gang = unit.key[1] is None
             end = t + item.runs_for
             for a in assignments:
-                index.add(placed_task(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
-                                      unit.project, t, gang))
+                tasks.append(placed_task(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
+                                         unit.project, t, gang))
                 runs_for[a.task_id] = item.runs_for
                 ends_at[a.task_id] = end
                 heapq.heappush(ends, (end, a.task_id))
+        self.index.add_all(tasks)
 
     def _waited_for(self, job: JobPlacement) -> int | None:
         """Of the jobs it named, the one that ended last in the simulation."""

@@ -257,19 +257,24 @@ class _Simulation:
                 free[resource] = free.get(resource, 0.0) - amount
         return free
 
-    def _unqueue(self, key) -> Waiting:
+    def _unqueue(self, key) -> tuple[int, Waiting]:
+        """A unit out of the queue: its kind, and it."""
         kind = self.kind_of.pop(key)
         item = self.kinds[kind].pop(key)
         if not self.kinds[kind]:
             del self.kinds[kind]
-        return item
+        return kind, item
 
     def _start(self, placed: Mapping[tuple, Sequence[Assignment]], t: float, previous: float) -> None:
-        """The units a pass placed start, in the order it placed them: each runs for its expected duration."""
-        freed, starts, runs_for, ends_at, ends = self.freed, self.starts, self.runs_for, self.ends_at, self.ends
+        """The units a pass placed start, in the order it placed them: each runs for its expected duration. Their
+        tasks hold the request of their kind, one object for all alike (equal to each unit's own): the index sums
+        alike tasks' use as one, and a request found by identity is not compared field by field."""
+        freed, starts, runs_for, ends_at, ends, facts = self.freed, self.starts, self.runs_for, self.ends_at, \
+            self.ends, self.kind_facts
         tasks: list[RunningTask] = []
         for key, assignments in placed.items():
-            item = self._unqueue(key)
+            kind, item = self._unqueue(key)
+            request = facts[kind][2]
             unit = item.unit
             if not freed:
                 ended = ()
@@ -288,7 +293,7 @@ class _Simulation:
             gang = unit.key[1] is None
             end = t + item.runs_for
             for a in assignments:
-                tasks.append(placed_task(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
+                tasks.append(placed_task(a.task_id, unit.job_id, a.worker_id, request, a.gpu_ids, unit.priority,
                                          unit.project, t, gang))
                 runs_for[a.task_id] = item.runs_for
                 ends_at[a.task_id] = end
@@ -322,7 +327,7 @@ class _Simulation:
                 continue
             task_ids = tuple(tasks)
             if key in self.kind_of:  # a gang evicted in two steps (rows that disagree on it): it waits as one
-                earlier = self._unqueue(key)
+                earlier = self._unqueue(key)[1]
                 task_ids = tuple(dict.fromkeys(earlier.unit.task_ids + task_ids))
             unit = Unit(key, task_ids, first.request, pool=pool, priority=first.priority, project=first.project,
                         since=t)

@@ -156,7 +156,8 @@ class _Simulation:
                 self.named.update(item.job.after, item.job.after_any)
             kind_of[key] = self._kind(unit)
         self.mixes = self._mixes_seen(waiting, ending)
-        self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
+        # worker -> (the latest end, the jobs whose tasks ended) of the tasks that ended there this step
+        self.freed: dict[str, list] = {}
         self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)
         self.reasons: dict = {}
         self.doomed: dict[int, Reason] = {}  # job -> why it never starts (a dependency ended as it did not ask)
@@ -206,7 +207,12 @@ class _Simulation:
             ended.append(task_id)
             task = running[task_id]
             job_id = task.job_id
-            freed[task.worker_id].append((end, job_id))
+            on_worker = freed.get(task.worker_id)
+            if on_worker is None:
+                freed[task.worker_id] = [end, {job_id}]
+            else:  # ends come in order: this one is the latest
+                on_worker[0] = end
+                on_worker[1].add(job_id)
             left[job_id] -= 1
             if left[job_id] <= 0 and job_id in self.named:
                 self.dependencies[job_id] = JobEnd("SUCCEEDED", end)
@@ -277,15 +283,17 @@ class _Simulation:
             request = facts[kind][2]
             unit = item.unit
             if not freed:
-                ended = ()
+                ended = None
             elif len(assignments) == 1:
-                ended = freed.get(assignments[0].worker_id, ())
+                ended = freed.get(assignments[0].worker_id)
             else:
-                ended = [end for a in assignments for end in freed.get(a.worker_id, ())]
-            if ended:
-                start = max(max(end for end, _ in ended), previous, self.latest_start)
-                jobs = {job for _, job in ended}
-                after = jobs.pop() if len(jobs) == 1 else self._waited_for(item.job)
+                on_workers = [freed[a.worker_id] for a in assignments if a.worker_id in freed]
+                ended = [max(latest for latest, _ in on_workers), set().union(*(jobs for _, jobs in on_workers))] \
+                    if on_workers else None
+            if ended is not None:
+                latest, jobs = ended
+                start = max(latest, previous, self.latest_start)
+                after = next(iter(jobs)) if len(jobs) == 1 else self._waited_for(item.job)
             else:
                 start, after = t, self._waited_for(item.job)
             self.latest_start = start

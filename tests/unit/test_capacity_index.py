@@ -203,3 +203,36 @@ def test_views_read_between_changes_are_those_of_a_fresh_index(changes):
             task = RunningTask(next(task_ids), 1, room.id, request, tuple(room.take(request)), 0)
             index.add(task)
             tasks[task.task_id] = task
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.lists(st.tuples(st.integers(0, 7), REQUESTS, st.integers(0, 3),
+                                                            st.integers(0, 2)), max_size=8)), max_size=8))
+def test_changes_made_at_once_leave_the_index_as_made_one_by_one(batches):
+    """add_all and remove_all, which charge alike tasks' use at once, leave what add and remove leave task by task."""
+    alive = [worker(n) for n in range(6)]  # w6 and w7 are not alive: their tasks are on record only
+    at_once, one_by_one, tasks, next_id = CapacityIndex(alive), CapacityIndex(alive), {}, 1
+    for placing, changes in batches:
+        if placing:
+            placed = []
+            for n, request, priority, moment in changes:
+                i = at_once.position.get(f"w{n}")
+                room = worker(n) if i is None else at_once.rooms[i].copy()
+                for task in placed:  # what this batch already placed there
+                    if task.worker_id == room.id:
+                        room.hold(task.request, task.gpu_ids)
+                if room.fits(request):
+                    placed.append(RunningTask(next_id, next_id % 3, room.id, request, tuple(room.take(request)),
+                                              priority * 10, project=f"p{priority % 2}", since=float(moment)))
+                    next_id += 1
+            at_once.add_all(placed)
+            for task in placed:
+                one_by_one.add(task)
+                tasks[task.task_id] = task
+        else:
+            ended = list(dict.fromkeys(list(tasks)[n % len(tasks)] for n, *_ in changes)) if tasks else []
+            at_once.remove_all(ended)
+            for task_id in ended:
+                one_by_one.remove(task_id)
+                del tasks[task_id]
+        assert state(at_once) == state(one_by_one)

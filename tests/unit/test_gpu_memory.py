@@ -151,3 +151,15 @@ def test_the_analysis_explains_each_worker_by_its_devices():
         "busy": "busy: 1 gpu of 24G free of 1 gpu of 24G, 1 gpu of 80G, a task needs 1 gpu with at least 40G memory",
         "big": "fits now",
     }
+
+
+def test_a_copied_room_has_its_own_free_room_and_its_devices_in_order():
+    room = WorkerRoom("w", "w", 8, GB, 3, 8, GB, [0, 1, 2], gpu_memory=(80 * GB, 24 * GB, 40 * GB),
+                      gpu_shared={}, free_custom={"fpga": 1.0}, custom={"fpga": 1.0})
+    room.free_gpu_ids = [0, 1, 2]  # set out of order after construction: a copy orders them smallest first
+    copy = room.copy()
+    assert copy.free_gpu_ids == [1, 2, 0]
+    copy.take(Request(1, 0, 1, custom=(("fpga", 1.0),)))
+    assert (room.free_gpu_ids, room.free_custom, room.free_cpu) == ([0, 1, 2], {"fpga": 1.0}, 8)
+    plain = WorkerRoom("p", "p", 8, GB, 2, 8, GB, [1, 0])
+    assert plain.copy().free_gpu_ids == [1, 0]  # without device memory, the order is kept as it is

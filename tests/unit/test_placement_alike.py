@@ -4,14 +4,14 @@ decides when every unit goes through every check (any strategy, sequencer, reser
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.core.config import PoolPolicy, Sequencer, Strategy
-from corral.scheduling.placement import Unit, _Pass, place
+from corral.scheduling.placement import Assignment, Unit, _Pass, assigned, place
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request
@@ -110,3 +110,10 @@ def test_tasks_alike_a_blocked_one_wait_for_its_reason_at_once():
         placement = place(units, rooms)
     assert len(placement.assignments) == 2 and len({id(r) for r in placement.waiting.values()}) == 1
     assert waits.call_count == 2  # the first that did not fit, and the one that found it settles the rest
+
+
+def test_an_assignment_made_by_a_pass_is_the_one_the_constructor_makes():
+    made = assigned(7, "w1", (0, 2))
+    assert made == Assignment(7, "w1", (0, 2)) and hash(made) == hash(Assignment(7, "w1", (0, 2)))
+    assert vars(made).keys() >= {f.name for f in fields(Assignment)}  # a field added later is set here too
+

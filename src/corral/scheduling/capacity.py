@@ -26,6 +26,7 @@ from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import (
     RANKED,
     Members,
+    Request,
     WorkerRoom,
     plain_states,
     rank_keys,
@@ -150,13 +151,23 @@ class CapacityIndex:
 
     def add(self, task: RunningTask) -> None:
         """A task placed: it holds its room from now."""
-        self._count(task, 1)
+        self._count((task,), 1)
+
+    def add_all(self, tasks: Iterable[RunningTask]) -> None:
+        """Tasks placed at one moment: as `add` for each, with the use of alike ones (project, pool, request,
+        priority) charged at once."""
+        self._count(tasks, 1)
 
     def remove(self, task_id: int) -> None:
         """A task that ended: its room is free again."""
         task = self.running.get(task_id)
         if task is not None:
-            self._count(task, -1)
+            self._count((task,), -1)
+
+    def remove_all(self, task_ids: Iterable[int]) -> None:
+        """Tasks that ended at one moment: as `remove` for each, with the use of alike ones given back at once."""
+        running = self.running
+        self._count([running[task_id] for task_id in task_ids if task_id in running], -1)
 
     def stop(self, task_id: int) -> None:
         """A task being evicted or terminated: it holds its room until it ends."""
@@ -284,54 +295,73 @@ class CapacityIndex:
         i = self.position.get(task.worker_id)
         return None if i is None else self.rooms[i].pool
 
-    def _count(self, task: RunningTask, sign: int) -> None:
-        """Count a task placed (sign 1) or ended (-1), and move its room."""
-        job_id, worker_id, task_id = task.job_id, task.worker_id, task.task_id
-        tasks_of_job = self.tasks_of_job
-        held = tasks_of_job[job_id] + sign
-        if held:
-            tasks_of_job[job_id] = held
-        else:
-            del tasks_of_job[job_id]
-        if sign > 0:
-            self.running[task_id] = task
-            self.on_worker[worker_id].add(task_id)
-        else:
-            del self.running[task_id]
-            on_worker = self.on_worker[worker_id]
-            on_worker.discard(task_id)
-            if not on_worker:
-                del self.on_worker[worker_id]
-        if self.quotas is None or task.project in self.quotas:
-            _charge(self.quota_use, self._tasks_of, task.project, task.project, task, sign)
-        i = self.position.get(worker_id)
-        if i is None:
-            return
-        room = self.rooms[i]
-        self._count_in_pool(task, sign, room.pool)
-        moved = self._moved
-        if i not in moved:
-            moved[i] = (room_key(room, i), _plain(room))
-        if sign > 0:
-            room.hold(task.request, task.gpu_ids)
-        else:
-            room.give(task.request, task.gpu_ids)
+    def _count(self, tasks: Iterable[RunningTask], sign: int) -> None:
+        """Count tasks placed (sign 1) or ended (-1), and move their rooms. The use they charge is summed per alike
+        group (project, pool, request, priority) first: all of a call's tasks move the same way, so no count passes
+        through zero before the end, and the totals are those that charging one by one gives."""
+        running, on_worker, tasks_of_job, position, rooms, moved = self.running, self.on_worker, self.tasks_of_job, \
+            self.position, self.rooms, self._moved
+        alike: dict[tuple, int] = {}
+        for task in tasks:
+            job_id, worker_id, task_id = task.job_id, task.worker_id, task.task_id
+            held = tasks_of_job[job_id] + sign
+            if held:
+                tasks_of_job[job_id] = held
+            else:
+                del tasks_of_job[job_id]
+            if sign > 0:
+                running[task_id] = task
+                on_worker[worker_id].add(task_id)
+            else:
+                del running[task_id]
+                worker_tasks = on_worker[worker_id]
+                worker_tasks.discard(task_id)
+                if not worker_tasks:
+                    del on_worker[worker_id]
+            i = position.get(worker_id)
+            pool = None
+            if i is not None:
+                room = rooms[i]
+                pool = room.pool
+                self._latest_after(task, sign, pool)
+                if i not in moved:
+                    moved[i] = (room_key(room, i), _plain(room))
+                if sign > 0:
+                    room.hold(task.request, task.gpu_ids)
+                else:
+                    room.give(task.request, task.gpu_ids)
+            key = (task.project, pool, task.request, task.priority)
+            alike[key] = alike.get(key, 0) + 1
+        quotas = self.quotas
+        for (project, pool, request, priority), n in alike.items():
+            if quotas is None or project in quotas:
+                _charge(self.quota_use, self._tasks_of, project, project, request, sign * n)
+            if pool is not None:
+                self._charge_pool(project, request, priority, sign * n, pool)
 
     def _count_in_pool(self, task: RunningTask, sign: int, pool: str) -> None:
+        self._charge_pool(task.project, task.request, task.priority, sign, pool)
+        self._latest_after(task, sign, pool)
+
+    def _charge_pool(self, project: str, request: Request, priority: int, change: int, pool: str) -> None:
+        """Charge (or give back) `change` tasks of one request, project and priority to the pool."""
         use = self.pool_use.get(pool)
         if use is None:
             use = self.pool_use[pool] = {}
-        _charge(use, self._pool_tasks_of, (pool, task.project), task.project, task, sign)
+        _charge(use, self._pool_tasks_of, (pool, project), project, request, change)
         if not use:
             del self.pool_use[pool]
         priorities = self._priorities[pool]
-        running = priorities[task.priority] + sign
+        running = priorities[priority] + change
         if running:
-            priorities[task.priority] = running
+            priorities[priority] = running
         else:
-            del priorities[task.priority]
+            del priorities[priority]
             if not priorities:
                 del self._priorities[pool]
+
+    def _latest_after(self, task: RunningTask, sign: int, pool: str) -> None:
+        """The pool's latest placement, after a task placed (sign 1) or ended (-1) there."""
         latest = self._latest.get(pool)
         if sign > 0:
             if pool not in self._stale_latest and (
@@ -369,10 +399,10 @@ def _move(by_state: dict[int, set[int]], old: int, new: int, i: int) -> None:
     by_state.setdefault(new, set()).add(i)
 
 
-def _charge(use: Use, counts: Counter, count_key, project: str, task: RunningTask, sign: int) -> None:
-    """Add (or take back) a task's amounts to a project's use; with none of its tasks left, its use is dropped, so
-    that rounding never leaves a trace of what ended."""
-    left = counts[count_key] + sign
+def _charge(use: Use, counts: Counter, count_key, project: str, request: Request, change: int) -> None:
+    """Add (or take back, `change` below 0) the amounts of `change` tasks of one request to a project's use; with none
+    of its tasks left, its use is dropped, so that rounding never leaves a trace of what ended."""
+    left = counts[count_key] + change
     if not left:
         del counts[count_key]
         use.pop(project, None)
@@ -381,8 +411,8 @@ def _charge(use: Use, counts: Counter, count_key, project: str, task: RunningTas
     project_use = use.get(project)
     if project_use is None:
         project_use = use[project] = defaultdict(float)
-    for resource, amount in task.request.per_task.items():
-        project_use[resource] += amount * sign
+    for resource, amount in request.per_task.items():
+        project_use[resource] += amount * change
 
 
 def _add(use: Use, project: str, amounts: dict[str, float]) -> None:

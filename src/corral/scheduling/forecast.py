@@ -156,7 +156,8 @@ class _Simulation:
                 self.named.update(item.job.after, item.job.after_any)
             kind_of[key] = self._kind(unit)
         self.mixes = self._mixes_seen(waiting, ending)
-        self.freed: dict[str, list[tuple[float, int]]] = defaultdict(list)  # worker -> (end, job) this step
+        # worker -> (the latest end, the jobs whose tasks ended) of the tasks that ended there this step
+        self.freed: dict[str, list] = {}
         self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)
         self.reasons: dict = {}
         self.doomed: dict[int, Reason] = {}  # job -> why it never starts (a dependency ended as it did not ask)
@@ -196,19 +197,26 @@ class _Simulation:
     def _release(self, t: float) -> None:
         """Tasks expected to end by `t` free their room; a job with nothing left has ended, successfully."""
         self.freed.clear()
-        ends, ends_at, running, left = self.ends, self.ends_at, self.index.running, self.left
+        ends, ends_at, running, left, freed = self.ends, self.ends_at, self.index.running, self.left, self.freed
+        ended: list[int] = []
         while ends and ends[0][0] <= t:
             end, task_id = heapq.heappop(ends)
             if ends_at.get(task_id) != end:  # evicted before it ended
                 continue
             del ends_at[task_id]
+            ended.append(task_id)
             task = running[task_id]
-            self.index.remove(task_id)
             job_id = task.job_id
-            self.freed[task.worker_id].append((end, job_id))
+            on_worker = freed.get(task.worker_id)
+            if on_worker is None:
+                freed[task.worker_id] = [end, {job_id}]
+            else:  # ends come in order: this one is the latest
+                on_worker[0] = end
+                on_worker[1].add(job_id)
             left[job_id] -= 1
             if left[job_id] <= 0 and job_id in self.named:
                 self.dependencies[job_id] = JobEnd("SUCCEEDED", end)
+        self.index.remove_all(ended)
 
     def _ungate(self, t: float) -> None:
         """Units whose dependencies ended as asked and whose begin time passed join their kinds."""
@@ -255,30 +263,37 @@ class _Simulation:
                 free[resource] = free.get(resource, 0.0) - amount
         return free
 
-    def _unqueue(self, key) -> Waiting:
+    def _unqueue(self, key) -> tuple[int, Waiting]:
+        """A unit out of the queue: its kind, and it."""
         kind = self.kind_of.pop(key)
         item = self.kinds[kind].pop(key)
         if not self.kinds[kind]:
             del self.kinds[kind]
-        return item
+        return kind, item
 
     def _start(self, placed: Mapping[tuple, Sequence[Assignment]], t: float, previous: float) -> None:
-        """The units a pass placed start, in the order it placed them: each runs for its expected duration."""
-        freed, starts, index, runs_for, ends_at, ends = self.freed, self.starts, self.index, self.runs_for, \
-            self.ends_at, self.ends
+        """The units a pass placed start, in the order it placed them: each runs for its expected duration. Their
+        tasks hold the request of their kind, one object for all alike (equal to each unit's own): the index sums
+        alike tasks' use as one, and a request found by identity is not compared field by field."""
+        freed, starts, runs_for, ends_at, ends, facts = self.freed, self.starts, self.runs_for, self.ends_at, \
+            self.ends, self.kind_facts
+        tasks: list[RunningTask] = []
         for key, assignments in placed.items():
-            item = self._unqueue(key)
+            kind, item = self._unqueue(key)
+            request = facts[kind][2]
             unit = item.unit
             if not freed:
-                ended = ()
+                ended = None
             elif len(assignments) == 1:
-                ended = freed.get(assignments[0].worker_id, ())
+                ended = freed.get(assignments[0].worker_id)
             else:
-                ended = [end for a in assignments for end in freed.get(a.worker_id, ())]
-            if ended:
-                start = max(max(end for end, _ in ended), previous, self.latest_start)
-                jobs = {job for _, job in ended}
-                after = jobs.pop() if len(jobs) == 1 else self._waited_for(item.job)
+                on_workers = [freed[a.worker_id] for a in assignments if a.worker_id in freed]
+                ended = [max(latest for latest, _ in on_workers), set().union(*(jobs for _, jobs in on_workers))] \
+                    if on_workers else None
+            if ended is not None:
+                latest, jobs = ended
+                start = max(latest, previous, self.latest_start)
+                after = next(iter(jobs)) if len(jobs) == 1 else self._waited_for(item.job)
             else:
                 start, after = t, self._waited_for(item.job)
             self.latest_start = start
@@ -286,11 +301,12 @@ class _Simulation:
             gang = unit.key[1] is None
             end = t + item.runs_for
             for a in assignments:
-                index.add(placed_task(a.task_id, unit.job_id, a.worker_id, unit.request, a.gpu_ids, unit.priority,
-                                      unit.project, t, gang))
+                tasks.append(placed_task(a.task_id, unit.job_id, a.worker_id, request, a.gpu_ids, unit.priority,
+                                         unit.project, t, gang))
                 runs_for[a.task_id] = item.runs_for
                 ends_at[a.task_id] = end
                 heapq.heappush(ends, (end, a.task_id))
+        self.index.add_all(tasks)
 
     def _waited_for(self, job: JobPlacement) -> int | None:
         """Of the jobs it named, the one that ended last in the simulation."""
@@ -319,7 +335,7 @@ class _Simulation:
                 continue
             task_ids = tuple(tasks)
             if key in self.kind_of:  # a gang evicted in two steps (rows that disagree on it): it waits as one
-                earlier = self._unqueue(key)
+                earlier = self._unqueue(key)[1]
                 task_ids = tuple(dict.fromkeys(earlier.unit.task_ids + task_ids))
             unit = Unit(key, task_ids, first.request, pool=pool, priority=first.priority, project=first.project,
                         since=t)

@@ -83,6 +83,14 @@ class Assignment:
     gpu_ids: tuple[int, ...]
 
 
+def assigned(task_id: int, worker_id: str, gpu_ids: tuple[int, ...]) -> Assignment:
+    """An Assignment equal to the one the constructor makes, made without the frozen dataclass's field-by-field
+    assignment: a pass makes one for every task it places (a forecast some ten thousand)."""
+    assignment = object.__new__(Assignment)
+    assignment.__dict__.update(task_id=task_id, worker_id=worker_id, gpu_ids=gpu_ids)
+    return assignment
+
+
 @dataclass
 class Placement:
     assignments: dict[TargetKey, list[Assignment]] = field(default_factory=dict)
@@ -161,8 +169,8 @@ class _Pass:
             request = self.alike[0][2]  # equal to the unit's, and the same object for every task of the run
             i = self.book.choose(self.alike[1], request, self.strategies[unit.pool])
             if i is not None:
-                self._placed(unit, [Assignment(unit.task_ids[0], self.book.rooms[i].id,
-                                               tuple(self.book.take(i, request)))])
+                gpu_ids = tuple(self.book.take(i, request))
+                self._placed(unit, [assigned(unit.task_ids[0], self.book.rooms[i].id, gpu_ids)])
                 return None
         self.alike = None
         if self.settled and not self.book.held and pool_policy.reservation_time is None and self._checks_nothing(unit):
@@ -311,7 +319,7 @@ class _Pass:
             for _, i, gpu_ids in taken:
                 book.give(i, request, gpu_ids)
             return None, len(taken)
-        return [Assignment(task_id, book.rooms[i].id, tuple(gpu_ids)) for task_id, i, gpu_ids in taken], len(taken)
+        return [assigned(task_id, book.rooms[i].id, tuple(gpu_ids)) for task_id, i, gpu_ids in taken], len(taken)
 
     # 5 -------------------------------------------------------------------------------------
 

@@ -242,12 +242,10 @@ class WorkerRoom:
         """Its own free room, the rest shared: a pass copies every room it takes from, and `replace` costs several
         times this."""
         room = object.__new__(WorkerRoom)
-        room.__dict__.update(self.__dict__)
-        room.free_gpu_ids = list(self.free_gpu_ids)
-        room.free_custom = dict(self.free_custom)
-        room.gpu_shared = dict(self.gpu_shared)
-        room.gpu_memory_shared = dict(self.gpu_memory_shared)
-        room.__post_init__()
+        room.__dict__.update(self.__dict__, free_gpu_ids=list(self.free_gpu_ids), free_custom=dict(self.free_custom),
+                             gpu_shared=dict(self.gpu_shared), gpu_memory_shared=dict(self.gpu_memory_shared))
+        if room.gpu_memory:  # its devices in order, as the constructor puts them (only these have an order to keep)
+            room.__post_init__()
         return room
 
     def _device_order(self, gpu_id: int) -> tuple[int, int]:

@@ -77,6 +77,47 @@ async def test_a_pass_runs_only_the_handlers_with_targets_and_still_settles_the_
     assert writes == []  # once it has ended, a pass commits nothing
 
 
+@pytest.fixture
+def reads(monkeypatch) -> list[int]:
+    """One entry per read of which handlers may have targets."""
+    taken: list[int] = []
+    present = loop.present_states
+
+    async def counted(connection, job_states):
+        taken.append(1)
+        return await present(connection, job_states)
+
+    monkeypatch.setattr(loop, "present_states", counted)
+    return taken
+
+
+async def test_the_pass_after_a_changed_one_starts_from_its_last_read_while_it_is_current(engine, reads):
+    await add_worker(engine.store, now=time.time())
+    await submit(engine.store, now=time.time())
+    assert await engine.run_pass()  # placed: it reads again after that change, for the handlers after it
+    reads.clear()
+    assert not await engine.run_pass()
+    assert reads == []  # nothing was committed since that read: the pass that follows at once starts from it
+    reads.clear()
+    assert not await engine.run_pass()
+    assert reads == [1]  # after a pass that changed nothing (the period's), it reads afresh
+
+
+async def test_a_commit_or_a_wake_after_a_changed_pass_makes_the_next_one_read_afresh(engine, reads):
+    worker = await add_worker(engine.store, now=time.time())
+    await submit(engine.store, now=time.time())
+    assert await engine.run_pass()
+    late = await submit(engine.store, now=time.time())  # committed after the pass's last read
+    reads.clear()
+    assert await engine.run_pass()
+    assert reads[:1] == [1]
+    assert {task.worker_id for task in await job_tasks(engine.store, late)} == {worker}  # seen, and placed
+    engine.wake()  # as another controller's commit does (store.notify)
+    reads.clear()
+    assert not await engine.run_pass()
+    assert reads == [1]
+
+
 async def test_the_reaper_takes_the_writer_only_for_a_silent_worker_and_at_most_once_a_period(engine, writes):
     await add_worker(engine.store, now=time.time() - 60)  # past the 30 s loss timeout
     writes.clear()

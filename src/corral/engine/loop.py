@@ -7,6 +7,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from corral.core.retries import NAME as RETRY_JOBS
 from corral.core.states import Fact
@@ -33,6 +34,15 @@ REAPER = str(Fact.REAPER)  # as its history rows name it: its handler lock, and 
 REAP_PERIOD = 1.0  # the reaper judges by time (silent for the loss timeout): once a second is soon enough
 # The job states any handler's targets can be in: what a pass reads the presence of before running them.
 TARGET_JOB_STATES = frozenset(TASK_TARGET_JOB_STATES).union(*(h.job_states for h in JOB_HANDLERS))
+
+
+@dataclass(frozen=True)
+class Present:
+    """A pass's read of what there is to do, and how many commits this store had made when it began."""
+
+    states: set[tuple[str, bool, str, bool]]  # (job state, gang, task state, launched by a job): present_states
+    retries: bool  # whether RetryJobs has a target
+    commits: int
 
 
 class WorkerSignals:
@@ -93,6 +103,12 @@ class Engine:
         self.handler_runs: dict[str, float] = {}  # when this controller last ran each handler (the registry's)
         self.last_pass_at: float | None = None
         self.estimator = estimator or Estimator()
+        self.commits = 0  # this store's committed writes so far: whether a read of what is present is still current
+        store.on_commit.append(self._committed)
+        self._carried: Present | None = None  # a changed pass's last read, for the pass that follows it at once
+
+    def _committed(self) -> None:
+        self.commits += 1
 
     def wake(self) -> None:
         self._woken.set()
@@ -143,38 +159,49 @@ class Engine:
             log.exception("handler %s failed; its transaction was rolled back (logged again only after it recovers)",
                           handler)
 
-    async def _present(self) -> tuple[set[tuple[str, bool, str, bool]], bool]:
+    async def _present(self) -> Present:
         """One read: which (job state, gang, task state) have rows, and whether RetryJobs has a target. A handler
         with no target in them is not run: it would take the writer for a read that finds nothing."""
+        commits = self.commits  # before the read: a commit that ends during it makes the read stale
         async with self.store.read() as connection:
             now = time.time()
             wanted = await retries_wanted(connection, now)
             if not wanted and self.retry_due is not None and self.retry_due <= now:
                 self.retry_due = await next_due(connection)  # it went (cancelled): wake for the next one only
-            return await present_states(connection, TARGET_JOB_STATES), wanted
+            return Present(await present_states(connection, TARGET_JOB_STATES), wanted, commits)
+
+    async def _first_read(self, woken: bool) -> Present:
+        """What a pass starts from: the last read of the changed pass before it, where nothing was committed here
+        since and nothing woke the engine (another controller's commit does); else a read of its own. A pass on the
+        period, or one that follows a pass that changed nothing, always reads afresh."""
+        carried, self._carried = self._carried, None
+        if carried is not None and not woken and carried.commits == self.commits:
+            return carried
+        return await self._present()
 
     async def run_pass(self) -> bool:
         """Every handler in order, each in its own transaction; only those that may have targets (read once, and
         again after a run that moved something, since one handler's successes are the next one's targets). A
         pass that finds nothing to do commits nothing."""
+        woken = self._woken.is_set()
         self._woken.clear()
         self.busy = False
         self.passes += 1
         self.last_pass_at = time.time()
         ENGINE_PASSES.inc()
-        present, retries = await self._present()
+        read = await self._first_read(woken)
         changed = False
-        if retries:
+        if read.retries:
             changed = await self._run_retries()  # first, so that the children it creates are placed in this pass
         else:
             self.target_errors.report(RETRY_JOBS, {})  # a run with no target ends every streak, as a run would
         if changed:
-            present, _ = await self._present()
+            read = await self._present()
         for handler in JOB_HANDLERS:
             if self.retry_due is not None and time.time() >= self.retry_due and await self._run_retries():
                 changed = True  # fell due during the pass: it does not wait for the pass
-                present, _ = await self._present()
-            if not may_have_targets(handler, present):
+                read = await self._present()
+            if not may_have_targets(handler, read.states):
                 self.target_errors.report(handler.name, {})
                 continue
             try:
@@ -194,8 +221,12 @@ class Engine:
             if report.changed:
                 changed = True
                 self.signals.notify(report.workers)
-                present, _ = await self._present()
-        return await self._reap() or changed
+                read = await self._present()
+        if await self._reap():
+            return True
+        if changed:
+            self._carried = read  # read after the pass's last change: the next pass starts from it, if still current
+        return changed
 
     async def _estimate(self) -> None:
         """Every pending job's start estimate, once per its period: it changes no state, so nothing waits on it."""

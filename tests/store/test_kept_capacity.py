@@ -7,12 +7,16 @@ from __future__ import annotations
 import random
 
 import pytest
+from sqlalchemy import event
 
+from corral.core.states import TaskState
 from corral.engine.cancel import cancel_job
-from corral.engine.handlers import JOB_HANDLERS
+from corral.engine.coordinator import run_handler
+from corral.engine.handlers import JOB_HANDLERS, ScheduleJobs
 from corral.engine.reports import ingest_heartbeat
 from corral.scheduling.capacity import CapacityIndex
-from corral.store.scheduling_reads import KeptCapacity, read_cluster
+from corral.store.changes import ChangeSet, StaleWrite, TaskRow
+from corral.store.scheduling_reads import KeptCapacity, capacity_fence, read_cluster
 from corral.store.worker_state import mark_seen
 from tests.store.helpers import NOW, add_worker, job_tasks, reap, report, settle, submit
 
@@ -122,3 +126,36 @@ async def test_a_worker_coming_back_with_other_capacity_is_seen(store):
     assert (task.state, task.worker_id) == ("ASSIGNED", bigger)
     assert SCHEDULE.kept.rebuilds == before + 1
     assert facts(await kept_now(store, SCHEDULE.kept)) == facts(await rebuilt(store))
+
+
+async def test_the_capacity_fence_takes_the_placement_facts_it_is_kept_and_reads_the_others(store):
+    """A placing run's fence works out the worker's room from its task rows as they are now, with the placement
+    facts (custom slots) of the jobs holding it: those the run's cluster read kept are not read again."""
+    worker = await add_worker(store, cpu=8.0, custom={"licence": 2})
+    held = await submit(store, resources={"custom": {"licence": 1}})
+    handler = ScheduleJobs()
+    await run_handler(store, handler, NOW)  # placed: its kept index holds the job's facts
+    late = await submit(store, resources={"custom": {"licence": 2}})
+    async with store.read() as connection:
+        await handler.kept.facts(connection, [late], {})  # as the next run's cluster read does for its targets
+    statements: list[str] = []
+    listen = lambda *args: statements.append(args[2])  # noqa: E731
+    event.listen(store.engine.sync_engine, "before_cursor_execute", listen)
+    try:
+        for kept in (handler.kept, None):
+            statements.clear()
+            with pytest.raises(StaleWrite, match="over-booked"):
+                async with store.write() as connection:
+                    changes = ChangeSet(NOW)
+                    row = TaskRow((await job_tasks(store, late))[0].id, late, 0, TaskState.PENDING, 0, None)
+                    row.worker_id = worker
+                    changes.task_columns(row, worker_id=worker, gpu_ids=[])
+                    changes.task(row, TaskState.ASSIGNED, handler="ScheduleJobs")
+                    changes.new_attempt(row, worker)
+                    async with capacity_fence(connection, changes.placed_workers, kept):
+                        await changes.flush(connection)
+            read_jobs = [s for s in statements if s.lstrip().startswith("SELECT") and "FROM jobs" in s]
+            assert len(read_jobs) == (0 if kept else 1), read_jobs  # the licence it holds is counted either way
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", listen)
+    assert [t.state for t in await job_tasks(store, held)] == ["ASSIGNED"]

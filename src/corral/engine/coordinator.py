@@ -132,7 +132,8 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors)
             await apply(connection, changes, decision.of(kind))
         if changes.empty:
             return RunReport(outcomes=outcomes)
-        async with capacity_fence(connection, changes.placed_workers):  # workers locked before jobs, as reports do
+        # Workers locked before jobs, as reports do; the jobs' placement facts are those kept by the cluster read.
+        async with capacity_fence(connection, changes.placed_workers, handler.kept):
             await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
             await changes.flush(connection)
         handler.observe(outcomes, snapshot)

@@ -155,14 +155,16 @@ def _free_room(worker) -> WorkerRoom:
 
 
 @asynccontextmanager
-async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str]) -> AsyncIterator[None]:
+async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str],
+                         kept: KeptCapacity | None = None) -> AsyncIterator[None]:
     """The capacity fence of a transaction that places tasks on these workers, around the flush of its changes.
 
     First their rows are locked (FOR UPDATE, in id order; before the task rows, as a heartbeat takes them, so the two
     never wait on each other in a circle): another placing transaction waits there for this one's end. After the
     flush their room is worked out again from the task rows as they are now, which a transaction that waited reads
     with the first one's commit. StaleWrite when one is over-booked, no longer alive or gone: another controller's
-    pass booked it first, and this transaction commits nothing."""
+    pass booked it first, and this transaction commits nothing. The placement facts of the jobs holding room come
+    from `kept` where it has them (a job's spec never changes once stored); the others are read."""
     ids = sorted(worker_ids)
     if not ids:
         yield
@@ -177,12 +179,7 @@ async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str
         held += (await connection.execute(
             select(tasks.c.worker_id, tasks.c.job_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu, tasks.c.gpu_ids)
             .where(_holds_room(), tasks.c.worker_id.in_(ids[start:start + CHUNK])))).all()
-    job_ids = sorted({row.job_id for row in held})
-    facts: dict[int, JobPlacement] = {}
-    for start in range(0, len(job_ids), CHUNK):
-        facts.update((row.id, _placement(row)[0]) for row in (await connection.execute(
-            select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
-            .where(jobs.c.id.in_(job_ids[start:start + CHUNK])))).all())
+    facts = await (kept or KeptCapacity()).placements(connection, {row.job_id for row in held})
     # What each task holds, a request and its devices; equal requests are one object (a pass may place thousands
     # of tasks of a few kinds), and the rows are unpacked by position (a row answers a name some twenty times slower).
     requests: dict[tuple, Request] = {}
@@ -305,6 +302,12 @@ class KeptCapacity:
             keep = set(job_ids) | set(self.index.tasks_of_job)
             self._facts = {job_id: fact for job_id, fact in self._facts.items() if job_id in keep}
         return facts
+
+    async def placements(self, connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, JobPlacement]:
+        """The placement facts of these jobs, those of a spec that cannot be read as the defaults; only the jobs
+        not kept yet are read."""
+        await self._read_facts(connection, job_ids)
+        return {job_id: self._facts[job_id][0] for job_id in job_ids if job_id in self._facts}
 
     async def _build(self, connection: AsyncConnection, now: float) -> CapacityIndex:
         self.rebuilds += 1

@@ -122,3 +122,29 @@ async def test_a_long_poll_is_answered_by_its_wait_counted_from_its_arrival(api,
         async with asyncio.timeout(10):  # the old wait, 30 s after the mark, would run past this
             answer = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 30})
         assert answer.status_code == 200 and answer.json()["orders"] == []
+
+
+async def test_a_poll_reads_no_orders_for_a_worker_answered_with_none_and_not_rung_since(api, monkeypatch):
+    """Its orders would be none: they change only by a commit that rings the worker, or by its own reports, which
+    are answered with what they make. Once rung (a placement), its next poll reads again and gets the build."""
+    reads: list[str] = []
+    read = workers_api.orders_for
+
+    async def counted(connection, worker_id, *args):
+        reads.append(worker_id)
+        return await read(connection, worker_id, *args)
+
+    monkeypatch.setattr(workers_api, "orders_for", counted)
+    async with api.as_("join-token") as worker:
+        worker_id = (await worker.post("/api/v1/workers", json=WORKER)).json()["worker_id"]
+        for _ in range(3):
+            reply = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 0})
+            assert reply.status_code == 200 and reply.json()["orders"] == []
+        assert reads == [worker_id]  # the first poll's only
+        async with api.admin() as admin:
+            job_id = (await admin.post("/api/v1/jobs", json={"command": ["true"]})).json()["id"]
+        order = await _placed(worker, worker_id, job_id)
+        reads.clear()
+        building = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
+                                     json={"wait": 0, "reports": [_report(order, "BUILDING")]})
+        assert building.json()["orders"] == [] and reads == [worker_id]  # a report's heartbeat reads what it made

@@ -185,3 +185,13 @@ async def test_a_placing_run_decides_with_the_collector_off_and_leaves_it_as_it_
     finally:
         gc.enable() if was else gc.disable()
     assert seen == [False, collecting]
+
+
+async def test_the_run_that_releases_a_gangs_builds_wakes_its_workers(store):
+    """PrepareJobs moves only the job (its tasks stay ASSIGNED), yet their build orders appear with it: the workers
+    holding them are named to be woken, or their long polls would hear of the builds only when their wait ends."""
+    worker = await add_worker(store, now=time.time())
+    await submit(store, now=time.time(), replicas=2, gang=True)
+    assert (await run_handler(store, ScheduleJobs(), time.time())).workers == {worker}
+    prepared = await run_handler(store, PrepareJobs(), time.time())
+    assert prepared.changed and prepared.workers == {worker}

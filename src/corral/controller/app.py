@@ -44,6 +44,7 @@ from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.log_retention import prune_logs_loop
+from corral.controller.orders import QuietPolls
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
 from corral.controller.registry import Registry
@@ -129,8 +130,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
-            seen=SeenMarks(store), submissions=GroupedWrites(store), submit_settings=SubmitSettings(), logs=logs,
-            bundles=BundleStore(settings.data_dir / "bundles"),
+            seen=SeenMarks(store), quiet=QuietPolls(), submissions=GroupedWrites(store),
+            submit_settings=SubmitSettings(), logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,
             serving=serving, relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets(),

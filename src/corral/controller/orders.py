@@ -24,6 +24,31 @@ GANG_BUILDS_IN = frozenset({JobState.PREPARING, JobState.PREPARED, JobState.STAR
 MASTER_PORT_BASE = 20000
 
 
+class QuietPolls:
+    """The workers whose latest heartbeat was answered with no orders: the next long poll of one whose signal was not
+    rung since needs no read of its orders, which would be none. A worker's orders change only by a commit that rings
+    its signal (WorkerSignals.notify, here or from another controller) or by its own reports, which are answered with
+    the orders they make. A heartbeat that began after another one of the same worker leaves that one's answer no
+    say."""
+
+    def __init__(self) -> None:
+        self._latest: dict[str, object] = {}  # per worker: its latest heartbeat's token, or QUIET once answered empty
+
+    def begin(self, worker_id: str, rung: bool) -> tuple[object, bool]:
+        """A heartbeat's token, and whether nothing can have changed for its worker since it was answered empty
+        (`rung`: its signal is set, read before the heartbeat clears it)."""
+        quiet = self._latest.get(worker_id) is QUIET and not rung
+        token = self._latest[worker_id] = object()
+        return token, quiet
+
+    def answered(self, worker_id: str, token: object, orders: list[Order]) -> None:
+        if not orders and self._latest.get(worker_id) is token:
+            self._latest[worker_id] = QUIET
+
+
+QUIET = object()
+
+
 def master_port(job_id: int, attempt: int) -> int:
     """A rendezvous port that differs between jobs and attempts on the same master host."""
     return MASTER_PORT_BASE + (job_id * 131 + attempt) % 20000

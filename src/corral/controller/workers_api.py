@@ -66,7 +66,8 @@ async def _ingest(services: Services, worker_id: str, body: HeartbeatRequest) ->
 @router.post("/{worker_id}/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
 async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -> HeartbeatReply:
     """Apply the reports, then answer with orders, waiting for some to appear until `wait` seconds after the
-    heartbeat came: the time its mark or reports waited for the writer is part of the wait, not added to it."""
+    heartbeat came: the time its mark or reports waited for the writer is part of the wait, not added to it. A poll
+    of a worker answered with none and not rung since reads none (QuietPolls)."""
     answer_by = clock() + body.wait
     services = services_of(request)
     signal = services.signals.event(worker_id)
@@ -84,6 +85,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
         async with services.store.read() as connection:
             return await orders_for(connection, worker_id, job_token, relays_after())
 
+    token, quiet = services.quiet.begin(worker_id, signal.is_set())
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
     try:
         with HEARTBEAT_SECONDS.time():
@@ -104,9 +106,10 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             "message": f"heartbeat refused, nothing of it applied: {refused}",
             "refused": [{"task_id": r.task_id, "attempt": r.attempt, "state": r.state} for r in refused.refusals],
         }) from None
-    orders = await current_orders()
+    orders = [] if quiet and body.only_liveness else await current_orders()
     if not orders and (left := answer_by - clock()) > 0 and await woken(signal, left):
         orders = await current_orders()
+    services.quiet.answered(worker_id, token, orders)
     return HeartbeatReply(orders=orders, heartbeat_interval=services.settings.heartbeat_interval)
 
 

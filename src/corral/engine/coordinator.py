@@ -137,7 +137,11 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors)
             await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
             await changes.flush(connection)
         handler.observe(outcomes, snapshot)
-        return RunReport(changes.moved, changes.touched_workers, outcomes)
+        # A job's move alone can change its placed tasks' orders (a gang's builds are released by PrepareJobs): their
+        # workers are woken with those whose tasks moved.
+        held = {task.worker_id for target in targets if target.job_id in changes.touched_jobs
+                for task in target.tasks if task.worker_id}
+        return RunReport(changes.moved, changes.touched_workers | held, outcomes)
 
 
 async def pending_work(connection: AsyncConnection, handler: Handler, now: float,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from corral.controller import workers_api
+from corral.controller import orders, workers_api
 from corral.store.changes import StaleWrite
 
 WORKER = {"name": "w", "address": "10.0.0.1", "capacity": {"cpu": 8, "memory": 2**34, "gpu": 0}}
@@ -148,3 +148,22 @@ async def test_a_poll_reads_no_orders_for_a_worker_answered_with_none_and_not_ru
         building = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
                                      json={"wait": 0, "reports": [_report(order, "BUILDING")]})
         assert building.json()["orders"] == [] and reads == [worker_id]  # a report's heartbeat reads what it made
+
+
+async def test_a_quiet_worker_s_orders_are_still_read_every_so_often(api, monkeypatch):
+    """A change of orders that rang no one (none is known) reaches its worker late, never not at all."""
+    reads: list[str] = []
+    read = workers_api.orders_for
+
+    async def counted(connection, worker_id, *args):
+        reads.append(worker_id)
+        return await read(connection, worker_id, *args)
+
+    monkeypatch.setattr(workers_api, "orders_for", counted)
+    monkeypatch.setattr(orders, "QUIET_READ_EVERY", 0.0)
+    async with api.as_("join-token") as worker:
+        worker_id = (await worker.post("/api/v1/workers", json=WORKER)).json()["worker_id"]
+        for _ in range(3):
+            reply = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 0})
+            assert reply.status_code == 200 and reply.json()["orders"] == []
+    assert reads == [worker_id] * 3

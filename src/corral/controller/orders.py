@@ -6,7 +6,9 @@ simply given again; the worker acts on each (task, attempt, action) once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, RelayOrder, StartOrder, StopOrder
@@ -24,29 +26,48 @@ GANG_BUILDS_IN = frozenset({JobState.PREPARING, JobState.PREPARED, JobState.STAR
 MASTER_PORT_BASE = 20000
 
 
+QUIET_READ_EVERY = 10.0  # seconds: a quiet worker's orders are still read this often
+
+
+@dataclass(eq=False)
+class Poll:
+    """One long poll of a worker. `since`: when its orders were last read and found none, where this poll skips the
+    read; `quiet`: answered with none."""
+
+    since: float | None
+    quiet: bool = False
+
+    @property
+    def skips_read(self) -> bool:
+        return self.since is not None
+
+
 class QuietPolls:
     """The workers whose latest heartbeat was answered with no orders: the next long poll of one whose signal was not
     rung since needs no read of its orders, which would be none. A worker's orders change only by a commit that rings
     its signal (WorkerSignals.notify, here or from another controller) or by its own reports, which are answered with
     the orders they make. A heartbeat that began after another one of the same worker leaves that one's answer no
-    say."""
+    say. The orders are still read every QUIET_READ_EVERY seconds: a change that rang no one (none is known) would
+    reach its worker that late, never not at all."""
 
-    def __init__(self) -> None:
-        self._latest: dict[str, object] = {}  # per worker: its latest heartbeat's token, or QUIET once answered empty
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._latest: dict[str, Poll] = {}
+        self._clock = clock
 
-    def begin(self, worker_id: str, rung: bool) -> tuple[object, bool]:
-        """A heartbeat's token, and whether nothing can have changed for its worker since it was answered empty
-        (`rung`: its signal is set, read before the heartbeat clears it)."""
-        quiet = self._latest.get(worker_id) is QUIET and not rung
-        token = self._latest[worker_id] = object()
-        return token, quiet
+    def begin(self, worker_id: str, rung: bool) -> Poll:
+        """A heartbeat's poll (`rung`: its worker's signal is set, read before the heartbeat clears it)."""
+        latest = self._latest.get(worker_id)
+        since = latest.since if latest is not None and latest.quiet and not rung else None
+        if since is not None and self._clock() - since >= QUIET_READ_EVERY:
+            since = None
+        poll = self._latest[worker_id] = Poll(since)
+        return poll
 
-    def answered(self, worker_id: str, token: object, orders: list[Order]) -> None:
-        if not orders and self._latest.get(worker_id) is token:
-            self._latest[worker_id] = QUIET
-
-
-QUIET = object()
+    def answered(self, worker_id: str, poll: Poll, orders: list[Order]) -> None:
+        if not orders and self._latest.get(worker_id) is poll:
+            poll.quiet = True
+            if poll.since is None:
+                poll.since = self._clock()
 
 
 def master_port(job_id: int, attempt: int) -> int:

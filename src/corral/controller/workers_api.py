@@ -85,7 +85,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
         async with services.store.read() as connection:
             return await orders_for(connection, worker_id, job_token, relays_after())
 
-    token, quiet = services.quiet.begin(worker_id, signal.is_set())
+    poll = services.quiet.begin(worker_id, signal.is_set())
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
     try:
         with HEARTBEAT_SECONDS.time():
@@ -106,10 +106,10 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             "message": f"heartbeat refused, nothing of it applied: {refused}",
             "refused": [{"task_id": r.task_id, "attempt": r.attempt, "state": r.state} for r in refused.refusals],
         }) from None
-    orders = [] if quiet and body.only_liveness else await current_orders()
+    orders = [] if poll.skips_read and body.only_liveness else await current_orders()
     if not orders and (left := answer_by - clock()) > 0 and await woken(signal, left):
         orders = await current_orders()
-    services.quiet.answered(worker_id, token, orders)
+    services.quiet.answered(worker_id, poll, orders)
     return HeartbeatReply(orders=orders, heartbeat_interval=services.settings.heartbeat_interval)
 
 

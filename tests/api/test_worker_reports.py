@@ -124,9 +124,8 @@ async def test_a_long_poll_is_answered_by_its_wait_counted_from_its_arrival(api,
         assert answer.status_code == 200 and answer.json()["orders"] == []
 
 
-async def test_a_poll_reads_no_orders_for_a_worker_answered_with_none_and_not_rung_since(api, monkeypatch):
-    """Its orders would be none: they change only by a commit that rings the worker, or by its own reports, which
-    are answered with what they make. Once rung (a placement), its next poll reads again and gets the build."""
+def counted_reads(monkeypatch) -> list[str]:
+    """The workers whose orders the heartbeats read, in order."""
     reads: list[str] = []
     read = workers_api.orders_for
 
@@ -135,6 +134,13 @@ async def test_a_poll_reads_no_orders_for_a_worker_answered_with_none_and_not_ru
         return await read(connection, worker_id, *args)
 
     monkeypatch.setattr(workers_api, "orders_for", counted)
+    return reads
+
+
+async def test_a_poll_reads_no_orders_for_a_worker_answered_with_none_and_not_rung_since(api, monkeypatch):
+    """Its orders would be none: they change only by a commit that rings the worker, or by its own reports, which
+    are answered with what they make. Once rung (a placement), its next poll reads again and gets the build."""
+    reads = counted_reads(monkeypatch)
     async with api.as_("join-token") as worker:
         worker_id = (await worker.post("/api/v1/workers", json=WORKER)).json()["worker_id"]
         for _ in range(3):
@@ -152,14 +158,7 @@ async def test_a_poll_reads_no_orders_for_a_worker_answered_with_none_and_not_ru
 
 async def test_a_quiet_worker_s_orders_are_still_read_every_so_often(api, monkeypatch):
     """A change of orders that rang no one (none is known) reaches its worker late, never not at all."""
-    reads: list[str] = []
-    read = workers_api.orders_for
-
-    async def counted(connection, worker_id, *args):
-        reads.append(worker_id)
-        return await read(connection, worker_id, *args)
-
-    monkeypatch.setattr(workers_api, "orders_for", counted)
+    reads = counted_reads(monkeypatch)
     monkeypatch.setattr(orders, "QUIET_READ_EVERY", 0.0)
     async with api.as_("join-token") as worker:
         worker_id = (await worker.post("/api/v1/workers", json=WORKER)).json()["worker_id"]

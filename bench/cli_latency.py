@@ -2,9 +2,10 @@
 
 The median wall time of SAMPLES runs of `corral --help`, `corral jobs` over 100 jobs and
 `corral submit --wait -- true` (on an idle local cluster: a controller and one worker, the e2e
-harness), each printed with `python -c pass`'s and the ratio to it. The targets are the ratios in
-TARGETS. corral runs as an installed one does, with its bytecode cached (PYTHONDONTWRITEBYTECODE is
-dropped). With CORRAL_BENCH_FLAMES=1, py-spy records one run of each into bench/results/.
+harness), each printed with the median of `python -c pass` run in turns with it, and the ratio to
+it. The targets are the ratios in TARGETS. corral runs as an installed one does, with its bytecode
+cached (PYTHONDONTWRITEBYTECODE is dropped). With CORRAL_BENCH_FLAMES=1, py-spy records one run of
+each into bench/results/.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.flames import flame_of_run, wanted  # noqa: E402
-from bench.peers import bare_python, median_seconds  # noqa: E402
+from bench.peers import beside_bare_python, run_seconds  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402  (the same harness the e2e tests use)
 
 SAMPLES = 7
@@ -42,11 +43,9 @@ def main() -> None:
             corral = [sys.executable, "-m", "corral"]
             commands = {"--help": ["--help"], "jobs": ["jobs", "--limit", str(LISTED)],
                         "submit --wait -- true": ["submit", "--wait", "--", "true"]}
-            bare = bare_python(SAMPLES)
-            print(f"bare interpreter (python -c pass): median {bare * 1000:.0f} ms (n={SAMPLES})")
             for what, args in commands.items():
-                median_seconds(corral + args, 1, env=env)  # a first run writes the bytecode
-                seconds = median_seconds(corral + args, SAMPLES, env=env)
+                run_seconds(corral + args, env)  # a first run writes the bytecode
+                seconds, bare = beside_bare_python(corral + args, SAMPLES, env)
                 ratio = seconds / bare
                 verdict = "ok" if ratio <= TARGETS[what] else "over"
                 print(f"corral {what}: median {seconds * 1000:.0f} ms, bare python {bare * 1000:.0f} ms, "

@@ -38,19 +38,21 @@ def ratio_line(what: str, ours: float, peer: float | None, unit: str = "jobs/s")
     return line + ", slurm peer unavailable"
 
 
-def median_seconds(argv: list[str], samples: int = 7, env: dict | None = None) -> float:
-    """The median wall time of running `argv` to its end."""
-    times = []
+def run_seconds(argv: list[str], env: dict | None = None) -> float:
+    """The wall time of running `argv` to its end."""
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - start
+
+
+def beside_bare_python(argv: list[str], samples: int = 7, env: dict | None = None) -> tuple[float, float]:
+    """The median wall times of `argv` and of a bare `python -c pass` (the floor any Python command stands on), run
+    in turns: on a shared machine the load moves within seconds, and both medians see the same moments."""
+    ours, bare = [], []
     for _ in range(samples):
-        start = time.perf_counter()
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def bare_python(samples: int = 7) -> float:
-    """Seconds a bare `python3 -c pass` takes here: the floor any Python command stands on."""
-    return median_seconds([sys.executable, "-c", "pass"], samples)
+        ours.append(run_seconds(argv, env))
+        bare.append(run_seconds([sys.executable, "-c", "pass"]))
+    return statistics.median(ours), statistics.median(bare)
 
 
 def spawn_rate(count: int = 500) -> float:

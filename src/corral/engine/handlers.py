@@ -44,7 +44,7 @@ from corral.metrics import DRAIN_SECONDS, DRAINS_COMPLETED, FORCE_DRAINED
 from corral.scheduling.fragmentation import RequestMix
 from corral.scheduling.placement import Request, Unit, place_over
 from corral.scheduling.reasons import DependencyFailed, TimedOut
-from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement, eligible_since, gate
+from corral.scheduling.snapshot import NO_FACTS, ClusterSnapshot, JobPlacement, eligible_since, gate
 from corral.store.scheduling_reads import KeptCapacity
 
 J, T = JobState, TaskState
@@ -228,7 +228,6 @@ class ScheduleJobs(Handler):
         self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
 
 
-NO_FACTS = JobPlacement()  # the placement facts of a job the cluster read has none of: the defaults
 NOTHING: frozenset[str] = frozenset()
 
 

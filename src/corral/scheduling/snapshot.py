@@ -56,6 +56,9 @@ class JobPlacement:
         )
 
 
+NO_FACTS = JobPlacement()  # the placement facts of a job none were read for: the defaults, made once
+
+
 @dataclass(frozen=True)
 class JobEnd:
     state: str

@@ -18,7 +18,7 @@ from corral.core.states import JOB_ACTIVE, TASK_HOLDS_RESOURCES, TaskState, Work
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request, WorkerRoom, overbooking
-from corral.scheduling.snapshot import ClusterSnapshot, JobEnd, JobPlacement
+from corral.scheduling.snapshot import NO_FACTS, ClusterSnapshot, JobEnd, JobPlacement
 from corral.store.changes import StaleWrite
 from corral.store.policy import read_policy
 from corral.store.schema import attempts, history, jobs, tasks, workers
@@ -29,7 +29,6 @@ HOLDS_ROOM = frozenset(str(s) for s in TASK_HOLDS_RESOURCES)
 GAP_SECONDS = 60.0  # how long an id skipped by the rows read is looked for again (a rolled-back id never comes)
 GAP_WINDOW = 1000  # ids behind the latest at a build that may still be committing
 MAX_GAPS = 10_000  # more ids missing at once than this: rebuilt instead of looked for one by one
-NO_FACTS = JobPlacement()  # the placement facts of a job not found: the defaults, made once
 
 
 async def read_cluster(connection: AsyncConnection, kept: KeptCapacity | None = None,

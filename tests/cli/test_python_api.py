@@ -21,6 +21,7 @@ from corral.client.functions import COMMAND, RemoteError, dumps_payload
 from corral.client.http import Client
 from corral.client.sse import EventParser
 from corral.context import current
+from corral.core.states import JOB_STATE_HEADER
 from corral.function import PAYLOAD, encode, error_envelope
 from tests.cli.conftest import job_view
 
@@ -376,3 +377,30 @@ def test_submit_many_is_one_call_from_both_clients_and_a_bad_spec_never_leaves()
         with pytest.raises(ValidationError):
             sync.submit_many(bad, **kwargs)
     assert len(bodies) == 2
+
+
+def test_both_clients_read_a_job_that_the_stream_names_active_only_at_its_end():
+    ended = {"id": 4, "job_id": 5, "task_id": None, "to_state": "SUCCEEDED"}
+    read: list[str] = []
+
+    def handler(request):
+        if request.url.path == "/api/v1/events":
+            return httpx.Response(200, text=f"id: 4\ndata: {json.dumps(ended)}\n\n",
+                                  headers={JOB_STATE_HEADER: "RUNNING"})
+        read.append(request.url.path)
+        return httpx.Response(200, json=job_view(5, state="SUCCEEDED").model_dump(mode="json"))
+
+    sync, aio = both(handler)
+    assert sync.wait(5).state == "SUCCEEDED" and read == ["/api/v1/jobs/5"]
+    assert run(aio.wait(5)).state == "SUCCEEDED" and read == ["/api/v1/jobs/5"] * 2
+
+
+def test_both_clients_answer_at_once_with_a_job_the_stream_names_ended():
+    def handler(request):
+        if request.url.path == "/api/v1/events":
+            return httpx.Response(200, text="retry: 10\n\n", headers={JOB_STATE_HEADER: "FAILED"})
+        return httpx.Response(200, json=job_view(5, state="FAILED").model_dump(mode="json"))
+
+    for client in both(handler):
+        waited = client.wait(5, timeout=5)
+        assert (run(waited) if asyncio.iscoroutine(waited) else waited).state == "FAILED"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from corral.client.errors import CorralError
-from corral.client.plans import Item, NextLine, Open, Sleep
-from corral.client.sse import MAX_DELAY, follow_events
+from corral.client.plans import NEXT_LINE, Call, Item, NextLine, Open, Sleep
+from corral.client.sse import MAX_DELAY, follow_events, wait
+from corral.core.states import JOB_STATE_HEADER
 
 DROP = CorralError(None, "cannot reach the controller: connection reset")
 
@@ -85,3 +86,11 @@ def test_a_given_last_event_id_is_sent_as_the_header_and_as_after_when_it_is_an_
     log = drive(follow_events({}, last_event_id=last, follow=False), [[None]])
     expected = {"follow": False, "after": last} if last.isdigit() else {"follow": False}
     assert log[0] == ("open", last, expected)
+
+
+def test_wait_reads_the_job_at_the_open_only_when_the_stream_does_not_name_it_active():
+    for named, asked in (({JOB_STATE_HEADER: "RUNNING"}, False), ({JOB_STATE_HEADER: "SUCCEEDED"}, True), ({}, True)):
+        plan = wait(5)
+        assert isinstance(next(plan), Open)
+        step = plan.send(named)
+        assert (isinstance(step, Call) and step.path == "/api/v1/jobs/5") if asked else step is NEXT_LINE

@@ -128,7 +128,7 @@ class AsyncClient:
                     try:
                         response = await opened.enter_async_context(
                             self.stream(step.call.method, step.call.path, step.call.timeout, **step.call.kwargs))
-                        lines = response.aiter_lines()
+                        lines, reply = response.aiter_lines(), response.headers
                     except CorralError as error:
                         failure = error
                 elif isinstance(step, NextLine):

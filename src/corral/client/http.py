@@ -210,8 +210,9 @@ class Client:
                 elif isinstance(step, Open):
                     opened.close()
                     try:
-                        lines = opened.enter_context(self.stream(step.call.method, step.call.path, step.call.timeout,
-                                                                 **step.call.kwargs)).iter_lines()
+                        response = opened.enter_context(self.stream(step.call.method, step.call.path,
+                                                                    step.call.timeout, **step.call.kwargs))
+                        lines, reply = response.iter_lines(), response.headers
                     except CorralError as error:
                         failure = error
                 elif isinstance(step, NextLine):

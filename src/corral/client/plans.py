@@ -64,7 +64,8 @@ class Item:
 @dataclass(frozen=True)
 class Open:
     """Open `call` as a stream read line by line, with no read timeout (a stream stays quiet between lines) unless
-    the call has a `timeout`: then a read that waits longer fails as a dropped stream does.
+    the call has a `timeout`: then a read that waits longer fails as a dropped stream does. The plan is sent the
+    response's headers.
 
     A failure to connect, an HTTP error or a dropped stream is thrown into the plan as a CorralError
     (`status` None when no answer came), at this step or at a NEXT_LINE, so the plan decides what follows.

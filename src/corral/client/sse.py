@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral.client.errors import CorralError
 from corral.client.plans import NEXT_LINE, Call, Item, Open, Plan, Sleep, Step, get
-from corral.core.states import JOB_TERMINAL
+from corral.core.states import JOB_ACTIVE, JOB_STATE_HEADER, JOB_TERMINAL
 
 if TYPE_CHECKING:
     from corral.core.views import JobView
@@ -152,7 +152,8 @@ def wait(job_id: int, timeout: float | None = None, rows: bool = False) -> Plan[
     With `rows`, the job as the controller's JSON object.
 
     1. Open the job's event stream from its newest event on (what came before is in the job's state).
-    2. Once it is open, read the job: it may have ended before; then it is the answer.
+    2. Once it is open, the job's state as the controller read it after fixing the stream's start (its
+       JOB_STATE_HEADER): an end is the job's answer, read now. A controller that does not say is asked.
     3. Else follow the events until the job's move to a terminal state, and read the job then. A dropped
        stream is resumed after the last event seen (`follow_events`), so the move is not missed.
     With a `timeout`, no read of the stream waits past it.
@@ -181,9 +182,10 @@ def wait(job_id: int, timeout: float | None = None, rows: bool = False) -> Plan[
             continue
         if isinstance(step, Open) and not checked:
             checked = True
-            job = yield from get(job_id, rows)
-            if (job["state"] if rows else job.state) in JOB_TERMINAL:
-                return job
+            if reply.get(JOB_STATE_HEADER) not in JOB_ACTIVE:
+                job = yield from get(job_id, rows)
+                if (job["state"] if rows else job.state) in JOB_TERMINAL:
+                    return job
 
 
 def bounded(step: Step, seconds: float) -> Step:

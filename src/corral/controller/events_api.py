@@ -13,12 +13,14 @@ from corral.controller.events import follow_events
 from corral.controller.identity import job_facts, person, principal_of, refuse_unless, visible_projects
 from corral.controller.services import services_of
 from corral.core.roles import Action
+from corral.core.states import JOB_STATE_HEADER
 from corral.core.views import EventView
 from corral.core.wire import MAX_ID, Text
 from corral.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
 from corral.scheduling.policy import DEFAULT_PROJECT
 from corral.store.deployments import newest_named
 from corral.store.events import before_last, latest_id
+from corral.store.job_views import job_state
 
 router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(person)])
 
@@ -71,11 +73,15 @@ async def events(
         if start is None:
             start = await before_last(connection, last, job, deployment, readable) if last else 0
         newest = await latest_id(connection)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        state = await job_state(connection, job) if job is not None else None
+        if state is not None:  # read after the start: a move to an end the stream leaves out is in this state
+            headers[JOB_STATE_HEADER] = state
     if start > newest:
         # Ids only grow: an id from the future means a different store, so replay all that is kept.
         start = 0
     return StreamingResponse(_stream(request, start, job, deployment, readable, follow), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                             headers=headers)
 
 
 async def _stream(request: Request, after: int, job: int | None, deployment: str | None,

@@ -69,6 +69,9 @@ JOB_TERMINAL = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.UNSCHEDULABLE, JobState.LOST}
 )
 JOB_ACTIVE = frozenset(set(JobState) - JOB_TERMINAL)
+# A job's event stream (`/api/v1/events?job=N`) names the job's state here, read once the stream's start was
+# fixed: a client that waits for the end reads no job when it is not there yet.
+JOB_STATE_HEADER = "X-Corral-Job-State"
 
 J = JobState
 

@@ -83,6 +83,10 @@ async def job_row(connection: AsyncConnection, job_id: int):
     return (await connection.execute(select(jobs).where(jobs.c.id == job_id))).first()
 
 
+async def job_state(connection: AsyncConnection, job_id: int) -> str | None:
+    return (await connection.execute(select(jobs.c.state).where(jobs.c.id == job_id))).scalar()
+
+
 async def existing_job_ids(connection: AsyncConnection, ids: Collection[int]) -> set[int]:
     return set((await connection.execute(select(jobs.c.id).where(jobs.c.id.in_(ids)))).scalars())
 

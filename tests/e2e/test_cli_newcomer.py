@@ -63,11 +63,13 @@ def test_a_bad_spec_is_refused_by_the_controller_in_the_words_of_the_local_check
 
 
 def test_submit_loads_no_model(cluster, tmp_path):
-    """`corral submit --wait` imports neither pydantic nor the spec's models: a fifth of its start went there."""
+    """`corral submit --wait` imports neither pydantic nor the spec's models (a fifth of its start went there), nor
+    httpx (a plain http:// controller is reached through http.client alone)."""
     script = ("import sys, runpy; sys.argv = ['corral', 'submit', '--wait', '--', 'true']\n"
               "try:\n    runpy.run_module('corral', run_name='__main__')\n"
               "except SystemExit as end:\n"
-              "    loaded = [m for m in ('pydantic', 'corral.core.spec', 'corral.core.views') if m in sys.modules]\n"
+              "    loaded = [m for m in ('pydantic', 'corral.core.spec', 'corral.core.views', 'httpx')\n"
+              "              if m in sys.modules]\n"
               "    print(end.code, loaded)\n")
     env = {**os.environ, "CORRAL_URL": cluster.url, "CORRAL_TOKEN": cluster.admin_token}
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60,

@@ -12,7 +12,7 @@ import pytest
 
 from corral.client.aio import AsyncClient
 from corral.client.discovery import discover
-from corral.client.errors import CorralError
+from corral.client.errors import CorralError, Unanswered
 from corral.client.http import Client, resendable
 from corral.core.backoff import failover_delay
 from corral.core.failover import Rotation, parse_urls
@@ -47,8 +47,8 @@ def test_the_failover_delay_doubles_with_jitter_up_to_its_cap():
 
 
 def test_only_requests_never_sent_reads_and_keyed_writes_are_resent():
-    refused = httpx.ConnectError("refused")
-    cut = httpx.ReadError("reset")
+    refused = Unanswered("refused", sent=False)
+    cut = Unanswered("reset", sent=True)
     assert resendable("POST", {}, refused)
     assert resendable("GET", {}, cut) and resendable("get", None, None)
     assert not resendable("POST", {}, cut) and not resendable("POST", {}, None)

@@ -18,7 +18,8 @@ import httpx
 from corral.client import functions, logs, plans, sse, teams
 from corral.client.bundle import TreeMemo, make_bundle
 from corral.client.errors import CorralError
-from corral.client.http import RESENT_STATUSES, checked, endpoint, message, tls_verification, try_again, unreachable
+from corral.client.http import RESENT_STATUSES, checked, endpoint, message, try_again, unreachable
+from corral.client.httpx_session import tls_verification, unanswered
 from corral.client.jobs import AsyncFunctionJob
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.relay import ExecResult, PortForwarder, Relay, capture_exec
@@ -74,7 +75,7 @@ class AsyncClient:
             try:
                 response = await self._http.request(method, url + path, **kwargs)
             except httpx.TransportError as failed:
-                error = failed
+                error = unanswered(failed)
             if not try_again(self._controllers, self._source, url, tries, method, kwargs, response, error):
                 return checked(response, ok)
 
@@ -107,7 +108,7 @@ class AsyncClient:
                     await response.aread()
                     if response.status_code in RESENT_STATUSES:
                         self._controllers.failed(url)
-                    raise CorralError(response.status_code, message(response))
+                    raise CorralError(response.status_code, message(response, path))
                 yield response
         except httpx.TransportError as error:
             self._controllers.failed(url)

@@ -22,6 +22,15 @@ class CorralError(Exception):
         return self.message
 
 
+class Unanswered(Exception):
+    """A request that got no answer: the controller unreachable, gone mid-way or too slow. `sent` is False when
+    the request never left (no connection), so that it may go to another controller whatever it was."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
 def format_detail(detail: object) -> str:
     """FastAPI's `detail`: a string, or for a 422 a list of pydantic errors, joined as `loc: msg`."""
     if isinstance(detail, list):
@@ -43,3 +52,4 @@ def _format_item(item: object) -> str:
     msg = str(item.get("msg", "invalid"))
     msg = msg.removeprefix("Value error, ")
     return f"{'.'.join(loc)}: {msg}" if loc else msg
+

@@ -11,25 +11,28 @@ from __future__ import annotations
 
 import itertools
 import os
-import ssl
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, closing, contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, overload
 
-import httpx
-
 from corral.client import logs, plans, sse, teams
 from corral.client.discovery import discover
-from corral.client.errors import CorralError, format_detail
+from corral.client.errors import CorralError, Unanswered, format_detail
+from corral.client.plain import PlainSession, plain_and_direct
 from corral.client.plans import Call, Item, NextLine, Open, Plan, Sleep, advance, returning
 from corral.client.sse import EVENTS_PATH, RECONNECTS, Event, follow_events
-from corral.client.transport import StdlibTransport, plain_and_direct
 from corral.core.failover import Rotation, parse_urls
 from corral.core.states import JobState
 
 if TYPE_CHECKING:  # the models, imported by the plans that read them: `corral jobs` loads no pydantic
+    import httpx
+
+    from corral.client.httpx_session import HttpxSession
+    from corral.client.plain import PlainResponse
+
+    Response = PlainResponse | httpx.Response
     from corral.client.jobs import FunctionJob
     from corral.client.relay import ExecResult, Relay
     from corral.core.spec import JobSpec, Resources, Workdir
@@ -63,14 +66,6 @@ def endpoint(url: str | None, token: str | None) -> tuple[Rotation, str | None, 
         raise CorralError(None, f"{error} (from {source})") from None
 
 
-def tls_verification(urls: list[str]) -> ssl.SSLContext | bool:
-    """True where an https:// controller is among them: httpx checks its certificate against the certificate
-    store. An http:// one speaks no TLS, so it gets a context that trusts nothing rather than a store loaded for
-    nothing (a tenth of a CLI command's start)."""
-    return True if any(url.startswith("https://") for url in urls) else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-
-
-NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 RESENT_STATUSES = frozenset({502, 503, 504})  # a proxy's or a controller's "not now": the next one may answer
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -79,7 +74,7 @@ def resendable(method: str, headers: Mapping[str, str] | None, error: Exception 
     """Whether a request that failed (`error`, or a RESENT_STATUSES answer when None) may go to another controller:
     one never sent may; else a read may, and a write only with an Idempotency-Key (a lost answer may hide a
     commit, which the key makes the controller answer again rather than do again)."""
-    if isinstance(error, NEVER_SENT):
+    if isinstance(error, Unanswered) and not error.sent:
         return True
     return method.upper() in READS or any(name.lower() == "idempotency-key" for name in headers or {})
 
@@ -93,7 +88,7 @@ def fail_over(controllers: Rotation, url: str, tries: int, method: str, headers:
 
 
 def try_again(controllers: Rotation, source: str, url: str, tries: int, method: str, kwargs: Mapping[str, Any],
-              response: httpx.Response | None, error: httpx.TransportError | None) -> bool:
+              response: Response | None, error: Unanswered | None) -> bool:
     """After one try of a request at `url`: whether to send it again, to the controller now in use (`fail_over`);
     False when `response` is its answer. No answer that may not go elsewhere raises `unreachable`."""
     if error is not None:
@@ -104,7 +99,7 @@ def try_again(controllers: Rotation, source: str, url: str, tries: int, method: 
                                                                   kwargs.get("headers"), None)
 
 
-def checked(response: httpx.Response, ok: Iterable[int]) -> httpx.Response:
+def checked(response: Response, ok: Iterable[int]) -> Response:
     """The answer, or a CorralError with the server's message for a status >= 400 not in `ok`."""
     if response.status_code >= 400 and response.status_code not in ok:
         raise CorralError(response.status_code, message(response), detail_of(response))
@@ -125,10 +120,13 @@ class Client:
                  transport: httpx.BaseTransport | None = None) -> None:
         self._controllers, self._token, self._source = endpoint(url, token)
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        self._http: PlainSession | HttpxSession
         if transport is None and plain_and_direct(self._controllers.urls):
-            transport = StdlibTransport()
-        self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport,
-                                  verify=tls_verification(self._controllers.urls))
+            self._http = PlainSession(headers, timeout)
+        else:
+            from corral.client.httpx_session import HttpxSession, tls_verification
+
+            self._http = HttpxSession(headers, timeout, transport, tls_verification(self._controllers.urls))
 
     @property
     def url(self) -> str:
@@ -153,40 +151,39 @@ class Client:
 
     # driving plans -----------------------------------------------------------------------
 
-    def request(self, method: str, path: str, *, ok: Iterable[int] = (), **kwargs: Any) -> httpx.Response:
+    def request(self, method: str, path: str, *, ok: Iterable[int] = (), **kwargs: Any) -> Response:
         """Send one request; any status >= 400 not in `ok` becomes a CorralError with the server's message. One that
         finds its controller away goes to the next one, when `resendable` allows."""
         for tries in itertools.count(1):
             url, response, error = self.url, None, None
             try:
                 response = self._http.request(method, url + path, **kwargs)
-            except httpx.TransportError as failed:
+            except Unanswered as failed:
                 error = failed
             if not try_again(self._controllers, self._source, url, tries, method, kwargs, response, error):
                 return checked(response, ok)
 
     @contextmanager
     def stream(self, method: str, path: str, read_timeout: float | None = None,
-               **kwargs: Any) -> Iterator[httpx.Response]:
+               **kwargs: Any) -> Iterator[Response]:
         """A response read as it arrives, with no read timeout unless given (streams stay quiet between events)."""
-        timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
         url = self.url
         try:
-            with self._http.stream(method, url + path, timeout=timeout, **kwargs) as response:
+            with self._http.stream(method, url + path, read_timeout, **kwargs) as response:
                 if response.status_code >= 400:
                     response.read()
                     if response.status_code in RESENT_STATUSES:
                         self._controllers.failed(url)
-                    raise CorralError(response.status_code, message(response))
+                    raise CorralError(response.status_code, message(response, path))
                 yield response
-        except httpx.TransportError as error:
+        except Unanswered as error:
             self._controllers.failed(url)
             raise unreachable(url, self._source, error) from None
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
 
-    def _send(self, call: Call) -> httpx.Response:
+    def _send(self, call: Call) -> Response:
         kwargs = dict(call.kwargs)
         if call.timeout is not None:
             kwargs["timeout"] = call.timeout
@@ -219,7 +216,7 @@ class Client:
                     url = self.url
                     try:
                         reply = next(lines, None) if lines is not None else None
-                    except httpx.TransportError as error:
+                    except Unanswered as error:
                         self._controllers.failed(url)
                         failure = unreachable(url, self._source, error)
                     if reply is None:
@@ -227,7 +224,7 @@ class Client:
                 else:
                     reply = self._step(step)
 
-    def _step(self, step: Call | Sleep) -> httpx.Response | None:
+    def _step(self, step: Call | Sleep) -> Response | None:
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
             return None
@@ -479,7 +476,7 @@ class Client:
         return digest
 
 
-def detail_of(response: httpx.Response) -> object:
+def detail_of(response: Response) -> object:
     """The server's `detail` (FastAPI's: a string, or for a 422 a list of pydantic errors); None if it sent none."""
     try:
         return response.json().get("detail")
@@ -487,8 +484,8 @@ def detail_of(response: httpx.Response) -> object:
         return None
 
 
-def message(response: httpx.Response) -> str:
-    """The server's `detail`, as a sentence; a 401 says where the token came from."""
+def message(response: Response, path: str = "") -> str:
+    """The server's `detail` for a request to `path`, as a sentence; a 401 says where the token came from."""
     detail = detail_of(response)
     if detail is None:
         detail = response.text.strip() or response.reason_phrase or f"HTTP {response.status_code}"
@@ -496,6 +493,6 @@ def message(response: httpx.Response) -> str:
     if response.status_code == 401:
         text = (f"authentication failed: {text} "
                 "(check CORRAL_TOKEN, `corral login`, or the data directory's cluster.json)")
-    elif response.status_code == 404 and response.request.url.path == EVENTS_PATH and detail == "Not Found":
+    elif response.status_code == 404 and path == EVENTS_PATH and detail == "Not Found":
         text = f"this controller has no event stream ({EVENTS_PATH}): {text}"
     return text

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from corral.client.plans import API, Call, Item, Plan, Sleep
 from corral.core.states import TASK_TERMINAL
+
+if TYPE_CHECKING:
+    from corral.client.http import Response
 
 TASK_CHECK_INTERVAL = 2.0  # how often a follower of a pinned attempt asks whether the task moved on
 
@@ -80,7 +81,7 @@ def follow_logs(job_id: int, task: int, stream: str, attempt: int | None, poll: 
         yield Sleep(poll)
 
 
-def _size(response: httpx.Response, default: int) -> int:
+def _size(response: Response, default: int) -> int:
     """The stored size; `default` when the controller did not say."""
     try:
         return int(response.headers["X-Corral-Log-Size"])

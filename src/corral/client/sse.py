@@ -47,7 +47,7 @@ class EventParser:
     6. one space after the colon is dropped; a line without a colon is a field with an empty value;
     7. a byte order mark before the first line is dropped.
 
-    Lines come split at CRLF, LF or CR (httpx's `iter_lines`); the dashboard's parser (static/app.js) splits
+    Lines come split at CRLF, LF or CR (the sessions' `iter_lines`); the dashboard's parser (static/app.js) splits
     and reads them by the same rules.
     """
 

@@ -1,4 +1,4 @@
-"""The client's stdlib transport (plain http://, no proxy) against a real HTTP server on a thread."""
+"""The client's plain session (http://, no proxy: http.client alone) against a real HTTP server on a thread."""
 
 import socket
 import threading
@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from corral.client.errors import CorralError
+from corral.client.errors import CorralError, Unanswered
 from corral.client.http import Client
-from corral.client.transport import StdlibTransport
+from corral.client.plain import PlainResponse, PlainSession, query_text
 from tests.cli.conftest import job_view
 from tests.cli.test_client import sse_event, waiting_controller
 
@@ -75,7 +75,7 @@ def jobs_controller(request):
 
 def test_a_plain_http_controller_is_reached_through_the_stdlib_over_one_connection():
     with serving(jobs_controller) as (url, connections), Client(url, "tok") as api:
-        assert isinstance(api._http._transport, StdlibTransport)
+        assert isinstance(api._http, PlainSession)
         assert [job["id"] for job in api.list_rows()] == [3, 2]
         assert api.submit({"command": ["true"]}, idempotency_key="K").id == 5
         with pytest.raises(CorralError, match="^no job 9$") as raised:
@@ -122,7 +122,63 @@ def test_a_reply_slower_than_the_timeout_is_a_clear_error():
 
 @pytest.mark.parametrize("url, variable", [("https://ctl:1", None), ("http://ctl:1", "HTTP_PROXY"),
                                            ("http://ctl:1", "no_proxy")])
-def test_https_or_a_proxy_variable_keeps_httpx_own_transport(url, variable, monkeypatch):
+def test_https_or_a_proxy_variable_goes_through_httpx(url, variable, monkeypatch):
     if variable:
         monkeypatch.setenv(variable, "http://proxy:3128")
-    assert not isinstance(Client(url, "tok")._http._transport, StdlibTransport)
+    assert not isinstance(Client(url, "tok")._http, PlainSession)
+
+
+class Chunks:
+    """A reply whose body arrives in the given chunks."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = list(chunks)
+
+    def read1(self, size: int) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+
+def test_lines_split_at_crlf_lf_or_cr_even_across_chunks_and_a_last_line_without_an_end_counts():
+    def lines(*chunks: bytes) -> list[str]:
+        response = PlainResponse.__new__(PlainResponse)
+        response._reply, response._release = Chunks(*chunks), lambda finished: None
+        return list(response.iter_lines())
+
+    assert lines(b"a\r\nb\nc\rd") == ["a", "b", "c", "d"]
+    assert lines(b"a\r", b"\nb\r", b"c\r", b"") == ["a", "b", "c"]  # a CRLF cut in two is one end
+    assert lines(b"\xc3", b"\xa9t\xc3\xa9\n\n") == ["\u00e9t\u00e9", ""]  # a character cut in two is one character
+
+
+def test_a_query_is_written_as_httpx_writes_it():
+    assert query_text({"state": ["PENDING", "RUNNING"], "follow": True, "all": False, "limit": 5, "wait": 1.5}) == \
+        "state=PENDING&state=RUNNING&follow=true&all=false&limit=5&wait=1.5"
+    assert query_text({"path": "/home/a b/ü"}) == "path=%2Fhome%2Fa+b%2F%C3%BC"
+
+
+def test_a_path_beyond_ascii_is_quoted_and_a_stream_let_go_mid_way_leaves_no_bytes_behind():
+    seen = []
+
+    def controller(request):
+        seen.append(request.url.raw_path)
+        if request.url.path == "/api/v1/events":
+            return httpx.Response(200, text="".join(sse_event(i, 3, "RUNNING") for i in range(1, 50)),
+                                  headers={"Content-Type": "text/event-stream"})
+        return jobs_controller(request)
+
+    with serving(controller) as (url, connections):
+        session = PlainSession({}, 5.0)
+        assert session.request("GET", url + "/api/v1/deployments/é").status_code == 404
+        assert seen[-1] == b"/api/v1/deployments/%C3%A9"
+        with session.stream("GET", url + "/api/v1/events", None) as response:
+            assert next(response.iter_lines()).startswith("id: 1")
+        assert [job["id"] for job in session.request("GET", url + "/api/v1/jobs").json()["items"]] == [3, 2]
+        session.close()
+    assert len(connections) == 2  # the stream's connection was closed, not used again
+
+
+def test_a_refused_connection_is_unanswered_and_never_sent():
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        with pytest.raises(Unanswered) as raised:
+            PlainSession({}, 5.0).request("POST", f"http://127.0.0.1:{unused.getsockname()[1]}/api/v1/jobs", json={})
+    assert raised.value.sent is False

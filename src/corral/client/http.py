@@ -30,10 +30,8 @@ if TYPE_CHECKING:  # the models, imported by the plans that read them: `corral j
     import httpx
 
     from corral.client.httpx_session import HttpxSession
-    from corral.client.plain import PlainResponse
-
-    Response = PlainResponse | httpx.Response
     from corral.client.jobs import FunctionJob
+    from corral.client.plain import PlainResponse
     from corral.client.relay import ExecResult, Relay
     from corral.core.spec import JobSpec, Resources, Workdir
     from corral.core.usage import UsageReport
@@ -50,6 +48,8 @@ if TYPE_CHECKING:  # the models, imported by the plans that read them: `corral j
         WorkerView,
     )
     from corral.core.what_if import WhatIfView
+
+    Response = PlainResponse | httpx.Response  # an answer, from either session
 
 
 def endpoint(url: str | None, token: str | None) -> tuple[Rotation, str | None, str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from corral.core.drain import Budgets, Member, drain_timeout, drain_verdict
+from corral.core.frozen import made
 from corral.core.lifecycle import (
     DERIVED,
     HandlerResult,
@@ -236,13 +237,9 @@ def pending_unit(target: Target, job: JobPlacement, request: Request, snapshot: 
     pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
     failed_on = snapshot.cluster.avoid
     avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else NOTHING
-    # The Unit the constructor makes, without the frozen dataclass's field-by-field assignment: a pass makes one per
-    # pending task, and the constructor costs three times this.
-    unit = object.__new__(Unit)
-    unit.__dict__.update(key=target.key, task_ids=pending, request=request, pool=job.pool, constraints=job.constraints,
-                         spread=job.spread, priority=job.priority, project=job.project, since=since, avoid=avoid,
-                         max_running=job.max_running)
-    return unit
+    return made(Unit, key=target.key, task_ids=pending, request=request, pool=job.pool, constraints=job.constraints,
+                spread=job.spread, priority=job.priority, project=job.project, since=since, avoid=avoid,
+                max_running=job.max_running)
 
 
 def task_request(job: JobPlacement, facts: JobFacts) -> Request:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from corral.core.config import Strategy
 from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
+from corral.core.frozen import made
 from corral.core.lifecycle import TargetKey
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
@@ -84,11 +85,8 @@ class Assignment:
 
 
 def assigned(task_id: int, worker_id: str, gpu_ids: tuple[int, ...]) -> Assignment:
-    """An Assignment equal to the one the constructor makes, made without the frozen dataclass's field-by-field
-    assignment: a pass makes one for every task it places (a forecast some ten thousand)."""
-    assignment = object.__new__(Assignment)
-    assignment.__dict__.update(task_id=task_id, worker_id=worker_id, gpu_ids=gpu_ids)
-    return assignment
+    """An Assignment, made as a pass makes one for every task it places (a forecast some ten thousand)."""
+    return made(Assignment, task_id=task_id, worker_id=worker_id, gpu_ids=gpu_ids)
 
 
 @dataclass

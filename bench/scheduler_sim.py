@@ -8,7 +8,9 @@ the targets and the cluster, then placing in memory) and the whole pass, which a
 every placement, its attempt and its history in one transaction. The decision is the
 fastest of three runs; its CPU seconds (and those of placing alone, over the capacity index the
 pass builds from what it read) are printed beside the wall time, since the wall time of a
-machine shared with other work also counts the neighbours.
+machine shared with other work also counts the neighbours. "kept cpu s": the least CPU of three
+decisions as the engine makes them after its first pass, over the capacity index one handler keeps
+(and the job specs it parsed once).
 
 The kept case: one pending job on 1,213 workers with 8,000 running tasks. The whole ScheduleJobs
 pass (read + decide + write) is timed with the capacity index kept across passes (brought up to
@@ -84,25 +86,27 @@ async def populate(store: Store, n_workers: int, n_pending: int) -> None:
         ])
 
 
-async def decide(store: Store) -> tuple[float, float, float, float, int]:
+async def decide(store: Store, keeping: ScheduleJobs | None = None) -> tuple[float, float, float, float, int]:
     """(seconds reading, seconds placing, CPU seconds of both, CPU seconds placing, placements) of one decision,
-    writing nothing. The collector is paused over it as run_handler pauses it over a placing run, whose objects
-    are gone when it runs again: its CPU seconds count the collection it was put off to."""
+    writing nothing: the cluster read afresh, or over the index `keeping` keeps (as the engine's passes after its
+    first). The collector is paused over it as run_handler pauses it over a placing run, whose objects are gone
+    when it runs again: its CPU seconds count the collection it was put off to."""
     cpu = time.process_time()
     with paused():
-        read, place, place_cpu, placed = await _decision(store)
+        read, place, place_cpu, placed = await _decision(store, keeping)
     return read, place, time.process_time() - cpu, place_cpu, placed
 
 
-async def _decision(store: Store) -> tuple[float, float, float, int]:
-    handler = ScheduleJobs()
+async def _decision(store: Store, keeping: ScheduleJobs | None) -> tuple[float, float, float, int]:
+    handler = keeping or ScheduleJobs()
     started = time.perf_counter()
     async with store.read() as connection:
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
                                  launcher_states=handler.launcher_states, limit=handler.batch_rows or BATCH_ROWS)
         targets, job_info, _ = _targets(rows, handler)
         snapshot = Snapshot(NOW, {job_id: info.facts for job_id, info in job_info.items()})
-        snapshot.cluster = await read_cluster(connection)
+        snapshot.cluster = await (read_cluster(connection, handler.kept, job_info.keys()) if keeping
+                                  else read_cluster(connection))
     read = time.perf_counter() - started
     started, placing = time.perf_counter(), time.process_time()
     decision = handler.execute(targets, snapshot)
@@ -119,13 +123,15 @@ async def one(n_workers: int, n_pending: int, tmp: Path) -> dict:
         # slower runs measure the neighbours (as timeit does).
         runs = [await decide(store) for _ in range(REPEATS)]
         read, place, cpu, place_cpu, placed = min(runs, key=lambda r: r[0] + r[1])
+        keeping = ScheduleJobs()  # its first decision builds the index it keeps; the others bring it up to date
+        kept_cpu = min(run[2] for run in [await decide(store, keeping) for _ in range(REPEATS + 1)][1:])
         started = time.perf_counter()
         report = await run_handler(store, ScheduleJobs(), NOW)
         whole = time.perf_counter() - started
         assigned = sum(1 for o in report.outcomes if o.result == "SUCCESS")
         assert assigned == placed, (assigned, placed)
         return dict(workers=n_workers, pending=n_pending, read=read, place=place, decide=read + place, cpu=cpu,
-                    place_cpu=place_cpu, pass_=whole, placed=placed)
+                    place_cpu=place_cpu, kept_cpu=kept_cpu, pass_=whole, placed=placed)
     finally:
         await store.close()
 
@@ -203,10 +209,12 @@ async def kept_case(tmp: Path) -> None:
 
 def table(results: list[dict]) -> str:
     lines = [f"{'pending':>8} {'workers':>8} {'placed':>7} {'read s':>8} {'place s':>8} {'decide s':>9} "
-             f"{'cpu s':>7} {'place cpu s':>12} {'pass s':>8} {'placed/s (decide)':>18} {'placed/s (pass)':>16}"]
+             f"{'cpu s':>7} {'place cpu s':>12} {'kept cpu s':>11} {'pass s':>8} {'placed/s (decide)':>18} "
+             f"{'placed/s (pass)':>16}"]
     for r in results:
         lines.append(f"{r['pending']:>8} {r['workers']:>8} {r['placed']:>7} {r['read']:>8.3f} {r['place']:>8.3f} "
-                     f"{r['decide']:>9.3f} {r['cpu']:>7.3f} {r['place_cpu']:>12.3f} {r['pass_']:>8.3f} "
+                     f"{r['decide']:>9.3f} {r['cpu']:>7.3f} {r['place_cpu']:>12.3f} {r['kept_cpu']:>11.3f} "
+                     f"{r['pass_']:>8.3f} "
                      f"{r['placed'] / r['decide']:>18.0f} "
                      f"{r['placed'] / r['pass_']:>16.0f}")
     return "\n".join(lines)
@@ -228,7 +236,8 @@ async def main(pending: tuple[int, ...], worker_counts: tuple[int, ...], kept_on
     if goal is not None:
         verdict = {True: "met", False: "MISSED"}
         print(f"target: 10k pending on 1k workers decided within {TARGET[2]:g}s: "
-              f"{goal['cpu']:.3f}s CPU ({verdict[goal['cpu'] < TARGET[2]]}; placing alone {goal['place_cpu']:.3f}s), "
+              f"{goal['cpu']:.3f}s CPU ({verdict[goal['cpu'] < TARGET[2]]}; placing alone {goal['place_cpu']:.3f}s; "
+              f"over a kept index {goal['kept_cpu']:.3f}s, {verdict[goal['kept_cpu'] < TARGET[2]]}), "
               f"{goal['decide']:.3f}s wall ({verdict[goal['decide'] < TARGET[2]]}, load {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} cores)")
     for n_workers in worker_counts:

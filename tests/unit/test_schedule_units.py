@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 
 from corral.core.constraints import parse_constraint
 from corral.core.lifecycle import Target, TaskView
 from corral.core.states import TaskState
-from corral.engine.handlers import JobFacts, Snapshot, pending_unit
-from corral.scheduling.placement import Request, Unit
+from corral.engine.handlers import JobFacts, ScheduleJobs, Snapshot, pending_unit
+from corral.scheduling.placement import Request, Unit, place_over
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement
 
 REQUEST = Request(2.0, 2**30, 1)
@@ -33,3 +35,23 @@ def test_a_task_of_an_independent_job_is_a_unit_of_its_own():
     target = Target(8, False, "PENDING", 5.0, 0, (TaskView(21, 3, TaskState.PENDING),))
     made = pending_unit(target, JobPlacement(), REQUEST, Snapshot(9.0), 5.0)
     assert made == Unit((8, 21), (21,), REQUEST, since=5.0)
+
+
+def test_a_one_task_target_whose_task_is_not_pending_offers_no_task():
+    target = Target(8, False, "PENDING", 5.0, 0, (TaskView(21, 3, TaskState.ASSIGNED),))
+    assert pending_unit(target, JobPlacement(), REQUEST, Snapshot(9.0), 5.0).task_ids == ()
+
+
+def test_equal_requests_of_many_jobs_are_offered_as_one_object():
+    """Placement tells a run of alike tasks by identity before it compares requests field by field."""
+    targets = [Target(job, False, "PENDING", 5.0, 0, (TaskView(10 * job + i, i, TaskState.PENDING),))
+               for job in (1, 2, 3) for i in range(2)]
+    facts = {1: JobFacts(Request(2.0, 2**30, 1), 0, None), 2: JobFacts(Request(2.0, 2**30, 1), 0, None),
+             3: JobFacts(Request(1.0, 2**30, 1), 0, None)}
+    snapshot = Snapshot(9.0, facts, ClusterSnapshot(jobs={job: JobPlacement() for job in facts}))
+    with patch("corral.engine.handlers.place_over", wraps=place_over) as placing:
+        ScheduleJobs().execute(targets, snapshot)
+    units = placing.call_args.args[0]
+    assert [unit.key for unit in units] == [target.key for target in targets]
+    assert units[0].request is units[1].request is units[2].request is units[3].request
+    assert units[4].request is not units[0].request and units[4].request == Request(1.0, 2**30, 1)

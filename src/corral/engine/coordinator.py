@@ -25,6 +25,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING
 
 from corral.core.collector import paused
+from corral.core.frozen import made
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import (
@@ -243,15 +244,19 @@ def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dic
                          _launcher(first) if handler.launcher_states else None)
         job_info[job_id] = _Job(JobState(first.job_state), first.gang, facts, first.pending_reason, first.outcome,
                                 first.cancelled)
-        views = [TaskView(r.id, r.index, TASK_STATES[r.state], r.worker_id, r.failures, r.preemptions) for r in group]
+        # Views and targets made without the frozen dataclasses' constructors: a placing run makes one of each per
+        # pending task, and the constructors cost twice this.
+        views = [made(TaskView, id=r.id, index=r.index, state=TASK_STATES[r.state], worker_id=r.worker_id,
+                      failures=r.failures, preemptions=r.preemptions) for r in group]
         whole = first.job_state in handler.job_states and (first.gang or not handler.gang_only)
+        timeout = handler.timeout(facts)
         if whole:
-            targets.append(Target(job_id, True, first.job_state, first.job_since, first.job_tries,
-                                  tuple(views), handler.timeout(facts)))
+            targets.append(made(Target, job_id=job_id, whole_job=True, state=first.job_state, since=first.job_since,
+                                tries=first.job_tries, tasks=tuple(views), timeout=timeout))
             continue
         for row, view in zip(group, views, strict=True):
-            targets.append(Target(job_id, False, row.state, row.state_since, row.tries, (view,),
-                                  handler.timeout(facts)))
+            targets.append(made(Target, job_id=job_id, whole_job=False, state=row.state, since=row.state_since,
+                                tries=row.tries, tasks=(view,), timeout=timeout))
     return targets, job_info, task_rows
 
 

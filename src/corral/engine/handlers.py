@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from corral.core.drain import Budgets, Member, drain_timeout, drain_verdict
+from corral.core.frozen import made
 from corral.core.lifecycle import (
     DERIVED,
     HandlerResult,
@@ -171,29 +172,31 @@ class ScheduleJobs(Handler):
         waits: dict = {}
         units: list[Unit] = []
         since: dict = {}
-        requests: dict[int, Request] = {}
-        last_job, job, held_back = None, NO_FACTS, None
+        requests: dict[Request, Request] = {}  # placement tells alike tasks apart by identity before it compares
+        last_job, job, held_back, request = None, NO_FACTS, None, None
         for target in targets:
-            if target.job_id != last_job:  # a job's targets come in a row: its facts and gate are found once
+            key = target.key
+            if target.job_id != last_job:  # a job's targets come in a row: its facts, gate and request are found once
                 last_job = target.job_id
                 job = cluster.jobs.get(last_job, NO_FACTS)
                 held_back = gate(job, cluster.dependencies, now)
+                request = None
             if isinstance(held_back, DependencyFailed):
                 decision.effects.append(Doom(target.job_id, held_back.sentence()))
                 continue
             if held_back is not None:
-                waits[target.key] = held_back
+                waits[key] = held_back
                 continue
-            since[target.key] = eligible_since(job, cluster.dependencies, target.since)
-            if target.job_id not in requests:  # one per job: its units share it, and its hash
-                requests[target.job_id] = task_request(job, snapshot.jobs[target.job_id])
-            units.append(pending_unit(target, job, requests[target.job_id], snapshot, since[target.key]))
-        for unit in units:
-            self._count(unit)
+            since[key] = eligible_since(job, cluster.dependencies, target.since)
+            if request is None:  # one per job, its units share it; equal requests of many jobs are one object
+                request = task_request(job, snapshot.jobs[last_job])
+                request = requests.setdefault(request, request)
+            units.append(pending_unit(target, job, request, snapshot, since[key]))
+        self._count(units)
         placement = place_over(units, cluster.capacity(), policy=cluster.policy, now=now, mixes=self.mixes)
         waits.update(placement.waiting)
         decision.result.successes = list(placement.assignments)
-        decision.effects += [Place(key[0], a.task_id, a.worker_id, a.gpu_ids)
+        decision.effects += [made(Place, job_id=key[0], task_id=a.task_id, worker_id=a.worker_id, gpu_ids=a.gpu_ids)
                              for key, placed in placement.assignments.items() for a in placed]
         sentences: dict[int, str] = {}  # units blocked alike share one reason: format it once
         for key, reason in waits.items():
@@ -218,14 +221,16 @@ class ScheduleJobs(Handler):
                 log.info("gang placed job=%s epoch=%s gang_size=%d", target.job_id,
                          snapshot.jobs[target.job_id].preemption_epoch, len(target.tasks))
 
-    def _count(self, unit: Unit) -> None:
-        """Add a unit to its pool's request mix the first time a pass sees it."""
-        if unit.key in self.counted:
-            return
-        self.counted[unit.key] = None
-        if len(self.counted) > self.remembered_units:
-            del self.counted[next(iter(self.counted))]
-        self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
+    def _count(self, units: list[Unit]) -> None:
+        """Add each unit to its pool's request mix the first time a pass sees it."""
+        counted = self.counted
+        for unit in units:
+            if unit.key in counted:
+                continue
+            counted[unit.key] = None
+            if len(counted) > self.remembered_units:
+                del counted[next(iter(counted))]
+            self.mixes[unit.pool].add(unit.request, unit.constraints, len(unit.task_ids))
 
 
 NOTHING: frozenset[str] = frozenset()
@@ -233,16 +238,16 @@ NOTHING: frozenset[str] = frozenset()
 
 def pending_unit(target: Target, job: JobPlacement, request: Request, snapshot: Snapshot, since: float) -> Unit:
     """What placement is offered of a target of ScheduleJobs: its pending tasks, a gang whole."""
-    pending = tuple(task.id for task in target.tasks if task.state is T.PENDING)
+    tasks = target.tasks
+    if len(tasks) == 1:  # a task of an independent job, most of a large pass: no generator made for it
+        pending = (tasks[0].id,) if tasks[0].state is T.PENDING else ()
+    else:
+        pending = tuple(task.id for task in tasks if task.state is T.PENDING)
     failed_on = snapshot.cluster.avoid
     avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else NOTHING
-    # The Unit the constructor makes, without the frozen dataclass's field-by-field assignment: a pass makes one per
-    # pending task, and the constructor costs three times this.
-    unit = object.__new__(Unit)
-    unit.__dict__.update(key=target.key, task_ids=pending, request=request, pool=job.pool, constraints=job.constraints,
-                         spread=job.spread, priority=job.priority, project=job.project, since=since, avoid=avoid,
-                         max_running=job.max_running)
-    return unit
+    return made(Unit, key=target.key, task_ids=pending, request=request, pool=job.pool, constraints=job.constraints,
+                spread=job.spread, priority=job.priority, project=job.project, since=since, avoid=avoid,
+                max_running=job.max_running)
 
 
 def task_request(job: JobPlacement, facts: JobFacts) -> Request:

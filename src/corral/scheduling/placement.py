@@ -21,12 +21,14 @@ No I/O happens here. The pass reads top to bottom as a person would explain it. 
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from corral.core.config import Strategy
 from corral.core.constraints import IMPLICIT, AnyConstraint, PythonConstraint, SharedDirectory
+from corral.core.frozen import made
 from corral.core.lifecycle import TargetKey
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
@@ -84,11 +86,8 @@ class Assignment:
 
 
 def assigned(task_id: int, worker_id: str, gpu_ids: tuple[int, ...]) -> Assignment:
-    """An Assignment equal to the one the constructor makes, made without the frozen dataclass's field-by-field
-    assignment: a pass makes one for every task it places (a forecast some ten thousand)."""
-    assignment = object.__new__(Assignment)
-    assignment.__dict__.update(task_id=task_id, worker_id=worker_id, gpu_ids=gpu_ids)
-    return assignment
+    """An Assignment, made as a pass makes one for every task it places (a forecast some ten thousand)."""
+    return made(Assignment, task_id=task_id, worker_id=worker_id, gpu_ids=gpu_ids)
 
 
 @dataclass
@@ -115,6 +114,17 @@ def place_over(units: Sequence[Unit], index: CapacityIndex, *, policy: Policy | 
     return _Pass(index, policy or Policy(), now, mixes or {}).run(units)
 
 
+class _Alike(NamedTuple):
+    """The kind (pool, constraints, request) of the task the last offer placed, the group it chose from and the pool's
+    strategy: a task of this kind is placed by choosing there and nothing else."""
+
+    pool: str
+    constraints: tuple[AnyConstraint, ...]
+    request: Request
+    group: Group
+    strategy: Strategy
+
+
 class _Pass:
     def __init__(self, index: CapacityIndex, policy: Policy, now: float, mixes: Mapping[str, RequestMix]) -> None:
         self.index = index
@@ -135,8 +145,8 @@ class _Pass:
         self.evicted_jobs: set[int] = set()
         self.reserved_for: dict[tuple, int] = {}  # one reservation per kind of unit: the first in order
         self.strategies: dict[str, Strategy] = {}
-        self.placed_of: Counter[int] = Counter()  # job -> its tasks placed in this pass (beside those the index holds)
-        self.alike: tuple[tuple, Group] | None = None  # (kind, group) of the last offer, when it placed one task
+        self.placed_of: dict[int, int] = {}  # job -> its tasks placed in this pass (beside those the index holds)
+        self.alike: _Alike | None = None  # the last offer's kind and where it chose, when it placed one task
 
     def run(self, units: Sequence[Unit]) -> Placement:
         by_pool: dict[str, list[Unit]] = defaultdict(list)
@@ -164,12 +174,12 @@ class _Pass:
     def _offer(self, unit: Unit, pool_policy: PoolPolicy) -> Reason | None:
         # A task alike the one placed by the offer just before passes every check that one passed (a kind is
         # blocked only by a failed offer, and nothing failed since): only the choice of worker is left.
-        if self.alike is not None and self.alike[0] == (unit.pool, unit.constraints, unit.request) \
-                and self._checks_nothing(unit):
-            request = self.alike[0][2]  # equal to the unit's, and the same object for every task of the run
-            i = self.book.choose(self.alike[1], request, self.strategies[unit.pool])
+        alike = self.alike
+        if alike is not None and (unit.request is alike.request or unit.request == alike.request) \
+                and unit.pool == alike.pool and unit.constraints == alike.constraints and self._checks_nothing(unit):
+            i = self.book.choose(alike.group, alike.request, alike.strategy)
             if i is not None:
-                gpu_ids = tuple(self.book.take(i, request))
+                gpu_ids = tuple(self.book.take(i, alike.request))
                 self._placed(unit, [assigned(unit.task_ids[0], self.book.rooms[i].id, gpu_ids)])
                 return None
         self.alike = None
@@ -183,7 +193,7 @@ class _Pass:
                 return reason
         # 2. The job's own cap, then quota.
         if unit.max_running is not None:
-            holding = self.index.tasks_of_job.get(unit.job_id, 0) + self.placed_of[unit.job_id]
+            holding = self.index.tasks_of_job.get(unit.job_id, 0) + self.placed_of.get(unit.job_id, 0)
             if holding + len(unit.task_ids) > unit.max_running:
                 return AtMostRunning(holding, unit.max_running)
         over = self._over_quota(unit)
@@ -206,7 +216,7 @@ class _Pass:
         if assignments is not None:
             self._placed(unit, assignments)
             if self._checks_nothing(unit):
-                self.alike = ((unit.pool, unit.constraints, unit.request), group)
+                self.alike = _Alike(unit.pool, unit.constraints, unit.request, group, self.strategies[unit.pool])
             return None
         # 5. It waits; those behind it go on.
         reason = self._no_room(unit, group, placeable)
@@ -216,7 +226,8 @@ class _Pass:
 
     def _placed(self, unit: Unit, assignments: list[Assignment]) -> None:
         self.result.assignments[unit.key] = assignments
-        self.placed_of[unit.job_id] += len(unit.task_ids)
+        job_id = unit.key[0]
+        self.placed_of[job_id] = self.placed_of.get(job_id, 0) + len(unit.task_ids)
         if unit.project in self.policy.quotas:
             for resource, amount in unit.request.amounts(len(unit.task_ids)).items():
                 self.quota_use[unit.project][resource] += amount

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
+from corral.core.frozen import made
 from corral.scheduling.policy import DEFAULT_PROJECT
 from corral.scheduling.rooms import Request, WorkerRoom
 
@@ -41,13 +42,9 @@ class RunningTask:
 
 def placed_task(task_id: int, job_id: int, worker_id: str, request: Request, gpu_ids: tuple[int, ...], priority: int,
                 project: str, since: float, gang: bool) -> RunningTask:
-    """A RunningTask just placed, equal to the one the constructor makes, made without the frozen dataclass's
-    field-by-field assignment: a forecast makes one for every task it places, and the constructor costs three times
-    this."""
-    task = object.__new__(RunningTask)
-    task.__dict__.update(task_id=task_id, job_id=job_id, worker_id=worker_id, request=request, gpu_ids=gpu_ids,
-                         priority=priority, project=project, since=since, gang=gang, stopping=False)
-    return task
+    """A RunningTask just placed, made as a forecast makes one for every task it places."""
+    return made(RunningTask, task_id=task_id, job_id=job_id, worker_id=worker_id, request=request, gpu_ids=gpu_ids,
+                priority=priority, project=project, since=since, gang=gang, stopping=False)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ from corral.controller.webhooks import Webhooks
 from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.estimates import Estimator
 from corral.engine.loop import Engine, WorkerSignals
-from corral.engine.reports import SeenMarks
+from corral.engine.reports import SeenMarks, ingest_group
 from corral.metrics import CLUSTER, exposition
 from corral.serving import proxy
 from corral.serving.access import StorePeople
@@ -131,6 +131,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
             seen=SeenMarks(store), quiet=QuietPolls(), submissions=GroupedWrites(store),
+            reports=GroupedWrites(store, ingest_group),
             submit_settings=SubmitSettings(), logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,

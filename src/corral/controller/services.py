@@ -24,7 +24,7 @@ from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
 from corral.core.retry_policy import RetryPolicy
 from corral.engine.loop import Engine, WorkerSignals
-from corral.engine.reports import SeenMarks
+from corral.engine.reports import Heartbeat, SeenMarks
 from corral.engine.serving_loop import ServingEngine
 from corral.serving.access import StorePeople
 from corral.serving.router import Router
@@ -41,6 +41,7 @@ class Services:
     seen: SeenMarks  # the heartbeats that carry nothing else, marked together
     quiet: QuietPolls  # the workers answered with no orders and not rung since: their polls skip the read
     submissions: GroupedWrites  # the jobs submitted by concurrent calls, committed together
+    reports: GroupedWrites[Heartbeat]  # the heartbeats with reports that come while one group is written: the next
     submit_settings: SubmitSettings  # pool policies and retry defaults, kept until the admin API changes them
     engine: Engine
     logs: LogFiles

@@ -22,10 +22,17 @@ from corral.core.roles import Action
 from corral.core.spec import MAX_GPU
 from corral.core.views import DeviceTask, DeviceView, WorkerView
 from corral.core.wire import MAX_COUNT, Text
-from corral.engine.reports import Refused, UnknownWorker, ingest_heartbeat, record_refusal, register_worker
+from corral.engine.reports import (
+    Heartbeat,
+    Ingested,
+    Refused,
+    UnknownWorker,
+    record_refusal,
+    register_worker,
+)
 from corral.metrics import HEARTBEAT_SECONDS
 from corral.scheduling.rooms import SHARES, gpu_share
-from corral.store.changes import ChangeSet, StaleWrite
+from corral.store.changes import StaleWrite
 from corral.store.workers import GpuHolder, Held, gpu_holders, held_by_worker, worker_rows
 from corral.waiting import woken
 
@@ -47,15 +54,13 @@ clock = time.monotonic  # when a long poll is answered by (a test moves it on)
 FENCED_TRIES = 3  # a heartbeat another controller's commit fenced off is applied again, on what that one wrote
 
 
-async def _ingest(services: Services, worker_id: str, body: HeartbeatRequest) -> ChangeSet:
-    """Apply the heartbeat's reports in one transaction. With several controllers, one of theirs may commit a move
-    of the same rows first (StaleWrite): the reports are applied again over what it committed; a 503 after
-    FENCED_TRIES, which the worker resends."""
+async def _ingest(services: Services, heartbeat: Heartbeat) -> Ingested:
+    """Apply the heartbeat's reports, in one transaction with those of others that came meanwhile. With several
+    controllers, one of theirs may commit a move of the same rows first (StaleWrite): the reports are applied again
+    over what it committed; a 503 after FENCED_TRIES, which the worker resends."""
     for tries in itertools.count(1):
         try:
-            async with services.store.write() as connection:
-                return await ingest_heartbeat(connection, worker_id, body.reports, time.time(), gpus=body.gpus,
-                                              environments=body.environments, pythons=body.pythons)
+            return await services.reports.write(heartbeat)
         except StaleWrite as error:
             if tries == FENCED_TRIES:
                 raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
@@ -92,10 +97,11 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             if body.only_liveness:
                 await services.seen.seen(worker_id)
             else:
-                changes = await _ingest(services, worker_id, body)
-                if not changes.empty:
+                ingested = await _ingest(services, Heartbeat(worker_id, body.reports, body.environments,
+                                                             body.pythons, body.gpus))
+                if not ingested.changes.empty:
                     services.engine.wake()
-                    services.signals.notify(changes.touched_workers - {worker_id})
+                    services.signals.notify(ingested.changes.touched_workers - ingested.reporters)
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None

@@ -38,7 +38,7 @@ def heartbeat(task, *states: str, **facts) -> Heartbeat:
 
 def counted_statements(store) -> list[str]:
     statements: list[str] = []
-    event.listen(store.engine.sync_engine, "before_cursor_execute",
+    event.listen(store.writer.sync_engine, "before_cursor_execute",
                  lambda _c, _cursor, statement, *_rest: statements.append(statement))
     return statements
 

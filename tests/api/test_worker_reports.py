@@ -128,13 +128,13 @@ async def test_a_long_poll_is_answered_by_its_wait_counted_from_its_arrival(api,
 def counted_reads(monkeypatch) -> list[str]:
     """The workers whose orders the heartbeats read, in order."""
     reads: list[str] = []
-    read = workers_api.orders_for
+    read = orders.orders_of
 
-    async def counted(connection, worker_id, *args):
-        reads.append(worker_id)
-        return await read(connection, worker_id, *args)
+    async def counted(connection, worker_ids, *args):
+        reads.extend(worker_ids)
+        return await read(connection, worker_ids, *args)
 
-    monkeypatch.setattr(workers_api, "orders_for", counted)
+    monkeypatch.setattr(orders, "orders_of", counted)
     return reads
 
 

@@ -1,6 +1,6 @@
 """Report heartbeats that come together are applied together: one transaction and one set of statements for all
 of them, each still answered only once its reports are committed, and one refused (or of a worker unknown) failing
-alone."""
+alone; the orders they are answered with are read together too."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import event, select
 
 from corral.controller.grouped_writes import GroupedWrites
+from corral.controller.orders import OrderReads
 from corral.core.protocol import TaskReport
 from corral.core.states import Fact
 from corral.engine.reports import Heartbeat, Refused, UnknownWorker, ingest_group, ingest_heartbeats
@@ -93,6 +94,23 @@ async def test_facts_sent_in_a_group_reach_their_workers_rows(store):
         seen = dict((await connection.execute(select(workers.c.id, workers.c.last_heartbeat))).all())
     assert found[tasks[0].worker_id] == ["3.12"] and not found[tasks[1].worker_id]
     assert seen[tasks[0].worker_id] == seen[tasks[1].worker_id] == NOW + 1
+
+
+async def test_orders_read_together_are_each_worker_s_own(store):
+    _, tasks = await placed(store)
+    opened = []
+    read = store.read
+
+    def counted_read(*args, **kwargs):
+        opened.append(1)
+        return read(*args, **kwargs)
+
+    store.read = counted_read
+    reads = OrderReads(store)
+    answers = await asyncio.wait_for(asyncio.gather(*(reads.read(task.worker_id, None) for task in tasks)), 30)
+    assert len(opened) < len(tasks)
+    assert [[(order.action, order.task_id) for order in answer] for answer in answers] == \
+        [[("build", task.id)] for task in tasks]
 
 
 @pytest.fixture(autouse=True)

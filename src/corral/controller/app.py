@@ -7,6 +7,7 @@ import contextlib
 import gc
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -43,8 +44,9 @@ from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.grouped_writes import GroupedWrites
+from corral.controller.job_tokens import mint
 from corral.controller.log_retention import prune_logs_loop
-from corral.controller.orders import QuietPolls
+from corral.controller.orders import OrderReads, QuietPolls
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
 from corral.controller.registry import Registry
@@ -130,7 +132,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
-            seen=SeenMarks(store), quiet=QuietPolls(), submissions=GroupedWrites(store),
+            seen=SeenMarks(store), quiet=QuietPolls(),
+            orders=OrderReads(store, partial(mint, tokens.admin)), submissions=GroupedWrites(store),
             reports=GroupedWrites(store, ingest_group),
             submit_settings=SubmitSettings(), logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),

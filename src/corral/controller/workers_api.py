@@ -13,8 +13,6 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, sta
 from corral.controller.auth import require_worker
 from corral.controller.files import MAX_OFFSET, Stream
 from corral.controller.identity import allow
-from corral.controller.job_tokens import mint
-from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
 from corral.controller.services import Services, services_of
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, Order, RegisterReply, RegisterRequest
@@ -77,18 +75,15 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
     services = services_of(request)
     signal = services.signals.event(worker_id)
 
-    def job_token(job_id: int) -> str:
-        return mint(services.tokens.admin, job_id)
-
     def relays_after() -> float | None:
         if not services.relays.awaited_by(worker_id):
             return None
         return time.time() - services.settings.relay_connect_timeout
 
     async def current_orders() -> list[Order]:
-        """Read after the reports are committed, outside the one writer's lock: orders are derived, not written."""
-        async with services.store.read() as connection:
-            return await orders_for(connection, worker_id, job_token, relays_after())
+        """Read after the reports are committed, outside the one writer's lock (orders are derived, not written),
+        with other heartbeats' reads that come meanwhile (OrderReads)."""
+        return await services.orders.read(worker_id, relays_after())
 
     poll = services.quiet.begin(worker_id, signal.is_set())
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait

@@ -82,7 +82,8 @@ async def test_a_heartbeat_fenced_off_by_another_controllers_commit_is_applied_a
     """With several controllers, another's commit may move the heartbeat's rows first (StaleWrite): the reports are
     applied again over what it wrote; after FENCED_TRIES the worker is told to send the heartbeat again (503)."""
     fenced = {"left": 1}
-    ingest = workers_api.ingest_heartbeat
+    reports = api.app.state.services.reports
+    ingest = reports.write_group
 
     async def fenced_off_first(*args, **kwargs):
         if fenced["left"]:
@@ -90,7 +91,7 @@ async def test_a_heartbeat_fenced_off_by_another_controllers_commit_is_applied_a
             raise StaleWrite("tasks: rows [1] changed under us")
         return await ingest(*args, **kwargs)
 
-    monkeypatch.setattr(workers_api, "ingest_heartbeat", fenced_off_first)
+    monkeypatch.setattr(reports, "write_group", fenced_off_first)
     async with api.as_("join-token") as worker:
         job_id, worker_id, order = await _setup(api, worker)
         applied = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat",
@@ -127,13 +128,13 @@ async def test_a_long_poll_is_answered_by_its_wait_counted_from_its_arrival(api,
 def counted_reads(monkeypatch) -> list[str]:
     """The workers whose orders the heartbeats read, in order."""
     reads: list[str] = []
-    read = workers_api.orders_for
+    read = orders.orders_of
 
-    async def counted(connection, worker_id, *args):
-        reads.append(worker_id)
-        return await read(connection, worker_id, *args)
+    async def counted(connection, worker_ids, *args):
+        reads.extend(worker_ids)
+        return await read(connection, worker_ids, *args)
 
-    monkeypatch.setattr(workers_api, "orders_for", counted)
+    monkeypatch.setattr(orders, "orders_of", counted)
     return reads
 
 

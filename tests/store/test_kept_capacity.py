@@ -140,7 +140,7 @@ async def test_the_capacity_fence_takes_the_placement_facts_it_is_kept_and_reads
         await handler.kept.facts(connection, [late], {})  # as the next run's cluster read does for its targets
     statements: list[str] = []
     listen = lambda *args: statements.append(args[2])  # noqa: E731
-    event.listen(store.engine.sync_engine, "before_cursor_execute", listen)
+    event.listen(store.writer.sync_engine, "before_cursor_execute", listen)
     try:
         for kept in (handler.kept, None):
             statements.clear()
@@ -157,5 +157,5 @@ async def test_the_capacity_fence_takes_the_placement_facts_it_is_kept_and_reads
             read_jobs = [s for s in statements if s.lstrip().startswith("SELECT") and "FROM jobs" in s]
             assert len(read_jobs) == (0 if kept else 1), read_jobs  # the licence it holds is counted either way
     finally:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", listen)
+        event.remove(store.writer.sync_engine, "before_cursor_execute", listen)
     assert [t.state for t in await job_tasks(store, held)] == ["ASSIGNED"]

@@ -69,7 +69,7 @@ async def test_a_page_of_jobs_escapes_the_name_and_tells_whether_more_follow(sto
 async def test_orders_read_the_workers_tasks_and_the_gangs_master(store):
     worker, gang, _ = await cluster(store)
     async with store.read() as connection:
-        rows = await ordered_tasks(connection, worker)
+        rows = await ordered_tasks(connection, [worker])
         masters = await gang_masters(connection, {gang})
         assert await gang_masters(connection, set()) == {}
     assert [(r.job_id, r.index, r.state, r.gang) for r in rows] == [(gang, 0, "ASSIGNED", True),

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -43,8 +44,9 @@ from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.grouped_writes import GroupedWrites
+from corral.controller.job_tokens import mint
 from corral.controller.log_retention import prune_logs_loop
-from corral.controller.orders import QuietPolls
+from corral.controller.orders import OrderReads, QuietPolls
 from corral.controller.overview import summarize
 from corral.controller.params import refuse_invalid
 from corral.controller.registry import Registry
@@ -66,7 +68,7 @@ from corral.controller.webhooks import Webhooks
 from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.estimates import Estimator
 from corral.engine.loop import Engine, WorkerSignals
-from corral.engine.reports import SeenMarks
+from corral.engine.reports import SeenMarks, ingest_group
 from corral.metrics import CLUSTER, exposition
 from corral.serving import proxy
 from corral.serving.access import StorePeople
@@ -130,7 +132,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
-            seen=SeenMarks(store), quiet=QuietPolls(), submissions=GroupedWrites(store),
+            seen=SeenMarks(store), quiet=QuietPolls(),
+            orders=OrderReads(store, partial(mint, tokens.admin)), submissions=GroupedWrites(store),
+            reports=GroupedWrites(store, ingest_group),
             submit_settings=SubmitSettings(), logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,

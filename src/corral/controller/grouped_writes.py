@@ -2,34 +2,45 @@
 transaction is being written go in the next, one transaction and one commit for them all, rather than one each,
 queued one by one behind the single writer. Each call is answered only once its own write is committed; a write
 that fails fails alone: when a group's transaction fails, each of its writes is tried again in its own.
+
+A call's write is a function of the transaction's connection, by default; with `write_group` it is any item,
+and the group's items are written by one call of it (the worker reports: one set of statements for them all).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from corral.store.store import Store
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-T = TypeVar("T")
+Item = TypeVar("Item")
 Write = Callable[["AsyncConnection"], Awaitable[Any]]
+WriteGroup = Callable[["AsyncConnection", list[Item]], Awaitable[list[Any]]]
 
 
-class GroupedWrites:
-    def __init__(self, store: Store) -> None:
+async def _each(connection: AsyncConnection, writes: list[Write]) -> list[Any]:
+    """The writes run one after the other in the transaction: what each returns."""
+    return [await write(connection) for write in writes]
+
+
+class GroupedWrites(Generic[Item]):
+    def __init__(self, store: Store, write_group: WriteGroup[Item] = _each) -> None:
+        """`write_group` writes a group's items through the connection and returns each one's result, in order."""
         self.store = store
-        self._waiting: list[tuple[Write, asyncio.Future]] = []
+        self.write_group = write_group
+        self._waiting: list[tuple[Item, asyncio.Future]] = []
         self._writer: asyncio.Task | None = None
 
-    async def write(self, write: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """What `write` returns, once it is committed (with those of other calls, or alone): it must write only
-        through the connection it is given, and may be run twice (its first run rolled back)."""
+    async def write(self, item: Item) -> Any:
+        """The item's result, once it is committed (with other calls' items, or alone). A write function must write
+        only through the connection it is given; any item may be written twice (its first write rolled back)."""
         done = asyncio.get_running_loop().create_future()
-        self._waiting.append((write, done))
+        self._waiting.append((item, done))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
         return await done
@@ -43,12 +54,12 @@ class GroupedWrites:
                 for one in group:  # which of them failed is found by writing each alone
                     await self._commit([one])
 
-    async def _commit(self, group: list[tuple[Write, asyncio.Future]], *, answer_failure: bool = True) -> bool:
+    async def _commit(self, group: list[tuple[Item, asyncio.Future]], *, answer_failure: bool = True) -> bool:
         """Writes the group in one transaction and answers each of its calls; whether it was committed (a failure
         is answered to the calls only where `answer_failure`)."""
         try:
             async with self.store.write() as connection:
-                results = [await write(connection) for write, _ in group]
+                results = await self.write_group(connection, [item for item, _ in group])
         except Exception as error:
             if answer_failure:
                 for _, done in group:

@@ -14,7 +14,7 @@ from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.grouped_writes import GroupedWrites
-from corral.controller.orders import QuietPolls
+from corral.controller.orders import OrderReads, QuietPolls
 from corral.controller.registry import Registry
 from corral.controller.relays import Relays
 from corral.controller.results import ResultFiles
@@ -24,7 +24,7 @@ from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
 from corral.core.retry_policy import RetryPolicy
 from corral.engine.loop import Engine, WorkerSignals
-from corral.engine.reports import SeenMarks
+from corral.engine.reports import Heartbeat, SeenMarks
 from corral.engine.serving_loop import ServingEngine
 from corral.serving.access import StorePeople
 from corral.serving.router import Router
@@ -39,8 +39,10 @@ class Services:
     store: Store
     signals: WorkerSignals  # wakes a worker's waiting heartbeat when it has new orders
     seen: SeenMarks  # the heartbeats that carry nothing else, marked together
+    orders: OrderReads  # the heartbeats' reads of their workers' orders, read together
     quiet: QuietPolls  # the workers answered with no orders and not rung since: their polls skip the read
     submissions: GroupedWrites  # the jobs submitted by concurrent calls, committed together
+    reports: GroupedWrites[Heartbeat]  # the heartbeats with reports that come while one group is written: the next
     submit_settings: SubmitSettings  # pool policies and retry defaults, kept until the admin API changes them
     engine: Engine
     logs: LogFiles

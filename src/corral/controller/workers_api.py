@@ -13,8 +13,6 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, sta
 from corral.controller.auth import require_worker
 from corral.controller.files import MAX_OFFSET, Stream
 from corral.controller.identity import allow
-from corral.controller.job_tokens import mint
-from corral.controller.orders import orders_for
 from corral.controller.params import RAW_BODY, PathId
 from corral.controller.services import Services, services_of
 from corral.core.protocol import HeartbeatReply, HeartbeatRequest, Order, RegisterReply, RegisterRequest
@@ -22,10 +20,17 @@ from corral.core.roles import Action
 from corral.core.spec import MAX_GPU
 from corral.core.views import DeviceTask, DeviceView, WorkerView
 from corral.core.wire import MAX_COUNT, Text
-from corral.engine.reports import Refused, UnknownWorker, ingest_heartbeat, record_refusal, register_worker
+from corral.engine.reports import (
+    Heartbeat,
+    Ingested,
+    Refused,
+    UnknownWorker,
+    record_refusal,
+    register_worker,
+)
 from corral.metrics import HEARTBEAT_SECONDS
 from corral.scheduling.rooms import SHARES, gpu_share
-from corral.store.changes import ChangeSet, StaleWrite
+from corral.store.changes import StaleWrite
 from corral.store.workers import GpuHolder, Held, gpu_holders, held_by_worker, worker_rows
 from corral.waiting import woken
 
@@ -47,15 +52,13 @@ clock = time.monotonic  # when a long poll is answered by (a test moves it on)
 FENCED_TRIES = 3  # a heartbeat another controller's commit fenced off is applied again, on what that one wrote
 
 
-async def _ingest(services: Services, worker_id: str, body: HeartbeatRequest) -> ChangeSet:
-    """Apply the heartbeat's reports in one transaction. With several controllers, one of theirs may commit a move
-    of the same rows first (StaleWrite): the reports are applied again over what it committed; a 503 after
-    FENCED_TRIES, which the worker resends."""
+async def _ingest(services: Services, heartbeat: Heartbeat) -> Ingested:
+    """Apply the heartbeat's reports, in one transaction with those of others that came meanwhile. With several
+    controllers, one of theirs may commit a move of the same rows first (StaleWrite): the reports are applied again
+    over what it committed; a 503 after FENCED_TRIES, which the worker resends."""
     for tries in itertools.count(1):
         try:
-            async with services.store.write() as connection:
-                return await ingest_heartbeat(connection, worker_id, body.reports, time.time(), gpus=body.gpus,
-                                              environments=body.environments, pythons=body.pythons)
+            return await services.reports.write(heartbeat)
         except StaleWrite as error:
             if tries == FENCED_TRIES:
                 raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
@@ -72,18 +75,15 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
     services = services_of(request)
     signal = services.signals.event(worker_id)
 
-    def job_token(job_id: int) -> str:
-        return mint(services.tokens.admin, job_id)
-
     def relays_after() -> float | None:
         if not services.relays.awaited_by(worker_id):
             return None
         return time.time() - services.settings.relay_connect_timeout
 
     async def current_orders() -> list[Order]:
-        """Read after the reports are committed, outside the one writer's lock: orders are derived, not written."""
-        async with services.store.read() as connection:
-            return await orders_for(connection, worker_id, job_token, relays_after())
+        """Read after the reports are committed, outside the one writer's lock (orders are derived, not written),
+        with other heartbeats' reads that come meanwhile (OrderReads)."""
+        return await services.orders.read(worker_id, relays_after())
 
     poll = services.quiet.begin(worker_id, signal.is_set())
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
@@ -92,10 +92,11 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             if body.only_liveness:
                 await services.seen.seen(worker_id)
             else:
-                changes = await _ingest(services, worker_id, body)
-                if not changes.empty:
+                ingested = await _ingest(services, Heartbeat(worker_id, body.reports, body.environments,
+                                                             body.pythons, body.gpus))
+                if not ingested.changes.empty:
                     services.engine.wake()
-                    services.signals.notify(changes.touched_workers - {worker_id})
+                    services.signals.notify(ingested.changes.touched_workers - ingested.reporters)
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"worker {worker_id} is not registered or was declared lost; register again") from None

@@ -13,8 +13,9 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from corral.core.attempt_world import CachedEnvironment
 from corral.core.drain import end_while_preempting, starts_drain
@@ -123,64 +124,134 @@ class SeenMarks:
                         future.set_result(worker_id in alive)
 
 
+@dataclass(frozen=True)
+class Heartbeat:
+    """A worker's heartbeat as the engine applies it: its reports, and the facts it sends when they change (its
+    cached environments, its Pythons, its devices' use)."""
+
+    worker_id: str
+    reports: list[TaskReport]
+    environments: list[CachedEnvironment] | None = None
+    pythons: list[str] | None = None
+    gpus: list[GpuUse] | None = None
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """The worker row's columns the facts it sent set."""
+        facts: dict[str, Any] = {}
+        if self.environments is not None:
+            facts["environments"] = [e.model_dump() for e in self.environments]
+        if self.pythons is not None:
+            facts["pythons"] = self.pythons
+        if self.gpus:
+            facts["gpu_readings"] = [gpu.model_dump() for gpu in self.gpus]
+        return facts
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What a group of heartbeats applied together changed, and whose they were (they read their orders after it;
+    the others it touched are rung)."""
+
+    changes: ChangeSet
+    reporters: frozenset[str]
+
+
+async def ingest_group(connection: AsyncConnection, heartbeats: list[Heartbeat]) -> list[Ingested]:
+    """Concurrent heartbeats applied in one transaction (the controller's GroupedWrites of reports): the same
+    answer for each."""
+    ingested = Ingested(await ingest_heartbeats(connection, heartbeats, time.time()),
+                        frozenset(heartbeat.worker_id for heartbeat in heartbeats))
+    return [ingested] * len(heartbeats)
+
+
 async def ingest_heartbeat(
     connection: AsyncConnection, worker_id: str, reports: list[TaskReport], now: float,
     environments: list[CachedEnvironment] | None = None, pythons: list[str] | None = None,
     gpus: list[GpuUse] | None = None,
 ) -> ChangeSet:
-    """Mark the worker seen (with its cached environments, its Pythons and its devices' use, when it sent them) and
-    apply its reports in order, with what follows from them, in one ChangeSet; stale or repeated ones change
-    nothing."""
-    cached = {} if environments is None else {"environments": [e.model_dump() for e in environments]}
-    if pythons is not None:
-        cached["pythons"] = pythons
-    if gpus:
-        cached["gpu_readings"] = [gpu.model_dump() for gpu in gpus]
-    if not await mark_seen(connection, worker_id, now, **cached):
-        raise UnknownWorker(worker_id)
+    """One worker's heartbeat, applied alone (ingest_heartbeats)."""
+    return await ingest_heartbeats(connection, [Heartbeat(worker_id, reports, environments, pythons, gpus)], now)
+
+
+async def ingest_heartbeats(connection: AsyncConnection, heartbeats: Sequence[Heartbeat], now: float) -> ChangeSet:
+    """Mark the workers seen (with the facts they sent) and apply their reports in order, with what follows from
+    them, in one ChangeSet; stale or repeated ones change nothing. Raises UnknownWorker when one of the workers is
+    not registered or was declared lost, Refused when a report asks for a move no worker may make: nothing of any
+    of them is then applied (the transaction is the caller's to roll back).
+
+    Several workers' heartbeats in one call cost the statements of one: a report transaction holds the single
+    writer for its statements' round trips through the event loop, far more than for its rows."""
+    await _mark_seen(connection, heartbeats, now)
     changes = ChangeSet(now)
-    if pythons is not None:  # a fact placement reads (python constraints): on record, so the kept index sees it
-        changes.worker(worker_id, "Heartbeat", WorkerState.ALIVE, WorkerState.ALIVE,
-                       f"found Pythons: {', '.join(pythons) or 'none'}")
-    if not reports:
+    for heartbeat in heartbeats:
+        if heartbeat.pythons is not None:  # a fact placement reads (python constraints): on record for the index
+            changes.worker(heartbeat.worker_id, "Heartbeat", WorkerState.ALIVE, WorkerState.ALIVE,
+                           f"found Pythons: {', '.join(heartbeat.pythons) or 'none'}")
+    task_ids = {report.task_id for heartbeat in heartbeats for report in heartbeat.reports}
+    if not task_ids:
         await changes.flush(connection)
         return changes
-    rows = {row.id: row for row in await tasks_with_budgets(connection, task_ids={r.task_id for r in reports})}
+    rows = {row.id: row for row in await tasks_with_budgets(connection, task_ids=task_ids)}
     current = {task_id: task_row(row) for task_id, row in rows.items()}
-    refusals = [refusal for report in reports if (refusal := _refusal(report, current.get(report.task_id), rows))]
+    refusals = [refusal for heartbeat in heartbeats for report in heartbeat.reports
+                if (refusal := _refusal(report, current.get(report.task_id), rows))]
     if refusals:
         raise Refused(refusals)
     triggers: dict[int, list[int]] = defaultdict(list)
-    for report in reports:
-        row = current.get(report.task_id)
-        if row is None or row.worker_id != worker_id or row.attempt != report.attempt or row.state is report.state:
-            continue
-        if report.state is TaskState.PREEMPTED:
-            log.warning("task %s attempt %s: a preemption is acknowledged with its epoch, not in a heartbeat",
-                        row.id, row.attempt)
-            continue
-        # An exit that crossed the preemption order on its way is the preemption itself.
-        state = end_while_preempting(report.state) if row.state is TaskState.PREEMPTING else report.state
-        if not TASK_TRANSITIONS.allows(row.state, state, Fact.WORKER):
-            log.info("task %s attempt %s: report %s is stale, the task is %s", row.id, row.attempt, report.state,
-                     row.state)
-            continue
-        if state in TASK_TERMINAL:
-            job = rows[report.task_id]
-            if starts_drain(gang=job.gang, job_state=job.job_state, was=row.state, ended=state):
-                triggers[row.job_id].append(row.id)
-            end_attempt(changes, row, state, job=job, handler=Fact.WORKER, exit_code=report.exit_code,
-                        reason=report.reason, oom_killed=report.oom_killed, finished_at=report.at)
-            continue
-        port = {"port": report.port} if report.port is not None else {}
-        changes.task(row, state, handler=Fact.WORKER, message=report.reason, **port)
-        started = {"started_at": report.at} if state is TaskState.RUNNING else {}
-        world = {"world": report.world.model_dump(mode="json")} if report.world is not None else {}
-        changes.attempt(row.id, row.attempt, state=state, **started, **world)
+    for heartbeat in heartbeats:
+        for report in heartbeat.reports:
+            _apply(changes, triggers, heartbeat.worker_id, report, current.get(report.task_id), rows)
     await start_drains(connection, changes, triggers)
     await settle_jobs(connection, changes, changes.touched_jobs, Fact.WORKER)
     await changes.flush(connection)
     return changes
+
+
+async def _mark_seen(connection: AsyncConnection, heartbeats: Sequence[Heartbeat], now: float) -> None:
+    """Mark the heartbeats' workers seen, with their facts; UnknownWorker for the first not ALIVE. Alone, one
+    statement; several are marked together (in id order: mark_all_seen), then the facts of those that sent any."""
+    if len(heartbeats) == 1:
+        alone = heartbeats[0]
+        alive = {alone.worker_id} if await mark_seen(connection, alone.worker_id, now, **alone.facts) else set()
+    else:
+        alive = await mark_all_seen(connection, [heartbeat.worker_id for heartbeat in heartbeats], now)
+        for heartbeat in heartbeats:
+            if heartbeat.worker_id in alive and (facts := heartbeat.facts):
+                await mark_seen(connection, heartbeat.worker_id, now, **facts)
+    for heartbeat in heartbeats:
+        if heartbeat.worker_id not in alive:
+            raise UnknownWorker(heartbeat.worker_id)
+
+
+def _apply(changes: ChangeSet, triggers: dict[int, list[int]], worker_id: str, report: TaskReport,
+           row: TaskRow | None, rows: dict) -> None:
+    """Add what one report moves to `changes` (a terminal move of a gang member to `triggers`, the drains it
+    starts); nothing when it is not the worker's task, or stale, or a repeat."""
+    if row is None or row.worker_id != worker_id or row.attempt != report.attempt or row.state is report.state:
+        return
+    if report.state is TaskState.PREEMPTED:
+        log.warning("task %s attempt %s: a preemption is acknowledged with its epoch, not in a heartbeat",
+                    row.id, row.attempt)
+        return
+    # An exit that crossed the preemption order on its way is the preemption itself.
+    state = end_while_preempting(report.state) if row.state is TaskState.PREEMPTING else report.state
+    if not TASK_TRANSITIONS.allows(row.state, state, Fact.WORKER):
+        log.info("task %s attempt %s: report %s is stale, the task is %s", row.id, row.attempt, report.state,
+                 row.state)
+        return
+    if state in TASK_TERMINAL:
+        job = rows[report.task_id]
+        if starts_drain(gang=job.gang, job_state=job.job_state, was=row.state, ended=state):
+            triggers[row.job_id].append(row.id)
+        end_attempt(changes, row, state, job=job, handler=Fact.WORKER, exit_code=report.exit_code,
+                    reason=report.reason, oom_killed=report.oom_killed, finished_at=report.at)
+        return
+    port = {"port": report.port} if report.port is not None else {}
+    changes.task(row, state, handler=Fact.WORKER, message=report.reason, **port)
+    started = {"started_at": report.at} if state is TaskState.RUNNING else {}
+    world = {"world": report.world.model_dump(mode="json")} if report.world is not None else {}
+    changes.attempt(row.id, row.attempt, state=state, **started, **world)
 
 
 def _refusal(report: TaskReport, row: TaskRow | None, rows: dict) -> Refusal | None:

@@ -69,10 +69,15 @@ def is_postgresql(url: str) -> bool:
         return False
 
 
-def make_engine(url: str) -> AsyncEngine:
+POOL = {"pool_size": 10, "max_overflow": 10}  # PostgreSQL's readers; SQLite's are SQLAlchemy's default
+ONE_CONNECTION = {"pool_size": 1, "max_overflow": 0}  # the writer's: one transaction at a time (Store.write)
+
+
+def make_engine(url: str, pool: dict[str, int] | None = None) -> AsyncEngine:
+    """An engine of `pool` connections (by default, POOL on PostgreSQL and SQLAlchemy's default on SQLite)."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        engine = create_async_engine(url, connect_args={"timeout": 30}, **(pool or {}))
 
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_connection, _record):  # WAL: readers never block the writer
@@ -83,7 +88,7 @@ def make_engine(url: str) -> AsyncEngine:
             cursor.close()
 
         return engine
-    return create_async_engine(url, pool_size=10, max_overflow=10, connect_args={"timeout": CONNECT_TIMEOUT})
+    return create_async_engine(url, **(pool or POOL), connect_args={"timeout": CONNECT_TIMEOUT})
 
 
 def _alembic_config() -> Config:

@@ -15,16 +15,17 @@ T = TaskState
 ORDERED = (T.ASSIGNED, T.STARTING, T.TERMINATING, T.PREEMPTING)  # the task states a worker has orders for
 
 
-async def ordered_tasks(connection: AsyncConnection, worker_id: str) -> list:
-    """The worker's tasks in an ORDERED state, by id, with the columns of their jobs that orders carry and the local
-    account of each job's owner (`unix_user`, None when the owner has none)."""
+async def ordered_tasks(connection: AsyncConnection, worker_ids: Collection[str]) -> list:
+    """The workers' tasks in an ORDERED state, by id, with their worker, the columns of their jobs that orders carry
+    and the local account of each job's owner (`unix_user`, None when the owner has none)."""
     return list((await connection.execute(
-        select(tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.gpu, tasks.c.gpu_ids,
+        select(tasks.c.id, tasks.c.worker_id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt,
+               tasks.c.gpu, tasks.c.gpu_ids,
                tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
                jobs.c.spec, jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.replicas, jobs.c.cancelled,
                jobs.c.owner, users.c.unix_user)
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id).outerjoin(users, users.c.name == jobs.c.owner))
-        .where(tasks.c.worker_id == worker_id, tasks.c.state.in_(ORDERED))
+        .where(tasks.c.worker_id.in_(list(worker_ids)), tasks.c.state.in_(ORDERED))
         .order_by(tasks.c.id)
     )).all())
 

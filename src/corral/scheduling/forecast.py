@@ -37,7 +37,7 @@ from corral.core.collector import paused
 from corral.core.config import Sequencer
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Assignment, Unit, place_over
+from corral.scheduling.placement import Assignment, Placement, Unit, place_over
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask, placed_task
 from corral.scheduling.reasons import (
@@ -141,6 +141,7 @@ class _Simulation:
         self.kind_ids: dict[tuple, int] = {}
         self.kind_facts: list[tuple] = []  # per kind: (pool, constraints, request, tasks, spread, project, priority)
         self.kind_of: dict = {}  # unit key -> its kind
+        self.irregular: set[int] = set()  # kinds with a unit that avoids workers or whose job has a cap
         fifo = {pool: self.policy.pool(pool).sequencer is Sequencer.FIFO for pool in {i.unit.pool for i in waiting}}
         # Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
         # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
@@ -172,6 +173,8 @@ class _Simulation:
         if number is None:
             number = self.kind_ids[kind] = len(self.kind_facts)
             self.kind_facts.append(kind)
+        if unit.avoid or unit.max_running is not None:
+            self.irregular.add(number)
         return number
 
     def run(self, watch: int | None) -> dict[int, Estimate]:
@@ -179,10 +182,9 @@ class _Simulation:
         while (self.kinds or self.gated) and watch not in self.starts:
             self._release(t)
             self._ungate(t)
-            units = self._offered(t)
+            units, held_back = self._offered(t)
             if units:
-                placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
-                self.reasons.update(placement.waiting)
+                placement = self._place(units, held_back, t)
                 self._start(placement.assignments, t, previous)
                 for victims in placement.victims.values():
                     self._evict(victims, t)
@@ -233,15 +235,22 @@ class _Simulation:
                 still[key] = item
         self.gated = still
 
-    def _offered(self, t: float) -> list[Unit]:
+    def _offered(self, t: float) -> tuple[list[Unit], list[tuple[list[Unit], list[Unit]]]]:
         """Of each kind, the first units the pool's free room could hold in all, and those that would preempt or
-        reserve; in the sequencers' order."""
+        reserve; in the sequencers' order. Where units wait alone (`_waiting_alone`), of those asking one request
+        on one group of workers only one more than that room could hold are offered: past the first of them that
+        waits, the pass places none, and each waits for the same reason. Those held back are returned beside, per
+        request and group: (the units offered, in the pass's order; those held back)."""
         free = {pool: self._free(pool) for pool in {self.kind_facts[kind][0] for kind in self.kinds}}
         lowest = self.index.lowest_priorities()
+        alone = self._waiting_alone(lowest)
         offered: list[tuple[int, Unit]] = []  # (place in order, unit)
-        order = self.order
+        alike: dict[tuple, list[tuple[tuple[int, int], Unit]]] = defaultdict(list)  # (pool, constraints, request) ->
+        # its units as the pass takes them: ((-priority under the priority sequencer, place in order), unit)
+        most: dict[tuple, int] = {}  # (pool, constraints, request) -> the most units of it offered
+        order, quotas = self.order, self.policy.quotas
         for kind, items in self.kinds.items():
-            pool, _, request, tasks, _, _, priority = self.kind_facts[kind]
+            pool, constraints, request, tasks, _, project, priority = self.kind_facts[kind]
             pool_policy = self.policy.pool(pool)
             need = request.amounts(tasks)
             room = free[pool]
@@ -251,9 +260,59 @@ class _Simulation:
                         default=len(items))
             if pool_policy.reservation_time is not None:
                 count = max(count, 1)  # the first may be owed room held for it
-            offered += [(order[key], item.unit) for key, item in islice(items.items(), count)]
+            if pool in alone and tasks == 1 and project not in quotas and kind not in self.irregular:
+                rank = -priority if pool_policy.sequencer is Sequencer.PRIORITY else 0
+                alike[pool, constraints, request] += [((rank, order[key]), item.unit)
+                                                      for key, item in islice(items.items(), count)]
+                most[pool, constraints, request] = count + 1
+            else:
+                offered += [(order[key], item.unit) for key, item in islice(items.items(), count)]
+        held_back: list[tuple[list[Unit], list[Unit]]] = []
+        for same, units in alike.items():
+            if len(units) > most[same]:
+                units.sort(key=itemgetter(0))
+                held_back.append(([unit for _, unit in units[:most[same]]], [unit for _, unit in units[most[same]:]]))
+                del units[most[same]:]
+            offered += [(place, unit) for (_, place), unit in units]
         offered.sort(key=itemgetter(0))
-        return [unit for _, unit in offered]
+        return [unit for _, unit in offered], held_back
+
+    def _waiting_alone(self, lowest: Mapping[str, int]) -> set[str]:
+        """The pools where a unit of one task (nothing to avoid, no cap on its job, no quota on its project) offered
+        after one of its request and group that waited also waits, for that one's reason, and changes nothing the
+        pass does: units are taken in order (priority or FIFO), and no room is ever held there (no reservations, no
+        waiting unit that outranks what runs there)."""
+        highest: dict[str, int] = {}
+        for kind in self.kinds:
+            pool, priority = self.kind_facts[kind][0], self.kind_facts[kind][6]
+            highest[pool] = max(priority, highest.get(pool, priority))
+        alone = set()
+        for pool, priority in highest.items():
+            pool_policy = self.policy.pool(pool)
+            if pool_policy.sequencer is not Sequencer.FAIR_SHARE and pool_policy.reservation_time is None and not (
+                    self.policy.may_preempt(pool) and priority > lowest.get(pool, priority)):
+                alone.add(pool)
+        return alone
+
+    def _place(self, units: list[Unit], held_back: list[tuple[list[Unit], list[Unit]]], t: float) -> Placement:
+        """The pass over the units offered; those held back wait for the reason of the first of their request and
+        group that waited. Should none of those offered have waited, the pass runs again with all of them."""
+        placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
+        waiting = placement.waiting
+        reasons = []
+        for offered, rest in held_back:
+            reason = next((waiting[unit.key] for unit in offered if unit.key in waiting), None)
+            if reason is None:  # room enough for all offered, within rounding: the pass as it would be without this
+                units = sorted([*units, *(unit for _, rest in held_back for unit in rest)],
+                               key=lambda unit: self.order[unit.key])
+                placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
+                self.reasons.update(placement.waiting)
+                return placement
+            reasons.append((reason, rest))
+        self.reasons.update(waiting)
+        for reason, rest in reasons:
+            self.reasons.update(dict.fromkeys([unit.key for unit in rest], reason))
+        return placement
 
     def _free(self, pool: str) -> dict[str, float]:
         """What the pool's alive workers have free in all, per resource."""

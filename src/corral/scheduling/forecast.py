@@ -235,18 +235,18 @@ class _Simulation:
                 still[key] = item
         self.gated = still
 
-    def _offered(self, t: float) -> tuple[list[Unit], list[tuple[list[Unit], list[Unit]]]]:
+    def _offered(self, t: float) -> tuple[list[Unit], list[tuple[list[Unit], list]]]:
         """Of each kind, the first units the pool's free room could hold in all, and those that would preempt or
         reserve; in the sequencers' order. Where units wait alone (`_waiting_alone`), of those asking one request
         on one group of workers only one more than that room could hold are offered: past the first of them that
         waits, the pass places none, and each waits for the same reason. Those held back are returned beside, per
-        request and group: (the units offered, in the pass's order; those held back)."""
+        request and group: (the units offered, in the pass's order; the keys of those held back)."""
         free = {pool: self._free(pool) for pool in {self.kind_facts[kind][0] for kind in self.kinds}}
         lowest = self.index.lowest_priorities()
         alone = self._waiting_alone(lowest)
         offered: list[tuple[int, Unit]] = []  # (place in order, unit)
-        alike: dict[tuple, list[tuple[tuple[int, int], Unit]]] = defaultdict(list)  # (pool, constraints, request) ->
-        # its units as the pass takes them: ((-priority under the priority sequencer, place in order), unit)
+        # (pool, constraints, request) -> its kinds: (-priority under the priority sequencer, kind, units offered)
+        alike: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
         most: dict[tuple, int] = {}  # (pool, constraints, request) -> the most units of it offered
         order, quotas = self.order, self.policy.quotas
         for kind, items in self.kinds.items():
@@ -261,21 +261,35 @@ class _Simulation:
             if pool_policy.reservation_time is not None:
                 count = max(count, 1)  # the first may be owed room held for it
             if pool in alone and tasks == 1 and project not in quotas and kind not in self.irregular:
-                rank = -priority if pool_policy.sequencer is Sequencer.PRIORITY else 0
-                alike[pool, constraints, request] += [((rank, order[key]), item.unit)
-                                                      for key, item in islice(items.items(), count)]
+                alike[pool, constraints, request].append(
+                    (-priority if pool_policy.sequencer is Sequencer.PRIORITY else 0, kind, count))
                 most[pool, constraints, request] = count + 1
             else:
                 offered += [(order[key], item.unit) for key, item in islice(items.items(), count)]
-        held_back: list[tuple[list[Unit], list[Unit]]] = []
-        for same, units in alike.items():
-            if len(units) > most[same]:
-                units.sort(key=itemgetter(0))
-                held_back.append(([unit for _, unit in units[:most[same]]], [unit for _, unit in units[most[same]:]]))
-                del units[most[same]:]
-            offered += [(place, unit) for (_, place), unit in units]
+        held_back: list[tuple[list[Unit], list]] = []
+        for same, kinds in alike.items():
+            first, rest = self._first_of(kinds, most[same])
+            offered += [(order[unit.key], unit) for unit in first]
+            if rest:
+                held_back.append((first, rest))
         offered.sort(key=itemgetter(0))
         return [unit for _, unit in offered], held_back
+
+    def _first_of(self, kinds: list[tuple[int, int, int]], most: int) -> tuple[list[Unit], list]:
+        """Of the units these kinds (rank, kind, units offered) offer, the first `most` as the pass takes them (by
+        rank, then in order), and the keys of the rest. With one kind per rank, kind after kind, no unit compared."""
+        if len({rank for rank, _, _ in kinds}) < len(kinds):
+            units = sorted(((rank, self.order[key]), key, item.unit) for rank, kind, count in kinds
+                           for key, item in islice(self.kinds[kind].items(), count))
+            return [unit for _, _, unit in units[:most]], [key for _, key, _ in units[most:]]
+        first: list[Unit] = []
+        rest: list = []
+        for _, kind, count in sorted(kinds):
+            items = self.kinds[kind]
+            taken = min(count, most - len(first))
+            first += [item.unit for item in islice(items.values(), taken)]
+            rest += islice(items, taken, count)
+        return first, rest
 
     def _waiting_alone(self, lowest: Mapping[str, int]) -> set[str]:
         """The pools where a unit of one task (nothing to avoid, no cap on its job, no quota on its project) offered
@@ -294,7 +308,7 @@ class _Simulation:
                 alone.add(pool)
         return alone
 
-    def _place(self, units: list[Unit], held_back: list[tuple[list[Unit], list[Unit]]], t: float) -> Placement:
+    def _place(self, units: list[Unit], held_back: list[tuple[list[Unit], list]], t: float) -> Placement:
         """The pass over the units offered; those held back wait for the reason of the first of their request and
         group that waited. Should none of those offered have waited, the pass runs again with all of them."""
         placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
@@ -303,15 +317,15 @@ class _Simulation:
         for offered, rest in held_back:
             reason = next((waiting[unit.key] for unit in offered if unit.key in waiting), None)
             if reason is None:  # room enough for all offered, within rounding: the pass as it would be without this
-                units = sorted([*units, *(unit for _, rest in held_back for unit in rest)],
-                               key=lambda unit: self.order[unit.key])
+                units = sorted([*units, *(self.kinds[self.kind_of[key]][key].unit for _, rest in held_back
+                                          for key in rest)], key=lambda unit: self.order[unit.key])
                 placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
                 self.reasons.update(placement.waiting)
                 return placement
             reasons.append((reason, rest))
         self.reasons.update(waiting)
         for reason, rest in reasons:
-            self.reasons.update(dict.fromkeys([unit.key for unit in rest], reason))
+            self.reasons.update(dict.fromkeys(rest, reason))
         return placement
 
     def _free(self, pool: str) -> dict[str, float]:

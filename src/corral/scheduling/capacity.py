@@ -71,6 +71,7 @@ class CapacityIndex:
         # Rooms changed since the sorted views were last read, with their room_key then and whether it was plain:
         # the views are brought up to date when read, so a room that changes many times between passes is moved once.
         self._moved: dict[int, tuple[tuple, bool]] = {}
+        self.sharing: set[int] = set()  # rooms with a device held as shares: a reason counts their devices
         self._renumbered()
         self._count_all(running)
 
@@ -208,6 +209,7 @@ class CapacityIndex:
         self._state_of.clear()
         self._buckets.clear()
         self._capacity = {}
+        self.sharing = {i for i, room in enumerate(self.rooms) if room.gpu_shared}
         for room in self.rooms:
             total = self._capacity.setdefault(room.pool, defaultdict(float))
             total["cpu"] += room.cpu
@@ -330,6 +332,11 @@ class CapacityIndex:
                     room.hold(task.request, task.gpu_ids)
                 else:
                     room.give(task.request, task.gpu_ids)
+                if task.request.share:
+                    if room.gpu_shared:
+                        self.sharing.add(i)
+                    else:
+                        self.sharing.discard(i)
             key = (task.project, pool, task.request, task.priority)
             alike[key] = alike.get(key, 0) + 1
         quotas = self.quotas

@@ -304,6 +304,7 @@ class CapacityIndex:
         running, on_worker, tasks_of_job, position, rooms, moved = self.running, self.on_worker, self.tasks_of_job, \
             self.position, self.rooms, self._moved
         alike: dict[tuple, int] = {}
+        latest = self._latest if sign > 0 else {}  # the pools' latest placements, as they go
         for task in tasks:
             job_id, worker_id, task_id = task.job_id, task.worker_id, task.task_id
             held = tasks_of_job[job_id] + sign
@@ -325,7 +326,11 @@ class CapacityIndex:
             if i is not None:
                 room = rooms[i]
                 pool = room.pool
-                self._latest_after(task, sign, pool)
+                if sign > 0:  # _latest_after, unrolled
+                    last = latest.get(pool)
+                    if last is None or task.since > last.since or (
+                            task.since == last.since and task.task_id > last.task_id):
+                        latest[pool] = task
                 if i not in moved:
                     moved[i] = (room_key(room, i), _plain(room))
                 if sign > 0:
@@ -339,6 +344,13 @@ class CapacityIndex:
                         self.sharing.discard(i)
             key = (task.project, pool, task.request, task.priority)
             alike[key] = alike.get(key, 0) + 1
+        if sign > 0:
+            for pool in self._stale_latest.intersection(latest):  # found again when asked, as before these
+                del latest[pool]
+        else:  # a pool whose latest placement ended finds it again when asked
+            for pool in [pool for pool, task in self._latest.items() if task.task_id not in running]:
+                del self._latest[pool]
+                self._stale_latest.add(pool)
         quotas = self.quotas
         for (project, pool, request, priority), n in alike.items():
             if quotas is None or project in quotas:

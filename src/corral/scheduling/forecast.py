@@ -201,8 +201,9 @@ class _Simulation:
         self.freed.clear()
         ends, ends_at, running, left, freed = self.ends, self.ends_at, self.index.running, self.left, self.freed
         ended: list[int] = []
+        pop, named, dependencies = heapq.heappop, self.named, self.dependencies
         while ends and ends[0][0] <= t:
-            end, task_id = heapq.heappop(ends)
+            end, task_id = pop(ends)
             if ends_at.get(task_id) != end:  # evicted before it ended
                 continue
             del ends_at[task_id]
@@ -215,9 +216,10 @@ class _Simulation:
             else:  # ends come in order: this one is the latest
                 on_worker[0] = end
                 on_worker[1].add(job_id)
-            left[job_id] -= 1
-            if left[job_id] <= 0 and job_id in self.named:
-                self.dependencies[job_id] = JobEnd("SUCCEEDED", end)
+            tasks_left = left[job_id] - 1
+            left[job_id] = tasks_left
+            if tasks_left <= 0 and job_id in named:
+                dependencies[job_id] = JobEnd("SUCCEEDED", end)
         self.index.remove_all(ended)
 
     def _ungate(self, t: float) -> None:
@@ -350,11 +352,17 @@ class _Simulation:
         alike tasks' use as one, and a request found by identity is not compared field by field."""
         freed, starts, runs_for, ends_at, ends, facts = self.freed, self.starts, self.runs_for, self.ends_at, \
             self.ends, self.kind_facts
+        kinds, kind_of, push = self.kinds, self.kind_of, heapq.heappush
         tasks: list[RunningTask] = []
         for key, assignments in placed.items():
-            kind, item = self._unqueue(key)
+            kind = kind_of.pop(key)  # out of the queue (`_unqueue`, unrolled)
+            items = kinds[kind]
+            item = items.pop(key)
+            if not items:
+                del kinds[kind]
             request = facts[kind][2]
-            unit = item.unit
+            unit, job = item.unit, item.job
+            named = job.after or job.after_any
             if not freed:
                 ended = None
             elif len(assignments) == 1:
@@ -366,25 +374,26 @@ class _Simulation:
             if ended is not None:
                 latest, jobs = ended
                 start = max(latest, previous, self.latest_start)
-                after = next(iter(jobs)) if len(jobs) == 1 else self._waited_for(item.job)
+                after = next(iter(jobs)) if len(jobs) == 1 else self._waited_for(job) if named else None
             else:
-                start, after = t, self._waited_for(item.job)
+                start, after = t, self._waited_for(job) if named else None
             self.latest_start = start
-            starts[unit.job_id].append((start, after))
-            gang = unit.key[1] is None
-            end = t + item.runs_for
+            job_id, task_key = key
+            starts[job_id].append((start, after))
+            gang = task_key is None
+            lasts = item.runs_for
+            end = t + lasts
+            priority, project = unit.priority, unit.project
             for a in assignments:
-                tasks.append(placed_task(a.task_id, unit.job_id, a.worker_id, request, a.gpu_ids, unit.priority,
-                                         unit.project, t, gang))
-                runs_for[a.task_id] = item.runs_for
-                ends_at[a.task_id] = end
-                heapq.heappush(ends, (end, a.task_id))
+                task_id = a.task_id
+                tasks.append(placed_task(task_id, job_id, a.worker_id, request, a.gpu_ids, priority, project, t, gang))
+                runs_for[task_id] = lasts
+                ends_at[task_id] = end
+                push(ends, (end, task_id))
         self.index.add_all(tasks)
 
     def _waited_for(self, job: JobPlacement) -> int | None:
         """Of the jobs it named, the one that ended last in the simulation."""
-        if not (job.after or job.after_any):
-            return None
         ended = [(self.dependencies[j].finished_at or 0.0, j) for j in (*job.after, *job.after_any)
                  if j in self.dependencies and self.dependencies[j].state == "SUCCEEDED"]
         return max(ended)[1] if ended else None

@@ -30,7 +30,6 @@ from corral.scheduling.rooms import (
     WorkerRoom,
     plain_states,
     rank_keys,
-    room_key,
     stated,
 )
 
@@ -254,7 +253,7 @@ class CapacityIndex:
         restate: list[int] = []  # rooms back to the same key, plain before and after, are in the same state
         for i, (old, plain) in changes.items():
             room = self.rooms[i]
-            new = room_key(room, i)
+            new = (len(room.free_gpu_ids), room.free_cpu, room.free_memory, i)  # room_key, unrolled: every room moved
             if new != old:
                 moved[i] = (old, new)
                 restate.append(i)
@@ -332,7 +331,7 @@ class CapacityIndex:
                             task.since == last.since and task.task_id > last.task_id):
                         latest[pool] = task
                 if i not in moved:
-                    moved[i] = (room_key(room, i), _plain(room))
+                    moved[i] = ((len(room.free_gpu_ids), room.free_cpu, room.free_memory, i), _plain(room))  # room_key
                 if sign > 0:
                     room.hold(task.request, task.gpu_ids)
                 else:

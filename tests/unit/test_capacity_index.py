@@ -62,7 +62,7 @@ def state(index: CapacityIndex) -> tuple:
               for pool in POOLS for c in CONSTRAINTS}
     return (index.rooms, index.position, list(index.running.values()), nonzero(index.quota_use), pool_use(index),
             index.lowest_priorities(), index.last_placed(), {p: dict(index.capacity(p)) for p in POOLS}, groups,
-            dict(index.tasks_of_job))
+            dict(index.tasks_of_job), index.sharing)
 
 
 CHANGES = st.lists(st.tuples(st.sampled_from(["join", "lose", "place", "end", "stop"]), st.integers(0, 7),
@@ -130,6 +130,7 @@ def test_a_group_first_asked_after_the_book_took_room_is_ordered_by_the_room_lef
     assert book.sorted_keys(group) == Members.of(book.rooms, pool, constraints).keys
     for resource in RANKED if group.members else ():
         assert book.most_free(group, resource) == min(rank_key(book.rooms[i], i, resource) for i in group.members)[1]
+    assert book.shared_devices(group) == sum(len(book.rooms[i].gpu_shared) for i in group.members)
     assert index.rooms == [worker(n) for n in range(8)]  # the book copied what it changed
 
 

@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.core.config import PoolPolicy, Sequencer
+from corral.scheduling import forecast as forecasting
 from corral.scheduling.forecast import MIN_STEP, RESOLUTION, Ending, Waiting, forecast
 from corral.scheduling.placement import Request, Unit, WorkerRoom
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
-from corral.scheduling.reasons import TooLarge
+from corral.scheduling.reasons import NoRoom, TooLarge
 from corral.scheduling.snapshot import JobEnd, JobPlacement
 
 NOW = 1_000.0
@@ -155,6 +156,37 @@ def test_equal_requests_forecast_as_one_shared_request(ends, jobs):
     shared = [Waiting(replace(item.unit, request=one.setdefault(item.unit.request, item.unit.request)),
                       item.runs_for, item.job) for item in items]
     assert forecast(items, rooms, ending, now=NOW) == forecast(shared, rooms, ending, now=NOW)
+
+
+def passes_offered(monkeypatch) -> list[int]:
+    """How many units each pass of the simulation is offered."""
+    offered, real = [], forecasting.place_over
+    monkeypatch.setattr(forecasting, "place_over", lambda units, *a, **kw: offered.append(len(units)) or real(units, *a,
+                                                                                                             **kw))
+    return offered
+
+
+def array(job: int, tasks: int, priority: int = 0, runs_for: float = 300) -> list[Waiting]:
+    return [Waiting(Unit((job, job * 100 + i), (job * 100 + i,), Request(1, 0, 1), priority=priority), runs_for)
+            for i in range(tasks)]
+
+
+def test_of_one_request_one_unit_more_than_the_room_holds_is_offered_and_the_rest_wait_for_its_reason(monkeypatch):
+    offered = passes_offered(monkeypatch)
+    items = array(2, 3, priority=9) + array(3, 3, priority=5) + array(4, 3)
+    estimates = forecast(items, [worker("w1", gpus=2)], [], now=NOW, horizon=100)
+    assert offered[0] == 3  # each of the three kinds alone would be offered 2 (the room for 2)
+    assert estimates[2].start_at == NOW and estimates[2].all_started_at is None
+    assert estimates[3].reason == estimates[4].reason and isinstance(estimates[4].reason, NoRoom)
+
+
+def test_where_rounding_lets_more_fit_than_the_free_room_sums_to_the_pass_runs_again_with_all(monkeypatch):
+    offered = passes_offered(monkeypatch)
+    rooms = [worker(f"w{i}", gpus=1, cpu=1 - 1e-10) for i in range(20)]  # each holds a 1-core task, within rounding
+    estimates = forecast(array(2, 15, priority=9) + array(3, 15), rooms, [], now=NOW, horizon=100)
+    assert offered[:2] == [20, 30]  # room for 19 in all, one more offered: all 20 placed, none waited
+    assert estimates[2].all_started_at == NOW and estimates[3].start_at == NOW
+    assert estimates[3].all_started_at is None  # 5 of its 15 placed
 
 
 def test_watching_one_job_stops_once_it_is_placed():

@@ -30,7 +30,6 @@ from corral.scheduling.rooms import (
     WorkerRoom,
     plain_states,
     rank_keys,
-    room_key,
     stated,
 )
 
@@ -71,6 +70,7 @@ class CapacityIndex:
         # Rooms changed since the sorted views were last read, with their room_key then and whether it was plain:
         # the views are brought up to date when read, so a room that changes many times between passes is moved once.
         self._moved: dict[int, tuple[tuple, bool]] = {}
+        self.sharing: set[int] = set()  # rooms with a device held as shares: a reason counts their devices
         self._renumbered()
         self._count_all(running)
 
@@ -208,6 +208,7 @@ class CapacityIndex:
         self._state_of.clear()
         self._buckets.clear()
         self._capacity = {}
+        self.sharing = {i for i, room in enumerate(self.rooms) if room.gpu_shared}
         for room in self.rooms:
             total = self._capacity.setdefault(room.pool, defaultdict(float))
             total["cpu"] += room.cpu
@@ -252,7 +253,7 @@ class CapacityIndex:
         restate: list[int] = []  # rooms back to the same key, plain before and after, are in the same state
         for i, (old, plain) in changes.items():
             room = self.rooms[i]
-            new = room_key(room, i)
+            new = (len(room.free_gpu_ids), room.free_cpu, room.free_memory, i)  # room_key, unrolled: every room moved
             if new != old:
                 moved[i] = (old, new)
                 restate.append(i)
@@ -302,6 +303,7 @@ class CapacityIndex:
         running, on_worker, tasks_of_job, position, rooms, moved = self.running, self.on_worker, self.tasks_of_job, \
             self.position, self.rooms, self._moved
         alike: dict[tuple, int] = {}
+        latest = self._latest if sign > 0 else {}  # the pools' latest placements, as they go
         for task in tasks:
             job_id, worker_id, task_id = task.job_id, task.worker_id, task.task_id
             held = tasks_of_job[job_id] + sign
@@ -323,15 +325,31 @@ class CapacityIndex:
             if i is not None:
                 room = rooms[i]
                 pool = room.pool
-                self._latest_after(task, sign, pool)
+                if sign > 0:  # _latest_after, unrolled
+                    last = latest.get(pool)
+                    if last is None or task.since > last.since or (
+                            task.since == last.since and task.task_id > last.task_id):
+                        latest[pool] = task
                 if i not in moved:
-                    moved[i] = (room_key(room, i), _plain(room))
+                    moved[i] = ((len(room.free_gpu_ids), room.free_cpu, room.free_memory, i), _plain(room))  # room_key
                 if sign > 0:
                     room.hold(task.request, task.gpu_ids)
                 else:
                     room.give(task.request, task.gpu_ids)
+                if task.request.share:
+                    if room.gpu_shared:
+                        self.sharing.add(i)
+                    else:
+                        self.sharing.discard(i)
             key = (task.project, pool, task.request, task.priority)
             alike[key] = alike.get(key, 0) + 1
+        if sign > 0:
+            for pool in self._stale_latest.intersection(latest):  # found again when asked, as before these
+                del latest[pool]
+        else:  # a pool whose latest placement ended finds it again when asked
+            for pool in [pool for pool, task in self._latest.items() if task.task_id not in running]:
+                del self._latest[pool]
+                self._stale_latest.add(pool)
         quotas = self.quotas
         for (project, pool, request, priority), n in alike.items():
             if quotas is None or project in quotas:

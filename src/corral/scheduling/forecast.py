@@ -37,7 +37,7 @@ from corral.core.collector import paused
 from corral.core.config import Sequencer
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Assignment, Unit, place_over
+from corral.scheduling.placement import Assignment, Placement, Unit, place_over
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask, placed_task
 from corral.scheduling.reasons import (
@@ -141,6 +141,7 @@ class _Simulation:
         self.kind_ids: dict[tuple, int] = {}
         self.kind_facts: list[tuple] = []  # per kind: (pool, constraints, request, tasks, spread, project, priority)
         self.kind_of: dict = {}  # unit key -> its kind
+        self.irregular: set[int] = set()  # kinds with a unit that avoids workers or whose job has a cap
         fifo = {pool: self.policy.pool(pool).sequencer is Sequencer.FIFO for pool in {i.unit.pool for i in waiting}}
         # Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
         # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
@@ -172,6 +173,8 @@ class _Simulation:
         if number is None:
             number = self.kind_ids[kind] = len(self.kind_facts)
             self.kind_facts.append(kind)
+        if unit.avoid or unit.max_running is not None:
+            self.irregular.add(number)
         return number
 
     def run(self, watch: int | None) -> dict[int, Estimate]:
@@ -179,10 +182,9 @@ class _Simulation:
         while (self.kinds or self.gated) and watch not in self.starts:
             self._release(t)
             self._ungate(t)
-            units = self._offered(t)
+            units, held_back = self._offered(t)
             if units:
-                placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
-                self.reasons.update(placement.waiting)
+                placement = self._place(units, held_back, t)
                 self._start(placement.assignments, t, previous)
                 for victims in placement.victims.values():
                     self._evict(victims, t)
@@ -199,8 +201,9 @@ class _Simulation:
         self.freed.clear()
         ends, ends_at, running, left, freed = self.ends, self.ends_at, self.index.running, self.left, self.freed
         ended: list[int] = []
+        pop, named, dependencies = heapq.heappop, self.named, self.dependencies
         while ends and ends[0][0] <= t:
-            end, task_id = heapq.heappop(ends)
+            end, task_id = pop(ends)
             if ends_at.get(task_id) != end:  # evicted before it ended
                 continue
             del ends_at[task_id]
@@ -213,9 +216,10 @@ class _Simulation:
             else:  # ends come in order: this one is the latest
                 on_worker[0] = end
                 on_worker[1].add(job_id)
-            left[job_id] -= 1
-            if left[job_id] <= 0 and job_id in self.named:
-                self.dependencies[job_id] = JobEnd("SUCCEEDED", end)
+            tasks_left = left[job_id] - 1
+            left[job_id] = tasks_left
+            if tasks_left <= 0 and job_id in named:
+                dependencies[job_id] = JobEnd("SUCCEEDED", end)
         self.index.remove_all(ended)
 
     def _ungate(self, t: float) -> None:
@@ -233,15 +237,22 @@ class _Simulation:
                 still[key] = item
         self.gated = still
 
-    def _offered(self, t: float) -> list[Unit]:
+    def _offered(self, t: float) -> tuple[list[Unit], list[tuple[list[Unit], list]]]:
         """Of each kind, the first units the pool's free room could hold in all, and those that would preempt or
-        reserve; in the sequencers' order."""
+        reserve; in the sequencers' order. Where units wait alone (`_waiting_alone`), of those asking one request
+        on one group of workers only one more than that room could hold are offered: past the first of them that
+        waits, the pass places none, and each waits for the same reason. Those held back are returned beside, per
+        request and group: (the units offered, in the pass's order; the keys of those held back)."""
         free = {pool: self._free(pool) for pool in {self.kind_facts[kind][0] for kind in self.kinds}}
         lowest = self.index.lowest_priorities()
+        alone = self._waiting_alone(lowest)
         offered: list[tuple[int, Unit]] = []  # (place in order, unit)
-        order = self.order
+        # (pool, constraints, request) -> its kinds: (-priority under the priority sequencer, kind, units offered)
+        alike: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
+        most: dict[tuple, int] = {}  # (pool, constraints, request) -> the most units of it offered
+        order, quotas = self.order, self.policy.quotas
         for kind, items in self.kinds.items():
-            pool, _, request, tasks, _, _, priority = self.kind_facts[kind]
+            pool, constraints, request, tasks, _, project, priority = self.kind_facts[kind]
             pool_policy = self.policy.pool(pool)
             need = request.amounts(tasks)
             room = free[pool]
@@ -251,9 +262,73 @@ class _Simulation:
                         default=len(items))
             if pool_policy.reservation_time is not None:
                 count = max(count, 1)  # the first may be owed room held for it
-            offered += [(order[key], item.unit) for key, item in islice(items.items(), count)]
+            if pool in alone and tasks == 1 and project not in quotas and kind not in self.irregular:
+                alike[pool, constraints, request].append(
+                    (-priority if pool_policy.sequencer is Sequencer.PRIORITY else 0, kind, count))
+                most[pool, constraints, request] = count + 1
+            else:
+                offered += [(order[key], item.unit) for key, item in islice(items.items(), count)]
+        held_back: list[tuple[list[Unit], list]] = []
+        for same, kinds in alike.items():
+            first, rest = self._first_of(kinds, most[same])
+            offered += [(order[unit.key], unit) for unit in first]
+            if rest:
+                held_back.append((first, rest))
         offered.sort(key=itemgetter(0))
-        return [unit for _, unit in offered]
+        return [unit for _, unit in offered], held_back
+
+    def _first_of(self, kinds: list[tuple[int, int, int]], most: int) -> tuple[list[Unit], list]:
+        """Of the units these kinds (rank, kind, units offered) offer, the first `most` as the pass takes them (by
+        rank, then in order), and the keys of the rest. With one kind per rank, kind after kind, no unit compared."""
+        if len({rank for rank, _, _ in kinds}) < len(kinds):
+            units = sorted(((rank, self.order[key]), key, item.unit) for rank, kind, count in kinds
+                           for key, item in islice(self.kinds[kind].items(), count))
+            return [unit for _, _, unit in units[:most]], [key for _, key, _ in units[most:]]
+        first: list[Unit] = []
+        rest: list = []
+        for _, kind, count in sorted(kinds):
+            items = self.kinds[kind]
+            taken = min(count, most - len(first))
+            first += [item.unit for item in islice(items.values(), taken)]
+            rest += islice(items, taken, count)
+        return first, rest
+
+    def _waiting_alone(self, lowest: Mapping[str, int]) -> set[str]:
+        """The pools where a unit of one task (nothing to avoid, no cap on its job, no quota on its project) offered
+        after one of its request and group that waited also waits, for that one's reason, and changes nothing the
+        pass does: units are taken in order (priority or FIFO), and no room is ever held there (no reservations, no
+        waiting unit that outranks what runs there)."""
+        highest: dict[str, int] = {}
+        for kind in self.kinds:
+            pool, priority = self.kind_facts[kind][0], self.kind_facts[kind][6]
+            highest[pool] = max(priority, highest.get(pool, priority))
+        alone = set()
+        for pool, priority in highest.items():
+            pool_policy = self.policy.pool(pool)
+            if pool_policy.sequencer is not Sequencer.FAIR_SHARE and pool_policy.reservation_time is None and not (
+                    self.policy.may_preempt(pool) and priority > lowest.get(pool, priority)):
+                alone.add(pool)
+        return alone
+
+    def _place(self, units: list[Unit], held_back: list[tuple[list[Unit], list]], t: float) -> Placement:
+        """The pass over the units offered; those held back wait for the reason of the first of their request and
+        group that waited. Should none of those offered have waited, the pass runs again with all of them."""
+        placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
+        waiting = placement.waiting
+        reasons = []
+        for offered, rest in held_back:
+            reason = next((waiting[unit.key] for unit in offered if unit.key in waiting), None)
+            if reason is None:  # room enough for all offered, within rounding: the pass as it would be without this
+                units = sorted([*units, *(self.kinds[self.kind_of[key]][key].unit for _, rest in held_back
+                                          for key in rest)], key=lambda unit: self.order[unit.key])
+                placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
+                self.reasons.update(placement.waiting)
+                return placement
+            reasons.append((reason, rest))
+        self.reasons.update(waiting)
+        for reason, rest in reasons:
+            self.reasons.update(dict.fromkeys(rest, reason))
+        return placement
 
     def _free(self, pool: str) -> dict[str, float]:
         """What the pool's alive workers have free in all, per resource."""
@@ -277,11 +352,17 @@ class _Simulation:
         alike tasks' use as one, and a request found by identity is not compared field by field."""
         freed, starts, runs_for, ends_at, ends, facts = self.freed, self.starts, self.runs_for, self.ends_at, \
             self.ends, self.kind_facts
+        kinds, kind_of, push = self.kinds, self.kind_of, heapq.heappush
         tasks: list[RunningTask] = []
         for key, assignments in placed.items():
-            kind, item = self._unqueue(key)
+            kind = kind_of.pop(key)  # out of the queue (`_unqueue`, unrolled)
+            items = kinds[kind]
+            item = items.pop(key)
+            if not items:
+                del kinds[kind]
             request = facts[kind][2]
-            unit = item.unit
+            unit, job = item.unit, item.job
+            named = job.after or job.after_any
             if not freed:
                 ended = None
             elif len(assignments) == 1:
@@ -293,25 +374,26 @@ class _Simulation:
             if ended is not None:
                 latest, jobs = ended
                 start = max(latest, previous, self.latest_start)
-                after = next(iter(jobs)) if len(jobs) == 1 else self._waited_for(item.job)
+                after = next(iter(jobs)) if len(jobs) == 1 else self._waited_for(job) if named else None
             else:
-                start, after = t, self._waited_for(item.job)
+                start, after = t, self._waited_for(job) if named else None
             self.latest_start = start
-            starts[unit.job_id].append((start, after))
-            gang = unit.key[1] is None
-            end = t + item.runs_for
+            job_id, task_key = key
+            starts[job_id].append((start, after))
+            gang = task_key is None
+            lasts = item.runs_for
+            end = t + lasts
+            priority, project = unit.priority, unit.project
             for a in assignments:
-                tasks.append(placed_task(a.task_id, unit.job_id, a.worker_id, request, a.gpu_ids, unit.priority,
-                                         unit.project, t, gang))
-                runs_for[a.task_id] = item.runs_for
-                ends_at[a.task_id] = end
-                heapq.heappush(ends, (end, a.task_id))
+                task_id = a.task_id
+                tasks.append(placed_task(task_id, job_id, a.worker_id, request, a.gpu_ids, priority, project, t, gang))
+                runs_for[task_id] = lasts
+                ends_at[task_id] = end
+                push(ends, (end, task_id))
         self.index.add_all(tasks)
 
     def _waited_for(self, job: JobPlacement) -> int | None:
         """Of the jobs it named, the one that ended last in the simulation."""
-        if not (job.after or job.after_any):
-            return None
         ended = [(self.dependencies[j].finished_at or 0.0, j) for j in (*job.after, *job.after_any)
                  if j in self.dependencies and self.dependencies[j].state == "SUCCEEDED"]
         return max(ended)[1] if ended else None

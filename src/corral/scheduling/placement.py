@@ -335,7 +335,7 @@ class _Pass:
     # 5 -------------------------------------------------------------------------------------
 
     def _no_room(self, unit: Unit, group: Group, placeable: int) -> NoRoom:
-        rooms, request, tasks = self.book.rooms, unit.request, len(unit.task_ids)
+        request, tasks = unit.request, len(unit.task_ids)
         need, gpu_memory = request.amounts(), request.gpu_memory
         wanted = [resource for resource, amount in need.items() if amount > 0]
         # A resource no worker has enough of for one task binds; for a gang, else its scarcest kind. The worker with
@@ -357,7 +357,7 @@ class _Pass:
             shares = share_room(room) if gpu_memory else ()
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if free or shares else "",
                           gpu_memory, shares=shares)
-        shared = sum([len(rooms[i].gpu_shared) for i in group.members]) if binding == "gpu" else 0
+        shared = self.book.shared_devices(group) if binding == "gpu" else 0
         if binding == "gpu" and gpu_memory:  # name the free devices too small, if that is all there is
             devices = room.memories(room.free_gpu_ids)
             return NoRoom(unit.pool, need, tasks, placeable, binding, free, room.name if devices else "",

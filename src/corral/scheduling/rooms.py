@@ -374,6 +374,7 @@ class KeptGroups(Protocol):
     """Groups kept sorted across passes (scheduling.capacity)."""
 
     position: Mapping[str, int]
+    sharing: Collection[int]  # the rooms with a device held as shares
 
     def group(self, pool: str, constraints: tuple[AnyConstraint, ...]) -> Members: ...
 
@@ -503,6 +504,15 @@ class RoomBook:
                           if entry[1] not in self._copied), None)
         changed = rank_keys(self.rooms, self._copied.intersection(group.member_set), resource)
         return min([*changed, unchanged] if unchanged else changed)[1]
+
+    def shared_devices(self, group: Group) -> int:
+        """How many of the members' devices hold shares now: looked for only on the rooms that have any, as the index
+        keeps them, and those this pass changed."""
+        if self._kept is None:
+            sharing = group.members
+        else:
+            sharing = group.member_set.intersection(self._kept.sharing) | group.member_set.intersection(self._copied)
+        return sum([len(self.rooms[i].gpu_shared) for i in sharing])
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
         """The room the strategy gives this task to, or None when none in the group fits now."""

@@ -22,7 +22,7 @@ exec in its environment and containment, or a port. An interactive attempt with 
 timeout is stopped as at its time limit, and an attempt with channels open warns them before a stop or preemption.
 A worker that runs as root runs an attempt whose order names a local account (run_as, its owner's) as that account
 (corral.worker.accounts): the task and its execs, in a directory of the account's alone. The worker's own helpers
-(the shim, the shell that enters a cgroup) stay root and change user only in the exec of the task's command.
+(the shim, or setpriv in a cgroup) stay root and change user only in the exec of the task's command.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ from corral.worker.processes import (
     signal_attempt,
 )
 from corral.worker.resources import gpu_env
+from corral.worker.spawning import Child, spawn
 from corral.worker.terminal import Outbox, Socket, Terminal, notice, open_pty, take_terminal
 
 log = logging.getLogger("corral.worker.runner")
@@ -120,14 +121,12 @@ _WARDEN = _lean("warden")
 def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cgroup: Path | None,
             shim_options: Sequence[str] = (), account: Account | None = None) -> list[str]:
     """The argv that runs `command`, as `account` when given: in its cgroup (which then holds every process it
-    starts), through a shell that moves itself there and execs the command (through setpriv, which changes user),
-    else under its shim (with `shim_options`; the shim changes user in the child it starts).
+    starts, corral.worker.spawning starts it there) as it is, or through setpriv, which changes user; else under its
+    shim (with `shim_options`; the shim changes user in the child it starts).
 
-    The cgroup is entered by an exec'd shell rather than a preexec_fn, which would make every start copy the
-    worker with fork instead of vfork: a fifth of the array bench. The user is changed the same way, after the
-    cgroup is entered (a process that is no longer root may not move itself there), rather than with subprocess's
-    user=, which runs before any of the child's code and would also rule out vfork. The program is looked up here
-    first, so a missing one fails before anything starts, as it would with a direct exec.
+    The user is changed by an exec'd setpriv rather than with subprocess's user=, which runs before any of the
+    child's code and would make every start copy the worker with fork instead of vfork. The program is looked up
+    here first, so a missing one fails before anything starts, as it would with a direct exec.
     """
     _check_executable(command[0], cwd, env.get("PATH", os.defpath))
     if cgroup is None:
@@ -136,7 +135,7 @@ def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cg
     change = [] if account is None else \
         [_setpriv(), f"--reuid={account.uid}", f"--regid={account.gid}",
          f"--groups={','.join(map(str, account.groups))}" if account.groups else "--clear-groups", "--"]
-    return ["/bin/sh", "-c", 'echo 0 > "$0/cgroup.procs" && exec "$@"', str(cgroup), *change, *command]
+    return [*change, *command]
 
 
 def _setpriv() -> str:
@@ -145,15 +144,6 @@ def _setpriv() -> str:
     if path is None:
         raise FileNotFoundError(errno.ENOENT, "setpriv (util-linux) is needed to run tasks as their owner", "setpriv")
     return path
-
-
-async def _create(argv: list[str], cwd: Path, env: dict[str, str], stdin: int, stdout: int, stderr: int, *,
-                  tty: bool = False, pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
-    """Start `argv` in a session of its own; with `tty`, stdin (a terminal) becomes its controlling terminal. Only
-    then is there a preexec_fn, which makes the start a fork rather than a vfork."""
-    return await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                                                start_new_session=True, pass_fds=pass_fds,
-                                                preexec_fn=take_terminal if tty else None)
 
 
 def _check_executable(program: str, cwd: Path, path: str) -> None:
@@ -210,7 +200,7 @@ class _Attempt:
     lock: asyncio.Lock  # build, start and the end of a stop happen one at a time
     prepared: bool = False
     build: asyncio.Task | None = None
-    process: asyncio.subprocess.Process | None = None  # the task, or its shim
+    process: Child | None = None  # the task, or its shim
     cgroup: Path | None = None  # where the task runs in a cgroup of its own (no shim)
     captures: list[asyncio.Task] = field(default_factory=list)  # stdout and stderr, from pipes to files
     lifeline: int | None = None  # the write end of the shim's stdin: closing it kills the attempt
@@ -232,7 +222,7 @@ class _Attempt:
     idle_since: float = 0.0  # monotonic time its last channel closed, or it started
     idle_watch: asyncio.Task | None = None
     # What `exec` started in it, each with the write end of its shim's lifeline (None in a cgroup).
-    execs: dict[asyncio.subprocess.Process, int | None] = field(default_factory=dict)
+    execs: dict[Child, int | None] = field(default_factory=dict)
 
     @property
     def ref(self) -> tuple[int, int]:
@@ -327,6 +317,10 @@ class Runner:
         finally:
             os.close(lifeline)
         return held
+
+    def _inside(self, att: _Attempt) -> tuple[Path, Path] | None:
+        """Where the attempt's processes are started: (its cgroup, the worker's own), or None without one."""
+        return None if att.cgroup is None or self.cgroups is None else (att.cgroup, self.cgroups)
 
     # orders ------------------------------------------------------------------------------
 
@@ -477,8 +471,8 @@ class Runner:
                                     for name, fd in (("stdout", out_read), ("stderr", err_read))]
                     stdin, child_ends = lifeline, (stdout, stderr)
                 try:
-                    att.process = await _create(argv, att.cwd, env, stdin, stdout, stderr,
-                                                tty=tty and att.cgroup is not None)
+                    att.process = spawn(argv, att.cwd, env, stdin, stdout, stderr, cgroup=self._inside(att),
+                                        preexec_fn=take_terminal if tty and att.cgroup is not None else None)
                 finally:
                     for fd in set(child_ends):
                         os.close(fd)
@@ -741,14 +735,15 @@ class _Place:
                 self.att.idle_since = time.monotonic()
 
     async def launch(self, command: list[str], stdin: int, stdout: int, stderr: int, tty: bool,
-                     name: str) -> asyncio.subprocess.Process:
+                     name: str) -> Child:
         """In the attempt's cgroup, or under a shim of its own whose lifeline the attempt's end closes."""
         att = self.att
         att.forget_ended_execs()
         lifeline: int | None = None
         if att.cgroup is not None:
             argv = _launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup, account=att.account)
-            process = await _create(argv, att.cwd, att.env, stdin, stdout, stderr, tty=tty)
+            process = spawn(argv, att.cwd, att.env, stdin, stdout, stderr, cgroup=self.runner._inside(att),
+                            preexec_fn=take_terminal if tty else None)
         else:
             record = att.directory / "execs" / name / RECORD
             argv = _launch(command, att.cwd, att.env, record, None, ["--tty"] if tty else ["--stdin", str(stdin)],
@@ -756,8 +751,7 @@ class _Place:
             record.parent.mkdir(parents=True, exist_ok=True)
             shim_end, lifeline = os.pipe()
             try:
-                process = await _create(argv, att.cwd, att.env, shim_end, stdout, stderr,
-                                        pass_fds=() if tty else (stdin,))
+                process = spawn(argv, att.cwd, att.env, shim_end, stdout, stderr, pass_fds=() if tty else (stdin,))
             except BaseException:
                 os.close(lifeline)
                 raise
@@ -767,7 +761,7 @@ class _Place:
         log.info("task=%s attempt=%s exec %r pid=%s", *att.ref, command[:1], process.pid)
         return process
 
-    def signal(self, process: asyncio.subprocess.Process, sig: int) -> None:
+    def signal(self, process: Child, sig: int) -> None:
         if process.returncode is not None:
             return
         leaders = [process.pid] if self.att.cgroup is not None else \

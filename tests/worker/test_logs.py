@@ -164,3 +164,11 @@ async def test_a_link_or_a_fifo_put_where_a_stream_goes_is_refused_not_written_t
     os.mkfifo(tmp_path / "stderr")
     with pytest.raises(OSError):  # no reader: refused at once rather than blocking the open
         await captured(tmp_path / "stderr", b"out")
+
+
+async def test_a_capture_reads_its_pipe_from_the_loop_s_selector_without_a_transport(tmp_path, monkeypatch):
+    """Each task has two streams: a transport and a stream reader for each cost its start more than the reads."""
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(loop, "connect_read_pipe", lambda *args: pytest.fail("made a transport"))
+    await captured(tmp_path / "stdout", b"printed")
+    assert (tmp_path / "stdout").read_bytes() == b"printed"

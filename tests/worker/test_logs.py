@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from corral.worker import logs
 from corral.worker.logs import LogShipper, capture
 
 
@@ -108,6 +109,18 @@ async def test_flush_of_an_attempt_with_no_files_returns_at_once(controller):
     shipper = LogShipper(controller.send)
     await shipper.flush(9, 9)
     assert controller.chunks == []
+
+
+async def test_a_round_opens_only_the_streams_an_attempt_wrote(tmp_path, controller, monkeypatch):
+    """Most tasks of an array print nothing: three opens that fail cost each round 44 us, one listing 5."""
+    opened = []
+    monkeypatch.setattr(logs, "no_follow", lambda path, flags: opened.append(path) or os.open(path, flags))
+    shipper = LogShipper(controller.send)
+    shipper.watch(3, 1, tmp_path)
+    await shipper.ship_once()
+    append(tmp_path / "stderr", b"oops")
+    await shipper.flush(3, 1)
+    assert opened == [str(tmp_path / "stderr")] and controller.received("stderr") == b"oops"
 
 
 async def test_a_round_waiting_on_a_flush_that_ends_the_attempt_carries_on(tmp_path, controller):

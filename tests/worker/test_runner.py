@@ -393,19 +393,3 @@ def test_launch_runs_the_command_under_its_shim_or_in_its_cgroup_and_fails_early
         runner_module._launch(["./script"], tmp_path, {}, record, None)
     with pytest.raises(FileNotFoundError):
         runner_module._launch(["./absent"], tmp_path, {}, record, None)
-
-
-@pytest.mark.parametrize("containment", CONTAINMENTS)
-async def test_nothing_is_launched_into_an_attempt_whose_task_has_exited(tmp_path, containment):
-    """Its cgroup is emptied meanwhile, in a thread: the worker, inside it for the spawn, would be killed too."""
-    harness = Harness(tmp_path, containment=containment)
-    await harness.act(build_order(["sleep", "30"]))
-    await harness.act(StartOrder(task_id=1, attempt=0))
-    att = harness.runner._attempts[(1, 0)]
-    place = runner_module._Place(harness.runner, att)
-    att.process.kill()
-    async with asyncio.timeout(10):
-        await att.process.wait()
-    with pytest.raises(ProcessLookupError, match="not running any more"):
-        await place.launch(["true"], subprocess.DEVNULL, subprocess.DEVNULL, subprocess.DEVNULL, False, "late")
-    assert (await harness.ended()).state == "FAILED"

@@ -736,12 +736,8 @@ class _Place:
 
     async def launch(self, command: list[str], stdin: int, stdout: int, stderr: int, tty: bool,
                      name: str) -> Child:
-        """In the attempt's cgroup, or under a shim of its own whose lifeline the attempt's end closes. Not once the
-        task's process has ended: its cgroup is being emptied (in a thread), which would kill the worker inside it
-        for the spawn too."""
+        """In the attempt's cgroup, or under a shim of its own whose lifeline the attempt's end closes."""
         att = self.att
-        if not att.runs:
-            raise ProcessLookupError(errno.ESRCH, f"the task's attempt {att.order.attempt} is not running any more")
         att.forget_ended_execs()
         lifeline: int | None = None
         if att.cgroup is not None:

@@ -17,7 +17,6 @@ from corral.worker.environments import (
     environment_key,
     own_interpreter,
 )
-from corral.worker.spawning import STARTING
 from tests.wheels import make_wheel
 
 PYTHON = own_interpreter().version
@@ -175,20 +174,3 @@ def test_a_worker_without_the_uv_package_still_finds_its_own_python(monkeypatch)
     with pytest.raises(FileNotFoundError, match="uv package is not installed"):
         uv_binary()
     assert discover_pythons() == [own_interpreter()]
-
-
-def test_the_search_for_pythons_starts_uv_only_while_no_start_in_an_attempt_s_cgroup_is_under_way(monkeypatch):
-    """It runs in a thread: a process it started while the worker was inside an attempt's cgroup would be killed
-    with that attempt."""
-    from corral.worker import environments
-
-    held = []
-    popen = subprocess.Popen
-
-    def watched(*args, **kwargs):
-        held.append(STARTING.locked())
-        return popen(*args, **kwargs)
-
-    monkeypatch.setattr(environments.subprocess, "Popen", watched)
-    environments.discover_pythons()
-    assert held == [True]

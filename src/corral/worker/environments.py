@@ -46,7 +46,6 @@ import corral
 from corral.core.attempt_world import CachedEnvironment
 from corral.core.pip import ItemKind, PipItem, classify, python_matches
 from corral.lifetime import dies_with_parent
-from corral.worker.spawning import STARTING
 
 log = logging.getLogger("corral.worker.environments")
 
@@ -133,18 +132,9 @@ def discover_pythons(uv: str | None = None, nice: bool = False) -> list[Interpre
     runs every interpreter it finds to ask its version: seconds of CPU, given up to running tasks when `nice`."""
     found = [own_interpreter()]
     try:
-        argv = [uv or uv_binary(), "python", "list", "--only-installed", "--output-format", "json"]
-        with STARTING:  # it runs in a thread: never while the worker is inside an attempt's cgroup
-            listing = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=uv_env(),
-                                       preexec_fn=_yielding if nice else None)
-        with listing:
-            try:
-                listed, _ = listing.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                listing.kill()
-                raise
-        if listing.returncode:
-            raise subprocess.CalledProcessError(listing.returncode, listing.args)
+        listed = subprocess.run([uv or uv_binary(), "python", "list", "--only-installed", "--output-format", "json"],
+                                capture_output=True, env=uv_env(), timeout=60, check=True,
+                                preexec_fn=_yielding if nice else None).stdout
         entries = json.loads(listed)
     except (OSError, subprocess.SubprocessError, ValueError) as error:
         log.warning("no other Python found: uv python list failed: %s", error)

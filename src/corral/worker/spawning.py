@@ -5,8 +5,7 @@ the length of the spawn (a vfork and the child's exec, with no await between) an
 the child never runs outside it, and no shell runs first to move it there, which cost each task of an array more
 CPU (0.7 ms) than its own command. Anything the worker does meanwhile is the spawn itself; what little memory it
 touches is charged to the attempt's cgroup and returns to the worker's, its parent, when that is removed.
-A process another of the worker's threads started in that window would start in the attempt's cgroup too, and die
-with it: such a start holds STARTING, which the window holds.
+Only the event loop's thread spawns processes, so no other child of the worker is started in the window.
 
 The child is waited for through a pidfd on the event loop (a thread where pidfds are missing), without asyncio's
 subprocess transport: the worker needs its pid, its exit status and a way to signal it, and the transport's
@@ -20,11 +19,8 @@ import contextlib
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-
-STARTING = threading.Lock()  # held while the worker is inside an attempt's cgroup, and by starts off the loop
 
 
 class Child:
@@ -69,12 +65,11 @@ class Child:
 @contextlib.contextmanager
 def joined(cgroup: Path, home: Path) -> Iterator[None]:
     """The worker (all its threads) in `cgroup` within the block, back in `home`, its own, after it."""
-    with STARTING:
-        _enter(cgroup)
-        try:
-            yield
-        finally:
-            _enter(home)
+    _enter(cgroup)
+    try:
+        yield
+    finally:
+        _enter(home)
 
 
 def _enter(cgroup: Path) -> None:

@@ -385,8 +385,8 @@ def test_launch_runs_the_command_under_its_shim_or_in_its_cgroup_and_fails_early
     record = tmp_path / "processes.json"
     argv = runner_module._launch(["sh", "-c", "true"], tmp_path, {"PATH": os.defpath}, record, None)
     assert argv[-5:] == [str(record), "--", "sh", "-c", "true"] and "corral.worker.shim" in argv[-6]
-    assert runner_module._launch(["sh", "-c", "true"], tmp_path, {"PATH": os.defpath}, record, tmp_path / "cg") \
-        == ["sh", "-c", "true"]  # a cgroup contains it from its start: nothing stands before it
+    assert runner_module._launch(["sh", "-c", "true"], tmp_path, {"PATH": os.defpath}, record, tmp_path / "cg")[-4:] \
+        == [str(tmp_path / "cg"), "sh", "-c", "true"]  # a cgroup contains it: no shim
     script = tmp_path / "script"
     script.write_text("#!/bin/sh\n")
     with pytest.raises(PermissionError):

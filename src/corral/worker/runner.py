@@ -22,7 +22,7 @@ exec in its environment and containment, or a port. An interactive attempt with 
 timeout is stopped as at its time limit, and an attempt with channels open warns them before a stop or preemption.
 A worker that runs as root runs an attempt whose order names a local account (run_as, its owner's) as that account
 (corral.worker.accounts): the task and its execs, in a directory of the account's alone. The worker's own helpers
-(the shim, or setpriv in a cgroup) stay root and change user only in the exec of the task's command.
+(the shim, the shell that enters a cgroup) stay root and change user only in the exec of the task's command.
 """
 
 from __future__ import annotations
@@ -121,12 +121,14 @@ _WARDEN = _lean("warden")
 def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cgroup: Path | None,
             shim_options: Sequence[str] = (), account: Account | None = None) -> list[str]:
     """The argv that runs `command`, as `account` when given: in its cgroup (which then holds every process it
-    starts, corral.worker.spawning starts it there) as it is, or through setpriv, which changes user; else under its
-    shim (with `shim_options`; the shim changes user in the child it starts).
+    starts), through a shell that moves itself there and execs the command (through setpriv, which changes user),
+    else under its shim (with `shim_options`; the shim changes user in the child it starts).
 
-    The user is changed by an exec'd setpriv rather than with subprocess's user=, which runs before any of the
-    child's code and would make every start copy the worker with fork instead of vfork. The program is looked up
-    here first, so a missing one fails before anything starts, as it would with a direct exec.
+    The cgroup is entered by an exec'd shell rather than a preexec_fn, which would make every start copy the
+    worker with fork instead of vfork: a fifth of the array bench. The user is changed the same way, after the
+    cgroup is entered (a process that is no longer root may not move itself there), rather than with subprocess's
+    user=, which runs before any of the child's code and would also rule out vfork. The program is looked up here
+    first, so a missing one fails before anything starts, as it would with a direct exec.
     """
     _check_executable(command[0], cwd, env.get("PATH", os.defpath))
     if cgroup is None:
@@ -135,7 +137,7 @@ def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cg
     change = [] if account is None else \
         [_setpriv(), f"--reuid={account.uid}", f"--regid={account.gid}",
          f"--groups={','.join(map(str, account.groups))}" if account.groups else "--clear-groups", "--"]
-    return [*change, *command]
+    return ["/bin/sh", "-c", 'echo 0 > "$0/cgroup.procs" && exec "$@"', str(cgroup), *change, *command]
 
 
 def _setpriv() -> str:
@@ -318,10 +320,6 @@ class Runner:
             os.close(lifeline)
         return held
 
-    def _inside(self, att: _Attempt) -> tuple[Path, Path] | None:
-        """Where the attempt's processes are started: (its cgroup, the worker's own), or None without one."""
-        return None if att.cgroup is None or self.cgroups is None else (att.cgroup, self.cgroups)
-
     # orders ------------------------------------------------------------------------------
 
     def submit(self, order: Order) -> asyncio.Task | None:
@@ -471,7 +469,7 @@ class Runner:
                                     for name, fd in (("stdout", out_read), ("stderr", err_read))]
                     stdin, child_ends = lifeline, (stdout, stderr)
                 try:
-                    att.process = spawn(argv, att.cwd, env, stdin, stdout, stderr, cgroup=self._inside(att),
+                    att.process = spawn(argv, att.cwd, env, stdin, stdout, stderr,
                                         preexec_fn=take_terminal if tty and att.cgroup is not None else None)
                 finally:
                     for fd in set(child_ends):
@@ -742,8 +740,7 @@ class _Place:
         lifeline: int | None = None
         if att.cgroup is not None:
             argv = _launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup, account=att.account)
-            process = spawn(argv, att.cwd, att.env, stdin, stdout, stderr, cgroup=self.runner._inside(att),
-                            preexec_fn=take_terminal if tty else None)
+            process = spawn(argv, att.cwd, att.env, stdin, stdout, stderr, preexec_fn=take_terminal if tty else None)
         else:
             record = att.directory / "execs" / name / RECORD
             argv = _launch(command, att.cwd, att.env, record, None, ["--tty"] if tty else ["--stdin", str(stdin)],

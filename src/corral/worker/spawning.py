@@ -1,25 +1,17 @@
-"""Starts an attempt's processes, inside its cgroup from their first instruction, and waits for them on the loop.
+"""Starts a task's processes and waits for them on the event loop.
 
-A child is created in its parent's cgroup. To start one in an attempt's cgroup, the worker joins that cgroup for
-the length of the spawn (a vfork and the child's exec, with no await between) and goes back to its own at once:
-the child never runs outside it, and no shell runs first to move it there, which cost each task of an array more
-CPU (0.7 ms) than its own command. Anything the worker does meanwhile is the spawn itself; what little memory it
-touches is charged to the attempt's cgroup and returns to the worker's, its parent, when that is removed.
-Only the event loop's thread spawns processes, so no other child of the worker is started in the window.
-
-The child is waited for through a pidfd on the event loop (a thread where pidfds are missing), without asyncio's
-subprocess transport: the worker needs its pid, its exit status and a way to signal it, and the transport's
-objects and callbacks cost every start.
+A child is waited for through a pidfd on the event loop (a thread where pidfds are missing), without asyncio's
+subprocess transport: the worker needs its pid, its exit status and a way to signal it, and the transport's objects
+and callbacks cost every start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -62,31 +54,9 @@ class Child:
         self.send_signal(signal.SIGKILL)
 
 
-@contextlib.contextmanager
-def joined(cgroup: Path, home: Path) -> Iterator[None]:
-    """The worker (all its threads) in `cgroup` within the block, back in `home`, its own, after it."""
-    _enter(cgroup)
-    try:
-        yield
-    finally:
-        _enter(home)
-
-
-def _enter(cgroup: Path) -> None:
-    fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, b"0")
-    finally:
-        os.close(fd)
-
-
 def spawn(argv: Sequence[str], cwd: Path, env: dict[str, str], stdin: int, stdout: int, stderr: int, *,
-          cgroup: tuple[Path, Path] | None = None, pass_fds: Sequence[int] = (),
-          preexec_fn: Callable[[], None] | None = None) -> Child:
-    """Start `argv` in a session of its own; with `cgroup`, (the attempt's cgroup, the worker's own), inside the
-    attempt's. A preexec_fn makes the start a fork rather than a vfork: only an interactive task's terminal needs one.
-    Called on the event loop."""
-    with joined(*cgroup) if cgroup is not None else contextlib.nullcontext():
-        popen = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                                 start_new_session=True, pass_fds=pass_fds, preexec_fn=preexec_fn)
-    return Child(popen)
+          pass_fds: Sequence[int] = (), preexec_fn: Callable[[], None] | None = None) -> Child:
+    """Start `argv` in a session of its own, from the event loop. A preexec_fn makes the start a fork rather than a
+    vfork: only an interactive task's terminal needs one."""
+    return Child(subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                                  start_new_session=True, pass_fds=pass_fds, preexec_fn=preexec_fn))

@@ -34,6 +34,7 @@ from corral.core.relay import (
     Exit,
     Resize,
 )
+from corral.worker.spawning import Child
 from corral.worker.terminal import (
     CLOSE_BAD_DATA,
     Outbox,
@@ -61,10 +62,10 @@ class Workplace(Protocol):
         """While a channel is open: the attempt is not idle, and a stop or preemption warns `outbox` first."""
 
     async def launch(self, command: list[str], stdin: int, stdout: int, stderr: int, tty: bool,
-                     name: str) -> asyncio.subprocess.Process:
+                     name: str) -> Child:
         """Start `command` in the attempt's environment and containment; raises OSError when it cannot start."""
 
-    def signal(self, process: asyncio.subprocess.Process, sig: int) -> None:
+    def signal(self, process: Child, sig: int) -> None:
         """`sig` to every process `launch` started as `process` (not to its shim)."""
 
     def log_pipes(self) -> tuple[int, int]:
@@ -162,7 +163,7 @@ async def _exec(ws: Socket, order: RelayOrder, place: Workplace) -> None:
                     os.close(fd)
 
 
-async def _hang_up(process: asyncio.subprocess.Process, place: Workplace) -> None:
+async def _hang_up(process: Child, place: Workplace) -> None:
     """SIGHUP to what the exec started, then SIGKILL once HANGUP_GRACE has passed."""
     place.signal(process, signal.SIGHUP)
     with contextlib.suppress(TimeoutError):

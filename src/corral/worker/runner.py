@@ -80,6 +80,7 @@ from corral.worker.processes import (
     signal_attempt,
 )
 from corral.worker.resources import gpu_env
+from corral.worker.spawning import Child, spawn
 from corral.worker.terminal import Outbox, Socket, Terminal, notice, open_pty, take_terminal
 
 log = logging.getLogger("corral.worker.runner")
@@ -147,15 +148,6 @@ def _setpriv() -> str:
     return path
 
 
-async def _create(argv: list[str], cwd: Path, env: dict[str, str], stdin: int, stdout: int, stderr: int, *,
-                  tty: bool = False, pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
-    """Start `argv` in a session of its own; with `tty`, stdin (a terminal) becomes its controlling terminal. Only
-    then is there a preexec_fn, which makes the start a fork rather than a vfork."""
-    return await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                                                start_new_session=True, pass_fds=pass_fds,
-                                                preexec_fn=take_terminal if tty else None)
-
-
 def _check_executable(program: str, cwd: Path, path: str) -> None:
     """Raise what exec would raise for a program that is missing or not executable."""
     if os.sep in program:
@@ -210,7 +202,7 @@ class _Attempt:
     lock: asyncio.Lock  # build, start and the end of a stop happen one at a time
     prepared: bool = False
     build: asyncio.Task | None = None
-    process: asyncio.subprocess.Process | None = None  # the task, or its shim
+    process: Child | None = None  # the task, or its shim
     cgroup: Path | None = None  # where the task runs in a cgroup of its own (no shim)
     captures: list[asyncio.Task] = field(default_factory=list)  # stdout and stderr, from pipes to files
     lifeline: int | None = None  # the write end of the shim's stdin: closing it kills the attempt
@@ -232,7 +224,7 @@ class _Attempt:
     idle_since: float = 0.0  # monotonic time its last channel closed, or it started
     idle_watch: asyncio.Task | None = None
     # What `exec` started in it, each with the write end of its shim's lifeline (None in a cgroup).
-    execs: dict[asyncio.subprocess.Process, int | None] = field(default_factory=dict)
+    execs: dict[Child, int | None] = field(default_factory=dict)
 
     @property
     def ref(self) -> tuple[int, int]:
@@ -477,8 +469,8 @@ class Runner:
                                     for name, fd in (("stdout", out_read), ("stderr", err_read))]
                     stdin, child_ends = lifeline, (stdout, stderr)
                 try:
-                    att.process = await _create(argv, att.cwd, env, stdin, stdout, stderr,
-                                                tty=tty and att.cgroup is not None)
+                    att.process = spawn(argv, att.cwd, env, stdin, stdout, stderr,
+                                        preexec_fn=take_terminal if tty and att.cgroup is not None else None)
                 finally:
                     for fd in set(child_ends):
                         os.close(fd)
@@ -741,14 +733,14 @@ class _Place:
                 self.att.idle_since = time.monotonic()
 
     async def launch(self, command: list[str], stdin: int, stdout: int, stderr: int, tty: bool,
-                     name: str) -> asyncio.subprocess.Process:
+                     name: str) -> Child:
         """In the attempt's cgroup, or under a shim of its own whose lifeline the attempt's end closes."""
         att = self.att
         att.forget_ended_execs()
         lifeline: int | None = None
         if att.cgroup is not None:
             argv = _launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup, account=att.account)
-            process = await _create(argv, att.cwd, att.env, stdin, stdout, stderr, tty=tty)
+            process = spawn(argv, att.cwd, att.env, stdin, stdout, stderr, preexec_fn=take_terminal if tty else None)
         else:
             record = att.directory / "execs" / name / RECORD
             argv = _launch(command, att.cwd, att.env, record, None, ["--tty"] if tty else ["--stdin", str(stdin)],
@@ -756,8 +748,7 @@ class _Place:
             record.parent.mkdir(parents=True, exist_ok=True)
             shim_end, lifeline = os.pipe()
             try:
-                process = await _create(argv, att.cwd, att.env, shim_end, stdout, stderr,
-                                        pass_fds=() if tty else (stdin,))
+                process = spawn(argv, att.cwd, att.env, shim_end, stdout, stderr, pass_fds=() if tty else (stdin,))
             except BaseException:
                 os.close(lifeline)
                 raise
@@ -767,7 +758,7 @@ class _Place:
         log.info("task=%s attempt=%s exec %r pid=%s", *att.ref, command[:1], process.pid)
         return process
 
-    def signal(self, process: asyncio.subprocess.Process, sig: int) -> None:
+    def signal(self, process: Child, sig: int) -> None:
         if process.returncode is not None:
             return
         leaders = [process.pid] if self.att.cgroup is not None else \

@@ -100,11 +100,11 @@ def test_the_schedule_handler_counts_each_unit_once_and_forgets_the_oldest() -> 
     handler = ScheduleJobs()
     handler.remembered_units = 2
     unit = Unit((1, 1), (1,), Request(1, 0, 0.5))
-    handler._count(unit)
-    handler._count(unit)
+    handler._count([unit])
+    handler._count([unit])
     assert handler.mixes["default"].counts[(unit.request, ())] == 1
     for j in (2, 3):
-        handler._count(Unit((j, j), (j,), Request(1, 0, 1)))
+        handler._count([Unit((j, j), (j,), Request(1, 0, 1))])
     assert list(handler.counted) == [(2, 2), (3, 3)]
 
 

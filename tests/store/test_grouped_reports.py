@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, update
 
 from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.orders import OrderReads
 from corral.core.protocol import TaskReport
 from corral.core.states import Fact
 from corral.engine.reports import Heartbeat, Refused, UnknownWorker, ingest_group, ingest_heartbeats
-from corral.store.schema import workers
+from corral.store.schema import jobs, workers
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, settle, submit
 
 WORKERS = 6
@@ -111,6 +111,21 @@ async def test_orders_read_together_are_each_worker_s_own(store):
     assert len(opened) < len(tasks)
     assert [[(order.action, order.task_id) for order in answer] for answer in answers] == \
         [[("build", task.id)] for task in tasks]
+
+
+async def test_a_worker_whose_orders_cannot_be_read_fails_alone(store):
+    _, tasks = await placed(store)
+    spare = await add_worker(store, "spare", cpu=1.0)
+    broken = await submit(store, resources={"cpu": 1})
+    await settle(store)
+    async with store.write() as connection:  # a stored spec no order can be made of
+        await connection.execute(update(jobs).where(jobs.c.id == broken).values(spec={"resources": {"cpu": 1}}))
+    reads = OrderReads(store)
+    answers = await asyncio.wait_for(asyncio.gather(*(reads.read(worker, None) for worker in
+                                                      [task.worker_id for task in tasks] + [spare]),
+                                                    return_exceptions=True), 30)
+    assert [[order.task_id for order in answer] for answer in answers[:-1]] == [[task.id] for task in tasks]
+    assert isinstance(answers[-1], KeyError)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -134,7 +134,8 @@ class OrderReads:
     """Reads of workers' orders that come while one is being read, read together in the next: one connection and
     one set of statements for them all. A read holds a pooled connection for its statements' round trips through
     the event loop; report heartbeats answered together would each take one at once (at 600 workers a read waited
-    0.7 s for a connection). A read asked for after a commit is made after it: it joins only a read not yet begun."""
+    0.7 s for a connection). A read asked for after a commit is made after it: it joins only a read not yet begun.
+    A worker whose orders cannot be read fails alone."""
 
     def __init__(self, store: Store, job_token: Callable[[int], str] | None = None) -> None:
         self.store, self.job_token = store, job_token
@@ -153,12 +154,14 @@ class OrderReads:
         while self._waiting:
             batch, self._waiting = self._waiting, defaultdict(list)
             try:
-                async with self.store.read() as connection:
-                    orders = await orders_of(connection, list(batch), self.job_token)
-                    answers = [(read, orders[worker_id] + await relay_orders(connection, worker_id, relays_after))
-                               for worker_id, reads in batch.items() for relays_after, read in reads]
-            except Exception as error:
-                answers = [(read, error) for reads in batch.values() for _, read in reads]
+                answers = await self._answers(batch)
+            except Exception:  # whose orders cannot be read is found by reading each worker's alone
+                answers = []
+                for worker_id, reads in batch.items():
+                    try:
+                        answers += await self._answers({worker_id: reads})
+                    except Exception as error:
+                        answers += [(read, error) for _, read in reads]
             for read, answer in answers:
                 if read.done():  # its request may have gone meanwhile
                     continue
@@ -166,6 +169,13 @@ class OrderReads:
                     read.set_exception(answer)
                 else:
                     read.set_result(answer)
+
+    async def _answers(self, batch: Mapping[str, list[tuple[float | None, asyncio.Future[list[Order]]]]]) -> list:
+        """Each read of the batch with its worker's orders, read through one connection."""
+        async with self.store.read() as connection:
+            orders = await orders_of(connection, list(batch), self.job_token)
+            return [(read, orders[worker_id] + await relay_orders(connection, worker_id, relays_after))
+                    for worker_id, reads in batch.items() for relays_after, read in reads]
 
 
 def task_env(row, spec: dict, master_addr: str | None,

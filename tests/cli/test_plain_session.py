@@ -11,7 +11,7 @@ import pytest
 
 from corral.client.errors import CorralError, Unanswered
 from corral.client.http import Client
-from corral.client.plain import PlainResponse, PlainSession, query_text
+from corral.client.plain import Headers, PlainResponse, PlainSession, query_text
 from tests.cli.conftest import job_view
 from tests.cli.test_client import sse_event, waiting_controller
 
@@ -182,3 +182,11 @@ def test_a_refused_connection_is_unanswered_and_never_sent():
         with pytest.raises(Unanswered) as raised:
             PlainSession({}, 5.0).request("POST", f"http://127.0.0.1:{unused.getsockname()[1]}/api/v1/jobs", json={})
     assert raised.value.sent is False
+
+
+def test_headers_are_found_whatever_the_case_and_a_missing_one_is_a_key_error():
+    headers = Headers([("X-Corral-Attempt", "2"), ("Vary", "a"), ("vary", "b")])
+    assert headers["x-corral-attempt"] == headers.get("X-CORRAL-ATTEMPT") == "2" and "x-corral-attempt" in headers
+    assert headers["Vary"] == "a, b"
+    with pytest.raises(KeyError):
+        headers["X-Corral-Log-Size"]

@@ -47,13 +47,33 @@ def query_text(params: Mapping[str, Any]) -> str:
                       for item in (value if isinstance(value, list | tuple) else [value])])
 
 
+class Headers(dict):
+    """An answer's headers, looked up whatever the case of their names, as httpx's are: a missing one is a KeyError
+    (http.client's own gives None); one sent twice is its values joined by commas."""
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        super().__init__()
+        for name, value in items:
+            name = name.lower()
+            super().__setitem__(name, f"{super().__getitem__(name)}, {value}" if super().__contains__(name) else value)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower(), default)
+
+
 class PlainResponse:
     """What the plans read of an answer: its status, headers, body (whole, or line by line while streamed)."""
 
     def __init__(self, reply: http.client.HTTPResponse, release: Callable[[bool], None]) -> None:
         self.status_code = reply.status
         self.reason_phrase = reply.reason
-        self.headers = reply.headers  # looked up without regard to case
+        self.headers = Headers(reply.getheaders())
         self._reply, self._release, self._content = reply, release, None
 
     def read(self) -> bytes:

@@ -169,6 +169,8 @@ def test_a_path_beyond_ascii_is_quoted_and_a_stream_let_go_mid_way_leaves_no_byt
         session = PlainSession({}, 5.0)
         assert session.request("GET", url + "/api/v1/deployments/é").status_code == 404
         assert seen[-1] == b"/api/v1/deployments/%C3%A9"
+        session.request("GET", url + "/api/v1/deployments/d?all=true", params={"limit": 2})
+        assert seen[-1] == b"/api/v1/deployments/d?all=true&limit=2"
         with session.stream("GET", url + "/api/v1/events", None) as response:
             assert next(response.iter_lines()).startswith("id: 1")
         assert [job["id"] for job in session.request("GET", url + "/api/v1/jobs").json()["items"]] == [3, 2]

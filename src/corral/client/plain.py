@@ -1,11 +1,12 @@
 """The sync client's HTTP to a plain http:// controller, on the standard library's http.client alone.
 
-httpx's package imports urllib.request, ssl, logging, its models and its multipart encoders: about a sixth of a
-CLI command that submits and waits, and more than the rest of the client together. A controller reached by plain
-HTTP with no proxy variable set needs none of it, so `Client` talks to it through this session: requests with
-a JSON body, a query and headers, and responses read whole or line by line as a stream. Everything else
-(https://, proxies, a transport given for tests) goes through httpx (`client.httpx_session`). Both sessions
-raise `Unanswered` for a request that got no answer, so failing over to the next controller is one rule.
+httpx's package imports urllib.request, ssl, logging, its models and its multipart encoders: more than half of
+what a CLI command imports beside click and the interpreter, and more than the rest of the client together. A
+controller reached by plain HTTP with no proxy variable set needs none of it, so `Client` talks to it through
+this session: requests with a JSON body, a query and headers, and responses read whole or line by line as a
+stream. Everything else (https://, proxies, a transport given for tests) goes through httpx
+(`client.httpx_session`). Both sessions raise `Unanswered` for a request that got no answer, so failing over to
+the next controller is one rule.
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ class PlainSession:
               headers: Mapping[str, str] | None = None) -> PlainResponse:
         parts = urlsplit(url)
         origin = (parts.hostname or "", parts.port or 80)
-        target = quote(parts.path, safe=PATH_SAFE) + (f"?{query_text(params)}" if params else "")
+        query = "&".join(part for part in (parts.query, query_text(params) if params else "") if part)
+        target = quote(parts.path, safe=PATH_SAFE) + (f"?{query}" if query else "")
         head = {**self._headers, **(headers or {})}
         if json is not None:
             content = dumps(json)

@@ -379,20 +379,23 @@ def test_submit_many_is_one_call_from_both_clients_and_a_bad_spec_never_leaves()
     assert len(bodies) == 2
 
 
-def test_both_clients_read_a_job_that_the_stream_names_active_only_at_its_end():
-    ended = {"id": 4, "job_id": 5, "task_id": None, "to_state": "SUCCEEDED"}
+def test_both_clients_follow_a_stream_that_names_its_job_active_without_reading_the_job():
+    """The job read here says it ended; a client that asked it at the open would return it. The stream names the
+    job RUNNING and never ends it, so a client that trusts the header waits out its timeout, reading no job."""
     read: list[str] = []
 
     def handler(request):
         if request.url.path == "/api/v1/events":
-            return httpx.Response(200, text=f"id: 4\ndata: {json.dumps(ended)}\n\n",
-                                  headers={JOB_STATE_HEADER: "RUNNING"})
+            return httpx.Response(200, text="retry: 10\n\n", headers={JOB_STATE_HEADER: "RUNNING"})
         read.append(request.url.path)
         return httpx.Response(200, json=job_view(5, state="SUCCEEDED").model_dump(mode="json"))
 
     sync, aio = both(handler)
-    assert sync.wait(5).state == "SUCCEEDED" and read == ["/api/v1/jobs/5"]
-    assert run(aio.wait(5)).state == "SUCCEEDED" and read == ["/api/v1/jobs/5"] * 2
+    with pytest.raises(TimeoutError):
+        sync.wait(5, timeout=0.3)
+    with pytest.raises(TimeoutError):
+        run(aio.wait(5, timeout=0.3))
+    assert read == []
 
 
 def test_both_clients_answer_at_once_with_a_job_the_stream_names_ended():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from corral.controller.orders import orders_for
+from corral.controller.orders import orders_of
 from corral.core.states import Fact, JobState, TaskState
 from corral.engine.drain import drain_gang
 from corral.engine.preemption import JobRef, NotCurrent, preempt_tasks, record_checkpoint
@@ -61,7 +61,7 @@ async def test_a_failed_member_starts_one_drain_and_its_siblings_are_told_with_t
     assert await states(store, job_id) == ["PREEMPTING", "PREEMPTING", "PENDING"]
     assert [t.preempt_epoch for t in await job_tasks(store, job_id)][:2] == [1, 1]
     async with store.read() as connection:
-        (order,) = await orders_for(connection, t0.worker_id)
+        (order,) = (await orders_of(connection, [t0.worker_id]))[t0.worker_id]
     assert (order.action, order.task_id, order.attempt, order.epoch, order.grace_period) == (
         "preempt", t0.id, 0, 1, 3.0)
     started = [h for h in await job_history(store, job_id) if h.handler == "DrainGang" and h.task_id is None]
@@ -216,7 +216,7 @@ async def test_a_checkpoint_saved_while_preempting_is_offered_to_the_next_attemp
     t0 = (await job_tasks(store, job_id))[0]
     assert (t0.checkpoint_epoch, t0.checkpoint_size, t0.state) == (1, 3, "ASSIGNED")
     async with store.read() as connection:
-        orders = await orders_for(connection, t0.worker_id)
+        orders = (await orders_of(connection, [t0.worker_id]))[t0.worker_id]
     assert [(o.action, o.task_id, o.checkpoint) for o in orders] == [("build", t0.id, True)]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import update
 
-from corral.controller.orders import orders_for
+from corral.controller.orders import orders_of
 from corral.store.schema import jobs, users
 from tests.store.helpers import NOW, add_worker, settle, submit
 
@@ -23,7 +23,7 @@ async def test_a_build_runs_as_its_owners_local_account_and_as_the_worker_otherw
             await connection.execute(update(jobs).where(jobs.c.id == job).values(owner=owner))
     await settle(store)
     async with store.read() as connection:
-        orders = await orders_for(connection, worker)
+        orders = (await orders_of(connection, [worker]))[worker]
     run_as = {order.job_id: order.run_as for order in orders if order.action == "build"}
     # the admin token's jobs run as the worker, even where a user named "admin" has an account
     assert run_as == {job_of["alice"]: "alice_unix", job_of["bob"]: None, job_of["admin"]: None,

@@ -10,6 +10,7 @@ import pytest
 from corral.core.frozen import made
 from corral.core.lifecycle import Target, TaskView
 from corral.core.states import TaskState
+from corral.engine.effects import Place
 from corral.scheduling.placement import Assignment, Unit
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request
@@ -21,6 +22,7 @@ EXAMPLES = [
     Unit(key=(3, 7), task_ids=(7,), request=Request(1.0, 0, 1.0), pool="default", constraints=(), spread=False,
          priority=100, project="p", since=5.0, avoid=frozenset({"w1"}), max_running=None),
     Assignment(task_id=7, worker_id="w1", gpu_ids=(0,)),
+    Place(job_id=3, task_id=7, worker_id="w1", gpu_ids=(0,)),
     RunningTask(task_id=7, job_id=3, worker_id="w1", request=Request(1.0, 0, 1.0), gpu_ids=(0,), priority=0,
                 project="p", since=1.0, gang=False, stopping=False),
 ]

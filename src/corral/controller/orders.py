@@ -79,13 +79,6 @@ def master_port(job_id: int, attempt: int) -> int:
     return MASTER_PORT_BASE + (job_id * 131 + attempt) % 20000
 
 
-async def orders_for(connection: AsyncConnection, worker_id: str,
-                     job_token: Callable[[int], str] | None = None, relays_after: float | None = 0.0) -> list[Order]:
-    """One worker's orders (orders_of) and the channels waiting for it (relay_orders)."""
-    return (await orders_of(connection, [worker_id], job_token))[worker_id] + \
-        await relay_orders(connection, worker_id, relays_after)
-
-
 async def orders_of(connection: AsyncConnection, worker_ids: Collection[str],
                     job_token: Callable[[int], str] | None = None) -> dict[str, list[Order]]:
     """Each worker's orders for its tasks: starts, stops and preemptions in task order, then builds."""
@@ -143,7 +136,7 @@ class OrderReads:
         self._reader: asyncio.Task | None = None
 
     async def read(self, worker_id: str, relays_after: float | None) -> list[Order]:
-        """The worker's orders (orders_for)."""
+        """The worker's orders (orders_of) and the channels waiting for it (relay_orders)."""
         read = asyncio.get_running_loop().create_future()
         self._waiting[worker_id].append((relays_after, read))
         if self._reader is None or self._reader.done():

@@ -319,8 +319,8 @@ class _Simulation:
         for offered, rest in held_back:
             reason = next((waiting[unit.key] for unit in offered if unit.key in waiting), None)
             if reason is None:  # room enough for all offered, within rounding: the pass as it would be without this
-                units = sorted([*units, *(self.kinds[self.kind_of[key]][key].unit for _, rest in held_back
-                                          for key in rest)], key=lambda unit: self.order[unit.key])
+                units = sorted([*units, *(self.kinds[self.kind_of[key]][key].unit for _, keys in held_back
+                                          for key in keys)], key=lambda unit: self.order[unit.key])
                 placement = place_over(units, self.index, policy=self.policy, now=t, mixes=self.mixes)
                 self.reasons.update(placement.waiting)
                 return placement

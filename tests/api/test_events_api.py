@@ -1,7 +1,11 @@
 """GET /api/v1/events?job=N names the job's state in a header, so that a client waiting for its end needs no
-read of the job when the stream opens."""
+read of the job when the stream opens; the reads a waiting client makes read the job's row once each."""
 
 from __future__ import annotations
+
+import re
+
+from sqlalchemy import event
 
 from corral.core.states import JOB_STATE_HEADER
 
@@ -15,3 +19,35 @@ async def test_a_jobs_stream_names_its_state_and_a_wider_stream_names_none(api) 
         opened = await admin.get("/api/v1/events", params={"job": job, "last": 1, "follow": "false"})
         assert opened.headers[JOB_STATE_HEADER] == "CANCELLED"
         assert JOB_STATE_HEADER not in (await admin.get("/api/v1/events", params={"follow": "false"})).headers
+
+
+def reads_of_a_job(store) -> list[int]:
+    """The job ids of the statements the store's readers run from now on that read `jobs` about one job (the
+    engine's own reads, beside the requests, name no job)."""
+    jobs_named: list[int] = []
+
+    def note(_connection, _cursor, statement, parameters, *_rest) -> None:
+        if re.search(r"\bFROM jobs\b", statement):
+            jobs_named.extend({value for value in parameters if isinstance(value, int)})
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", note)
+    return jobs_named
+
+
+async def test_a_cluster_admin_reads_a_job_and_opens_its_stream_reading_its_row_once(api) -> None:
+    """An admin may do anything to any job, so neither the authorization nor the stream reads whose job it is; a job
+    with no retry policy is alone in its chain, so its view reads no chain: a waiting client's two reads of its job
+    each read the job's row once."""
+    reads = reads_of_a_job(api.app.state.services.store)
+    async with api.admin() as admin:
+        job = (await admin.post("/api/v1/jobs", json={"command": ["true"]})).json()["id"]
+        reads.clear()
+        assert (await admin.get(f"/api/v1/jobs/{job}")).json()["retry_chain"] == [job]
+        assert reads == [job]
+        reads.clear()
+        opened = await admin.get("/api/v1/events", params={"job": job, "last": 1, "follow": "false"})
+        assert opened.headers[JOB_STATE_HEADER] == "PENDING"
+        assert reads == [job]
+        assert (await admin.get(f"/api/v1/jobs/{job + 1}")).status_code == 404
+        missing = await admin.get("/api/v1/events", params={"job": job + 1})
+        assert missing.status_code == 404 and missing.json()["detail"] == f"no job {job + 1}"

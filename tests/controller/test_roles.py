@@ -181,6 +181,8 @@ async def test_the_event_stream_shows_a_reader_the_jobs_and_deployments_of_its_p
     async with team.as_("view") as viewer:
         seen = _events((await viewer.get("/api/v1/events", params={"follow": "false"})).text)
         last = _events((await viewer.get("/api/v1/events", params={"follow": "false", "last": 2})).text)
+        named = await viewer.get("/api/v1/events", params={"follow": "false", "job": team.bobs_job})
+        not_theirs = await viewer.get("/api/v1/events", params={"follow": "false", "job": elsewhere})
     async with team.api.as_(loner) as nobody:
         answer = await nobody.get("/api/v1/events", params={"follow": "false"})
     assert {elsewhere, team.bobs_job} <= {e["job_id"] for e in whole} and "theirs" in {e["deployment"] for e in whole}
@@ -188,6 +190,8 @@ async def test_the_event_stream_shows_a_reader_the_jobs_and_deployments_of_its_p
     assert all(e["job_id"] == team.bobs_job or e["deployment"] == "bobs" for e in seen), seen
     assert last == seen[-2:]
     assert answer.status_code == 200 and _events(answer.text) == []
+    assert named.status_code == 200 and {e["job_id"] for e in _events(named.text)} == {team.bobs_job}
+    assert not_theirs.status_code == 403 and "not a member of project audio" in not_theirs.json()["detail"]
 
 
 async def test_a_job_token_acts_as_its_owner_capped_to_the_jobs_project_and_priority(team):

@@ -54,9 +54,10 @@ async def events(
             raise HTTPException(status.HTTP_400_BAD_REQUEST,
                                 f"Last-Event-ID must be an event id (a non-negative integer), not {last_event_id!r}")
         start = int(last_event_id)
+    principal = principal_of(request)
     async with services.store.read() as connection:
         projects = []
-        if job is not None:
+        if job is not None and not principal.cluster_admin:  # an admin may read every job: whether it is, is read below
             project, _ = await job_facts(connection, job)
             if project is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
@@ -66,7 +67,6 @@ async def events(
             if named is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no deployment named {deployment!r}")
             projects.append((named.spec or {}).get("project") or DEFAULT_PROJECT)
-        principal = principal_of(request)
         for project in projects:
             refuse_unless(principal, Action.READ, project)
         readable = None if projects else visible_projects(principal)  # None: no narrowing by project
@@ -77,6 +77,8 @@ async def events(
         state = await job_state(connection, job) if job is not None else None
         if state is not None:  # read after the start: a move to an end the stream leaves out is in this state
             headers[JOB_STATE_HEADER] = state
+        elif job is not None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
     if start > newest:
         # Ids only grow: an id from the future means a different store, so replay all that is kept.
         start = 0

@@ -12,8 +12,10 @@ if TYPE_CHECKING:
 
 
 async def retry_fields(connection: AsyncConnection, rows: list) -> dict[int, dict]:
-    """JobView's retry fields for each job row (full `jobs` rows), with one query for all their chains."""
-    chains = await chains_from(connection, {r.id: r.retry_root_id or r.id for r in rows}) if rows else {}
+    """JobView's retry fields for each job row (full `jobs` rows), with one query for all their chains. A job with
+    no retry state and no root never had a policy, so it is alone in its chain: with only such jobs, no query."""
+    chained = {r.id: r.retry_root_id or r.id for r in rows if r.retry_state is not None or r.retry_root_id is not None}
+    chains = await chains_from(connection, chained) if chained else {}
     return {r.id: retry_view_fields(r, chains.get(r.id, [r.id])) for r in rows}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 HERE, ELSEWHERE = "a" * 32, "b" * 32
@@ -78,3 +80,28 @@ async def test_a_path_no_directory_can_have_is_a_422_not_a_500(api, path):
     assert answer.status_code == 422, answer.text
     assert answer.json()["detail"][0]["loc"][0] == "query"
     assert undecodable.status_code == 200  # read as U+FFFD, as every query string is: a path, shared by none
+
+
+async def test_a_submission_on_condition_of_a_shared_workdir_is_refused_where_its_files_must_travel(api):
+    """`POST /jobs?shared_workdir=true` stores the job where every alive worker of its pool shares its directory,
+    and is refused with 409 and `upload_needed`, storing nothing, where one does not or none is alive; a job with a
+    bundle, or none, or without the condition, is stored as ever."""
+    job = {"command": ["true"], "workdir": query()}
+    async with api.admin() as admin:
+        alone = await admin.post("/api/v1/jobs", json=job, params={"shared_workdir": "true"})
+        await register(api, worker("same", filesystem=HERE), worker("gpu", pool="gpu", filesystem=ELSEWHERE))
+        shared = await admin.post("/api/v1/jobs", json=job, params={"shared_workdir": "true"})
+        not_shared = await admin.post("/api/v1/jobs", json={**job, "pool": "gpu"}, params={"shared_workdir": "true"})
+        unconditional = await admin.post("/api/v1/jobs", json={**job, "pool": "gpu"})
+        bundle = hashlib.sha256(b"files").hexdigest()
+        api.app.state.services.bundles.put(bundle, b"files")
+        bundled = await admin.post("/api/v1/jobs", json={**job, "pool": "gpu", "bundle": bundle},
+                                   params={"shared_workdir": "true"})
+        listed = (await admin.get("/api/v1/jobs")).json()["items"]
+    assert alone.status_code == 409 and alone.json()["detail"] == {
+        "message": "no worker of pool default is alive: upload its files as a bundle first",
+        "alive": 0, "sharing": 0, "upload_needed": True}
+    assert not_shared.status_code == 409 and not_shared.json()["detail"]["message"] == (
+        "1 of the 1 alive workers of pool gpu do not share /home/a/proj: upload its files as a bundle first")
+    assert [answer.status_code for answer in (shared, unconditional, bundled)] == [201] * 3
+    assert sorted(job["id"] for job in listed) == sorted(a.json()["id"] for a in (shared, unconditional, bundled))

@@ -36,7 +36,8 @@ class FakeClient:
         self.placement_analysis = None
         self.what_if_view = None
         self.sharing = WorkdirSharing(alive=1, sharing=1)  # every worker shares the submission directory
-        self.asked_sharing: list = []
+        self.asked_sharing: list = []  # by the question or as the condition of a submission
+        self.questions = 0  # GET /workdir/sharing asked alone
         self.attachment_views: list = []
         self.log_chunks: list[bytes] = []
         self.listed: list[dict] = []  # the filters each jobs listing asked for
@@ -57,8 +58,9 @@ class FakeClient:
         self.submitted += zip(specs, idempotency_keys or [None] * len(specs), strict=True)
         return [job_view(42 + i, spec) for i, spec in enumerate(specs)]
 
-    def submit_rows(self, specs, idempotency_keys=None, *, batch=False):
-        """As the controller answers: the specs checked (a 422 with FastAPI's detail), the jobs as JSON."""
+    def submit_rows(self, specs, idempotency_keys=None, *, batch=False, shared_workdir=False):
+        """As the controller answers: the specs checked (a 422 with FastAPI's detail), with `shared_workdir` a 409
+        saying `upload_needed` where `sharing` needs the files uploaded, the jobs as JSON."""
         try:
             if batch:
                 checked = JobBatch.model_validate({"jobs": specs, "idempotency_keys": idempotency_keys}).jobs
@@ -68,6 +70,10 @@ class FakeClient:
             detail = [{"loc": ["body", *item["loc"]], "msg": item["msg"], "type": item["type"]}
                       for item in error.errors()]
             raise CorralError(422, format_detail(detail), detail) from None
+        if shared_workdir and checked[0].workdir is not None and not checked[0].bundle and \
+                self.workdir_sharing(checked[0].workdir, checked[0].pool).upload_needed:
+            raise CorralError(409, "upload its files", {"message": "upload its files",
+                                                        **self.sharing.model_dump(mode="json")})
         views = self.submit_many(checked, idempotency_keys) if batch else \
             [self.submit(checked[0], (idempotency_keys or [None])[0])]
         return [view.model_dump(mode="json") for view in views]
@@ -76,6 +82,7 @@ class FakeClient:
         return self.wait(job_id, timeout).model_dump(mode="json")
 
     def upload_needed(self, workdir, pool="default"):
+        self.questions += 1
         return self.workdir_sharing(Workdir.model_validate(workdir), pool).upload_needed
 
     def estimate_stats(self, days=30.0):

@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from corral.cli.common import CliError
 from corral.cli.submit import build_spec, load_spec_file
+from corral.client.errors import CorralError
 from corral.core.spec import Workdir
 from corral.core.views import WorkdirSharing
 from corral.filesystem import filesystem_id
@@ -140,6 +141,17 @@ def test_tasks_start_in_the_current_directory_and_nothing_is_uploaded_when_every
     spec = fake.submitted[0][0]
     assert spec.workdir == Workdir(path=str(tmp_path), filesystem=filesystem_id()) and spec.bundle is None
     assert fake.uploaded == [] and fake.asked_sharing == [(spec.workdir, "gpu")]
+    assert fake.questions == 0  # asked as the submission's condition: one round trip
+
+
+def test_a_conflict_other_than_the_files_is_an_error_line_and_nothing_is_uploaded(cli, fake, tmp_path, monkeypatch):
+    def taken(spec, key=None):
+        raise CorralError(409, "idempotency key k was used for another spec", "idempotency key k was used ...")
+
+    monkeypatch.setattr(fake, "submit", taken)
+    result = cli("submit", "--idempotency-key", "k", "--workdir", str(tmp_path), "--", "true")
+    assert result.exit_code == 1 and "idempotency key k was used for another spec" in result.output
+    assert fake.uploaded == []
 
 
 @pytest.mark.parametrize("sharing", [WorkdirSharing(alive=3, sharing=2), WorkdirSharing(alive=0, sharing=0)])
@@ -147,9 +159,17 @@ def test_the_files_are_uploaded_when_a_worker_may_not_share_them(cli, fake, tmp_
     fake.sharing = sharing
     result = cli("submit", "--workdir", str(tmp_path / "."), "--", "true")
     assert result.exit_code == 0, result.output
-    assert fake.uploaded == [tmp_path / "."]
+    assert fake.uploaded == [tmp_path / "."] and fake.questions == 0
     spec = fake.submitted[0][0]
     assert spec.bundle == "ab" * 32 and spec.workdir.path == str(tmp_path)
+
+
+def test_each_directory_of_a_listed_file_is_asked_about_once(cli, fake, tmp_path):
+    (tmp_path / "jobs.yaml").write_text("- {command: [a]}\n- {command: [b]}\n")
+    result = cli("submit", "-f", str(tmp_path / "jobs.yaml"), "--workdir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert fake.questions == 1 and fake.uploaded == [] and [s.workdir.path for s, _ in fake.submitted] == [
+        str(tmp_path)] * 2
 
 
 def test_a_spec_files_workdir_is_relative_to_the_file(cli, fake, tmp_path):

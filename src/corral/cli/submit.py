@@ -115,13 +115,18 @@ def ship_workdir(api: Client, directory: Path, pool: str,
     """The spec fields (as JSON) that make tasks start in `directory`: where it is, and the digest of its files
     when a worker of the pool that does not share it may take them (or none is alive to tell). `before_upload`
     runs first when the files must travel."""
-    workdir = {"path": os.path.abspath(directory), "filesystem": filesystem_id()}
+    workdir = located(directory)
     fields: dict[str, Any] = {"workdir": workdir}
     if api.upload_needed(workdir, pool):
         if before_upload is not None:
             before_upload()
         fields["bundle"] = api.upload_bundle(directory)
     return fields
+
+
+def located(directory: Path) -> dict[str, str]:
+    """The spec's `workdir` for `directory`: where it is, and the id of the file system that holds it."""
+    return {"path": os.path.abspath(directory), "filesystem": filesystem_id()}
 
 
 def with_shipped(spec: Spec, fields: dict[str, Any]) -> Spec:
@@ -325,9 +330,12 @@ def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, 
                              **options) for data, _ in entries]
     api = client(ctx)
     shipped: dict[Path, dict] = {}  # a directory is uploaded once, however many jobs start in it
+    single: Path | None = None  # the one job's directory, whose files travel only if the controller says so
     for i, (_, file_workdir) in enumerate(entries):
         directory = chosen_workdir(workdir, no_workdir, file_workdir)
-        if directory is not None:
+        if directory is not None and not listed:
+            single, specs[i] = directory, {**specs[i], "workdir": located(directory)}
+        elif directory is not None:
             if directory not in shipped:
                 pool = specs[i].get("pool")
                 shipped[directory] = ship_workdir(api, directory, pool if isinstance(pool, str) else "default",
@@ -337,7 +345,7 @@ def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, 
     if idempotency_key:
         keys = [f"{idempotency_key}/{i}" for i in range(len(specs))] if listed else [idempotency_key]
     try:
-        jobs = api.submit_rows(specs, keys, batch=listed is not None)
+        jobs = _submit_one(api, specs[0], keys, single) if not listed else api.submit_rows(specs, keys, batch=True)
     except CorralError as error:
         if error.status != 422:
             raise
@@ -348,6 +356,20 @@ def submit(ctx: click.Context, spec_file: Path | None, env: dict, labels: dict, 
         print_json(jobs[0] if len(jobs) == 1 else jobs)
     if wait:
         _wait(ctx, [job["id"] for job in jobs], as_json)
+
+
+def _submit_one(api: Client, spec: dict[str, Any], keys: list[str] | None, directory: Path | None) -> list[dict]:
+    """One job, stored. Its directory goes on the condition that every worker that may take the job shares it (one
+    round trip where they do, as on one machine); where the controller answers that its files must travel, they are
+    uploaded and the job sent again with them."""
+    if directory is None:
+        return api.submit_rows([spec], keys)
+    try:
+        return api.submit_rows([spec], keys, shared_workdir=True)
+    except CorralError as error:
+        if error.status != 409 or not isinstance(error.detail, dict) or not error.detail.get("upload_needed"):
+            raise
+    return api.submit_rows([{**spec, "bundle": api.upload_bundle(directory)}], keys)
 
 
 def _check_specs(specs: list[dict[str, Any]]) -> None:

@@ -272,11 +272,12 @@ class Client:
         return self._run(plans.submit_many(specs, idempotency_keys))
 
     def submit_rows(self, specs: Sequence[Mapping[str, Any]], idempotency_keys: Sequence[str | None] | None = None,
-                    *, batch: bool = False) -> list[dict[str, Any]]:
+                    *, batch: bool = False, shared_workdir: bool = False) -> list[dict[str, Any]]:
         """Submit job specs as written, unvalidated here: the controller checks them (a CorralError with status
         422 names the field, its `detail` each error). One submission, or with `batch` one call for all (all
-        stored, or none). The jobs as the controller's JSON objects: `corral submit` builds no model."""
-        return self._run(plans.post_specs(specs, idempotency_keys, batch=batch))
+        stored, or none). The jobs as the controller's JSON objects: `corral submit` builds no model.
+        `shared_workdir`: see `plans.post_specs`."""
+        return self._run(plans.post_specs(specs, idempotency_keys, batch=batch, shared_workdir=shared_workdir))
 
     def get(self, job_id: int) -> JobView:
         return self._run(plans.get(job_id))

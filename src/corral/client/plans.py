@@ -137,15 +137,17 @@ def submit_many(specs: Iterable[JobSpec | dict], idempotency_keys: Iterable[str 
 
 
 def post_specs(specs: Sequence[Mapping[str, Any]], idempotency_keys: Sequence[str | None] | None = None, *,
-               batch: bool = False) -> Plan[list[dict[str, Any]]]:
+               batch: bool = False, shared_workdir: bool = False) -> Plan[list[dict[str, Any]]]:
     """Job specs as their user wrote them, checked by the controller alone (its 422 names the field), in one call:
     one submission, or with `batch` one batch call (all stored, or none). The jobs as the controller's JSON
     objects: a command that sends what it was given and prints a few fields back builds no model (pydantic and
-    the spec's models are most of `corral submit`'s start)."""
+    the spec's models are most of `corral submit`'s start). `shared_workdir` (one submission): refused with a 409
+    whose detail says `upload_needed` when the job's workdir must travel as a bundle."""
     keys = list(idempotency_keys) if idempotency_keys is not None else None
     if not batch:
         key = keys[0] if keys else None
         response = yield Call("POST", f"{API}/jobs", json=dict(specs[0]),
+                              params={"shared_workdir": "true"} if shared_workdir else {},
                               headers={"Idempotency-Key": key} if key else {})
         return [response.json()]
     body: dict[str, Any] = {"jobs": [dict(spec) for spec in specs]}

@@ -85,7 +85,12 @@ async def workdir_sharing(
         raise RequestValidationError([{**e, "loc": ("query", *e["loc"])}
                                       for e in error.errors(include_url=False, include_context=False)]) from None
     async with services_of(request).store.read() as connection:
-        found = await file_systems_in_pool(connection, pool)
+        return await sharing_in(connection, workdir, pool)
+
+
+async def sharing_in(connection: AsyncConnection, workdir: Workdir, pool: str) -> WorkdirSharing:
+    """How many alive workers of `pool` there are, and how many of them share `workdir`."""
+    found = await file_systems_in_pool(connection, pool)
     return WorkdirSharing(alive=len(found), sharing=sum(shares(workdir, fs, shared) for fs, shared in found))
 
 

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from corral.controller.admission import refusal
 from corral.controller.audit import created_rows, note, note_each, rows_written
+from corral.controller.files_api import sharing_in
 from corral.controller.identity import allow, authenticate, principal_of, refuse_unless, visible_projects
 from corral.controller.job_tokens import out_of_reach
 from corral.controller.launches import bounded_by, launch_name, read_launcher
@@ -54,9 +55,14 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(a
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView)
 async def submit(spec: JobSpec, request: Request,
-                 idempotency_key: Text | None = Header(None, max_length=200)) -> JobView | JSONResponse:
+                 idempotency_key: Text | None = Header(None, max_length=200),
+                 shared_workdir: bool = Query(False, description=(
+                     "Refuse with 409 (`upload_needed` in its detail), storing nothing, a new job whose workdir has "
+                     "no bundle when a worker of its pool that does not share the directory may take it, or none is "
+                     "alive: its files must be uploaded first. Spares a client the question "
+                     "(GET /api/v1/workdir/sharing) when they need not."))) -> JobView | JSONResponse:
     note(request, name=spec.name, project=spec.project)  # never more of the spec: its env may hold secrets
-    views, created = await _accept(request, [spec], [idempotency_key], single=True)
+    views, created = await _accept(request, [spec], [idempotency_key], single=True, shared_workdir=shared_workdir)
     if created:
         return views[0]
     return JSONResponse(views[0].model_dump(mode="json"), status_code=status.HTTP_200_OK)
@@ -75,10 +81,11 @@ async def submit_batch(batch: JobBatch, request: Request) -> list[JobView] | JSO
     return JSONResponse([view.model_dump(mode="json") for view in views], status_code=status.HTTP_200_OK)
 
 
-async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None], *,
-                  single: bool) -> tuple[list[JobView], bool]:
+async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None], *, single: bool,
+                  shared_workdir: bool = False) -> tuple[list[JobView], bool]:
     """Checks every spec, then stores the new ones in one write; the views in order, and whether any is new.
-    A key already taken replays its job (or refuses, for another spec)."""
+    A key already taken replays its job (or refuses, for another spec). With `shared_workdir`, a new job whose
+    workdir must travel (no bundle, a worker of its pool not sharing it) is refused: see `submit`."""
     def where(i: int) -> list:
         return ["body"] if single else ["body", "jobs", i]
 
@@ -114,6 +121,15 @@ async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None]
             refused = await refusal(connection, specs[i], services.submit_settings)
             if refused:
                 raise HTTPException(status.HTTP_400_BAD_REQUEST, whose(i) + refused)
+            if shared_workdir and specs[i].workdir is not None and not specs[i].bundle:
+                sharing = await sharing_in(connection, specs[i].workdir, specs[i].pool)
+                if sharing.upload_needed:
+                    pool, path = specs[i].pool, specs[i].workdir.path
+                    why = (f"{sharing.alive - sharing.sharing} of the {sharing.alive} alive workers of pool {pool} "
+                           f"do not share {path}") if sharing.alive else f"no worker of pool {pool} is alive"
+                    raise HTTPException(status.HTTP_409_CONFLICT, {
+                        "message": f"{whose(i)}{why}: upload its files as a bundle first",
+                        **sharing.model_dump(mode="json")})
         layers = {project: await services.submit_settings.retry_layers(connection, project, services.retry_config)
                   for project in {specs[i].project for i in fresh}}
 

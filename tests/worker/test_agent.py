@@ -299,7 +299,8 @@ async def test_a_worker_declared_lost_kills_its_tasks_and_registers_again(contro
         await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
         controller.lost.add("w1")
         await wait_until(lambda: len(controller.registrations) == 2, what="a new registration")
-        assert gone(child) and gone(grandchild)
+        # The task's own process has ended; the rest of its cgroup was signalled with it, and may still be dying
+        await wait_until(lambda: gone(child) and gone(grandchild), what="every process of the old task to end")
         assert controller.registrations[1][1].running == []
         controller.assign(2, "w2", ["true"])
         await wait_until(lambda: "SUCCEEDED" in controller.states(2), what="work under the new identity")

@@ -53,8 +53,10 @@ def _origin_form(url: bytes) -> tuple[bytes, bytes] | None:
 
     The common target, a path and maybe a query, is split here: httptools' URL parser costs an
     object and a call on every request. Anything else (an absolute URL, a fragment) goes through it.
+    Bytes are searched with `find`, not `in`: `in` first tries its operand as an integer, raising and
+    clearing a TypeError each time.
     """
-    if url.startswith(b"/") and b"#" not in url:
+    if url.startswith(b"/") and url.find(b"#") < 0:
         path, mark, query = url.partition(b"?")
         return path, mark + query if query else b""
     try:
@@ -177,7 +179,7 @@ class FastLane(asyncio.Protocol):
         if target is None:
             return None
         path, query = target
-        if b"%" in path:
+        if path.find(b"%") >= 0:  # `find`, not `in`: see `_origin_form`
             return None  # percent-encoded paths take the general path's decoding
         if path.startswith(b"/serve/"):
             deployment, slash, rest = path[7:].partition(b"/")

@@ -136,7 +136,7 @@ class Connection(asyncio.Protocol):
         lowered = name.lower()
         if lowered == b"content-length":
             self.content_length = int(value)
-        elif lowered == b"transfer-encoding" and b"chunked" in value.lower():
+        elif lowered == b"transfer-encoding" and value.lower().find(b"chunked") >= 0:  # see fast_lane._origin_form
             self.chunked = True
 
     @property

@@ -53,8 +53,10 @@ def _origin_form(url: bytes) -> tuple[bytes, bytes] | None:
 
     The common target, a path and maybe a query, is split here: httptools' URL parser costs an
     object and a call on every request. Anything else (an absolute URL, a fragment) goes through it.
+    Bytes are searched with `find`, not `in`: `in` first tries its operand as an integer, raising and
+    clearing a TypeError each time.
     """
-    if url.startswith(b"/") and b"#" not in url:
+    if url.startswith(b"/") and url.find(b"#") < 0:
         path, mark, query = url.partition(b"?")
         return path, mark + query if query else b""
     try:
@@ -177,7 +179,7 @@ class FastLane(asyncio.Protocol):
         if target is None:
             return None
         path, query = target
-        if b"%" in path:
+        if path.find(b"%") >= 0:  # `find`, not `in`: see `_origin_form`
             return None  # percent-encoded paths take the general path's decoding
         if path.startswith(b"/serve/"):
             deployment, slash, rest = path[7:].partition(b"/")
@@ -360,15 +362,18 @@ class Exchange:
     # the replica's response (a Sink) -------------------------------------------------------
 
     def response_head(self, connection: Connection) -> None:
+        """The client's response head, joined once from pieces (as `request_head` is)."""
         status = connection.status
-        lines = [STATUS_LINES.get(status) or _status_line(status)]
-        lines += [b"%s: %s\r\n" % (k, v) for k, v in connection.headers if k.lower() not in proxy.RESPONSE_DROP]
+        parts = [STATUS_LINES.get(status) or _status_line(status)]
+        for name, value in connection.headers:
+            if name.lower() not in proxy.RESPONSE_DROP:
+                parts += (name, b": ", value, b"\r\n")
         if connection.content_length is None and status not in NO_BODY_STATUSES and status >= 200:
             self.chunked = True
-            lines.append(b"transfer-encoding: chunked\r\n")
-        lines.append(b"\r\n")
+            parts.append(b"transfer-encoding: chunked\r\n")
+        parts.append(b"\r\n")
         self.answering = True
-        self.out.append(b"".join(lines))
+        self.out.append(b"".join(parts))
 
     def response_body(self, body: bytes) -> None:
         self.out.append(b"%x\r\n%b\r\n" % (len(body), body) if self.chunked else body)

@@ -46,18 +46,20 @@ class Sink(Protocol):
 def request_head(method: str, target: str, address: str, headers: list[tuple[bytes, bytes]],
                  body: bytes | None, length: int | None) -> bytes:
     """The request line and headers. Bytes `body` goes with its length; a stream (None) with `length`,
-    or chunked when that is None too."""
-    lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target.encode(), address.encode())]
-    lines += [b"%s: %s\r\n" % pair for pair in headers]
+    or chunked when that is None too. Pieces joined once, not a line formatted per header: this runs on
+    every proxied request."""
+    parts = [method.encode(), b" ", target.encode(), b" HTTP/1.1\r\nhost: ", address.encode(), b"\r\n"]
+    for name, value in headers:
+        parts += (name, b": ", value, b"\r\n")
     if body is not None:
         if body or method not in BODYLESS_METHODS:
-            lines.append(b"content-length: %d\r\n" % len(body))
+            parts.append(b"content-length: %d\r\n" % len(body))
     elif length is not None:
-        lines.append(b"content-length: %d\r\n" % length)
+        parts.append(b"content-length: %d\r\n" % length)
     else:
-        lines.append(b"transfer-encoding: chunked\r\n")
-    lines.append(b"\r\n")
-    return b"".join(lines)
+        parts.append(b"transfer-encoding: chunked\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
 
 
 class Connection(asyncio.Protocol):
@@ -134,7 +136,7 @@ class Connection(asyncio.Protocol):
         lowered = name.lower()
         if lowered == b"content-length":
             self.content_length = int(value)
-        elif lowered == b"transfer-encoding" and b"chunked" in value.lower():
+        elif lowered == b"transfer-encoding" and value.lower().find(b"chunked") >= 0:  # see fast_lane._origin_form
             self.chunked = True
 
     @property

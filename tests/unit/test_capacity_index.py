@@ -237,3 +237,16 @@ def test_changes_made_at_once_leave_the_index_as_made_one_by_one(batches):
                 one_by_one.remove(task_id)
                 del tasks[task_id]
         assert state(at_once) == state(one_by_one)
+
+
+def test_alike_tasks_in_a_row_holding_one_request_hash_it_once(monkeypatch):
+    """add_all and remove_all charge a run of alike tasks holding one request object without hashing it per task."""
+    request = Request(1.0, GiB, 0)
+    hashed = []
+    monkeypatch.setattr(Request, "__hash__", lambda self: hashed.append(self) or self._hash)
+    index = CapacityIndex([worker(0), worker(2)])
+    tasks = [RunningTask(n, 7, f"w{2 * (n % 2)}", request, (), 100) for n in range(1, 9)]
+    index.add_all(tasks)
+    index.remove_all([task.task_id for task in tasks])
+    assert len(hashed) == 4  # per call (the row placed, the row ended): its count found, then set; not per task
+    assert index.quota_use == {} and index.running == {}

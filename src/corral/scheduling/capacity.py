@@ -303,9 +303,12 @@ class CapacityIndex:
         running, on_worker, tasks_of_job, position, rooms, moved = self.running, self.on_worker, self.tasks_of_job, \
             self.position, self.rooms, self._moved
         alike: dict[tuple, int] = {}
+        last_request, last_key, in_row = None, (), 0  # the task before: its request, its alike key, and how many
+        # alike tasks in a row ended with it (charged at the end of the row: an alike group is first charged where
+        # its first row ends, so the groups keep the order of their first tasks)
         latest = self._latest if sign > 0 else {}  # the pools' latest placements, as they go
         for task in tasks:
-            job_id, worker_id, task_id = task.job_id, task.worker_id, task.task_id
+            job_id, worker_id, task_id, request = task.job_id, task.worker_id, task.task_id, task.request
             held = tasks_of_job[job_id] + sign
             if held:
                 tasks_of_job[job_id] = held
@@ -330,19 +333,27 @@ class CapacityIndex:
                     if last is None or task.since > last.since or (
                             task.since == last.since and task.task_id > last.task_id):
                         latest[pool] = task
-                if i not in moved:
-                    moved[i] = ((len(room.free_gpu_ids), room.free_cpu, room.free_memory, i), _plain(room))  # room_key
+                if i not in moved:  # its room_key, and whether it is plain (`_plain`, unrolled)
+                    moved[i] = ((len(room.free_gpu_ids), room.free_cpu, room.free_memory, i), not (
+                        room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom))
                 if sign > 0:
-                    room.hold(task.request, task.gpu_ids)
+                    room.hold(request, task.gpu_ids)
                 else:
-                    room.give(task.request, task.gpu_ids)
-                if task.request.share:
+                    room.give(request, task.gpu_ids)
+                if request.share:
                     if room.gpu_shared:
                         self.sharing.add(i)
                     else:
                         self.sharing.discard(i)
-            key = (task.project, pool, task.request, task.priority)
-            alike[key] = alike.get(key, 0) + 1
+            if request is last_request and pool == last_key[1] and task.project == last_key[0] \
+                    and task.priority == last_key[3]:
+                in_row += 1  # alike tasks come in a row, holding one request: counted with no request hashed
+            else:
+                if in_row:
+                    alike[last_key] = alike.get(last_key, 0) + in_row
+                last_request, last_key, in_row = request, (task.project, pool, request, task.priority), 1
+        if in_row:
+            alike[last_key] = alike.get(last_key, 0) + in_row
         if sign > 0:
             for pool in self._stale_latest.intersection(latest):  # found again when asked, as before these
                 del latest[pool]

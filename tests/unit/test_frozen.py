@@ -7,13 +7,16 @@ import dataclasses
 
 import pytest
 
-from corral.core.frozen import made
+from corral.core.frozen import made, made_from
 from corral.core.lifecycle import Target, TaskView
 from corral.core.states import TaskState
+from corral.engine.coordinator import _targets
 from corral.engine.effects import Place
+from corral.engine.handlers import ScheduleJobs
 from corral.scheduling.placement import Assignment, Unit
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request
+from corral.store.reads import JOB_COLUMNS, TASK_COLUMNS, _plain_row
 
 VIEW = TaskView(id=7, index=2, state=TaskState.PENDING, worker_id=None, failures=1, preemptions=0)
 EXAMPLES = [
@@ -36,3 +39,24 @@ def test_made_is_what_the_constructor_makes(example):
     assert vars(copy) == vars(example)
     with pytest.raises(dataclasses.FrozenInstanceError):
         copy.__setattr__(dataclasses.fields(example)[0].name, None)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda example: type(example).__name__)
+def test_made_from_is_what_the_constructor_makes(example):
+    copy = made_from(type(example), {field.name: getattr(example, field.name) for field in dataclasses.fields(example)})
+    assert type(copy) is type(example) and copy == example and vars(copy) == vars(example)
+
+
+def test_task_targets_made_from_a_jobs_copied_fields_are_each_their_own():
+    """A run's per-task targets copy one dictionary per job: each is the target the constructor makes."""
+    row = _plain_row(tuple(column.name for column in (*JOB_COLUMNS, *TASK_COLUMNS)))
+    job = dict(job_state="PENDING", gang=False, job_tries=0, job_since=1.0, max_task_failures=0,
+               scheduling_timeout=None, pending_reason=None, outcome=None, cancelled=False, max_retries_failure=0,
+               max_retries_preemption=0, grace_period=None, preemption_epoch=0, attempt=0, worker_id=None, failures=0,
+               preemptions=0, cpu=1.0, memory=0, gpu=1.0)
+    rows = [row(**job, job_id=job_id, id=task_id, index=index, state="PENDING", state_since=since, tries=tries)
+            for job_id, task_id, index, since, tries in ((3, 30, 0, 5.0, 0), (3, 31, 1, 6.0, 2), (4, 40, 0, 7.0, 1))]
+    targets, _, _ = _targets(rows, ScheduleJobs())
+    assert targets == [Target(r.job_id, False, "PENDING", r.state_since, r.tries,
+                              (TaskView(r.id, r.index, TaskState.PENDING),)) for r in rows]
+    assert len({id(vars(target)) for target in targets}) == 3

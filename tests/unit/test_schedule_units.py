@@ -9,7 +9,7 @@ import pytest
 from corral.core.constraints import parse_constraint
 from corral.core.lifecycle import Target, TaskView
 from corral.core.states import TaskState
-from corral.engine.handlers import JobFacts, ScheduleJobs, Snapshot, pending_unit
+from corral.engine.handlers import JobFacts, ScheduleJobs, Snapshot, pending_unit, unit_fields
 from corral.scheduling.placement import Request, Unit, place_over
 from corral.scheduling.snapshot import ClusterSnapshot, JobPlacement
 
@@ -23,7 +23,7 @@ def test_a_pending_unit_is_the_unit_the_constructor_makes(failed_on):
     states = [TaskState.PENDING, TaskState.PENDING, TaskState.RUNNING, TaskState.PENDING]
     target = Target(7, True, "PENDING", 5.0, 0, tuple(TaskView(10 + i, i, state) for i, state in enumerate(states)))
     snapshot = Snapshot(9.0, {7: JobFacts(REQUEST, 0, None)}, ClusterSnapshot(jobs={7: JOB}, avoid=failed_on))
-    made = pending_unit(target, JOB, REQUEST, snapshot, 6.0)
+    made = pending_unit(target, unit_fields(JOB, REQUEST), snapshot, 6.0)
     expected = Unit((7, None), (10, 11, 13), REQUEST, pool="gpu", constraints=JOB.constraints, spread=True,
                     priority=100, project="physics", since=6.0,
                     avoid=frozenset(failed_on.get(11, ())) | failed_on.get(13, frozenset()), max_running=4)
@@ -33,13 +33,13 @@ def test_a_pending_unit_is_the_unit_the_constructor_makes(failed_on):
 
 def test_a_task_of_an_independent_job_is_a_unit_of_its_own():
     target = Target(8, False, "PENDING", 5.0, 0, (TaskView(21, 3, TaskState.PENDING),))
-    made = pending_unit(target, JobPlacement(), REQUEST, Snapshot(9.0), 5.0)
+    made = pending_unit(target, unit_fields(JobPlacement(), REQUEST), Snapshot(9.0), 5.0)
     assert made == Unit((8, 21), (21,), REQUEST, since=5.0)
 
 
 def test_a_one_task_target_whose_task_is_not_pending_offers_no_task():
     target = Target(8, False, "PENDING", 5.0, 0, (TaskView(21, 3, TaskState.ASSIGNED),))
-    assert pending_unit(target, JobPlacement(), REQUEST, Snapshot(9.0), 5.0).task_ids == ()
+    assert pending_unit(target, unit_fields(JobPlacement(), REQUEST), Snapshot(9.0), 5.0).task_ids == ()
 
 
 def test_equal_requests_of_many_jobs_are_offered_as_one_object():
@@ -55,3 +55,13 @@ def test_equal_requests_of_many_jobs_are_offered_as_one_object():
     assert [unit.key for unit in units] == [target.key for target in targets]
     assert units[0].request is units[1].request is units[2].request is units[3].request
     assert units[4].request is not units[0].request and units[4].request == Request(1.0, 2**30, 1)
+
+
+def test_units_made_from_one_job_fields_are_each_their_own():
+    """pending_unit copies its job's unit_fields: the units of a job never share (or change) that dictionary."""
+    shared = unit_fields(JOB, REQUEST)
+    first, second = (pending_unit(Target(7, False, "PENDING", 5.0, 0, (TaskView(task, task, TaskState.PENDING),)),
+                                  shared, Snapshot(9.0), since) for task, since in ((21, 5.0), (22, 6.0)))
+    assert (first.key, first.task_ids, first.since) == ((7, 21), (21,), 5.0)
+    assert (second.key, second.task_ids, second.since) == ((7, 22), (22,), 6.0)
+    assert vars(first) is not vars(second) and shared == unit_fields(JOB, REQUEST)

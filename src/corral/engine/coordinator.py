@@ -25,7 +25,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING
 
 from corral.core.collector import paused
-from corral.core.frozen import made
+from corral.core.frozen import made, made_from
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import (
@@ -254,9 +254,13 @@ def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dic
             targets.append(made(Target, job_id=job_id, whole_job=True, state=first.job_state, since=first.job_since,
                                 tries=first.job_tries, tasks=tuple(views), timeout=timeout))
             continue
+        shared = {"job_id": job_id, "whole_job": False, "state": None, "since": 0.0, "tries": 0, "tasks": (),
+                  "timeout": timeout}  # copied for each task's target, a copy costing half of passing every keyword
         for row, view in zip(group, views, strict=True):
-            targets.append(made(Target, job_id=job_id, whole_job=False, state=row.state, since=row.state_since,
-                                tries=row.tries, tasks=(view,), timeout=timeout))
+            fields = shared.copy()
+            fields["state"], fields["since"], fields["tries"] = row.state, row.state_since, row.tries
+            fields["tasks"] = (view,)
+            targets.append(made_from(Target, fields))
     return targets, job_info, task_rows
 
 

@@ -20,7 +20,7 @@ from corral.core.estimates import MOVE_FACTOR, horizon_of, moved, moved_by_facto
 from corral.core.lifecycle import Target
 from corral.core.states import JobState
 from corral.engine.coordinator import pending_work
-from corral.engine.handlers import ScheduleJobs, Snapshot, pending_unit, task_request
+from corral.engine.handlers import ScheduleJobs, Snapshot, pending_unit, task_request, unit_fields
 from corral.metrics import ESTIMATE_ERROR_SECONDS, ESTIMATE_SECONDS
 from corral.scheduling.durations import WAITING, Duration, DurationModel, Still, share_of
 from corral.scheduling.forecast import HORIZON, Ending, Estimate, Situation, Waiting
@@ -166,7 +166,7 @@ class Estimator:
         job = cluster.jobs.get(target.job_id, JobPlacement())
         request = task_request(job, snapshot.jobs[target.job_id])
         since = eligible_since(job, cluster.dependencies, target.since)
-        unit = pending_unit(target, job, request, snapshot, since)
+        unit = pending_unit(target, unit_fields(job, request), snapshot, since)
         duration = self._duration(target.job_id, WAITING, facts.get(target.job_id), request, 0.0, assumed)
         return Waiting(unit, duration.seconds, job)
 

@@ -2,8 +2,8 @@
 
 A pass reads the pending work and the cluster as ScheduleJobs would, says how long each running
 and pending task runs (corral.scheduling.durations: its time limit, else what similar jobs took),
-builds its situation and simulates ahead off the event loop, and writes only the estimates that moved. On PostgreSQL with
-several controllers the write holds the EstimateStarts lock and a pass is skipped when another
+builds its situation and simulates ahead off the event loop, and writes only the estimates that moved.
+On PostgreSQL with several controllers the write holds the EstimateStarts lock and a pass is skipped when another
 controller's estimates are fresh. A job whose start moved by more than the notification factor gets
 a history row (job.estimate_moved), which its webhook hears of.
 """

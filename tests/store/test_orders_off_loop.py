@@ -1,5 +1,6 @@
-"""A batch of heartbeats' orders is read and built off the event loop: at a thousand workers it took the loop
-hundreds of milliseconds at a time (each spec parsed, each order validated) while long polls were due."""
+"""Reads that took the event loop hundreds of milliseconds at a time at a thousand workers, while long polls were
+due, run their pure CPU off it: a batch of heartbeats' orders (each spec parsed, each order validated) and the
+workers' rows."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sqlalchemy.engine import Result
 
 from corral.controller import orders as orders_module
 from corral.controller.orders import orders_of
+from corral.store.workers import worker_rows
 from tests.store.helpers import add_worker, settle, submit
 
 
@@ -35,3 +37,20 @@ async def test_the_rows_are_read_and_the_orders_built_off_the_loops_thread(store
     assert [order.action for order in orders] == ["build", "build"]
     loop = threading.get_ident()
     assert threads["rows"] and threads["orders"] and loop not in threads["rows"] | threads["orders"]
+
+
+async def test_the_workers_rows_are_read_off_the_loops_thread(store, monkeypatch):
+    """The cluster's samples read every worker's row (its JSON columns parsed) every 10 s."""
+    await add_worker(store, cpu=4.0)
+    threads = set()
+    read_rows = Result.all
+
+    def watched_rows(result):
+        threads.add(threading.get_ident())
+        return read_rows(result)
+
+    async with store.read() as connection:
+        monkeypatch.setattr(Result, "all", watched_rows)
+        rows = await worker_rows(connection)
+        monkeypatch.undo()
+    assert len(rows) == 1 and threads and threading.get_ident() not in threads

@@ -3,13 +3,13 @@ accounts, and the gangs' masters."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection
 
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import TaskState
+from corral.store.off_loop import rows_of
 from corral.store.schema import jobs, tasks, users, workers
 
 T = TaskState
@@ -20,8 +20,8 @@ async def ordered_tasks(connection: AsyncConnection, worker_ids: Collection[str]
     """The workers' tasks in an ORDERED state, by id, with their worker, the columns of their jobs that orders carry
     and the local account of each job's owner (`unix_user`, None when the owner has none).
 
-    The rows come buffered; reading them (each job's spec parsed from JSON) is pure CPU, hundreds of milliseconds
-    for a batch of heartbeats at a thousand workers, so it runs off the event loop, which answers the polls."""
+    Their rows are read off the event loop: each job's spec parsed, hundreds of milliseconds for a batch of
+    heartbeats at a thousand workers."""
     result = await connection.execute(
         select(tasks.c.id, tasks.c.worker_id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt,
                tasks.c.gpu, tasks.c.gpu_ids,
@@ -31,7 +31,7 @@ async def ordered_tasks(connection: AsyncConnection, worker_ids: Collection[str]
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id).outerjoin(users, users.c.name == jobs.c.owner))
         .where(tasks.c.worker_id.in_(list(worker_ids)), tasks.c.state.in_(ORDERED))
         .order_by(tasks.c.id))
-    return await asyncio.to_thread(result.all)
+    return await rows_of(result)
 
 
 async def gang_masters(connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, str]:

@@ -3,6 +3,8 @@ told when they move far, and held to account when the job starts."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from sqlalchemy import select
 
@@ -156,3 +158,21 @@ async def test_a_requests_estimator_has_its_own_index_and_the_learned_durations(
     assert request.ended is engine.ended and request.kept is not engine.kept
     situation, _, _ = await request.situation(store, NOW + 1)  # within the learning period: no runs read again
     assert request.ended is engine.ended and len(situation.waiting) == 1
+
+
+async def test_the_situation_is_made_off_the_event_loop(store, monkeypatch):
+    """Looking up every task's duration takes a long queue hundreds of milliseconds: the loop answers heartbeats
+    meanwhile, so none of it runs on the loop's thread."""
+    await _one_behind_another(store, time_limit=600)
+    estimator = Estimator()
+    looked_up_on = set()
+    duration = estimator._duration
+
+    def watched(*args):
+        looked_up_on.add(threading.get_ident())
+        return duration(*args)
+
+    monkeypatch.setattr(estimator, "_duration", watched)
+    situation, pending, _ = await estimator.situation(store, NOW + 100)
+    assert situation.waiting and situation.ending and pending
+    assert looked_up_on and threading.get_ident() not in looked_up_on

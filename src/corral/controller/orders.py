@@ -85,6 +85,12 @@ async def orders_of(connection: AsyncConnection, worker_ids: Collection[str],
     rows = await ordered_tasks(connection, worker_ids)
     builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)]
     masters = await gang_masters(connection, {r.job_id for r in builds if r.gang})
+    # A batch of heartbeats' builds is hundreds of validated models: off the event loop, which answers the polls.
+    return await asyncio.to_thread(_orders, worker_ids, rows, builds, masters, job_token)
+
+
+def _orders(worker_ids: Collection[str], rows: list, builds: list, masters: dict[int, str],
+            job_token: Callable[[int], str] | None) -> dict[str, list[Order]]:
     orders: dict[str, list[Order]] = {worker_id: [] for worker_id in worker_ids}
     for row in rows:
         if row.state == T.STARTING:

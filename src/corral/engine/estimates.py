@@ -2,8 +2,8 @@
 
 A pass reads the pending work and the cluster as ScheduleJobs would, says how long each running
 and pending task runs (corral.scheduling.durations: its time limit, else what similar jobs took),
-simulates ahead off the event loop, and writes only the estimates that moved. On PostgreSQL with
-several controllers the write holds the EstimateStarts lock and a pass is skipped when another
+builds its situation and simulates ahead off the event loop, and writes only the estimates that moved.
+On PostgreSQL with several controllers the write holds the EstimateStarts lock and a pass is skipped when another
 controller's estimates are fresh. A job whose start moved by more than the notification factor gets
 a history row (job.estimate_moved), which its webhook hears of.
 """
@@ -136,12 +136,19 @@ class Estimator:
                 self.ended = DurationModel(await finished_runs(connection))
                 self.learned_at = now
             targets, snapshot, states = await pending_work(connection, self.pending, now, self.kept)
-            cluster, index = snapshot.cluster, snapshot.cluster.capacity()
-            running = list(index.running.values())
+            running = list(snapshot.cluster.capacity().running.values())
             wanted = {t.job_id for t in targets} | {t.job_id for t in running}
             self.facts = {job_id: self.facts[job_id] for job_id in wanted if job_id in self.facts}
             self.facts.update(await duration_facts(connection, wanted - self.facts.keys()))
             facts = self.facts
+        # Hundreds of milliseconds of pure CPU on a long queue: off the event loop, which answers heartbeats meanwhile.
+        return await asyncio.to_thread(self._assembled, targets, snapshot, states, running, facts, now)
+
+    def _assembled(self, targets: list[Target], snapshot: Snapshot, states: dict[int, JobState],
+                   running: list[RunningTask], facts: dict[int, JobDurationFacts],
+                   now: float) -> tuple[Situation, set[int], Assumed]:
+        """The situation made from what was read: each task's duration looked up, the pending work as units."""
+        cluster = snapshot.cluster
         self.model = self.ended.running(_still(task, facts.get(task.job_id), now) for task in running
                                         if not task.stopping)
         assumed = Assumed()
@@ -156,7 +163,7 @@ class Estimator:
                                       now - task.since, assumed)
             assumed.running[_kind(duration)] += 1
             ending.append(Ending(task, max(task.since + duration.seconds, now)))
-        situation = Situation(tuple(waiting), tuple(index.rooms), tuple(ending), now, cluster.policy,
+        situation = Situation(tuple(waiting), tuple(cluster.capacity().rooms), tuple(ending), now, cluster.policy,
                               cluster.dependencies)
         return situation, {job_id for job_id, state in states.items() if state is JobState.PENDING}, assumed
 

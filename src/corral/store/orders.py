@@ -9,6 +9,7 @@ from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import TaskState
+from corral.store.off_loop import rows_of
 from corral.store.schema import jobs, tasks, users, workers
 
 T = TaskState
@@ -17,8 +18,11 @@ ORDERED = (T.ASSIGNED, T.STARTING, T.TERMINATING, T.PREEMPTING)  # the task stat
 
 async def ordered_tasks(connection: AsyncConnection, worker_ids: Collection[str]) -> list:
     """The workers' tasks in an ORDERED state, by id, with their worker, the columns of their jobs that orders carry
-    and the local account of each job's owner (`unix_user`, None when the owner has none)."""
-    return list((await connection.execute(
+    and the local account of each job's owner (`unix_user`, None when the owner has none).
+
+    Their rows are read off the event loop: each job's spec parsed, hundreds of milliseconds for a batch of
+    heartbeats at a thousand workers."""
+    result = await connection.execute(
         select(tasks.c.id, tasks.c.worker_id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt,
                tasks.c.gpu, tasks.c.gpu_ids,
                tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
@@ -26,8 +30,8 @@ async def ordered_tasks(connection: AsyncConnection, worker_ids: Collection[str]
                jobs.c.owner, users.c.unix_user)
         .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id).outerjoin(users, users.c.name == jobs.c.owner))
         .where(tasks.c.worker_id.in_(list(worker_ids)), tasks.c.state.in_(ORDERED))
-        .order_by(tasks.c.id)
-    )).all())
+        .order_by(tasks.c.id))
+    return await rows_of(result)
 
 
 async def gang_masters(connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, str]:

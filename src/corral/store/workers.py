@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import TASK_HOLDS_RESOURCES
+from corral.store.off_loop import rows_of
 from corral.store.schema import jobs, tasks, workers
 
 
@@ -25,8 +26,9 @@ class GpuHolder:
 
 
 async def worker_rows(connection: AsyncConnection) -> list:
-    """Full `workers` rows, oldest registration first."""
-    return list((await connection.execute(select(workers).order_by(workers.c.registered_at))).all())
+    """Full `workers` rows, oldest registration first; read off the event loop (every worker's JSON columns parsed:
+    the cluster's samples read them all every 10 s)."""
+    return await rows_of(await connection.execute(select(workers).order_by(workers.c.registered_at)))
 
 
 @dataclass(frozen=True)

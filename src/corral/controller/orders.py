@@ -18,6 +18,7 @@ from corral.core.roles import ADMIN
 from corral.core.states import JobState, TaskState
 from corral.scheduling.rooms import SHARES, gpu_share
 from corral.store.attachments import fresh_openings
+from corral.store.off_loop import converted
 from corral.store.orders import gang_masters, ordered_tasks
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ async def orders_of(connection: AsyncConnection, worker_ids: Collection[str],
     builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)]
     masters = await gang_masters(connection, {r.job_id for r in builds if r.gang})
     # A batch of heartbeats' builds is hundreds of validated models: off the event loop, which answers the polls.
-    return await asyncio.to_thread(_orders, worker_ids, rows, builds, masters, job_token)
+    return await converted(len(rows), _orders, worker_ids, rows, builds, masters, job_token)
 
 
 def _orders(worker_ids: Collection[str], rows: list, builds: list, masters: dict[int, str],

@@ -4,11 +4,29 @@ hundreds of milliseconds for a thousand workers' rows, while the loop has heartb
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import TypeVar
 
 from sqlalchemy import Result, Row
 
+T = TypeVar("T")
+
+# Rows (or items) converted on the loop itself: so few cost less than a hop to a thread and back, which on a busy
+# machine waits for a core, and a poll answering one worker's orders would pay it on every order it carries.
+ON_LOOP = 32
+
 
 async def rows_of(result: Result) -> list[Row]:
-    """All the result's rows, read in a thread: the async drivers fetch every row before `execute` returns, so the
-    thread touches no connection, only the buffered rows."""
-    return await asyncio.to_thread(result.all)
+    """All the result's rows, those past the first ON_LOOP read in a thread: the async drivers fetch every row
+    before `execute` returns, so the thread touches no connection, only the buffered rows."""
+    rows = result.fetchmany(ON_LOOP)
+    if len(rows) < ON_LOOP:
+        return rows
+    return rows + await asyncio.to_thread(result.all)
+
+
+async def converted(count: int, convert: Callable[..., T], *args: object) -> T:
+    """`convert(*args)`, in a thread where it converts more than ON_LOOP items (`count`)."""
+    if count <= ON_LOOP:
+        return convert(*args)
+    return await asyncio.to_thread(convert, *args)

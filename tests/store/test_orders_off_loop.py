@@ -1,12 +1,13 @@
 """Reads that took the event loop hundreds of milliseconds at a time at a thousand workers, while long polls were
 due, run their pure CPU off it: a batch of heartbeats' orders (each spec parsed, each order validated) and the
 workers' rows. A small read (one worker's few orders) stays on the loop: a hop to a thread would delay every order
-it carries. The tests lower the bound between the two (ON_LOOP) to the rows they make."""
+it carries. The tests set the bound between the two (ON_LOOP) below or above the rows they make."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
 from sqlalchemy.engine import Result
 
 from corral.controller import orders as orders_module
@@ -34,8 +35,9 @@ def threads_of(monkeypatch) -> dict[str, set[int]]:
     return threads
 
 
-async def test_the_rows_are_read_and_the_orders_built_off_the_loops_thread(store, monkeypatch):
-    monkeypatch.setattr(off_loop, "ON_LOOP", 1)
+@pytest.mark.parametrize("on_loop", [1, off_loop.ON_LOOP])
+async def test_a_batch_of_orders_is_read_and_built_off_the_loop_and_a_small_one_on_it(store, monkeypatch, on_loop):
+    monkeypatch.setattr(off_loop, "ON_LOOP", on_loop)
     worker = await add_worker(store, cpu=4.0)
     await submit(store, replicas=2, resources={"cpu": 1})
     await settle(store)
@@ -45,19 +47,10 @@ async def test_the_rows_are_read_and_the_orders_built_off_the_loops_thread(store
         monkeypatch.undo()
     assert [order.action for order in orders] == ["build", "build"]
     loop = threading.get_ident()
-    assert threads["rows"] and threads["orders"] and loop not in threads["rows"] | threads["orders"]
-
-
-async def test_a_small_read_reads_and_builds_its_orders_on_the_loop(store, monkeypatch):
-    worker = await add_worker(store, cpu=4.0)
-    await submit(store, replicas=2, resources={"cpu": 1})
-    await settle(store)
-    async with store.read() as connection:
-        threads = threads_of(monkeypatch)
-        orders = (await orders_of(connection, [worker]))[worker]
-        monkeypatch.undo()
-    assert [order.action for order in orders] == ["build", "build"]
-    assert threads["rows"] == set() and threads["orders"] == {threading.get_ident()}
+    if on_loop == 1:  # two rows are a batch: both read and built in a thread
+        assert threads["rows"] and threads["orders"] and loop not in threads["rows"] | threads["orders"]
+    else:
+        assert threads["rows"] == set() and threads["orders"] == {loop}
 
 
 async def test_the_workers_rows_are_read_off_the_loops_thread(store, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from hypothesis import given, settings
@@ -333,6 +334,33 @@ def test_every_request_is_answered_once_and_in_flight_never_goes_negative(events
     assert len(answered) == len(set(answered))
     assert set(answered) | set(waiting) | effects.gone >= set(range(1, next_id + 1))
     assert not set(answered) & set(waiting)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["req", "done", "swap", "tick", "close"]),
+                          st.sampled_from(["a", "b", "c", "unknown"]), st.integers(0, 30)), max_size=60))
+def test_grant_at_once_grants_exactly_when_on_request_would_and_counts_the_same(events):
+    """The fast path's answer and its in-flight count, against `on_request` on a copy, at every request."""
+    effects, scheduler = setup("a", "b", "c", slots=2, c=Served("c", concurrency=2))
+    now, next_id = 0.0, 0
+    for kind, name, n in events:
+        now += 1
+        if kind == "req":
+            next_id += 1
+            before = copy.deepcopy(scheduler.in_flight)
+            fast = copy.deepcopy(scheduler)
+            granted = fast.grant_at_once(name)
+            outcome = scheduler.on_request(Req(next_id, name), now)
+            assert granted == (outcome == "granted")
+            assert fast.in_flight == (scheduler.in_flight if granted else before)
+        elif kind == "done" and scheduler.in_flight.get(name):
+            scheduler.on_serve_done(name, now)
+        elif kind == "swap" and name in scheduler.swaps:
+            effects.finish_swap(scheduler, name, now, error="boom" if n % 5 == 0 else None)
+        elif kind == "tick":
+            scheduler.on_tick(now)
+        elif kind == "close" and n == 0:
+            scheduler.on_shutdown("stopping")
 
 
 def test_waits_tells_ahead_whether_a_request_would_wait_or_be_decided_at_once():

@@ -299,6 +299,9 @@ class Exchange:
         if self.refused is not None:
             self._refuse(self.refused)
             return
+        if self.router.scheduler.grant_at_once(self.deployment):  # the common request: no waiter, no future
+            self._serve()
+            return
         self.waiter = self.router.submit(self.deployment, self.lane.loop)
         if self.waiter.future.done():
             self._decided()
@@ -310,13 +313,17 @@ class Exchange:
             self._decided()
 
     def _decided(self) -> None:
-        self.granted = True
         try:
             self.waiter.future.result()
         except RouterError as failure:
             proxy.requests_metric(self.deployment, failure.status).inc()
             self._refuse(proxy.Refusal(failure.status, failure.reason))
             return
+        self._serve()
+
+    def _serve(self) -> None:
+        """Granted: to the least loaded healthy replica, on a kept-alive connection when one is idle."""
+        self.granted = True
         self.endpoint = self.router.pick(self.deployment)
         if self.endpoint is None:
             self.router.finished(self.deployment, None)
@@ -416,7 +423,7 @@ class Exchange:
 
     def client_gone(self) -> None:
         """The client closed its connection: leave the queue, or give the grant back and cut the replica off."""
-        if self.waiter is None or self.ended:
+        if self.ended:
             return
         if not self.granted:
             self.router.abandon(self.waiter)

@@ -109,6 +109,20 @@ class Scheduler:
         return "started" if any(req in waiters for waiters in self.swaps.values()) else \
             "granted" if req not in self.queue else "queued"
 
+    def grant_at_once(self, deployment: str) -> bool:
+        """Grant a new request on the spot when `on_request` would (cases 1 to 4 pass): it is counted in flight.
+
+        False means it must go through `on_request`. The common request asks nothing else, so it
+        needs no `Req`, no waiter and no future: what a fast path can skip on every request."""
+        served = self.effects.served(deployment)
+        if self.closed is not None or served is None or not self._at_once(deployment):
+            return False
+        flying = self.in_flight.get(deployment, 0)
+        if served.concurrency is not None and flying >= served.concurrency:
+            return False
+        self.in_flight[deployment] = flying + 1
+        return True
+
     def waits(self, deployment: str) -> bool:
         """Whether a request for `deployment` now would wait (queued, or joining a start), not be decided at once."""
         return self._refusal(deployment, self.effects.served(deployment)) is None and not self._at_once(deployment)

@@ -7,10 +7,16 @@ update from this module.
 
 from __future__ import annotations
 
+import bisect
+import math
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
     from corral.controller.overview import ClusterSummary
@@ -135,13 +141,63 @@ CLUSTER = ClusterCollector()
 REGISTRY.register(CLUSTER)
 
 # The router (corral.serving).
-ROUTER_REQUESTS = Counter(
-    "corral_router_requests", "Requests through the router, by deployment and HTTP status.",
-    ["deployment", "status"], registry=REGISTRY)
-ROUTER_LATENCY = Histogram(
-    "corral_router_request_seconds", "Time from a request's arrival at the router to the end of its response.",
-    ["deployment"], registry=REGISTRY,
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+ROUTER_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class RouterTraffic:
+    """The router's requests by deployment and status (`corral_router_requests`, a counter) and their latency by
+    deployment (`corral_router_request_seconds`, a histogram), counted in plain dicts and lists and turned into
+    samples when scraped.
+
+    A labelled Counter's and Histogram's update costs a dozen calls and three locks, on every proxied request;
+    here it is one call. The router counts on its event loop alone. A scrape shows the same names, types, labels,
+    values and creation times as the Counter and the Histogram did."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = (*map(float, bounds), math.inf)
+        self.requests: dict[tuple[str, int], list[float]] = {}  # (deployment, status) -> [count, created]
+        self.latency: dict[str, list[float]] = {}  # deployment -> [per bucket count..., sum, created]
+
+    def record(self, deployment: str, status: int, seconds: float | None = None) -> None:
+        """One request ended with `status`; `seconds` from its arrival to its response's end, if it was answered."""
+        try:
+            self.requests[(deployment, status)][0] += 1
+        except KeyError:
+            self.requests[(deployment, status)] = [1, time.time()]
+        if seconds is None:
+            return
+        counts = self.latency.get(deployment)
+        if counts is None:
+            counts = self.latency[deployment] = [0] * len(self.bounds) + [0.0, time.time()]
+        counts[bisect.bisect_left(self.bounds, seconds)] += 1  # the first bucket whose bound is >= seconds
+        counts[-2] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        requests = Metric("corral_router_requests", "Requests through the router, by deployment and HTTP status.",
+                          "counter")
+        for (deployment, status), (count, created) in list(self.requests.items()):
+            labels = {"deployment": deployment, "status": str(status)}
+            requests.samples += (Sample("corral_router_requests_total", labels, float(count)),
+                                 Sample("corral_router_requests_created", labels, created))
+        yield requests
+        latency = Metric("corral_router_request_seconds",
+                         "Time from a request's arrival at the router to the end of its response.", "histogram")
+        for deployment, counts in list(self.latency.items()):
+            counts = list(counts)
+            total = 0.0
+            for bound, count in zip(self.bounds, counts[:-2], strict=True):
+                total += count
+                latency.samples.append(Sample("corral_router_request_seconds_bucket",
+                                              {"deployment": deployment, "le": floatToGoString(bound)}, total))
+            labels = {"deployment": deployment}
+            latency.samples += (Sample("corral_router_request_seconds_count", labels, total),
+                                Sample("corral_router_request_seconds_sum", labels, counts[-2]),
+                                Sample("corral_router_request_seconds_created", labels, counts[-1]))
+        yield latency
+
+
+ROUTER_TRAFFIC = RouterTraffic(ROUTER_LATENCY_BUCKETS)
+REGISTRY.register(ROUTER_TRAFFIC)
 ROUTER_IN_FLIGHT = Gauge(
     "corral_router_in_flight", "Requests granted and not yet finished, by deployment.", ["deployment"],
     registry=REGISTRY)

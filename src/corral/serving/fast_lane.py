@@ -24,6 +24,7 @@ import time
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from corral.metrics import ROUTER_TRAFFIC
 from corral.serving import proxy
 from corral.serving.access import bearer, personal
 from corral.serving.host import router_host
@@ -316,7 +317,7 @@ class Exchange:
         try:
             self.waiter.future.result()
         except RouterError as failure:
-            proxy.requests_metric(self.deployment, failure.status).inc()
+            ROUTER_TRAFFIC.record(self.deployment, failure.status)
             self._refuse(proxy.Refusal(failure.status, failure.reason))
             return
         self._serve()
@@ -327,7 +328,7 @@ class Exchange:
         self.endpoint = self.router.pick(self.deployment)
         if self.endpoint is None:
             self.router.finished(self.deployment, None)
-            proxy.requests_metric(self.deployment, 503).inc()
+            ROUTER_TRAFFIC.record(self.deployment, 503)
             self._refuse(proxy.Refusal(503, f"{self.deployment} has no healthy replica"))
             return
         headers = [*self.headers, self.lane.forwarded]
@@ -438,9 +439,7 @@ class Exchange:
             return
         self.ended = True
         self.router.finished(self.deployment, self.endpoint)
-        proxy.requests_metric(self.deployment, status).inc()
-        if self.answering:
-            proxy.latency_metric(self.deployment).observe(time.perf_counter() - self.started)
+        ROUTER_TRAFFIC.record(self.deployment, status, time.perf_counter() - self.started if self.answering else None)
 
 
 def protocol_for(app) -> functools.partial:

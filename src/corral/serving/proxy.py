@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from corral.metrics import ROUTER_LATENCY, ROUTER_REQUESTS
+from corral.metrics import ROUTER_TRAFFIC
 from corral.serving.access import bearer, may_call, personal
 from corral.serving.host import RouterHost
 from corral.serving.router import Router, RouterError, Waiter
@@ -40,11 +39,6 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"p
                         b"trailer", b"transfer-encoding", b"upgrade", b"host", b"authorization", b"content-length",
                         b"expect"})
 RESPONSE_DROP = HOP_BY_HOP - {b"content-length"}
-
-
-# Labelled metrics, looked up once per label set: the lookup takes a lock, on every request otherwise.
-requests_metric = functools.lru_cache(maxsize=4096)(ROUTER_REQUESTS.labels)
-latency_metric = functools.lru_cache(maxsize=1024)(ROUTER_LATENCY.labels)
 
 
 class Refusal(NamedTuple):
@@ -213,7 +207,7 @@ async def _forward(request: Request, deployment: str, path: str, body: bytes | S
     try:
         waiter.future.result()
     except RouterError as failure:
-        requests_metric(deployment, failure.status).inc()
+        ROUTER_TRAFFIC.record(deployment, failure.status)
         return error(failure.status, failure.reason)
     if isinstance(body, StreamedBody):
         body = body.whole() or body
@@ -249,7 +243,7 @@ async def _open(request: Request, router: Router, deployment: str, path: str, bo
     endpoint = router.pick(deployment)
     if endpoint is None:
         router.finished(deployment, None)
-        requests_metric(deployment, 503).inc()
+        ROUTER_TRAFFIC.record(deployment, 503)
         return error(503, f"{deployment} has no healthy replica"), None
     headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in HOP_BY_HOP]
     if request.client:
@@ -262,7 +256,7 @@ async def _open(request: Request, router: Router, deployment: str, path: str, bo
                                                  _stream_length(request, body))
     except (UpstreamError, OSError) as failure:
         router.finished(deployment, endpoint)
-        requests_metric(deployment, 502).inc()
+        ROUTER_TRAFFIC.record(deployment, 502)
         return error(502, f"replica {endpoint.replica_id} of {deployment} failed: {failure}"), None
     except BaseException:
         router.finished(deployment, endpoint)
@@ -298,8 +292,7 @@ async def _whole(router: Router, deployment: str, endpoint, upstream: Connection
     finally:
         router.finished(deployment, endpoint)
     upstream.release()
-    requests_metric(deployment, upstream.status).inc()
-    latency_metric(deployment).observe(time.perf_counter() - started)
+    ROUTER_TRAFFIC.record(deployment, upstream.status, time.perf_counter() - started)
     headers = [(k, v) for k, v in upstream.headers if k.lower() not in HOP_BY_HOP]
     length = upstream.content_length if upstream.head_only and upstream.content_length is not None else len(content)
     headers.append((b"content-length", b"%d" % length))  # a HEAD answer tells the length it would have
@@ -324,8 +317,7 @@ async def _relay(router: Router, deployment: str, endpoint, upstream: Connection
         else:
             upstream.close()
         router.finished(deployment, endpoint)
-        requests_metric(deployment, upstream.status).inc()
-        latency_metric(deployment).observe(time.perf_counter() - started)
+        ROUTER_TRAFFIC.record(deployment, upstream.status, time.perf_counter() - started)
 
 
 async def _queued_stream(request: Request, waiter: Waiter, path: str, body: bytes,
@@ -347,7 +339,7 @@ async def _queued_stream(request: Request, waiter: Waiter, path: str, body: byte
     try:
         waiter.future.result()
     except RouterError as failure:
-        requests_metric(deployment, failure.status).inc()
+        ROUTER_TRAFFIC.record(deployment, failure.status)
         yield f"data: {json.dumps({'error': {'message': failure.reason, 'code': failure.status}})}\n\n".encode()
         return
     upstream, endpoint = await _open(request, router, deployment, path, body)

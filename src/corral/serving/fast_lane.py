@@ -19,6 +19,7 @@ import asyncio
 import functools
 import http
 import json
+import re
 import time
 
 import httptools
@@ -36,6 +37,10 @@ OPENAI_PATHS = frozenset(path.encode() for path in proxy.OPENAI_PATHS)
 HEAD_LIMIT = 64 * 2**10  # a request head longer than this is left to uvicorn
 PIPELINE_BOUND = 2**20  # bytes of pipelined requests held before reading pauses
 NO_BODY_STATUSES = frozenset({204, 304})
+# A response header line that stays with its hop (the leading CRLF goes with it; the status line never matches):
+# found in the head in lower case, cut from the head as sent.
+HOP_FIELD = re.compile(rb"\r\n(?:%b):" % b"|".join(map(re.escape, sorted(proxy.RESPONSE_DROP))))
+HOP_FIELDS = re.compile(HOP_FIELD.pattern + rb"[^\r\n]*", re.IGNORECASE)
 
 
 def _status_line(status: int) -> bytes:
@@ -370,18 +375,18 @@ class Exchange:
     # the replica's response (a Sink) -------------------------------------------------------
 
     def response_head(self, connection: Connection) -> None:
-        """The client's response head, joined once from pieces (as `request_head` is)."""
+        """The client's response head: the replica's own, its header lines passed on as they came, less the
+        hop-by-hop ones (one search over its bytes), under our status line; chunked when it gives no length."""
         status = connection.status
-        parts = [STATUS_LINES.get(status) or _status_line(status)]
-        for name, value in connection.headers:
-            if name.lower() not in proxy.RESPONSE_DROP:
-                parts += (name, b": ", value, b"\r\n")
+        head = connection.head
+        if HOP_FIELD.search(connection.folded_head) is not None:  # rare: most replicas send none of them
+            head = HOP_FIELDS.sub(b"", head)
+        fields = head[head.find(b"\r\n") + 2:]  # from the first header line to the blank line
         if connection.content_length is None and status not in NO_BODY_STATUSES and status >= 200:
             self.chunked = True
-            parts.append(b"transfer-encoding: chunked\r\n")
-        parts.append(b"\r\n")
+            fields = fields[:-2] + b"transfer-encoding: chunked\r\n\r\n"
         self.answering = True
-        self.out.append(b"".join(parts))
+        self.out.append((STATUS_LINES.get(status) or _status_line(status)) + fields)
 
     def response_body(self, body: bytes) -> None:
         self.out.append(b"%x\r\n%b\r\n" % (len(body), body) if self.chunked else body)

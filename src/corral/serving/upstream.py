@@ -79,7 +79,8 @@ class Connection(asyncio.Protocol):
     def _reset(self, *, head_only: bool, sink: Sink | None = None) -> None:
         self.sink = sink
         self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.head = b""  # the response's head as the replica sent it, once `headed`; what came of it so far before
+        self.folded_head = b""  # the head in lower case, to find fields in
         self.content_length: int | None = None
         self.chunked = False
         self.complete = False
@@ -103,6 +104,8 @@ class Connection(asyncio.Protocol):
         if self.complete:  # nothing is asked: a replica that talks now is not to be trusted with the next one
             self.transport.close()
             return
+        if not self.headed:
+            self.head += data
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as error:
@@ -131,13 +134,11 @@ class Connection(asyncio.Protocol):
 
     # httptools' side -----------------------------------------------------------------------
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-        lowered = name.lower()
-        if lowered == b"content-length":
-            self.content_length = int(value)
-        elif lowered == b"transfer-encoding" and value.lower().find(b"chunked") >= 0:  # see fast_lane._origin_form
-            self.chunked = True
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The response's header fields, names as sent and values without their surrounding blanks."""
+        fields = [line.partition(b":") for line in self.head.split(b"\r\n")[1:] if line]
+        return [(name, value.strip(b" \t")) for name, _, value in fields]
 
     @property
     def delimited_by_close(self) -> bool:
@@ -145,8 +146,21 @@ class Connection(asyncio.Protocol):
         return self.headed and self._failure is None and self.content_length is None and not self.chunked
 
     def on_headers_complete(self) -> None:
+        """The head is read from the bytes it came in, not header by header: a call per header costs more.
+
+        httptools has framed and checked it; its response is the first message in those bytes."""
         self.status = self._parser.get_status_code()
         self.headed = True
+        self.head = self.head[:self.head.find(b"\r\n\r\n") + 4]
+        self.folded_head = folded = self.head.lower()
+        if (at := folded.find(b"\r\ncontent-length:")) >= 0:  # one at most: httptools refuses two
+            self.content_length = int(folded[at + 17:folded.find(b"\r\n", at + 17)])
+        at = folded.find(b"\r\ntransfer-encoding:")
+        while at >= 0:
+            end = folded.find(b"\r\n", at + 20)
+            if folded.find(b"chunked", at + 20, end) >= 0:  # `find`, not `in`: see fast_lane._origin_form
+                self.chunked = True
+            at = folded.find(b"\r\ntransfer-encoding:", end)
         self._headed()
         if self.sink is not None:
             self.sink.response_head(self)

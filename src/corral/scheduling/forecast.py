@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -121,22 +120,17 @@ class _Simulation:
         self.now, self.policy, self.until = now, policy, now + horizon
         self.index = CapacityIndex(rooms, [e.task for e in ending], quotas=frozenset(policy.quotas))
         self.pool_of = {room.id: room.pool for room in rooms}
-        # The expected ends, (end, task id), as sorted runs (those running at the start, then one per step that placed
-        # tasks) in a heap by their first entry: a step's ends are sorted at once and released a run's prefix at a
-        # time, not pushed and popped one by one. Entries not in ends_at are stale.
-        self.ends: list[tuple[tuple[float, int], int, list[tuple[float, int]]]] = []
-        self.runs_added = 0  # a run's number orders runs that begin alike, so that no two runs are compared
+        self.ends: list[tuple[float, int]] = []  # a heap of (end, task id); entries not in ends_at are stale
         self.ends_at: dict[int, float] = {}
         self.runs_for: dict[int, float] = {}  # of the tasks placed in the simulation (the others': since to end)
         self.left: Counter[int] = Counter()  # tasks of a job not ended in the simulation
-        ends_at, left = self.ends_at, self.left
-        running_ends = []
+        ends, ends_at, left = self.ends, self.ends_at, self.left
         for e in ending:
             task = e.task
-            running_ends.append((e.ends_at, task.task_id))
+            ends.append((e.ends_at, task.task_id))
             ends_at[task.task_id] = e.ends_at
             left[task.job_id] += 1
-        self._add_run(running_ends)
+        heapq.heapify(ends)
         self.dependencies = dict(dependencies)
         self.order: dict = {}  # unit key -> its place in the sequencers' order
         self.kinds: dict[int, dict] = defaultdict(dict)  # kind -> {unit key: Waiting}, in order
@@ -205,10 +199,11 @@ class _Simulation:
     def _release(self, t: float) -> None:
         """Tasks expected to end by `t` free their room; a job with nothing left has ended, successfully."""
         self.freed.clear()
-        ends_at, running, left, freed = self.ends_at, self.index.running, self.left, self.freed
+        ends, ends_at, running, left, freed = self.ends, self.ends_at, self.index.running, self.left, self.freed
         ended: list[int] = []
-        named, dependencies = self.named, self.dependencies
-        for end, task_id in self._due(t):
+        pop, named, dependencies = heapq.heappop, self.named, self.dependencies
+        while ends and ends[0][0] <= t:
+            end, task_id = pop(ends)
             if ends_at.get(task_id) != end:  # evicted before it ended
                 continue
             del ends_at[task_id]
@@ -226,29 +221,6 @@ class _Simulation:
             if tasks_left <= 0 and job_id in named:
                 dependencies[job_id] = JobEnd("SUCCEEDED", end)
         self.index.remove_all(ended)
-
-    def _due(self, t: float) -> list[tuple[float, int]]:
-        """The expected ends by `t`, taken out of the runs, in order of (end, task id)."""
-        runs, due, parts = self.ends, [], 0
-        bound = (t, math.inf)  # after every (end, task id) with end <= t
-        while runs and runs[0][0] <= bound:
-            _, number, run = heapq.heappop(runs)
-            cut = bisect_right(run, bound)
-            due += run[:cut]
-            if cut < len(run):
-                del run[:cut]
-                heapq.heappush(runs, (run[0], number, run))
-            parts += 1
-        if parts > 1:
-            due.sort()
-        return due
-
-    def _add_run(self, ends: list[tuple[float, int]]) -> None:
-        """Expected ends (end, task id), as one more sorted run."""
-        if ends:
-            ends.sort()
-            heapq.heappush(self.ends, (ends[0], self.runs_added, ends))
-            self.runs_added += 1
 
     def _ungate(self, t: float) -> None:
         """Units whose dependencies ended as asked and whose begin time passed join their kinds."""
@@ -378,9 +350,9 @@ class _Simulation:
         """The units a pass placed start, in the order it placed them: each runs for its expected duration. Their
         tasks hold the request of their kind, one object for all alike (equal to each unit's own): the index sums
         alike tasks' use as one, and a request found by identity is not compared field by field."""
-        freed, starts, runs_for, ends_at, facts = self.freed, self.starts, self.runs_for, self.ends_at, self.kind_facts
-        kinds, kind_of = self.kinds, self.kind_of
-        ends: list[tuple[float, int]] = []
+        freed, starts, runs_for, ends_at, ends, facts = self.freed, self.starts, self.runs_for, self.ends_at, \
+            self.ends, self.kind_facts
+        kinds, kind_of, push = self.kinds, self.kind_of, heapq.heappush
         tasks: list[RunningTask] = []
         for key, assignments in placed.items():
             kind = kind_of.pop(key)  # out of the queue (`_unqueue`, unrolled)
@@ -417,9 +389,8 @@ class _Simulation:
                 tasks.append(placed_task(task_id, job_id, a.worker_id, request, a.gpu_ids, priority, project, t, gang))
                 runs_for[task_id] = lasts
                 ends_at[task_id] = end
-                ends.append((end, task_id))
+                push(ends, (end, task_id))
         self.index.add_all(tasks)
-        self._add_run(ends)
 
     def _waited_for(self, job: JobPlacement) -> int | None:
         """Of the jobs it named, the one that ended last in the simulation."""
@@ -456,7 +427,7 @@ class _Simulation:
 
     def _next_step(self, t: float) -> float | None:
         """The next moment something may change: an expected end or a begin time, at least a step away."""
-        events = [self.ends[0][0][0]] if self.ends else []
+        events = [self.ends[0][0]] if self.ends else []
         if self.evicted:  # their room is free from the next step
             events.append(t)
             self.evicted = False

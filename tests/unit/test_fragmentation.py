@@ -96,26 +96,6 @@ def test_the_mix_weighs_recent_requests_most_ignores_tasks_without_gpus_and_stay
     assert RequestMix().weights() == {}
 
 
-KINDS = [(Request(1, 0, 1), ()), (Request(1, 0, 2), ()), (Request(2, 0, 0.5), ()), (Request(1, 0, 0), ())]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(1, 40)), max_size=12),
-       st.sampled_from([0.5, 3, 2_000]), st.integers(1, 4), st.floats(1.0, 1e92))
-def test_a_run_of_alike_requests_counts_as_that_many_adds(runs, half_life, max_kinds, scale):
-    """`add` with repeats leaves the counts and the scale that many adds leave, bit for bit, rescaling and dropping
-    kinds included."""
-    at_once, one_by_one = RequestMix(half_life, max_kinds), RequestMix(half_life, max_kinds)
-    at_once.scale = one_by_one.scale = scale
-    for kind, times, repeats in runs:
-        request, constraints = KINDS[kind]
-        at_once.add(request, constraints, times, repeats)
-        for _ in range(repeats):
-            one_by_one.add(Request(request.cpu, request.memory, request.gpu), constraints, times)
-        assert (at_once.counts, at_once.scale) == (one_by_one.counts, one_by_one.scale)
-        assert list(at_once.counts) == list(one_by_one.counts)
-
-
 def test_the_schedule_handler_counts_each_unit_once_and_forgets_the_oldest() -> None:
     handler = ScheduleJobs()
     handler.remembered_units = 2

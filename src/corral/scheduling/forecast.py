@@ -30,7 +30,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby, islice
+from itertools import islice
 from operator import itemgetter
 
 from corral.core.collector import paused
@@ -466,10 +466,10 @@ class _Simulation:
         """The pools' request mixes from the tasks in view, fixed for the whole simulation (a mix that changed
         step by step would rebuild the fragmentation measure at every step)."""
         mixes: dict[str, RequestMix] = defaultdict(RequestMix)
-        pool_of = self.pool_of
-        seen = [(pool_of.get(e.task.worker_id), e.task.request, (), 1) for e in ending]
-        seen += [(unit.pool, unit.request, unit.constraints, len(unit.task_ids)) for unit in (i.unit for i in waiting)]
-        for (pool, request, constraints, times), alike in groupby(seen):  # alike tasks come in runs (a job's)
+        for e in ending:
+            pool = self.pool_of.get(e.task.worker_id)
             if pool is not None:
-                mixes[pool].add(request, constraints, times, repeats=sum(1 for _ in alike))
+                mixes[pool].add(e.task.request)
+        for item in waiting:
+            mixes[item.unit.pool].add(item.unit.request, item.unit.constraints, len(item.unit.task_ids))
         return mixes

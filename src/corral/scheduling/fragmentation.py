@@ -65,26 +65,11 @@ class RequestMix:
             mix.add(request, constraints)
         return mix
 
-    def add(self, request: Request, constraints: tuple[AnyConstraint, ...] = (), times: int = 1,
-            repeats: int = 1) -> None:
-        """Count a request of a job with these constraints; one asking for no GPU fragments nothing. `repeats`: seen
-        that many times in a row, counted as that many adds are, with the kind looked up once (a forecast counts
-        some 20k tasks, most of them alike in runs) where no add of the run could drop a kind or rescale."""
+    def add(self, request: Request, constraints: tuple[AnyConstraint, ...] = (), times: int = 1) -> None:
+        """Count a request of a job with these constraints; one asking for no GPU fragments nothing."""
         if request.gpu <= 0:
             return
         kind = (request, constraints)
-        if repeats > 1:
-            counts = self.counts
-            if (kind in counts or len(counts) < self.max_kinds) and self.scale * self.growth ** repeats < 1e90:
-                count, scale, growth = counts.get(kind, 0.0), self.scale, self.growth
-                for _ in range(repeats):
-                    count += scale * times
-                    scale *= growth
-                counts[kind], self.scale = count, scale
-                return
-            for _ in range(repeats):
-                self.add(request, constraints, times)
-            return
         self.counts[kind] = self.counts.get(kind, 0.0) + self.scale * times
         self.scale *= self.growth
         if self.scale > 1e100:  # keep the numbers finite: the proportions are what counts

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from functools import cache
 
-from sqlalchemy import Select, delete, exists, func, or_, select
+from sqlalchemy import Select, bindparam, delete, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
@@ -17,17 +18,17 @@ from corral.store.schema import deployments, history, jobs, tasks
 PAGE = 500  # rows per read; a subscriber that is behind reads page after page
 
 
-def only(query: Select, job_id: int | None, deployment: str | None,
-         projects: Collection[str] | None = None) -> Select:
-    """The query narrowed to one job's events, or to those of every deployment ever named `deployment`, or to the
-    events of the jobs and deployments of `projects` (None: every event)."""
-    if job_id is not None:
-        query = query.where(history.c.job_id == job_id)
-    if deployment is not None:
-        named = select(deployments.c.id).where(deployments.c.name == deployment)
+def only(query: Select, job: bool, deployment: bool, projects: bool) -> Select:
+    """The query narrowed to one job's events (`job_id`), or to those of every deployment ever named `deployment`,
+    or to the events of the jobs and deployments of `projects`: the values are bound at each execution
+    (`narrowing`)."""
+    if job:
+        query = query.where(history.c.job_id == bindparam("job_id"))
+    if deployment:
+        named = select(deployments.c.id).where(deployments.c.name == bindparam("deployment"))
         query = query.where(history.c.deployment_id.in_(named))
-    if projects is not None:  # looked up row by row (by primary key), not over every job at each read
-        chosen = sorted(projects)
+    if projects:  # looked up row by row (by primary key), not over every job at each read
+        chosen = bindparam("projects", expanding=True)
         of_job = aliased(jobs)
         of_deployment = aliased(deployments)
         query = query.where(or_(
@@ -35,6 +36,15 @@ def only(query: Select, job_id: int | None, deployment: str | None,
             exists().where(of_deployment.c.id == history.c.deployment_id,
                            _project(of_deployment.c.spec).in_(chosen))))
     return query
+
+
+def narrowing(job_id: int | None, deployment: str | None, projects: Collection[str] | None) -> dict:
+    """The values `only` binds: one job, the deployments of a name, the projects (None: every event)."""
+    return {"job_id": job_id, "deployment": deployment, "projects": None if projects is None else sorted(projects)}
+
+
+def _shape(values: dict) -> tuple[bool, bool, bool]:
+    return values["job_id"] is not None, values["deployment"] is not None, values["projects"] is not None
 
 
 def _project(spec):
@@ -49,7 +59,7 @@ def _events() -> Select:
             .order_by(history.c.id))
 
 
-async def _read(connection: AsyncConnection, query: Select) -> list[EventView]:
+async def _read(connection: AsyncConnection, query: Select, values: dict | None = None) -> list[EventView]:
     return [
         EventView(id=r.id, type=event_type(r.job_id, r.task_id, r.handler, r.result, r.to_state, r.deployment_id,
                                            r.replica_id, r.event),
@@ -57,7 +67,7 @@ async def _read(connection: AsyncConnection, query: Select) -> list[EventView]:
                   worker_id=r.worker_id, deployment_id=r.deployment_id, deployment=r.deployment,
                   replica_id=r.replica_id, handler=r.handler, result=r.result, from_state=r.from_state,
                   to_state=r.to_state, message=r.message)
-        for r in (await connection.execute(query)).all()
+        for r in (await connection.execute(query, values)).all()
     ]
 
 
@@ -65,10 +75,19 @@ async def read_events(connection: AsyncConnection, after: int, job_id: int | Non
                       limit: int = PAGE, upto: int | None = None, deployment: str | None = None,
                       projects: Collection[str] | None = None) -> list[EventView]:
     """Events with an id above `after` (and at most `upto`), oldest first."""
-    query = _events().where(history.c.id > after).limit(limit)
-    if upto is not None:
-        query = query.where(history.c.id <= upto)
-    return await _read(connection, only(query, job_id, deployment, projects))
+    values = narrowing(job_id, deployment, projects)
+    return await _read(connection, _events_after(*_shape(values), upto is not None),
+                       {**values, "after": after, "limit": limit, "upto": upto})
+
+
+@cache
+def _events_after(job: bool, deployment: bool, projects: bool, upto: bool) -> Select:
+    """read_events' statement, built once per narrowing: building a statement of two joins and its cache key costs
+    some ten times what running it does on a small read, and the stream reads at every commit."""
+    query = _events().where(history.c.id > bindparam("after")).limit(bindparam("limit"))
+    if upto:
+        query = query.where(history.c.id <= bindparam("upto"))
+    return only(query, job, deployment, projects)
 
 
 async def latest_by_deployment(connection: AsyncConnection, names: list[str], count: int) -> dict[str, list[EventView]]:
@@ -84,16 +103,25 @@ async def latest_by_deployment(connection: AsyncConnection, names: list[str], co
     return latest
 
 
+_LATEST_ID = select(func.max(history.c.id))
+
+
 async def latest_id(connection: AsyncConnection) -> int:
-    return (await connection.execute(select(func.max(history.c.id)))).scalar() or 0
+    return (await connection.execute(_LATEST_ID)).scalar() or 0
 
 
 async def before_last(connection: AsyncConnection, count: int, job_id: int | None = None,
                       deployment: str | None = None, projects: Collection[str] | None = None) -> int:
     """The id to start after so that the last `count` events (of a job, of a deployment, of projects) are read."""
-    query = only(select(history.c.id).order_by(history.c.id.desc()).limit(count), job_id, deployment, projects)
-    ids = list((await connection.execute(query)).scalars())
+    values = narrowing(job_id, deployment, projects)
+    ids = list((await connection.execute(_last_ids(*_shape(values)), {**values, "count": count})).scalars())
     return min(ids) - 1 if ids else await latest_id(connection)
+
+
+@cache
+def _last_ids(job: bool, deployment: bool, projects: bool) -> Select:
+    return only(select(history.c.id).order_by(history.c.id.desc()).limit(bindparam("count")), job, deployment,
+                projects)
 
 
 async def prune_events(connection: AsyncConnection, older_than: float) -> int:
@@ -113,19 +141,21 @@ async def prune_events(connection: AsyncConnection, older_than: float) -> int:
     return max(result.rowcount or 0, 0)
 
 
+# safe_horizon's reads, built once: the stream runs them at every commit.
+_YOUNG = (select(history.c.id, history.c.at).where(history.c.id > bindparam("after"), history.c.at > bindparam("since"))
+          .order_by(history.c.id))
+_BEFORE = select(func.max(history.c.id)).where(history.c.id < bindparam("first"))
+
+
 async def safe_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> int | None:
     """The highest id that can be sent without skipping a transaction still committing; None: no limit.
 
     Only rows younger than `settle` can follow a gap that is still filling, so only they are read.
     """
-    young = (await connection.execute(
-        select(history.c.id, history.c.at).where(history.c.id > after, history.c.at > now - settle)
-        .order_by(history.c.id)
-    )).all()
+    young = (await connection.execute(_YOUNG, {"after": after, "since": now - settle})).all()
     if not young:
         return None
-    before = (await connection.execute(
-        select(func.max(history.c.id)).where(history.c.id < young[0].id))).scalar() or 0
+    before = (await connection.execute(_BEFORE, {"first": young[0].id})).scalar() or 0
     base = max(before, after)
     count = ready(base, [Stamp(r.id, r.at) for r in young], now, settle)
     return None if count == len(young) else (young[count - 1].id if count else base)

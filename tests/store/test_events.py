@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import event, insert
 
 from corral.controller import events as event_stream
 from corral.controller.events import EventHub, follow_events
 from corral.core.states import TaskState
 from corral.engine.cancel import cancel_job
-from corral.store.events import before_last, latest_id, prune_events, read_events, safe_horizon
+from corral.store.events import StreamStart, latest_id, prune_events, read_events, safe_horizon, stream_start
 from corral.store.schema import history
 from tests.store.helpers import NOW, add_worker, job, job_tasks, reap, report, settle, submit
 
@@ -59,9 +59,33 @@ async def test_reads_resume_after_an_id_and_filter_by_job(store):
     assert await _events(store, upto=every[0].id) == every[:1]
     async with store.read() as connection:
         assert await latest_id(connection) == every[-1].id
-        assert await before_last(connection, 1) == every[-1].id - 1
-        assert await before_last(connection, 1, first) == every[0].id - 1
-        assert await before_last(connection, 50) == every[0].id - 1
+        assert (await stream_start(connection, 1)).after_last == every[-1].id - 1
+        assert (await stream_start(connection, 1, first)).after_last == every[0].id - 1
+        assert (await stream_start(connection, 50)).after_last == every[0].id - 1
+
+
+async def test_a_streams_start_is_one_statement_of_one_moment(store):
+    """Where the last events begin, the newest id and the job's state: what opening a stream reads, in one round
+    trip to the store."""
+    async with store.read() as connection:
+        assert await stream_start(connection, 5, 1) == StreamStart(0, 0, None)  # no event yet, no such job
+    first, second = await submit(store), await submit(store)
+    every = await _events(store)
+    statements: list[str] = []
+
+    def note(_connection, _cursor, statement, *_rest) -> None:
+        statements.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", note)
+    try:
+        async with store.read() as connection:
+            assert await stream_start(connection, 1, first) == StreamStart(every[0].id - 1, every[-1].id, "PENDING")
+        assert len(statements) == 1
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", note)
+    async with store.read() as connection:
+        assert await stream_start(connection, None, second) == StreamStart(None, every[-1].id, "PENDING")
+        assert await stream_start(connection, 3) == StreamStart(every[0].id - 1, every[-1].id, None)
 
 
 async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from functools import cache
 
-from sqlalchemy import Select, bindparam, delete, exists, func, or_, select
+from sqlalchemy import Select, bindparam, delete, exists, func, null, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
@@ -110,18 +111,37 @@ async def latest_id(connection: AsyncConnection) -> int:
     return (await connection.execute(_LATEST_ID)).scalar() or 0
 
 
-async def before_last(connection: AsyncConnection, count: int, job_id: int | None = None,
-                      deployment: str | None = None, projects: Collection[str] | None = None) -> int:
-    """The id to start after so that the last `count` events (of a job, of a deployment, of projects) are read."""
+@dataclass(frozen=True)
+class StreamStart:
+    """What opening a stream reads: the id to start after so that the last `last` events (of a job, of a
+    deployment, of projects) are read (None without `last`), the newest id, and the named job's state (None: no job
+    named, or no such job)."""
+
+    after_last: int | None
+    newest: int
+    job_state: str | None
+
+
+async def stream_start(connection: AsyncConnection, last: int | None, job_id: int | None = None,
+                       deployment: str | None = None, projects: Collection[str] | None = None) -> StreamStart:
+    """The stream's start, in one statement: one round trip to the store where there were three, and the job's
+    state is of the same moment as the start (a move to an end the stream leaves out is in it)."""
     values = narrowing(job_id, deployment, projects)
-    ids = list((await connection.execute(_last_ids(*_shape(values)), {**values, "count": count})).scalars())
-    return min(ids) - 1 if ids else await latest_id(connection)
+    row = (await connection.execute(_opening(*_shape(values), last is not None), {**values, "count": last})).one()
+    newest = row.newest or 0
+    if last is None:
+        return StreamStart(None, newest, row.job_state)
+    return StreamStart(newest if row.first_of_last is None else row.first_of_last - 1, newest, row.job_state)
 
 
 @cache
-def _last_ids(job: bool, deployment: bool, projects: bool) -> Select:
-    return only(select(history.c.id).order_by(history.c.id.desc()).limit(bindparam("count")), job, deployment,
-                projects)
+def _opening(job: bool, deployment: bool, projects: bool, last: bool) -> Select:
+    last_ids = only(select(history.c.id).order_by(history.c.id.desc()).limit(bindparam("count")), job, deployment,
+                    projects).subquery()
+    first_of_last = select(func.min(last_ids.c.id)).scalar_subquery() if last else null()
+    state = select(jobs.c.state).where(jobs.c.id == bindparam("job_id")).scalar_subquery() if job else null()
+    return select(first_of_last.label("first_of_last"), _LATEST_ID.scalar_subquery().label("newest"),
+                  state.label("job_state"))
 
 
 async def prune_events(connection: AsyncConnection, older_than: float) -> int:

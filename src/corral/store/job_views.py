@@ -77,7 +77,6 @@ async def count_jobs(connection: AsyncConnection, where: JobFilter) -> int:
 # statement and its cache key costs three times what running it does on a small read.
 _JOB_ROWS = select(jobs).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
 _JOB_ROW = select(jobs).where(jobs.c.id == bindparam("job_id"))
-_JOB_STATE = select(jobs.c.state).where(jobs.c.id == bindparam("job_id"))
 _TASK_STATE_COUNTS = (select(tasks.c.job_id, tasks.c.state, func.count().label("n"))
                       .where(tasks.c.job_id.in_(bindparam("ids", expanding=True)))
                       .group_by(tasks.c.job_id, tasks.c.state))
@@ -91,10 +90,6 @@ async def job_rows(connection: AsyncConnection, ids: Collection[int]) -> dict[in
 async def job_row(connection: AsyncConnection, job_id: int):
     """The full `jobs` row, or None."""
     return (await connection.execute(_JOB_ROW, {"job_id": job_id})).first()
-
-
-async def job_state(connection: AsyncConnection, job_id: int) -> str | None:
-    return (await connection.execute(_JOB_STATE, {"job_id": job_id})).scalar()
 
 
 async def existing_job_ids(connection: AsyncConnection, ids: Collection[int]) -> set[int]:

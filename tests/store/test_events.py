@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import event, insert
@@ -19,6 +21,21 @@ from tests.store.helpers import NOW, add_worker, job, job_tasks, reap, report, s
 async def _events(store, after=0, job_id=None, upto=None):
     async with store.read() as connection:
         return await read_events(connection, after, job_id, upto=upto)
+
+
+@contextmanager
+def statements_run(store) -> Iterator[list[str]]:
+    """The statements the store's readers run within."""
+    statements: list[str] = []
+
+    def note(_connection, _cursor, statement, *_rest) -> None:
+        statements.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", note)
+    try:
+        yield statements
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", note)
 
 
 async def test_a_job_story_and_its_workers_arrive_typed_and_in_order(store):
@@ -71,18 +88,10 @@ async def test_a_streams_start_is_one_statement_of_one_moment(store):
         assert await stream_start(connection, 5, 1) == StreamStart(0, 0, None)  # no event yet, no such job
     first, second = await submit(store), await submit(store)
     every = await _events(store)
-    statements: list[str] = []
-
-    def note(_connection, _cursor, statement, *_rest) -> None:
-        statements.append(statement)
-
-    event.listen(store.engine.sync_engine, "before_cursor_execute", note)
-    try:
+    with statements_run(store) as statements:
         async with store.read() as connection:
             assert await stream_start(connection, 1, first) == StreamStart(every[0].id - 1, every[-1].id, "PENDING")
-        assert len(statements) == 1
-    finally:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", note)
+    assert len(statements) == 1
     async with store.read() as connection:
         assert await stream_start(connection, None, second) == StreamStart(None, every[-1].id, "PENDING")
         assert await stream_start(connection, 3) == StreamStart(every[0].id - 1, every[-1].id, None)
@@ -96,8 +105,11 @@ async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):
     async with store.write() as connection:
         await connection.execute(insert(history).values(
             id=newest + 2, at=NOW, job_id=None, handler="Test", result="SUCCESS"))
+    with statements_run(store) as statements:
+        async with store.read() as connection:
+            assert await safe_horizon(connection, 0, NOW + 1, 5.0) == newest
+    assert len(statements) == 1  # the young rows and the id below them: one round trip at every commit
     async with store.read() as connection:
-        assert await safe_horizon(connection, 0, NOW + 1, 5.0) == newest
         assert await safe_horizon(connection, 0, NOW + 10, 5.0) is None  # settled: the gap is skipped
 
 

@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 
-from sqlalchemy import Select, bindparam, delete, exists, func, null, or_, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, exists, func, null, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
@@ -161,10 +161,16 @@ async def prune_events(connection: AsyncConnection, older_than: float) -> int:
     return max(result.rowcount or 0, 0)
 
 
-# safe_horizon's reads, built once: the stream runs them at every commit.
-_YOUNG = (select(history.c.id, history.c.at).where(history.c.id > bindparam("after"), history.c.at > bindparam("since"))
-          .order_by(history.c.id))
-_BEFORE = select(func.max(history.c.id)).where(history.c.id < bindparam("first"))
+def _young(rows) -> ColumnElement[bool]:
+    return and_(rows.c.id > bindparam("after"), rows.c.at > bindparam("since"))
+
+
+# safe_horizon's read, built once (the stream runs it at every commit): the young rows, each with the highest id
+# below the first of them (one statement, not two).
+_EARLIER, _FIRST_YOUNG = history.alias("earlier"), history.alias("first_young")
+_YOUNG = (select(history.c.id, history.c.at, select(func.max(_EARLIER.c.id)).where(
+    _EARLIER.c.id < select(func.min(_FIRST_YOUNG.c.id)).where(_young(_FIRST_YOUNG)).scalar_subquery())
+    .scalar_subquery().label("below")).where(_young(history)).order_by(history.c.id))
 
 
 async def safe_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> int | None:
@@ -175,7 +181,6 @@ async def safe_horizon(connection: AsyncConnection, after: int, now: float, sett
     young = (await connection.execute(_YOUNG, {"after": after, "since": now - settle})).all()
     if not young:
         return None
-    before = (await connection.execute(_BEFORE, {"first": young[0].id})).scalar() or 0
-    base = max(before, after)
+    base = max(young[0].below or 0, after)
     count = ready(base, [Stamp(r.id, r.at) for r in young], now, settle)
     return None if count == len(young) else (young[count - 1].id if count else base)

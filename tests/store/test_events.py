@@ -13,7 +13,16 @@ from corral.controller import events as event_stream
 from corral.controller.events import EventHub, follow_events
 from corral.core.states import TaskState
 from corral.engine.cancel import cancel_job
-from corral.store.events import StreamStart, latest_id, prune_events, read_events, safe_horizon, stream_start
+from corral.store.events import (
+    Horizon,
+    StreamStart,
+    latest_id,
+    prune_events,
+    read_events,
+    read_horizon,
+    safe_horizon,
+    stream_start,
+)
 from corral.store.schema import history
 from tests.store.helpers import NOW, add_worker, job, job_tasks, reap, report, settle, submit
 
@@ -107,8 +116,8 @@ async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):
             id=newest + 2, at=NOW, job_id=None, handler="Test", result="SUCCESS"))
     with statements_run(store) as statements:
         async with store.read() as connection:
-            assert await safe_horizon(connection, 0, NOW + 1, 5.0) == newest
-    assert len(statements) == 1  # the young rows and the id below them: one round trip at every commit
+            assert await read_horizon(connection, 0, NOW + 1, 5.0) == Horizon(newest, newest + 2)
+    assert len(statements) == 1  # the young rows, the id below them and the newest: one round trip at every commit
     async with store.read() as connection:
         assert await safe_horizon(connection, 0, NOW + 10, 5.0) is None  # settled: the gap is skipped
 
@@ -153,7 +162,9 @@ async def test_a_narrowed_stream_moves_past_the_events_it_leaves_out(store, monk
         await submit(store, project="audio")
     async with store.read() as connection:
         newest = await latest_id(connection)
-    assert await anext(stream) == []  # nothing of its projects
+    with statements_run(store) as statements:
+        assert await anext(stream) == []  # nothing of its projects
+    assert len(statements) == 2  # the horizon with the newest id, then the events: two round trips a wake
     later = await submit(store, project="vision")
     assert {e.job_id for e in await anext(stream)} == {later}
     assert newest in reads_after  # it read on from past the audio jobs' events, not from its own last one

@@ -165,22 +165,37 @@ def _young(rows) -> ColumnElement[bool]:
     return and_(rows.c.id > bindparam("after"), rows.c.at > bindparam("since"))
 
 
-# safe_horizon's read, built once (the stream runs it at every commit): the young rows, each with the highest id
-# below the first of them (one statement, not two).
+# The horizon's read, built once (a stream runs it at every commit), one statement where there were three: the
+# newest id and the highest id below the first young row, then each young row (none: one row of NULLs).
 _EARLIER, _FIRST_YOUNG = history.alias("earlier"), history.alias("first_young")
-_YOUNG = (select(history.c.id, history.c.at, select(func.max(_EARLIER.c.id)).where(
+_IDS = select(_LATEST_ID.scalar_subquery().label("newest"), select(func.max(_EARLIER.c.id)).where(
     _EARLIER.c.id < select(func.min(_FIRST_YOUNG.c.id)).where(_young(_FIRST_YOUNG)).scalar_subquery())
-    .scalar_subquery().label("below")).where(_young(history)).order_by(history.c.id))
+    .scalar_subquery().label("below")).subquery()
+_YOUNG = (select(_IDS.c.newest, _IDS.c.below, history.c.id, history.c.at)
+          .select_from(_IDS.outerjoin(history, _young(history))).order_by(history.c.id))
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """`safe`: the highest id that can be sent without skipping a transaction still committing (None: no limit);
+    `newest`: the newest id, of the same moment."""
+
+    safe: int | None
+    newest: int
+
+
+async def read_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> Horizon:
+    """Only rows younger than `settle` can follow a gap that is still filling, so only they are read."""
+    rows = (await connection.execute(_YOUNG, {"after": after, "since": now - settle})).all()
+    newest = rows[0].newest or 0
+    young = [Stamp(r.id, r.at) for r in rows if r.id is not None]
+    if not young:
+        return Horizon(None, newest)
+    base = max(rows[0].below or 0, after)
+    count = ready(base, young, now, settle)
+    return Horizon(None if count == len(young) else (young[count - 1].id if count else base), newest)
 
 
 async def safe_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> int | None:
-    """The highest id that can be sent without skipping a transaction still committing; None: no limit.
-
-    Only rows younger than `settle` can follow a gap that is still filling, so only they are read.
-    """
-    young = (await connection.execute(_YOUNG, {"after": after, "since": now - settle})).all()
-    if not young:
-        return None
-    base = max(young[0].below or 0, after)
-    count = ready(base, [Stamp(r.id, r.at) for r in young], now, settle)
-    return None if count == len(young) else (young[count - 1].id if count else base)
+    """The highest id that can be sent without skipping a transaction still committing; None: no limit."""
+    return (await read_horizon(connection, after, now, settle)).safe

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import event, insert
 
 from corral.controller import events as event_stream
 from corral.controller.events import EventHub, follow_events
 from corral.core.states import TaskState
 from corral.engine.cancel import cancel_job
-from corral.store.events import before_last, latest_id, prune_events, read_events, safe_horizon
+from corral.store.events import (
+    Horizon,
+    StreamStart,
+    latest_id,
+    prune_events,
+    read_events,
+    read_horizon,
+    safe_horizon,
+    stream_start,
+)
 from corral.store.schema import history
 from tests.store.helpers import NOW, add_worker, job, job_tasks, reap, report, settle, submit
 
@@ -19,6 +30,21 @@ from tests.store.helpers import NOW, add_worker, job, job_tasks, reap, report, s
 async def _events(store, after=0, job_id=None, upto=None):
     async with store.read() as connection:
         return await read_events(connection, after, job_id, upto=upto)
+
+
+@contextmanager
+def statements_run(store) -> Iterator[list[str]]:
+    """The statements the store's readers run within."""
+    statements: list[str] = []
+
+    def note(_connection, _cursor, statement, *_rest) -> None:
+        statements.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", note)
+    try:
+        yield statements
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", note)
 
 
 async def test_a_job_story_and_its_workers_arrive_typed_and_in_order(store):
@@ -59,9 +85,25 @@ async def test_reads_resume_after_an_id_and_filter_by_job(store):
     assert await _events(store, upto=every[0].id) == every[:1]
     async with store.read() as connection:
         assert await latest_id(connection) == every[-1].id
-        assert await before_last(connection, 1) == every[-1].id - 1
-        assert await before_last(connection, 1, first) == every[0].id - 1
-        assert await before_last(connection, 50) == every[0].id - 1
+        assert (await stream_start(connection, 1)).after_last == every[-1].id - 1
+        assert (await stream_start(connection, 1, first)).after_last == every[0].id - 1
+        assert (await stream_start(connection, 50)).after_last == every[0].id - 1
+
+
+async def test_a_streams_start_is_one_statement_of_one_moment(store):
+    """Where the last events begin, the newest id and the job's state: what opening a stream reads, in one round
+    trip to the store."""
+    async with store.read() as connection:
+        assert await stream_start(connection, 5, 1) == StreamStart(0, 0, None)  # no event yet, no such job
+    first, second = await submit(store), await submit(store)
+    every = await _events(store)
+    with statements_run(store) as statements:
+        async with store.read() as connection:
+            assert await stream_start(connection, 1, first) == StreamStart(every[0].id - 1, every[-1].id, "PENDING")
+    assert len(statements) == 1
+    async with store.read() as connection:
+        assert await stream_start(connection, None, second) == StreamStart(None, every[-1].id, "PENDING")
+        assert await stream_start(connection, 3) == StreamStart(every[0].id - 1, every[-1].id, None)
 
 
 async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):
@@ -72,8 +114,11 @@ async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):
     async with store.write() as connection:
         await connection.execute(insert(history).values(
             id=newest + 2, at=NOW, job_id=None, handler="Test", result="SUCCESS"))
+    with statements_run(store) as statements:
+        async with store.read() as connection:
+            assert await read_horizon(connection, 0, NOW + 1, 5.0) == Horizon(newest, newest + 2)
+    assert len(statements) == 1  # the young rows, the id below them and the newest: one round trip at every commit
     async with store.read() as connection:
-        assert await safe_horizon(connection, 0, NOW + 1, 5.0) == newest
         assert await safe_horizon(connection, 0, NOW + 10, 5.0) is None  # settled: the gap is skipped
 
 
@@ -117,7 +162,9 @@ async def test_a_narrowed_stream_moves_past_the_events_it_leaves_out(store, monk
         await submit(store, project="audio")
     async with store.read() as connection:
         newest = await latest_id(connection)
-    assert await anext(stream) == []  # nothing of its projects
+    with statements_run(store) as statements:
+        assert await anext(stream) == []  # nothing of its projects
+    assert len(statements) == 2  # the horizon with the newest id, then the events: two round trips a wake
     later = await submit(store, project="vision")
     assert {e.job_id for e in await anext(stream)} == {later}
     assert newest in reads_after  # it read on from past the audio jobs' events, not from its own last one

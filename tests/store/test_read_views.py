@@ -13,7 +13,7 @@ from corral.store.deployments import (
     replicas_with_workers,
     serving_history,
 )
-from corral.store.job_views import JobFilter, count_jobs, history_rows, page_ids, queue_page, task_state_counts
+from corral.store.job_views import JobFilter, count_jobs, history_rows, jobs_with_task_counts, page_ids, queue_page
 from corral.store.orders import gang_masters, ordered_tasks
 from corral.store.overview import jobs_by_state, tasks_by_state, waiting_jobs
 from corral.store.workers import held_by_worker, worker_rows
@@ -34,13 +34,14 @@ async def test_what_tasks_hold_is_summed_per_worker_and_counted_by_state(store):
     worker, gang, waiting = await cluster(store)
     async with store.read() as connection:
         held = await held_by_worker(connection)
-        counts = await task_state_counts(connection, [gang, waiting, 999])
+        rows, counts = await jobs_with_task_counts(connection, [gang, waiting, 999])
         assert [w.id for w in await worker_rows(connection)] == [worker]
         assert await jobs_by_state(connection) == {"PREPARING": 1, "PENDING": 1}
         assert await tasks_by_state(connection) == {"ASSIGNED": 2, "PENDING": 1}
     assert list(held) == [worker]  # the waiting task, on no worker, is no one's
     assert (held[worker].cpu, held[worker].n) == (2.0, 2)
     assert counts == {gang: {"ASSIGNED": 2}, waiting: {"PENDING": 1}}
+    assert {i: (r.name, r.replicas) for i, r in rows.items()} == {gang: ("gang", 2), waiting: ("big_one", 1)}
 
 
 async def test_the_queue_holds_only_jobs_with_waiting_tasks_and_pages_in_id_order(store):

@@ -16,7 +16,7 @@ from corral.engine.serving_handlers import SERVING_HANDLERS
 from corral.serving.backends import LocalBackend
 from corral.serving.pool import read_pool
 from corral.store.deployments import NameTaken, destroy_deployment, insert_deployment, scale_deployment
-from corral.store.events import before_last, latest_by_deployment, read_events
+from corral.store.events import latest_by_deployment, read_events, stream_start
 from corral.store.schema import deployments, history, replicas
 from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle, submit
 
@@ -161,7 +161,8 @@ async def test_a_failing_replica_is_unhealthy_evicted_and_replaced_on_the_event_
     await serve_pass(store, NOW + 4, probes=failing)  # a failure window later: evicted and replaced
     async with store.read() as connection:
         events = await read_events(connection, 0, deployment="svc")
-        last_two = await read_events(connection, await before_last(connection, 2, None, "svc"), deployment="svc")
+        start = await stream_start(connection, 2, None, "svc")
+        last_two = await read_events(connection, start.after_last, deployment="svc")
         unknown = await read_events(connection, 0, deployment="nobody")
         others = await read_events(connection, 0, deployment="other")
         latest = await latest_by_deployment(connection, ["svc", "other", "nobody"], 2)
@@ -267,7 +268,7 @@ async def test_events_narrowed_to_projects_are_those_of_their_jobs_and_deploymen
         default = await read_events(connection, 0, projects={"default"})
         audio = await read_events(connection, 0, projects={"audio"})
         none = await read_events(connection, 0, projects=set())
-        last = await before_last(connection, 1, projects={"audio"})
+        last = (await stream_start(connection, 1, projects={"audio"})).after_last
     project = {j: (await job(store, j)).spec.get("project") or "default" for j in {e.job_id for e in every} - {None}}
     assert sorted(project.values()) == ["audio", "audio", "default"]  # a replica job of each, and the audio job
     assert {e.job_id for e in default if e.job_id} == {j for j, p in project.items() if p == "default"}

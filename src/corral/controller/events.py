@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Collection
 from corral.core.events import GAP_SETTLE_SECONDS
 from corral.core.views import EventView
 from corral.metrics import EVENTS_PRUNED
-from corral.store.events import PAGE, latest_id, prune_events, read_events, safe_horizon
+from corral.store.events import PAGE, prune_events, read_events, read_horizon
 from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 from corral.waiting import woken
@@ -60,10 +60,11 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
         rung = hub.current()
         read_at = clock()
         async with store.read() as connection:
-            horizon = await safe_horizon(connection, after, time.time(), GAP_SETTLE_SECONDS)
+            read = await read_horizon(connection, after, time.time(), GAP_SETTLE_SECONDS)
+            horizon = read.safe
             # A narrowed stream reads up to the newest row, so that it moves past the rows it leaves out: it would
             # read them again at every wake, more and more of them as the cluster runs.
-            upto = await latest_id(connection) if horizon is None and narrowed else horizon
+            upto = read.newest if horizon is None and narrowed else horizon
             batch = await read_events(connection, after, job_id, PAGE, upto, deployment, projects)
         if batch:
             after = batch[-1].id

@@ -19,8 +19,7 @@ from corral.core.wire import MAX_ID, Text
 from corral.metrics import EVENT_SUBSCRIBERS, EVENTS_SENT
 from corral.scheduling.policy import DEFAULT_PROJECT
 from corral.store.deployments import newest_named
-from corral.store.events import before_last, latest_id
-from corral.store.job_views import job_state
+from corral.store.events import stream_start
 
 router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(person)])
 
@@ -70,13 +69,13 @@ async def events(
         for project in projects:
             refuse_unless(principal, Action.READ, project)
         readable = None if projects else visible_projects(principal)  # None: no narrowing by project
+        opening = await stream_start(connection, last if start is None else None, job, deployment, readable)
         if start is None:
-            start = await before_last(connection, last, job, deployment, readable) if last else 0
-        newest = await latest_id(connection)
+            start = opening.after_last or 0
+        newest = opening.newest
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        state = await job_state(connection, job) if job is not None else None
-        if state is not None:  # read after the start: a move to an end the stream leaves out is in this state
-            headers[JOB_STATE_HEADER] = state
+        if opening.job_state is not None:  # of the start's moment: a move to an end the stream leaves out is in it
+            headers[JOB_STATE_HEADER] = opening.job_state
         elif job is not None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
     if start > newest:

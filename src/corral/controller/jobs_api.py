@@ -39,10 +39,9 @@ from corral.store.job_views import (
     count_jobs,
     history_rows,
     job_id_by_key,
-    job_rows,
+    jobs_with_task_counts,
     page_ids,
     task_rows,
-    task_state_counts,
 )
 from corral.store.jobs import NewJob, insert_jobs, written_job_row
 from corral.store.launches import launched_within
@@ -298,8 +297,7 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
     if not ids:
         return []
     async with services_of(request).store.read() as connection:
-        rows = await job_rows(connection, ids)
-        counts = await task_state_counts(connection, ids)
+        rows, counts = await jobs_with_task_counts(connection, ids)
         retry = await retry_fields(connection, list(rows.values()))
         pending = [i for i, r in rows.items() if r.state == JobState.PENDING]
         estimates = await read_estimates(connection, pending) if pending else {}

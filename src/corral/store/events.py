@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
+from functools import cache
 
-from sqlalchemy import Select, delete, exists, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, exists, func, null, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
@@ -17,17 +19,17 @@ from corral.store.schema import deployments, history, jobs, tasks
 PAGE = 500  # rows per read; a subscriber that is behind reads page after page
 
 
-def only(query: Select, job_id: int | None, deployment: str | None,
-         projects: Collection[str] | None = None) -> Select:
-    """The query narrowed to one job's events, or to those of every deployment ever named `deployment`, or to the
-    events of the jobs and deployments of `projects` (None: every event)."""
-    if job_id is not None:
-        query = query.where(history.c.job_id == job_id)
-    if deployment is not None:
-        named = select(deployments.c.id).where(deployments.c.name == deployment)
+def only(query: Select, job: bool, deployment: bool, projects: bool) -> Select:
+    """The query narrowed to one job's events (`job_id`), or to those of every deployment ever named `deployment`,
+    or to the events of the jobs and deployments of `projects`: the values are bound at each execution
+    (`narrowing`)."""
+    if job:
+        query = query.where(history.c.job_id == bindparam("job_id"))
+    if deployment:
+        named = select(deployments.c.id).where(deployments.c.name == bindparam("deployment"))
         query = query.where(history.c.deployment_id.in_(named))
-    if projects is not None:  # looked up row by row (by primary key), not over every job at each read
-        chosen = sorted(projects)
+    if projects:  # looked up row by row (by primary key), not over every job at each read
+        chosen = bindparam("projects", expanding=True)
         of_job = aliased(jobs)
         of_deployment = aliased(deployments)
         query = query.where(or_(
@@ -35,6 +37,15 @@ def only(query: Select, job_id: int | None, deployment: str | None,
             exists().where(of_deployment.c.id == history.c.deployment_id,
                            _project(of_deployment.c.spec).in_(chosen))))
     return query
+
+
+def narrowing(job_id: int | None, deployment: str | None, projects: Collection[str] | None) -> dict:
+    """The values `only` binds: one job, the deployments of a name, the projects (None: every event)."""
+    return {"job_id": job_id, "deployment": deployment, "projects": None if projects is None else sorted(projects)}
+
+
+def _shape(values: dict) -> tuple[bool, bool, bool]:
+    return values["job_id"] is not None, values["deployment"] is not None, values["projects"] is not None
 
 
 def _project(spec):
@@ -49,7 +60,7 @@ def _events() -> Select:
             .order_by(history.c.id))
 
 
-async def _read(connection: AsyncConnection, query: Select) -> list[EventView]:
+async def _read(connection: AsyncConnection, query: Select, values: dict | None = None) -> list[EventView]:
     return [
         EventView(id=r.id, type=event_type(r.job_id, r.task_id, r.handler, r.result, r.to_state, r.deployment_id,
                                            r.replica_id, r.event),
@@ -57,7 +68,7 @@ async def _read(connection: AsyncConnection, query: Select) -> list[EventView]:
                   worker_id=r.worker_id, deployment_id=r.deployment_id, deployment=r.deployment,
                   replica_id=r.replica_id, handler=r.handler, result=r.result, from_state=r.from_state,
                   to_state=r.to_state, message=r.message)
-        for r in (await connection.execute(query)).all()
+        for r in (await connection.execute(query, values)).all()
     ]
 
 
@@ -65,10 +76,19 @@ async def read_events(connection: AsyncConnection, after: int, job_id: int | Non
                       limit: int = PAGE, upto: int | None = None, deployment: str | None = None,
                       projects: Collection[str] | None = None) -> list[EventView]:
     """Events with an id above `after` (and at most `upto`), oldest first."""
-    query = _events().where(history.c.id > after).limit(limit)
-    if upto is not None:
-        query = query.where(history.c.id <= upto)
-    return await _read(connection, only(query, job_id, deployment, projects))
+    values = narrowing(job_id, deployment, projects)
+    return await _read(connection, _events_after(*_shape(values), upto is not None),
+                       {**values, "after": after, "limit": limit, "upto": upto})
+
+
+@cache
+def _events_after(job: bool, deployment: bool, projects: bool, upto: bool) -> Select:
+    """read_events' statement, built once per narrowing: building a statement of two joins and its cache key costs
+    some ten times what running it does on a small read, and the stream reads at every commit."""
+    query = _events().where(history.c.id > bindparam("after")).limit(bindparam("limit"))
+    if upto:
+        query = query.where(history.c.id <= bindparam("upto"))
+    return only(query, job, deployment, projects)
 
 
 async def latest_by_deployment(connection: AsyncConnection, names: list[str], count: int) -> dict[str, list[EventView]]:
@@ -84,16 +104,44 @@ async def latest_by_deployment(connection: AsyncConnection, names: list[str], co
     return latest
 
 
+_LATEST_ID = select(func.max(history.c.id))
+
+
 async def latest_id(connection: AsyncConnection) -> int:
-    return (await connection.execute(select(func.max(history.c.id)))).scalar() or 0
+    return (await connection.execute(_LATEST_ID)).scalar() or 0
 
 
-async def before_last(connection: AsyncConnection, count: int, job_id: int | None = None,
-                      deployment: str | None = None, projects: Collection[str] | None = None) -> int:
-    """The id to start after so that the last `count` events (of a job, of a deployment, of projects) are read."""
-    query = only(select(history.c.id).order_by(history.c.id.desc()).limit(count), job_id, deployment, projects)
-    ids = list((await connection.execute(query)).scalars())
-    return min(ids) - 1 if ids else await latest_id(connection)
+@dataclass(frozen=True)
+class StreamStart:
+    """What opening a stream reads: the id to start after so that the last `last` events (of a job, of a
+    deployment, of projects) are read (None without `last`), the newest id, and the named job's state (None: no job
+    named, or no such job)."""
+
+    after_last: int | None
+    newest: int
+    job_state: str | None
+
+
+async def stream_start(connection: AsyncConnection, last: int | None, job_id: int | None = None,
+                       deployment: str | None = None, projects: Collection[str] | None = None) -> StreamStart:
+    """The stream's start, in one statement: one round trip to the store where there were three, and the job's
+    state is of the same moment as the start (a move to an end the stream leaves out is in it)."""
+    values = narrowing(job_id, deployment, projects)
+    row = (await connection.execute(_opening(*_shape(values), last is not None), {**values, "count": last})).one()
+    newest = row.newest or 0
+    if last is None:
+        return StreamStart(None, newest, row.job_state)
+    return StreamStart(newest if row.first_of_last is None else row.first_of_last - 1, newest, row.job_state)
+
+
+@cache
+def _opening(job: bool, deployment: bool, projects: bool, last: bool) -> Select:
+    last_ids = only(select(history.c.id).order_by(history.c.id.desc()).limit(bindparam("count")), job, deployment,
+                    projects).subquery()
+    first_of_last = select(func.min(last_ids.c.id)).scalar_subquery() if last else null()
+    state = select(jobs.c.state).where(jobs.c.id == bindparam("job_id")).scalar_subquery() if job else null()
+    return select(first_of_last.label("first_of_last"), _LATEST_ID.scalar_subquery().label("newest"),
+                  state.label("job_state"))
 
 
 async def prune_events(connection: AsyncConnection, older_than: float) -> int:
@@ -113,19 +161,41 @@ async def prune_events(connection: AsyncConnection, older_than: float) -> int:
     return max(result.rowcount or 0, 0)
 
 
-async def safe_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> int | None:
-    """The highest id that can be sent without skipping a transaction still committing; None: no limit.
+def _young(rows) -> ColumnElement[bool]:
+    return and_(rows.c.id > bindparam("after"), rows.c.at > bindparam("since"))
 
-    Only rows younger than `settle` can follow a gap that is still filling, so only they are read.
-    """
-    young = (await connection.execute(
-        select(history.c.id, history.c.at).where(history.c.id > after, history.c.at > now - settle)
-        .order_by(history.c.id)
-    )).all()
+
+# The horizon's read, built once (a stream runs it at every commit), one statement where there were three: the
+# newest id and the highest id below the first young row, then each young row (none: one row of NULLs).
+_EARLIER, _FIRST_YOUNG = history.alias("earlier"), history.alias("first_young")
+_IDS = select(_LATEST_ID.scalar_subquery().label("newest"), select(func.max(_EARLIER.c.id)).where(
+    _EARLIER.c.id < select(func.min(_FIRST_YOUNG.c.id)).where(_young(_FIRST_YOUNG)).scalar_subquery())
+    .scalar_subquery().label("below")).subquery()
+_YOUNG = (select(_IDS.c.newest, _IDS.c.below, history.c.id, history.c.at)
+          .select_from(_IDS.outerjoin(history, _young(history))).order_by(history.c.id))
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """`safe`: the highest id that can be sent without skipping a transaction still committing (None: no limit);
+    `newest`: the newest id, of the same moment."""
+
+    safe: int | None
+    newest: int
+
+
+async def read_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> Horizon:
+    """Only rows younger than `settle` can follow a gap that is still filling, so only they are read."""
+    rows = (await connection.execute(_YOUNG, {"after": after, "since": now - settle})).all()
+    newest = rows[0].newest or 0
+    young = [Stamp(r.id, r.at) for r in rows if r.id is not None]
     if not young:
-        return None
-    before = (await connection.execute(
-        select(func.max(history.c.id)).where(history.c.id < young[0].id))).scalar() or 0
-    base = max(before, after)
-    count = ready(base, [Stamp(r.id, r.at) for r in young], now, settle)
-    return None if count == len(young) else (young[count - 1].id if count else base)
+        return Horizon(None, newest)
+    base = max(rows[0].below or 0, after)
+    count = ready(base, young, now, settle)
+    return Horizon(None if count == len(young) else (young[count - 1].id if count else base), newest)
+
+
+async def safe_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> int | None:
+    """The highest id that can be sent without skipping a transaction still committing; None: no limit."""
+    return (await read_horizon(connection, after, now, settle)).safe

@@ -16,12 +16,13 @@ from corral.controller.webhooks import HANDLER, LEASE, Webhooks, guarded_client
 from corral.core.estimates import moved_message
 from corral.core.webhooks import MAX_TRIES, parse_network, signature
 from corral.metrics import REGISTRY
-from corral.store.events import PAGE, read_events
+from corral.store.events import PAGE, latest_id, read_events
 from corral.store.handler_locks import HandlerBusy
 from corral.store.schema import deliveries, history
 from corral.store.store import Store
 from corral.store.webhooks import (
     claim_due,
+    read_cursor,
     rotate_secret,
     set_project_default,
     webhook_secret,
@@ -209,13 +210,34 @@ async def test_a_backlog_longer_than_a_page_is_read_page_after_page_without_wait
     async with receiver.client() as client:
         await webhooks.run_pass(client, now)
         job_id = await submit(store, notify=HOOK)
-        async with store.write() as connection:
+        async with store.write() as connection:  # a page of the job's own rows that are no notification
             await connection.execute(insert(history), [
-                {"at": now - 10, "job_id": job_id, "task_id": 1, "handler": "Worker", "result": "SUCCESS",
-                 "to_state": "RUNNING"} for _ in range(PAGE)])
+                {"at": now - 10, "job_id": job_id, "handler": "ScheduleJobs", "result": "WAIT", "to_state": None}
+                for _ in range(PAGE)])
         await _moved(store, job_id, "RUNNING", now - 10)
         assert await webhooks.run_pass(client, now) is True and receiver.requests == []
         assert await webhooks.run_pass(client, now) is False
+    assert receiver.events() == [(job_id, "job.started")]
+
+
+async def test_the_rows_of_tasks_workers_and_deployments_are_passed_over_unread(store):
+    webhooks, receiver, now = Webhooks(store, "1", 86400.0), Receiver(), time.time()
+    async with receiver.client() as client:
+        await webhooks.run_pass(client, now)
+        job_id = await submit(store, notify=HOOK)
+        async with store.write() as connection:  # more than a page of rows that can be no notification
+            await connection.execute(insert(history), [
+                {"at": now - 10, "job_id": job_id, "task_id": 1, "handler": "Worker", "result": "SUCCESS",
+                 "to_state": "RUNNING"} for _ in range(PAGE)])
+            await connection.execute(insert(history).values(
+                at=now - 10, job_id=None, worker_id="w1", handler="Reaper", result="SUCCESS"))
+            await connection.execute(insert(history).values(
+                at=now - 10, job_id=job_id, deployment_id=1, handler="Serve", result="SUCCESS", to_state="RUNNING"))
+        await _moved(store, job_id, "RUNNING", now - 10)
+        assert await webhooks.run_pass(client, now) is False  # one pass: the job's start, the cursor past the rest
+        assert await webhooks.run_pass(client, now + 1) is False
+        async with store.read() as connection:
+            assert await read_cursor(connection) == await latest_id(connection)
     assert receiver.events() == [(job_id, "job.started")]
 
 

@@ -37,7 +37,7 @@ from corral.core.webhooks import (
     retry_delay,
 )
 from corral.metrics import NOTIFICATIONS_DELIVERED, NOTIFICATIONS_FAILED, NOTIFICATIONS_GAVE_UP
-from corral.store.events import PAGE, latest_id, read_events, safe_horizon
+from corral.store.events import PAGE, job_events, latest_id, read_horizon
 from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 from corral.store.webhooks import (
@@ -172,10 +172,12 @@ class Webhooks:
 
     async def _fill(self, connection, now: float) -> bool:
         """The notifications among the events past the cursor become deliveries; the cursor moves past them. True
-        when a full page was read (more may follow)."""
+        when a full page was read (more may follow). Only jobs' own events are read: the rows of their tasks, of
+        workers and of deployments are none, and the cursor moves past them unread."""
         after = await read_cursor(connection)
-        horizon = await safe_horizon(connection, after, now, GAP_SETTLE_SECONDS)
-        events = await read_events(connection, after, limit=PAGE, upto=horizon)
+        horizon = await read_horizon(connection, after, now, GAP_SETTLE_SECONDS)
+        upto = horizon.newest if horizon.safe is None else horizon.safe
+        events = await job_events(connection, after, upto)
         moments = [(event, kind) for event in events if event.job_id is not None
                    and (kind := notification(subject(event.job_id, event.task_id, event.deployment_id,
                                                      event.replica_id), event.to_state, event.type))]
@@ -189,9 +191,7 @@ class Webhooks:
             rows.append({"job_id": event.job_id, "url": target.url, "event": kind,
                          "body": content(kind, facts, event.at, event.message)})
         await add_deliveries(connection, rows, now)
-        moved = events[-1].id if events else after
-        if horizon is not None and len(events) < PAGE:
-            moved = max(moved, horizon)
+        moved = events[-1].id if len(events) == PAGE else max(after, upto)
         if moved != after:
             await write_cursor(connection, moved)
         return len(events) == PAGE

@@ -91,6 +91,18 @@ def _events_after(job: bool, deployment: bool, projects: bool, upto: bool) -> Se
     return only(query, job, deployment, projects)
 
 
+async def job_events(connection: AsyncConnection, after: int, upto: int, limit: int = PAGE) -> list[EventView]:
+    """The events of jobs themselves (not of their tasks, of workers or of deployments) with an id above `after`
+    and at most `upto`, oldest first: the rows a job's notifications come from, a few per job where its tasks'
+    moves are several per task."""
+    return await _read(connection, _JOB_EVENTS, {"after": after, "upto": upto, "limit": limit})
+
+
+_JOB_EVENTS = _events().where(history.c.id > bindparam("after"), history.c.id <= bindparam("upto"),
+                              history.c.job_id.is_not(None), history.c.task_id.is_(None),
+                              history.c.deployment_id.is_(None)).limit(bindparam("limit"))
+
+
 async def latest_by_deployment(connection: AsyncConnection, names: list[str], count: int) -> dict[str, list[EventView]]:
     """The last `count` events of every deployment ever named each of `names`, oldest first: one query for all."""
     ranked = (select(history.c.id, func.row_number().over(partition_by=deployments.c.name,
@@ -194,8 +206,3 @@ async def read_horizon(connection: AsyncConnection, after: int, now: float, sett
     base = max(rows[0].below or 0, after)
     count = ready(base, young, now, settle)
     return Horizon(None if count == len(young) else (young[count - 1].id if count else base), newest)
-
-
-async def safe_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> int | None:
-    """The highest id that can be sent without skipping a transaction still committing; None: no limit."""
-    return (await read_horizon(connection, after, now, settle)).safe

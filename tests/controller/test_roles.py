@@ -11,6 +11,7 @@ import pytest
 from corral.core.roles import PROJECT_ROLES, RULES, Action, Role, Scope
 from tests.api.conftest import Api
 from tests.api.conftest import api as api  # noqa: F401 (the fixture)
+from tests.api.test_events_api import reads_of_a_job
 
 PROJECT = "vision"
 JOB = {"command": ["true"], "project": PROJECT}
@@ -192,6 +193,14 @@ async def test_the_event_stream_shows_a_reader_the_jobs_and_deployments_of_its_p
     assert answer.status_code == 200 and _events(answer.text) == []
     assert named.status_code == 200 and {e["job_id"] for e in _events(named.text)} == {team.bobs_job}
     assert not_theirs.status_code == 403 and "not a member of project audio" in not_theirs.json()["detail"]
+
+
+async def test_a_readers_stream_of_a_named_job_reads_the_jobs_row_once(team):
+    """Whose job it is comes with the stream's start, in one statement, and is checked before anything is sent."""
+    reads = reads_of_a_job(team.api.app.state.services.store)
+    async with team.as_("view") as viewer:
+        named = await viewer.get("/api/v1/events", params={"follow": "false", "job": team.bobs_job})
+    assert named.status_code == 200 and len(reads) == 1 and team.bobs_job in reads[0]
 
 
 async def test_a_job_token_acts_as_its_owner_capped_to_the_jobs_project_and_priority(team):

@@ -76,7 +76,7 @@ async def test_a_lost_worker_is_an_event_before_the_failures_it_causes(store):
 
 
 async def test_reads_resume_after_an_id_and_filter_by_job(store):
-    first, second = await submit(store), await submit(store)
+    first, second = await submit(store, project="vision"), await submit(store)
     every = await _events(store)
     assert [e.job_id for e in every] == [first, second]
     assert [e.job_id for e in await _events(store, after=every[0].id)] == [second]
@@ -90,19 +90,20 @@ async def test_reads_resume_after_an_id_and_filter_by_job(store):
 
 
 async def test_a_streams_start_is_one_statement_of_one_moment(store):
-    """Where the last events begin, the newest id and the job's state: what opening a stream reads, in one round
-    trip to the store."""
+    """Where the last events begin, the newest id and the job's state and project: what opening a stream reads, in
+    one round trip to the store."""
     async with store.read() as connection:
-        assert await stream_start(connection, 5, 1) == StreamStart(0, 0, None)  # no event yet, no such job
-    first, second = await submit(store), await submit(store)
+        assert await stream_start(connection, 5, 1) == StreamStart(0, 0, None, None)  # no event yet, no such job
+    first, second = await submit(store, project="vision"), await submit(store)
     every = await _events(store)
     with statements_run(store) as statements:
         async with store.read() as connection:
-            assert await stream_start(connection, 1, first) == StreamStart(every[0].id - 1, every[-1].id, "PENDING")
+            opened = await stream_start(connection, 1, first)
+    assert opened == StreamStart(every[0].id - 1, every[-1].id, "PENDING", "vision")
     assert len(statements) == 1
     async with store.read() as connection:
-        assert await stream_start(connection, None, second) == StreamStart(None, every[-1].id, "PENDING")
-        assert await stream_start(connection, 3) == StreamStart(every[0].id - 1, every[-1].id, None)
+        assert await stream_start(connection, None, second) == StreamStart(None, every[-1].id, "PENDING", "default")
+        assert await stream_start(connection, 3) == StreamStart(every[0].id - 1, every[-1].id, None, None)
 
 
 async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):

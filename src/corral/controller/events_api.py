@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, s
 from fastapi.responses import StreamingResponse
 
 from corral.controller.events import follow_events
-from corral.controller.identity import job_facts, person, principal_of, refuse_unless, visible_projects
+from corral.controller.identity import person, principal_of, refuse_unless, visible_projects
 from corral.controller.services import services_of
 from corral.core.roles import Action
 from corral.core.states import JOB_STATE_HEADER
@@ -54,13 +54,17 @@ async def events(
                                 f"Last-Event-ID must be an event id (a non-negative integer), not {last_event_id!r}")
         start = int(last_event_id)
     principal = principal_of(request)
+    # A named job or deployment is read whole once the caller may read its project; otherwise the stream is narrowed
+    # to the projects the caller may read (None: no narrowing, a cluster admin).
+    readable = None if job is not None or deployment is not None else visible_projects(principal)
     async with services.store.read() as connection:
+        # Read before it is known whether the caller may: nothing of it is sent unless the checks below pass.
+        opening = await stream_start(connection, last if start is None else None, job, deployment, readable)
         projects = []
-        if job is not None and not principal.cluster_admin:  # an admin may read every job: whether it is, is read below
-            project, _ = await job_facts(connection, job)
-            if project is None:
+        if job is not None:
+            if opening.job_state is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
-            projects.append(project)
+            projects.append(opening.job_project)
         if deployment is not None:
             named = await newest_named(connection, deployment)
             if named is None:
@@ -68,16 +72,12 @@ async def events(
             projects.append((named.spec or {}).get("project") or DEFAULT_PROJECT)
         for project in projects:
             refuse_unless(principal, Action.READ, project)
-        readable = None if projects else visible_projects(principal)  # None: no narrowing by project
-        opening = await stream_start(connection, last if start is None else None, job, deployment, readable)
-        if start is None:
-            start = opening.after_last or 0
-        newest = opening.newest
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        if opening.job_state is not None:  # of the start's moment: a move to an end the stream leaves out is in it
-            headers[JOB_STATE_HEADER] = opening.job_state
-        elif job is not None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job}")
+    if start is None:
+        start = opening.after_last or 0
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if opening.job_state is not None:  # of the start's moment: a move to an end the stream leaves out is in it
+        headers[JOB_STATE_HEADER] = opening.job_state
+    newest = opening.newest
     if start > newest:
         # Ids only grow: an id from the future means a different store, so replay all that is kept.
         start = 0

@@ -126,24 +126,25 @@ async def latest_id(connection: AsyncConnection) -> int:
 @dataclass(frozen=True)
 class StreamStart:
     """What opening a stream reads: the id to start after so that the last `last` events (of a job, of a
-    deployment, of projects) are read (None without `last`), the newest id, and the named job's state (None: no job
-    named, or no such job)."""
+    deployment, of projects) are read (None without `last`), the newest id, and the named job's state and project
+    (None: no job named, or no such job)."""
 
     after_last: int | None
     newest: int
     job_state: str | None
+    job_project: str | None
 
 
 async def stream_start(connection: AsyncConnection, last: int | None, job_id: int | None = None,
                        deployment: str | None = None, projects: Collection[str] | None = None) -> StreamStart:
-    """The stream's start, in one statement: one round trip to the store where there were three, and the job's
-    state is of the same moment as the start (a move to an end the stream leaves out is in it)."""
+    """The stream's start, in one statement: one round trip to the store where there were four (the job's project,
+    for whether the caller may read it, among them), and the job's state is of the same moment as the start (a move
+    to an end the stream leaves out is in it)."""
     values = narrowing(job_id, deployment, projects)
     row = (await connection.execute(_opening(*_shape(values), last is not None), {**values, "count": last})).one()
     newest = row.newest or 0
-    if last is None:
-        return StreamStart(None, newest, row.job_state)
-    return StreamStart(newest if row.first_of_last is None else row.first_of_last - 1, newest, row.job_state)
+    after_last = None if last is None else newest if row.first_of_last is None else row.first_of_last - 1
+    return StreamStart(after_last, newest, row.job_state, row.job_project)
 
 
 @cache
@@ -151,9 +152,11 @@ def _opening(job: bool, deployment: bool, projects: bool, last: bool) -> Select:
     last_ids = only(select(history.c.id).order_by(history.c.id.desc()).limit(bindparam("count")), job, deployment,
                     projects).subquery()
     first_of_last = select(func.min(last_ids.c.id)).scalar_subquery() if last else null()
-    state = select(jobs.c.state).where(jobs.c.id == bindparam("job_id")).scalar_subquery() if job else null()
+    def of_job(column):
+        return select(column).where(jobs.c.id == bindparam("job_id")).scalar_subquery() if job else null()
+
     return select(first_of_last.label("first_of_last"), _LATEST_ID.scalar_subquery().label("newest"),
-                  state.label("job_state"))
+                  of_job(jobs.c.state).label("job_state"), of_job(_project(jobs.c.spec)).label("job_project"))
 
 
 async def prune_events(connection: AsyncConnection, older_than: float) -> int:

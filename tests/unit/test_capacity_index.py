@@ -250,3 +250,18 @@ def test_alike_tasks_in_a_row_holding_one_request_hash_it_once(monkeypatch):
     index.remove_all([task.task_id for task in tasks])
     assert len(hashed) == 4  # per call (the row placed, the row ended): its count found, then set; not per task
     assert index.quota_use == {} and index.running == {}
+
+
+def test_a_forecasts_index_counts_only_the_capped_jobs_and_keeps_no_tasks_per_worker():
+    """A forecast's workers never change and only its capped jobs' counts are read: the rest is not kept, and the
+    room and use are those of an index that keeps all."""
+    tasks = [RunningTask(1, 7, "w1", Request(1.0, 0, 1), (0,), 0), RunningTask(2, 8, "w1", Request(1.0, 0, 1), (1,), 0)]
+    full, lean = (CapacityIndex([worker(1)], tasks[:1]),
+                  CapacityIndex([worker(1)], tasks[:1], capped=frozenset({8}), workers_change=False))
+    for index in (full, lean):
+        index.add(tasks[1])
+    assert full.tasks_of_job == {7: 1, 8: 1} and lean.tasks_of_job == {8: 1}
+    assert dict(full.on_worker) == {"w1": {1, 2}} and not lean.on_worker
+    assert lean.rooms == full.rooms and pool_use(lean) == pool_use(full)
+    lean.remove(2)
+    assert not lean.tasks_of_job and not lean.on_worker

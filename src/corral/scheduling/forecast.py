@@ -118,7 +118,9 @@ class _Simulation:
     def __init__(self, waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Sequence[Ending],
                  now: float, policy: Policy, dependencies: Mapping[int, JobEnd], horizon: float) -> None:
         self.now, self.policy, self.until = now, policy, now + horizon
-        self.index = CapacityIndex(rooms, [e.task for e in ending], quotas=frozenset(policy.quotas))
+        self.index = CapacityIndex(rooms, [e.task for e in ending], quotas=frozenset(policy.quotas),
+                                   capped=frozenset(i.unit.job_id for i in waiting if i.unit.max_running is not None),
+                                   workers_change=False)
         self.pool_of = {room.id: room.pool for room in rooms}
         self.ends: list[tuple[float, int]] = []  # a heap of (end, task id), the entries in `stale` left out
         # The ends of the tasks running at the start; those placed in the simulation end at since + runs_for. An

@@ -42,14 +42,15 @@ Use = dict[str, dict[str, float]]  # project -> resource -> amount
 class CapacityIndex:
     def __init__(self, rooms: Iterable[WorkerRoom], running: Iterable[RunningTask] = (),
                  quotas: Collection[str] | None = None, capped: Collection[int] | None = None,
-                 workers_change: bool = True) -> None:
+                 workers_change: bool = True, turns: bool = True) -> None:
         """`rooms`: the alive workers in registration order, their free room already net of `running`.
         `quotas`: the only projects whose quota use is kept, where the policy cannot change while the index lives
         (a forecast); None keeps every project's. `capped`: likewise the only jobs whose tasks holding room are
         counted (what --max-running caps); None counts every job's. Without `workers_change` (a forecast: no
         worker joins or is lost), the tasks per worker, which only `join` and `lose` read, are not kept: two fewer
-        updates per task placed and ended."""
-        self.quotas, self.capped, self.workers_change = quotas, capped, workers_change
+        updates per task placed and ended. Without `turns` (no pool takes round-robin turns while it lives), the
+        pools' latest placements are not kept as tasks are placed, but found when asked."""
+        self.quotas, self.capped, self.workers_change, self.turns = quotas, capped, workers_change, turns
         self.rooms: list[WorkerRoom] = [room.copy() for room in rooms]
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
         self.running: dict[int, RunningTask] = {}
@@ -144,6 +145,8 @@ class CapacityIndex:
 
     def last_placed(self) -> dict[str, str]:
         """Per pool, the worker of the latest placement (the latest id among those placed at one moment)."""
+        if not self.turns:
+            self._stale_latest.update(room.pool for room in self.rooms)
         for pool in self._stale_latest:
             tasks = [t for t in self.running.values() if self._pool(t) == pool]
             if tasks:
@@ -240,8 +243,8 @@ class CapacityIndex:
             if pool is not None:
                 self._priorities[pool][task.priority] += 1
                 latest = self._latest.get(pool)
-                if latest is None or task.since > latest.since or (
-                        task.since == latest.since and task.task_id > latest.task_id):  # _placed_order, unrolled
+                if self.turns and (latest is None or task.since > latest.since or (
+                        task.since == latest.since and task.task_id > latest.task_id)):  # _placed_order, unrolled
                     self._latest[pool] = task
         for (project, pool, request), n in alike.items():
             amounts = request.amounts(n)
@@ -316,7 +319,7 @@ class CapacityIndex:
         last_request, last_key, in_row = None, (), 0  # the task before: its request, its alike key, and how many
         # alike tasks in a row ended with it (charged at the end of the row: an alike group is first charged where
         # its first row ends, so the groups keep the order of their first tasks)
-        latest = self._latest if sign > 0 else {}  # the pools' latest placements, as they go
+        latest = self._latest if sign > 0 and self.turns else None  # the pools' latest placements, as they go
         for task in tasks:
             job_id, worker_id, task_id, request = task.job_id, task.worker_id, task.task_id, task.request
             if capped is None or job_id in capped:
@@ -341,7 +344,7 @@ class CapacityIndex:
             if i is not None:
                 room = rooms[i]
                 pool = room.pool
-                if sign > 0:  # _latest_after, unrolled
+                if latest is not None:  # _latest_after, unrolled
                     last = latest.get(pool)
                     if last is None or task.since > last.since or (
                             task.since == last.since and task.task_id > last.task_id):
@@ -367,10 +370,10 @@ class CapacityIndex:
                 last_request, last_key, in_row = request, (task.project, pool, request, task.priority), 1
         if in_row:
             alike[last_key] = alike.get(last_key, 0) + in_row
-        if sign > 0:
+        if latest is not None:
             for pool in self._stale_latest.intersection(latest):  # found again when asked, as before these
                 del latest[pool]
-        else:  # a pool whose latest placement ended finds it again when asked
+        elif sign < 0:  # a pool whose latest placement ended finds it again when asked
             for pool in [pool for pool, task in self._latest.items() if task.task_id not in running]:
                 del self._latest[pool]
                 self._stale_latest.add(pool)

@@ -34,7 +34,7 @@ from itertools import islice
 from operator import itemgetter
 
 from corral.core.collector import paused
-from corral.core.config import Sequencer
+from corral.core.config import Sequencer, Strategy
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
 from corral.scheduling.placement import Assignment, Placement, Unit, place_over
@@ -118,10 +118,13 @@ class _Simulation:
     def __init__(self, waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Sequence[Ending],
                  now: float, policy: Policy, dependencies: Mapping[int, JobEnd], horizon: float) -> None:
         self.now, self.policy, self.until = now, policy, now + horizon
-        self.index = CapacityIndex(rooms, [e.task for e in ending], quotas=frozenset(policy.quotas),
-                                   capped=frozenset(i.unit.job_id for i in waiting if i.unit.max_running is not None),
-                                   workers_change=False)
         self.pool_of = {room.id: room.pool for room in rooms}
+        # The index keeps only what the simulation reads: its workers never change, caps and turns may be asked of none.
+        self.index = CapacityIndex(
+            rooms, [e.task for e in ending], quotas=frozenset(policy.quotas),
+            capped=frozenset(item.unit.job_id for item in waiting if item.unit.max_running is not None),
+            workers_change=False,
+            turns=any(policy.pool(pool).strategy is Strategy.ROUND_ROBIN for pool in set(self.pool_of.values())))
         self.ends: list[tuple[float, int]] = []  # a heap of (end, task id), the entries in `stale` left out
         # The ends of the tasks running at the start; those placed in the simulation end at since + runs_for. An
         # evicted task's entry stays in the heap, named in `stale`: a task placed again ends later than before.

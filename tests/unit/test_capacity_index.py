@@ -250,3 +250,22 @@ def test_alike_tasks_in_a_row_holding_one_request_hash_it_once(monkeypatch):
     index.remove_all([task.task_id for task in tasks])
     assert len(hashed) == 4  # per call (the row placed, the row ended): its count found, then set; not per task
     assert index.quota_use == {} and index.running == {}
+
+
+def test_a_forecasts_index_counts_only_the_capped_jobs_keeps_no_tasks_per_worker_and_finds_turns_when_asked():
+    """A forecast's workers never change, only its capped jobs' counts are read, and turns only where a pool takes
+    them: the rest is not kept, and the room, use and latest placement are those of an index that keeps all."""
+    tasks = [RunningTask(n, 6 + n, "w3" if n < 3 else "w1", Request(1.0, 0, 1), (n % 2,), 0, since=float(n))
+             for n in (1, 2, 3)]
+    full = CapacityIndex([worker(1), worker(3)], tasks[:1])
+    lean = CapacityIndex([worker(1), worker(3)], tasks[:1], capped=frozenset({8}), workers_change=False, turns=False)
+    for index in (full, lean):
+        index.add_all(tasks[1:])
+    assert full.tasks_of_job == {7: 1, 8: 1, 9: 1} and lean.tasks_of_job == {8: 1}
+    assert dict(full.on_worker) == {"w3": {1, 2}, "w1": {3}} and not lean.on_worker
+    assert lean.rooms == full.rooms and pool_use(lean) == pool_use(full)
+    assert lean.last_placed() == full.last_placed() == {"b": "w1"}
+    for index in (full, lean):
+        index.remove_all([2, 3])
+    assert lean.last_placed() == full.last_placed() == {"b": "w3"}
+    assert not lean.tasks_of_job and not lean.on_worker

@@ -41,11 +41,16 @@ Use = dict[str, dict[str, float]]  # project -> resource -> amount
 
 class CapacityIndex:
     def __init__(self, rooms: Iterable[WorkerRoom], running: Iterable[RunningTask] = (),
-                 quotas: Collection[str] | None = None) -> None:
+                 quotas: Collection[str] | None = None, capped: Collection[int] | None = None,
+                 workers_change: bool = True, turns: bool = True) -> None:
         """`rooms`: the alive workers in registration order, their free room already net of `running`.
         `quotas`: the only projects whose quota use is kept, where the policy cannot change while the index lives
-        (a forecast); None keeps every project's."""
-        self.quotas = quotas
+        (a forecast); None keeps every project's. `capped`: likewise the only jobs whose tasks holding room are
+        counted (what --max-running caps); None counts every job's. Without `workers_change` (a forecast: no
+        worker joins or is lost), the tasks per worker, which only `join` and `lose` read, are not kept: two fewer
+        updates per task placed and ended. Without `turns` (no pool takes round-robin turns while it lives), the
+        pools' latest placements are not kept as tasks are placed, but found when asked."""
+        self.quotas, self.capped, self.workers_change, self.turns = quotas, capped, workers_change, turns
         self.rooms: list[WorkerRoom] = [room.copy() for room in rooms]
         self.position = {room.id: i for i, room in enumerate(self.rooms)}
         self.running: dict[int, RunningTask] = {}
@@ -140,6 +145,8 @@ class CapacityIndex:
 
     def last_placed(self) -> dict[str, str]:
         """Per pool, the worker of the latest placement (the latest id among those placed at one moment)."""
+        if not self.turns:
+            self._stale_latest.update(room.pool for room in self.rooms)
         for pool in self._stale_latest:
             tasks = [t for t in self.running.values() if self._pool(t) == pool]
             if tasks:
@@ -176,6 +183,7 @@ class CapacityIndex:
 
     def join(self, room: WorkerRoom) -> None:
         """A worker now alive, with all its room free: the tasks on record on it hold theirs."""
+        assert self.workers_change, "an index built without workers_change keeps no tasks per worker"
         self.lose(room.id)
         joined = room.copy()
         for task_id in self.on_worker.get(room.id, ()):
@@ -187,6 +195,7 @@ class CapacityIndex:
 
     def lose(self, worker_id: str) -> None:
         """A worker no longer alive: its room is gone; its tasks stay on record until they are reported ended."""
+        assert self.workers_change, "an index built without workers_change keeps no tasks per worker"
         i = self.position.get(worker_id)
         if i is None:
             return
@@ -221,18 +230,21 @@ class CapacityIndex:
         """What `_count` adds task by task, added up at once: tasks alike (project, pool, request) are summed as
         one amount times their number."""
         alike: Counter[tuple[str, str | None, object]] = Counter()
+        capped, workers_change = self.capped, self.workers_change
         for task in running:
             self.running[task.task_id] = task
-            self.on_worker[task.worker_id].add(task.task_id)
-            self.tasks_of_job[task.job_id] += 1
+            if workers_change:
+                self.on_worker[task.worker_id].add(task.task_id)
+            if capped is None or task.job_id in capped:
+                self.tasks_of_job[task.job_id] += 1
             i = self.position.get(task.worker_id)
             pool = None if i is None else self.rooms[i].pool
             alike[task.project, pool, task.request] += 1
             if pool is not None:
                 self._priorities[pool][task.priority] += 1
                 latest = self._latest.get(pool)
-                if latest is None or task.since > latest.since or (
-                        task.since == latest.since and task.task_id > latest.task_id):  # _placed_order, unrolled
+                if self.turns and (latest is None or task.since > latest.since or (
+                        task.since == latest.since and task.task_id > latest.task_id)):  # _placed_order, unrolled
                     self._latest[pool] = task
         for (project, pool, request), n in alike.items():
             amounts = request.amounts(n)
@@ -302,33 +314,37 @@ class CapacityIndex:
         through zero before the end, and the totals are those that charging one by one gives."""
         running, on_worker, tasks_of_job, position, rooms, moved = self.running, self.on_worker, self.tasks_of_job, \
             self.position, self.rooms, self._moved
+        capped, workers_change = self.capped, self.workers_change
         alike: dict[tuple, int] = {}
         last_request, last_key, in_row = None, (), 0  # the task before: its request, its alike key, and how many
         # alike tasks in a row ended with it (charged at the end of the row: an alike group is first charged where
         # its first row ends, so the groups keep the order of their first tasks)
-        latest = self._latest if sign > 0 else {}  # the pools' latest placements, as they go
+        latest = self._latest if sign > 0 and self.turns else None  # the pools' latest placements, as they go
         for task in tasks:
             job_id, worker_id, task_id, request = task.job_id, task.worker_id, task.task_id, task.request
-            held = tasks_of_job[job_id] + sign
-            if held:
-                tasks_of_job[job_id] = held
-            else:
-                del tasks_of_job[job_id]
+            if capped is None or job_id in capped:
+                held = tasks_of_job[job_id] + sign
+                if held:
+                    tasks_of_job[job_id] = held
+                else:
+                    del tasks_of_job[job_id]
             if sign > 0:
                 running[task_id] = task
-                on_worker[worker_id].add(task_id)
+                if workers_change:
+                    on_worker[worker_id].add(task_id)
             else:
                 del running[task_id]
-                worker_tasks = on_worker[worker_id]
-                worker_tasks.discard(task_id)
-                if not worker_tasks:
-                    del on_worker[worker_id]
+                if workers_change:
+                    worker_tasks = on_worker[worker_id]
+                    worker_tasks.discard(task_id)
+                    if not worker_tasks:
+                        del on_worker[worker_id]
             i = position.get(worker_id)
             pool = None
             if i is not None:
                 room = rooms[i]
                 pool = room.pool
-                if sign > 0:  # _latest_after, unrolled
+                if latest is not None:  # _latest_after, unrolled
                     last = latest.get(pool)
                     if last is None or task.since > last.since or (
                             task.since == last.since and task.task_id > last.task_id):
@@ -354,10 +370,10 @@ class CapacityIndex:
                 last_request, last_key, in_row = request, (task.project, pool, request, task.priority), 1
         if in_row:
             alike[last_key] = alike.get(last_key, 0) + in_row
-        if sign > 0:
+        if latest is not None:
             for pool in self._stale_latest.intersection(latest):  # found again when asked, as before these
                 del latest[pool]
-        else:  # a pool whose latest placement ended finds it again when asked
+        elif sign < 0:  # a pool whose latest placement ended finds it again when asked
             for pool in [pool for pool, task in self._latest.items() if task.task_id not in running]:
                 del self._latest[pool]
                 self._stale_latest.add(pool)

@@ -34,7 +34,7 @@ from itertools import islice
 from operator import itemgetter
 
 from corral.core.collector import paused
-from corral.core.config import Sequencer
+from corral.core.config import Sequencer, Strategy
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
 from corral.scheduling.placement import Assignment, Placement, Unit, place_over
@@ -118,12 +118,20 @@ class _Simulation:
     def __init__(self, waiting: Sequence[Waiting], rooms: Sequence[WorkerRoom], ending: Sequence[Ending],
                  now: float, policy: Policy, dependencies: Mapping[int, JobEnd], horizon: float) -> None:
         self.now, self.policy, self.until = now, policy, now + horizon
-        self.index = CapacityIndex(rooms, [e.task for e in ending], quotas=frozenset(policy.quotas))
         self.pool_of = {room.id: room.pool for room in rooms}
-        self.ends: list[tuple[float, int]] = []  # a heap of (end, task id); entries not in ends_at are stale
+        # The index keeps only what the simulation reads: its workers never change, caps and turns may be asked of none.
+        self.index = CapacityIndex(
+            rooms, [e.task for e in ending], quotas=frozenset(policy.quotas),
+            capped=frozenset(item.unit.job_id for item in waiting if item.unit.max_running is not None),
+            workers_change=False,
+            turns=any(policy.pool(pool).strategy is Strategy.ROUND_ROBIN for pool in set(self.pool_of.values())))
+        self.ends: list[tuple[float, int]] = []  # a heap of (end, task id), the entries in `stale` left out
+        # The ends of the tasks running at the start; those placed in the simulation end at since + runs_for. An
+        # evicted task's entry stays in the heap, named in `stale`: a task placed again ends later than before.
         self.ends_at: dict[int, float] = {}
-        self.runs_for: dict[int, float] = {}  # of the tasks placed in the simulation (the others': since to end)
-        self.left: Counter[int] = Counter()  # tasks of a job not ended in the simulation
+        self.runs_for: dict[int, float] = {}
+        self.stale: set[tuple[float, int]] = set()
+        self.left: Counter[int] = Counter()  # tasks of a job not ended in the simulation (read for named jobs only)
         ends, ends_at, left = self.ends, self.ends_at, self.left
         for e in ending:
             task = e.task
@@ -199,14 +207,14 @@ class _Simulation:
     def _release(self, t: float) -> None:
         """Tasks expected to end by `t` free their room; a job with nothing left has ended, successfully."""
         self.freed.clear()
-        ends, ends_at, running, left, freed = self.ends, self.ends_at, self.index.running, self.left, self.freed
+        ends, running, left, freed, stale = self.ends, self.index.running, self.left, self.freed, self.stale
         ended: list[int] = []
         pop, named, dependencies = heapq.heappop, self.named, self.dependencies
         while ends and ends[0][0] <= t:
             end, task_id = pop(ends)
-            if ends_at.get(task_id) != end:  # evicted before it ended
+            if stale and (end, task_id) in stale:  # evicted before it ended
+                stale.discard((end, task_id))
                 continue
-            del ends_at[task_id]
             ended.append(task_id)
             task = running[task_id]
             job_id = task.job_id
@@ -216,10 +224,11 @@ class _Simulation:
             else:  # ends come in order: this one is the latest
                 on_worker[0] = end
                 on_worker[1].add(job_id)
-            tasks_left = left[job_id] - 1
-            left[job_id] = tasks_left
-            if tasks_left <= 0 and job_id in named:
-                dependencies[job_id] = JobEnd("SUCCEEDED", end)
+            if job_id in named:
+                tasks_left = left[job_id] - 1
+                left[job_id] = tasks_left
+                if tasks_left <= 0:
+                    dependencies[job_id] = JobEnd("SUCCEEDED", end)
         self.index.remove_all(ended)
 
     def _ungate(self, t: float) -> None:
@@ -350,8 +359,7 @@ class _Simulation:
         """The units a pass placed start, in the order it placed them: each runs for its expected duration. Their
         tasks hold the request of their kind, one object for all alike (equal to each unit's own): the index sums
         alike tasks' use as one, and a request found by identity is not compared field by field."""
-        freed, starts, runs_for, ends_at, ends, facts = self.freed, self.starts, self.runs_for, self.ends_at, \
-            self.ends, self.kind_facts
+        freed, starts, runs_for, ends, facts = self.freed, self.starts, self.runs_for, self.ends, self.kind_facts
         kinds, kind_of, push = self.kinds, self.kind_of, heapq.heappush
         tasks: list[RunningTask] = []
         for key, assignments in placed.items():
@@ -388,7 +396,6 @@ class _Simulation:
                 task_id = a.task_id
                 tasks.append(placed_task(task_id, job_id, a.worker_id, request, a.gpu_ids, priority, project, t, gang))
                 runs_for[task_id] = lasts
-                ends_at[task_id] = end
                 push(ends, (end, task_id))
         self.index.add_all(tasks)
 
@@ -409,9 +416,13 @@ class _Simulation:
             runs_for = self.runs_for.get(first.task_id)
             if runs_for is None:  # running at the start
                 runs_for = max(self.ends_at[first.task_id] - first.since, MIN_STEP)
-            for task_id in tasks:
+            for task_id, task in tasks.items():
                 self.index.remove(task_id)
-                self.ends_at.pop(task_id, None)
+                end = self.ends_at.pop(task_id, None)
+                if end is None and task_id in self.runs_for:
+                    end = task.since + self.runs_for[task_id]  # as `_start` summed it
+                if end is not None:
+                    self.stale.add((end, task_id))
             pool = self.pool_of.get(first.worker_id)
             if pool is None:
                 continue

@@ -20,12 +20,12 @@ from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request, WorkerRoom, overbooking
 from corral.scheduling.snapshot import NO_FACTS, ClusterSnapshot, JobEnd, JobPlacement
 from corral.store.changes import StaleWrite
+from corral.store.off_loop import converted, rows_of
 from corral.store.policy import read_policy
 from corral.store.schema import attempts, history, jobs, tasks, workers
 
 CHUNK = 5000  # ids per IN (...) list, under every driver's parameter limit
 STOPPING = frozenset({TaskState.PREEMPTING, TaskState.TERMINATING})
-HOLDS_ROOM = frozenset(str(s) for s in TASK_HOLDS_RESOURCES)
 GAP_SECONDS = 60.0  # how long an id skipped by the rows read is looked for again (a rolled-back id never comes)
 GAP_WINDOW = 1000  # ids behind the latest at a build that may still be committing
 MAX_GAPS = 10_000  # more ids missing at once than this: rebuilt instead of looked for one by one
@@ -361,22 +361,24 @@ class KeptCapacity:
 
     async def _tasks_changed(self, connection: AsyncConnection, task_ids: set[int]) -> None:
         """Each task's room as its row says now: given back, then held again if it still holds it (one unchanged is
-        left alone, so that the pool's latest placement is not looked for again)."""
+        left alone, so that the pool's latest placement is not looked for again).
+
+        The rows are read here, on the event loop; making them running tasks and moving them in the index is pure CPU
+        (hundreds of milliseconds for thousands of tasks), done in a thread where they are many. Nothing else reads
+        the index meanwhile: each holder (the engine's placing handler, the estimator, a what-if's estimator) has its
+        own, read only by the pass that refreshes it, after this returns."""
         ids = sorted(task_ids)
-        rows = []
+        holding = []
         for start in range(0, len(ids), CHUNK):
-            rows += (await connection.execute(
-                _task_room_columns().where(tasks.c.id.in_(ids[start:start + CHUNK])))).all()
-        holding = [row for row in rows if row.state in HOLDS_ROOM and row.worker_id is not None]
-        await self._read_facts(connection, {row.job_id for row in holding})
-        index = self.index
-        now = {row.id: _running_task(row, self._facts.get(row.job_id, (NO_FACTS, None))[0]) for row in holding}
-        for task_id in ids:
-            if task_id not in now or index.running.get(task_id) != now[task_id]:
-                index.remove(task_id)  # a no-op for one not on record
-        for task_id, task in now.items():
-            if index.running.get(task_id) != task:
-                index.add(task)
+            holding += await rows_of(await connection.execute(
+                _task_room_columns().where(tasks.c.id.in_(ids[start:start + CHUNK]), _holds_room())))
+        job_ids = {job_id for _, job_id, *_ in holding}  # by position: a row answers a name some twenty times slower
+        await self._read_facts(connection, job_ids)
+        facts = {job_id: self._facts.get(job_id, (NO_FACTS, None))[0] for job_id in job_ids}
+        # Taken while it moves: a pass cancelled meanwhile leaves the next one to build it afresh.
+        index, self.index = self.index, None
+        await converted(len(ids), _move_tasks, index, ids, holding, facts)
+        self.index = index
 
     async def _read_facts(self, connection: AsyncConnection, job_ids: Collection[int]) -> None:
         missing = sorted(set(job_ids) - self._facts.keys())
@@ -389,3 +391,14 @@ class KeptCapacity:
 
 async def _latest_id(connection: AsyncConnection) -> int:
     return (await connection.execute(select(func.max(history.c.id)))).scalar() or 0
+
+
+def _move_tasks(index: CapacityIndex, task_ids: list[int], holding: list, facts: dict[int, JobPlacement]) -> None:
+    """Move these tasks in the index as their rows say now (`holding`: the rows of those that hold room)."""
+    now = {row.id: _running_task(row, facts[row.job_id]) for row in holding}
+    for task_id in task_ids:
+        if task_id not in now or index.running.get(task_id) != now[task_id]:
+            index.remove(task_id)  # a no-op for one not on record
+    for task_id, task in now.items():
+        if index.running.get(task_id) != task:
+            index.add(task)

@@ -75,9 +75,8 @@ POLICIES = st.builds(lambda strategy, sequencer, quota: Policy(
     st.sampled_from([None, *Strategy]), st.sampled_from(list(Sequencer)), st.sampled_from([None, 2.0, 6.0]))
 
 
-@settings(max_examples=300, deadline=None)
-@given(CHANGES, UNITS, POLICIES)
-def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, units, policy):
+def changed(changes: list[tuple]) -> tuple[CapacityIndex, list[str], dict[int, RunningTask]]:
+    """An index kept by deltas through `changes`, with the workers alive and the tasks running after them."""
     index, alive, tasks, next_id = CapacityIndex([]), [], {}, 1
     for change, n, request, priority, moment in changes:
         worker_id = f"w{n}"
@@ -103,6 +102,13 @@ def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, u
             else:
                 index.stop(task_id)
                 tasks[task_id] = replace(tasks[task_id], stopping=True)
+    return index, alive, tasks
+
+
+@settings(max_examples=300, deadline=None)
+@given(CHANGES, UNITS, POLICIES)
+def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, units, policy):
+    index, alive, tasks = changed(changes)
     fresh = rebuilt(alive, tasks)
     assert state(index) == state(fresh)
 
@@ -250,3 +256,14 @@ def test_alike_tasks_in_a_row_holding_one_request_hash_it_once(monkeypatch):
     index.remove_all([task.task_id for task in tasks])
     assert len(hashed) == 4  # per call (the row placed, the row ended): its count found, then set; not per task
     assert index.quota_use == {} and index.running == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(CHANGES, st.lists(st.integers(0, 11), unique=True, max_size=6))
+def test_workers_joined_at_once_are_as_joined_one_by_one(changes, joining):
+    """Workers on record or not, some with tasks on record: the index is the one their joins in turn make."""
+    at_once, one_by_one = changed(changes)[0], changed(changes)[0]
+    at_once.join_all([worker(n) for n in joining])
+    for n in joining:
+        one_by_one.join(worker(n))
+    assert state(at_once) == state(one_by_one)

@@ -351,12 +351,14 @@ class KeptCapacity:
         index = self.index
         for worker_id in worker_ids - set(alive):
             index.lose(worker_id)
+        joined = []
         for worker_id, room in alive.items():
             i = index.position.get(worker_id)
             if i is None:
-                index.join(room)
+                joined.append(room)
             elif index.rooms[i].pythons != room.pythons:
                 return False
+        index.join_all(joined)
         return True
 
     async def _tasks_changed(self, connection: AsyncConnection, task_ids: set[int]) -> None:

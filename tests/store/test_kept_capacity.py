@@ -16,6 +16,7 @@ from corral.engine.handlers import JOB_HANDLERS, ScheduleJobs
 from corral.engine.reports import ingest_heartbeat
 from corral.scheduling.capacity import CapacityIndex
 from corral.store.changes import ChangeSet, StaleWrite, TaskRow
+from corral.store.off_loop import ON_LOOP
 from corral.store.scheduling_reads import KeptCapacity, capacity_fence, read_cluster
 from corral.store.worker_state import mark_seen
 from tests.store.helpers import NOW, add_worker, job_tasks, reap, report, settle, submit
@@ -159,3 +160,35 @@ async def test_the_capacity_fence_takes_the_placement_facts_it_is_kept_and_reads
     finally:
         event.remove(store.writer.sync_engine, "before_cursor_execute", listen)
     assert [t.state for t in await job_tasks(store, held)] == ["ASSIGNED"]
+
+
+async def test_many_tasks_moved_at_once_are_taken_in_as_a_rebuild_reads_them(store):
+    """More changed tasks than are moved on the event loop: the index is updated in a thread, to the same end."""
+    worker = await add_worker(store, cpu=64.0)
+    kept = KeptCapacity()
+    await kept_now(store, kept)
+    job = await submit(store, replicas=2 * ON_LOOP, resources={"cpu": 1})
+    await settle(store)
+    placed = await job_tasks(store, job)
+    assert len(placed) > ON_LOOP and {task.state for task in placed} == {"ASSIGNED"}
+    assert facts(await kept_now(store, kept)) == facts(await rebuilt(store))
+    for task in placed[:ON_LOOP + 1]:
+        await report(store, worker, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"),
+                     (task.id, task.attempt, "RUNNING"), (task.id, task.attempt, "SUCCEEDED", 0))
+    assert facts(await kept_now(store, kept)) == facts(await rebuilt(store))
+    assert kept.rebuilds == 1
+
+
+async def test_an_update_that_fails_midway_leaves_the_index_to_be_built_afresh(store, monkeypatch):
+    """The rows read are past: an index left half moved would never be set right, so the next pass rebuilds it."""
+    await add_worker(store, cpu=8.0)
+    kept = KeptCapacity()
+    await kept_now(store, kept)
+    await submit(store, replicas=4, resources={"cpu": 1})
+    await settle(store)
+    with monkeypatch.context() as patched:
+        patched.setattr(CapacityIndex, "add", lambda self, task: (_ for _ in ()).throw(RuntimeError("midway")))
+        with pytest.raises(RuntimeError, match="midway"):
+            await kept_now(store, kept)
+    assert facts(await kept_now(store, kept)) == facts(await rebuilt(store))
+    assert kept.rebuilds == 2

@@ -75,9 +75,8 @@ POLICIES = st.builds(lambda strategy, sequencer, quota: Policy(
     st.sampled_from([None, *Strategy]), st.sampled_from(list(Sequencer)), st.sampled_from([None, 2.0, 6.0]))
 
 
-@settings(max_examples=300, deadline=None)
-@given(CHANGES, UNITS, POLICIES)
-def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, units, policy):
+def changed(changes: list[tuple]) -> tuple[CapacityIndex, list[str], dict[int, RunningTask]]:
+    """An index kept by deltas through `changes`, with the workers alive and the tasks running after them."""
     index, alive, tasks, next_id = CapacityIndex([]), [], {}, 1
     for change, n, request, priority, moment in changes:
         worker_id = f"w{n}"
@@ -103,6 +102,13 @@ def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, u
             else:
                 index.stop(task_id)
                 tasks[task_id] = replace(tasks[task_id], stopping=True)
+    return index, alive, tasks
+
+
+@settings(max_examples=300, deadline=None)
+@given(CHANGES, UNITS, POLICIES)
+def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, units, policy):
+    index, alive, tasks = changed(changes)
     fresh = rebuilt(alive, tasks)
     assert state(index) == state(fresh)
 
@@ -269,3 +275,14 @@ def test_a_forecasts_index_counts_only_the_capped_jobs_keeps_no_tasks_per_worker
         index.remove_all([2, 3])
     assert lean.last_placed() == full.last_placed() == {"b": "w3"}
     assert not lean.tasks_of_job and not lean.on_worker
+
+
+@settings(max_examples=200, deadline=None)
+@given(CHANGES, st.lists(st.integers(0, 11), unique=True, max_size=6))
+def test_workers_joined_at_once_are_as_joined_one_by_one(changes, joining):
+    """Workers on record or not, some with tasks on record: the index is the one their joins in turn make."""
+    at_once, one_by_one = changed(changes)[0], changed(changes)[0]
+    at_once.join_all([worker(n) for n in joining])
+    for n in joining:
+        one_by_one.join(worker(n))
+    assert state(at_once) == state(one_by_one)

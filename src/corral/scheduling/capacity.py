@@ -193,6 +193,28 @@ class CapacityIndex:
         for task_id in self.on_worker.get(room.id, ()):
             self._count_in_pool(self.running[task_id], 1, joined.pool)
 
+    def join_all(self, rooms: Iterable[WorkerRoom]) -> None:
+        """Workers now alive, as `join` takes them one after another, the positions found again once rather than
+        once each (a thousand workers registering are a pass's thousand joins). One already alive is lost and joined
+        again in turn, as `join` does: then they all go one by one, in order."""
+        assert self.workers_change, "an index built without workers_change keeps no tasks per worker"
+        rooms = list(rooms)
+        if any(room.id in self.position for room in rooms):
+            for room in rooms:
+                self.join(room)
+            return
+        joined = []
+        for room in rooms:
+            copy = room.copy()
+            for task_id in self.on_worker.get(room.id, ()):
+                copy.hold(self.running[task_id].request, self.running[task_id].gpu_ids)
+            self.rooms.append(copy)
+            joined.append(copy)
+        self._renumbered()
+        for room in joined:
+            for task_id in self.on_worker.get(room.id, ()):
+                self._count_in_pool(self.running[task_id], 1, room.pool)
+
     def lose(self, worker_id: str) -> None:
         """A worker no longer alive: its room is gone; its tasks stay on record until they are reported ended."""
         assert self.workers_change, "an index built without workers_change keeps no tasks per worker"

@@ -20,12 +20,12 @@ from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request, WorkerRoom, overbooking
 from corral.scheduling.snapshot import NO_FACTS, ClusterSnapshot, JobEnd, JobPlacement
 from corral.store.changes import StaleWrite
+from corral.store.off_loop import converted, rows_of
 from corral.store.policy import read_policy
 from corral.store.schema import attempts, history, jobs, tasks, workers
 
 CHUNK = 5000  # ids per IN (...) list, under every driver's parameter limit
 STOPPING = frozenset({TaskState.PREEMPTING, TaskState.TERMINATING})
-HOLDS_ROOM = frozenset(str(s) for s in TASK_HOLDS_RESOURCES)
 GAP_SECONDS = 60.0  # how long an id skipped by the rows read is looked for again (a rolled-back id never comes)
 GAP_WINDOW = 1000  # ids behind the latest at a build that may still be committing
 MAX_GAPS = 10_000  # more ids missing at once than this: rebuilt instead of looked for one by one
@@ -271,17 +271,15 @@ class KeptCapacity:
             return await self._build(connection, now)
         gaps = [i for i, since in self.gaps.items() if now - since < GAP_SECONDS]
         fresh = history.c.id > self.seen
-        rows = (await connection.execute(
+        rows = await rows_of(await connection.execute(
             select(history.c.id, history.c.task_id, history.c.worker_id, history.c.job_id, history.c.deployment_id)
-            .where(or_(fresh, history.c.id.in_(gaps)) if gaps else fresh))).all()
+            .where(or_(fresh, history.c.id.in_(gaps)) if gaps else fresh)))
         if not rows and await _latest_id(connection) < self.seen:
             return await self._build(connection, now)  # the ids went back: another database
         self.gaps = {i: self.gaps[i] for i in gaps}
-        if not self._note_gaps([row.id for row in rows], now):
+        ids, task_ids, worker_ids = await converted(len(rows), _named, rows)
+        if not self._note_gaps(ids, now):
             return await self._build(connection, now)
-        task_ids = {row.task_id for row in rows if row.task_id is not None}
-        worker_ids = {row.worker_id for row in rows
-                      if row.job_id is None and row.deployment_id is None and row.worker_id is not None}
         if not await self._workers_changed(connection, worker_ids):
             return await self._build(connection, now)
         await self._tasks_changed(connection, task_ids)
@@ -351,32 +349,37 @@ class KeptCapacity:
         index = self.index
         for worker_id in worker_ids - set(alive):
             index.lose(worker_id)
+        joined = []
         for worker_id, room in alive.items():
             i = index.position.get(worker_id)
             if i is None:
-                index.join(room)
+                joined.append(room)
             elif index.rooms[i].pythons != room.pythons:
                 return False
+        index.join_all(joined)
         return True
 
     async def _tasks_changed(self, connection: AsyncConnection, task_ids: set[int]) -> None:
         """Each task's room as its row says now: given back, then held again if it still holds it (one unchanged is
-        left alone, so that the pool's latest placement is not looked for again)."""
+        left alone, so that the pool's latest placement is not looked for again).
+
+        The rows are read here, on the event loop; making them running tasks and moving them in the index is pure CPU
+        (hundreds of milliseconds for thousands of tasks), done in a thread where they are many. Nothing else reads
+        the index meanwhile: each holder (the engine's placing handler, the estimator, a what-if's estimator) has its
+        own, read only by the pass that refreshes it, after this returns."""
         ids = sorted(task_ids)
-        rows = []
+        holding = []
         for start in range(0, len(ids), CHUNK):
-            rows += (await connection.execute(
-                _task_room_columns().where(tasks.c.id.in_(ids[start:start + CHUNK])))).all()
-        holding = [row for row in rows if row.state in HOLDS_ROOM and row.worker_id is not None]
-        await self._read_facts(connection, {row.job_id for row in holding})
-        index = self.index
-        now = {row.id: _running_task(row, self._facts.get(row.job_id, (NO_FACTS, None))[0]) for row in holding}
-        for task_id in ids:
-            if task_id not in now or index.running.get(task_id) != now[task_id]:
-                index.remove(task_id)  # a no-op for one not on record
-        for task_id, task in now.items():
-            if index.running.get(task_id) != task:
-                index.add(task)
+            holding += await rows_of(await connection.execute(
+                _task_room_columns().where(tasks.c.id.in_(ids[start:start + CHUNK]), _holds_room())
+                .order_by(tasks.c.id)))
+        job_ids = {job_id for _, job_id, *_ in holding}  # by position: a row answers a name some twenty times slower
+        await self._read_facts(connection, job_ids)
+        facts = {job_id: self._facts.get(job_id, (NO_FACTS, None))[0] for job_id in job_ids}
+        # Taken while it moves: a pass cancelled meanwhile leaves the next one to build it afresh.
+        index, self.index = self.index, None
+        await converted(len(ids), _move_tasks, index, ids, holding, facts)
+        self.index = index
 
     async def _read_facts(self, connection: AsyncConnection, job_ids: Collection[int]) -> None:
         missing = sorted(set(job_ids) - self._facts.keys())
@@ -389,3 +392,27 @@ class KeptCapacity:
 
 async def _latest_id(connection: AsyncConnection) -> int:
     return (await connection.execute(select(func.max(history.c.id)))).scalar() or 0
+
+
+def _named(rows: list) -> tuple[list[int], set[int], set[str]]:
+    """The history rows' ids, the tasks they name, and the workers named by rows of their own (neither a job's nor a
+    deployment's): thousands of rows a pass when many tasks move, unpacked by position (faster than by name)."""
+    ids, task_ids, worker_ids = [], set(), set()
+    for row_id, task_id, worker_id, job_id, deployment_id in rows:
+        ids.append(row_id)
+        if task_id is not None:
+            task_ids.add(task_id)
+        if job_id is None and deployment_id is None and worker_id is not None:
+            worker_ids.add(worker_id)
+    return ids, task_ids, worker_ids
+
+
+def _move_tasks(index: CapacityIndex, task_ids: list[int], holding: list, facts: dict[int, JobPlacement]) -> None:
+    """Move these tasks in the index as their rows say now (`holding`: the rows of those that hold room)."""
+    now = {row.id: _running_task(row, facts[row.job_id]) for row in holding}
+    for task_id in task_ids:
+        if task_id not in now or index.running.get(task_id) != now[task_id]:
+            index.remove(task_id)  # a no-op for one not on record
+    for task_id, task in now.items():
+        if index.running.get(task_id) != task:
+            index.add(task)

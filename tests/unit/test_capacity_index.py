@@ -286,3 +286,15 @@ def test_workers_joined_at_once_are_as_joined_one_by_one(changes, joining):
     for n in joining:
         one_by_one.join(worker(n))
     assert state(at_once) == state(one_by_one)
+
+
+@settings(max_examples=200, deadline=None)
+@given(CHANGES, st.lists(st.integers(0, 11), max_size=8))
+def test_workers_lost_at_once_are_as_lost_one_by_one(changes, losing):
+    """Workers alive or not, some named twice, some with tasks on record: the index is the one their losses in turn
+    make."""
+    at_once, one_by_one = changed(changes)[0], changed(changes)[0]
+    at_once.lose_all([f"w{n}" for n in losing])
+    for n in losing:
+        one_by_one.lose(f"w{n}")
+    assert state(at_once) == state(one_by_one)

@@ -226,6 +226,22 @@ class CapacityIndex:
         del self.rooms[i]
         self._renumbered()
 
+    def lose_all(self, worker_ids: Iterable[str]) -> None:
+        """Workers no longer alive, as `lose` takes them one after another, the positions found again once rather
+        than once each (a thousand workers lost at once, behind a broken switch, are a pass's thousand losses)."""
+        assert self.workers_change, "an index built without workers_change keeps no tasks per worker"
+        lost = set()
+        for worker_id in worker_ids:
+            i = self.position.get(worker_id)
+            if i is None or worker_id in lost:
+                continue
+            lost.add(worker_id)
+            for task_id in self.on_worker.get(worker_id, ()):
+                self._count_in_pool(self.running[task_id], -1, self.rooms[i].pool)
+        if lost:
+            self.rooms[:] = [room for room in self.rooms if room.id not in lost]
+            self._renumbered()
+
     # Upkeep -----------------------------------------------------------------------------------
 
     def _renumbered(self) -> None:

@@ -347,8 +347,7 @@ class KeptCapacity:
             select(*ROOM_COLUMNS).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
             .order_by(workers.c.registered_at))).all()}
         index = self.index
-        for worker_id in worker_ids - set(alive):
-            index.lose(worker_id)
+        index.lose_all(sorted(worker_ids - alive.keys()))
         joined = []
         for worker_id, room in alive.items():
             i = index.position.get(worker_id)

@@ -62,9 +62,9 @@ async def follow_events(store: Store, hub: EventHub, after: int, job_id: int | N
         async with store.read() as connection:
             read = await read_horizon(connection, after, time.time(), GAP_SETTLE_SECONDS)
             horizon = read.safe
-            # A narrowed stream reads up to the newest row, so that it moves past the rows it leaves out: it would
-            # read them again at every wake, more and more of them as the cluster runs.
-            upto = read.newest if horizon is None and narrowed else horizon
+            # A narrowed stream moves past the rows it leaves out: it would read them again at every wake, more and
+            # more of them as the cluster runs.
+            upto = read.reach if narrowed else horizon
             batch = await read_events(connection, after, job_id, PAGE, upto, deployment, projects)
         if batch:
             after = batch[-1].id

@@ -175,8 +175,7 @@ class Webhooks:
         when a full page was read (more may follow). Only jobs' own events are read: the rows of their tasks, of
         workers and of deployments are none, and the cursor moves past them unread."""
         after = await read_cursor(connection)
-        horizon = await read_horizon(connection, after, now, GAP_SETTLE_SECONDS)
-        upto = horizon.newest if horizon.safe is None else horizon.safe
+        upto = (await read_horizon(connection, after, now, GAP_SETTLE_SECONDS)).reach
         events = await job_events(connection, after, upto)
         moments = [(event, kind) for event in events if event.job_id is not None
                    and (kind := notification(subject(event.job_id, event.task_id, event.deployment_id,

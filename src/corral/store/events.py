@@ -198,6 +198,12 @@ class Horizon:
     safe: int | None
     newest: int
 
+    @property
+    def reach(self) -> int:
+        """The highest id a reader that leaves rows out may move past: the safe one, or the newest where nothing is
+        still committing (it would read the rows it leaves out again at every wake otherwise)."""
+        return self.newest if self.safe is None else self.safe
+
 
 async def read_horizon(connection: AsyncConnection, after: int, now: float, settle: float) -> Horizon:
     """Only rows younger than `settle` can follow a gap that is still filling, so only they are read."""

@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from corral.worker.containment import cgroup2_mount, leftovers, reap_leftovers, reap_record
-from corral.worker.processes import ProcStat, Record, parse_stat, read_stat
+import pytest
+
+from corral.worker.containment import cgroup2_mount, cgroup_parent, leftovers, reap_leftovers, reap_record
+from corral.worker.processes import ProcStat, Record, cgroup_pids, parse_stat, read_stat, remove_empty_cgroup
 from tests.waiting import wait_for
 from tests.worker.support import daemonizing_task, gone, written_pids
 
@@ -94,3 +96,23 @@ def test_a_successor_kills_what_a_dead_shim_recorded_and_nothing_else(tmp_path):
         for process in (task, bystander):
             process.kill()
             process.wait()
+
+
+@pytest.mark.skipif(cgroup_parent() is None, reason="no writable cgroup v2 hierarchy on this machine")
+def test_a_cgroup_is_removed_only_once_no_process_is_left_in_it():
+    parent = cgroup_parent()
+    assert parent is not None
+    cgroup = parent / f"corral-test-{os.getpid()}-removal"
+    cgroup.mkdir()
+    process = subprocess.Popen(["/bin/sh", "-c", 'echo 0 > "$0/cgroup.procs" && exec sleep 30', str(cgroup)])
+    try:
+        wait_for(lambda: cgroup_pids(cgroup) == [process.pid], 10, "the process in its cgroup")
+        assert not remove_empty_cgroup(cgroup)
+        assert cgroup.is_dir()
+    finally:
+        process.kill()
+        process.wait()
+    wait_for(lambda: not cgroup_pids(cgroup), 10, "the cgroup emptied")
+    assert remove_empty_cgroup(cgroup)
+    assert not cgroup.exists()
+    assert remove_empty_cgroup(cgroup)  # one gone already is gone

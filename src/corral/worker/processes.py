@@ -145,6 +145,18 @@ def remove_cgroup(cgroup: str | os.PathLike) -> None:
         os.rmdir(cgroup)
 
 
+def remove_empty_cgroup(cgroup: str | os.PathLike) -> bool:
+    """Remove the cgroup unless a process is left in it (the kernel refuses to, EBUSY); whether it is gone. One
+    rmdir both asks and removes: reading its cgroup.procs first cost every attempt's end a second look."""
+    try:
+        os.rmdir(cgroup)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def signal_attempt(leader: int, pids: Iterable[int], sig: int) -> None:
     """`sig` to the task's process group (`leader`'s) at once, as a terminal signals a job, then to each of
     `pids` that left that group. At once matters: a shell that sees its child end before its own signal arrives

@@ -76,7 +76,7 @@ from corral.worker.processes import (
     empty_cgroups,
     kill_cgroup,
     read_stat,
-    remove_cgroup,
+    remove_empty_cgroup,
     signal_attempt,
 )
 from corral.worker.resources import gpu_env
@@ -620,10 +620,8 @@ class Runner:
         att.close_lifeline()
         if att.cgroup is None:  # what a shim killed outright left behind
             await asyncio.to_thread(reap_record, att.directory / RECORD)
-        elif cgroup_pids(att.cgroup):  # what the task left in its cgroup
+        elif not remove_empty_cgroup(att.cgroup):  # what the task left in its cgroup
             await asyncio.to_thread(empty_cgroups, [att.cgroup])
-        else:
-            remove_cgroup(att.cgroup)
         await self._captured(att)
         exit_code, signalled = _exit_status(returncode)
         if att.stop_state is TaskState.PREEMPTED:

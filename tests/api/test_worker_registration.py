@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fastapi.dependencies.utils
 import pytest
 
 from corral.core import limits
@@ -60,3 +61,16 @@ async def test_a_heartbeat_may_bring_the_pythons_found_after_registering(api):
         assert refused.status_code == 422, refused.text
     async with api.admin() as admin:
         assert (await admin.get("/api/v1/workers")).json()[0]["pythons"] == ["3.11.7", "3.12.1"]
+
+
+async def test_a_heartbeat_s_token_is_checked_on_the_event_loop(api, monkeypatch):
+    """FastAPI runs a plain function dependency in its thread pool: a hop to a thread on every heartbeat."""
+    async with api.as_("join-token") as worker:
+        worker_id = (await worker.post("/api/v1/workers", json=BASE)).json()["worker_id"]
+
+        def no_thread(*_args, **_kwargs):
+            raise AssertionError("a worker's call went through the thread pool")
+
+        monkeypatch.setattr(fastapi.dependencies.utils, "run_in_threadpool", no_thread)
+        answer = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={})
+    assert answer.status_code == 200, answer.text

@@ -5,6 +5,7 @@ alone; the orders they are answered with are read together too."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from sqlalchemy import event, select, update
@@ -13,6 +14,7 @@ from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.orders import OrderReads
 from corral.core.protocol import TaskReport
 from corral.core.states import Fact
+from corral.engine import reports as reports_module
 from corral.engine.reports import Heartbeat, Refused, UnknownWorker, ingest_group, ingest_heartbeats
 from corral.store.schema import jobs, workers
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, settle, submit
@@ -126,6 +128,26 @@ async def test_a_worker_whose_orders_cannot_be_read_fails_alone(store):
                                                     return_exceptions=True), 30)
     assert [[order.task_id for order in answer] for answer in answers[:-1]] == [[task.id] for task in tasks]
     assert isinstance(answers[-1], KeyError)
+
+
+async def test_a_large_group_s_moves_are_worked_out_off_the_event_loop(store, monkeypatch):
+    _, tasks = await placed(store)
+    loop_thread, applied_in = threading.get_ident(), []
+    apply = reports_module._apply
+
+    def watched(*args):
+        applied_in.append(threading.get_ident() == loop_thread)
+        return apply(*args)
+
+    monkeypatch.setattr(reports_module, "_apply", watched)
+    monkeypatch.setattr("corral.store.off_loop.ON_LOOP", 2)
+    async with store.write() as connection:
+        await ingest_heartbeats(connection, [heartbeat(tasks[0], "BUILDING", "PREPARED")], NOW)
+    assert applied_in == [True, True]  # as few as ON_LOOP: on the loop
+    applied_in.clear()
+    async with store.write() as connection:
+        await ingest_heartbeats(connection, [heartbeat(task, "BUILDING") for task in tasks[1:]], NOW)
+    assert applied_in == [False] * (WORKERS - 1)
 
 
 @pytest.fixture(autouse=True)

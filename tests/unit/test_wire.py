@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from corral.controller.params import _serialisable
@@ -12,7 +14,7 @@ from corral.core.deployment_spec import DeploymentSpec
 from corral.core.protocol import MAX_REASON, HeartbeatRequest, PreemptedAck, RegisterRequest, TaskReport
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
-from corral.core.wire import MAX_ID, clean_text, parse_id
+from corral.core.wire import MAX_ID, _check_strings, _name_the_fault, clean_text, parse_id
 
 
 @pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
@@ -94,3 +96,23 @@ def test_a_worker_reason_is_made_storable_and_cut_never_refused():
                         reason=f"cannot start ['x\x00{long_argument}\udc80']")
     assert len(report.reason) == MAX_REASON and report.reason.startswith("cannot start ['x\\x00aaa")
     assert PreemptedAck(attempt=0, epoch=1, reason="gone \udc80").reason == "gone \\udc80"
+
+
+TEXTS = st.text(alphabet=st.sampled_from(["a", "é", "日", "\x00", "\ud800", "\udfff", " "]), max_size=4)
+VALUES = st.recursive(st.none() | st.integers() | st.floats(allow_nan=False) | TEXTS,
+                      lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                      | st.dictionaries(TEXTS, inner, max_size=4), max_leaves=20)
+
+
+def _error(check, value) -> str | None:
+    try:
+        check(value, "body")
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(VALUES)
+def test_strings_are_checked_quickly_with_the_same_error_as_the_walk_that_names_positions(value):
+    assert _error(_check_strings, value) == _error(_name_the_fault, value)

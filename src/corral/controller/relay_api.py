@@ -76,7 +76,7 @@ async def dial_back(websocket: WebSocket, session: str) -> None:
     services = services_of(websocket)
     try:
         try:
-            require_worker(websocket)
+            await require_worker(websocket)
         except HTTPException as refused:
             raise Refused(CLOSE_UNAUTHORIZED, str(refused.detail)) from None
         waiting = services.relays.claim(session, websocket.query_params.get("worker", ""))

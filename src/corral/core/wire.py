@@ -25,13 +25,22 @@ def incoming(info: ValidationInfo) -> bool:
 
 def clean_text(text: str) -> str:
     """`text` unchanged, or a ValueError saying why it cannot be stored or passed to a process."""
+    if fault := _fault(text):
+        raise ValueError(fault)
+    return text
+
+
+def _fault(text: str) -> str | None:
+    """Why `text` cannot be stored or passed to a process; None when it can (ASCII always encodes)."""
     if "\x00" in text:
-        raise ValueError("must not contain a NUL character")
+        return "must not contain a NUL character"
+    if text.isascii():
+        return None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (a lone surrogate such as \\ud800 is not)") from None
-    return text
+        return "must be valid Unicode (a lone surrogate such as \\ud800 is not)"
+    return None
 
 
 def storable(text: str) -> str:
@@ -53,7 +62,30 @@ Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 
 def _check_strings(value: Any, where: str) -> None:
-    """Every string in `value` (keys too, at any depth) passes `clean_text`; the error names where it sits."""
+    """Every string in `value` (keys too, at any depth) passes `clean_text`; the error names where it sits. The
+    positions are named only once some string fails: making one for each string of a heartbeat's reports was
+    most of the heartbeat's validation."""
+    if not _all_clean(value):
+        _name_the_fault(value, where)
+
+
+def _all_clean(value: Any) -> bool:
+    """Whether every string in `value` (keys too, at any depth) passes `clean_text`."""
+    if isinstance(value, str):
+        return _fault(value) is None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not (_all_clean(key) and _all_clean(item)):
+                return False
+    elif isinstance(value, list | tuple):
+        for item in value:
+            if not _all_clean(item):
+                return False
+    return True
+
+
+def _name_the_fault(value: Any, where: str) -> None:
+    """The ValueError of the first string in `value` that fails `clean_text`, naming where it sits."""
     if isinstance(value, str):
         try:
             clean_text(value)
@@ -61,11 +93,11 @@ def _check_strings(value: Any, where: str) -> None:
             raise ValueError(f"{where or 'value'} {error}") from None
     elif isinstance(value, dict):
         for key, item in value.items():
-            _check_strings(key, f"{where}: a key" if where else "a key")
-            _check_strings(item, f"{where}.{key}" if where else str(key))
+            _name_the_fault(key, f"{where}: a key" if where else "a key")
+            _name_the_fault(item, f"{where}.{key}" if where else str(key))
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _check_strings(item, f"{where}[{index}]")
+            _name_the_fault(item, f"{where}[{index}]")
 
 
 class DeferredModel(BaseModel):

@@ -25,6 +25,7 @@ from corral.engine.attempts import end_attempt
 from corral.engine.drain import start_drains
 from corral.engine.settle import settle_jobs
 from corral.store.changes import ChangeSet, TaskRow
+from corral.store.off_loop import converted
 from corral.store.reads import task_row, tasks_with_budgets
 from corral.store.worker_state import (
     forget_lost,
@@ -193,15 +194,8 @@ async def ingest_heartbeats(connection: AsyncConnection, heartbeats: Sequence[He
         await changes.flush(connection)
         return changes
     rows = {row.id: row for row in await tasks_with_budgets(connection, task_ids=task_ids)}
-    current = {task_id: task_row(row) for task_id, row in rows.items()}
-    refusals = [refusal for heartbeat in heartbeats for report in heartbeat.reports
-                if (refusal := _refusal(report, current.get(report.task_id), rows))]
-    if refusals:
-        raise Refused(refusals)
-    triggers: dict[int, list[int]] = defaultdict(list)
-    for heartbeat in heartbeats:
-        for report in heartbeat.reports:
-            _apply(changes, triggers, heartbeat.worker_id, report, current.get(report.task_id), rows)
+    reports = sum(len(heartbeat.reports) for heartbeat in heartbeats)
+    triggers = await converted(reports, _moves, changes, heartbeats, rows)
     await start_drains(connection, changes, triggers)
     await settle_jobs(connection, changes, changes.touched_jobs, Fact.WORKER)
     await changes.flush(connection)
@@ -222,6 +216,23 @@ async def _mark_seen(connection: AsyncConnection, heartbeats: Sequence[Heartbeat
     for heartbeat in heartbeats:
         if heartbeat.worker_id not in alive:
             raise UnknownWorker(heartbeat.worker_id)
+
+
+def _moves(changes: ChangeSet, heartbeats: Sequence[Heartbeat], rows: dict) -> dict[int, list[int]]:
+    """Add the reports' moves to `changes`, worked out from the task rows read, and return the drains they start
+    (gang job id -> ids of the members that ended); Refused, with nothing added, when one asks for a move no worker
+    may make. Pure: a group of some fifty heartbeats (a thousand moves, each checked, their attempts ended) held
+    the event loop for hundreds of milliseconds while polls came due, so a large one runs in a thread."""
+    current = {task_id: task_row(row) for task_id, row in rows.items()}
+    refusals = [refusal for heartbeat in heartbeats for report in heartbeat.reports
+                if (refusal := _refusal(report, current.get(report.task_id), rows))]
+    if refusals:
+        raise Refused(refusals)
+    triggers: dict[int, list[int]] = defaultdict(list)
+    for heartbeat in heartbeats:
+        for report in heartbeat.reports:
+            _apply(changes, triggers, heartbeat.worker_id, report, current.get(report.task_id), rows)
+    return triggers
 
 
 def _apply(changes: ChangeSet, triggers: dict[int, list[int]], worker_id: str, report: TaskReport,

@@ -208,6 +208,46 @@ async def test_pipelined_requests_are_answered_in_order():
         assert [(await client.answer())[2] for _ in range(3)] == [b"one", b"two", b"hi"]
 
 
+async def test_a_repeated_head_is_served_from_its_last_parse_and_the_parser_keeps_pace():
+    async with Replica(ok) as replica, Lane(replica.address) as lane:
+        client = await lane.connect()
+        for body in (b"first", b"other", b"third"):  # one head, three bodies of its length
+            assert (await client.ask(post("/serve/svc/echo", body)))[2] == body
+        assert (await client.ask(get("/serve/svc/x")))[2] == b"hi" and lane.lanes() == 1  # parsed from a message start
+        assert (await client.ask(post("/serve/svc/echo", b"again")))[2] == b"again"
+        client.writer.write(b"POST /serve/svc/echo HTTP/1.1\r\nhost: r\r\ntransfer-encoding: chunked\r\n" + AUTH
+                            + b"\r\n5\r\nhello\r\n0\r\n\r\n")  # and one the parser must judge hands over
+        assert (await client.answer())[2] == b"hello" and lane.lanes() == 0
+        assert [r.rpartition(b"\r\n\r\n")[2] for r in replica.received] == [
+            b"first", b"other", b"third", b"", b"again", b"hello"]
+        assert replica.received[0].partition(b"\r\n\r\n")[0] == replica.received[1].partition(b"\r\n\r\n")[0]
+
+
+async def test_a_repeated_request_is_judged_again_once_the_catalog_changes():
+    async with Replica(ok) as replica, Lane(replica.address, public=True) as lane:
+        client = await lane.connect()
+        assert (await client.ask(get("/serve/svc/x", b"")))[0] == 200
+        lane.router.publish(catalog(replica.address))  # no longer public
+        assert (await client.ask(get("/serve/svc/x", b"")))[0] == 401
+        assert (await client.ask(get("/serve/svc/x")))[0] == 200
+
+
+async def test_a_replica_head_sent_again_is_relayed_as_the_first_and_a_new_one_as_itself():
+    sized = b"HTTP/1.1 200 OK\r\nx-a: 1\r\ncontent-length: 2\r\n\r\nhi"
+    chunked = b"HTTP/1.1 200 OK\r\nx-a: 1\r\nconnection: keep-alive\r\ntransfer-encoding: chunked\r\n\r\n"
+    answers = [sized, sized, chunked + b"2\r\nhi\r\n0\r\n\r\n", chunked + b"1\r\nh\r\n1\r\ni\r\n0\r\n\r\n", sized]
+
+    async def answer(reader, writer, body):
+        writer.write(answers[len(replica.received) - 1])
+
+    async with Replica(answer) as replica, Lane(replica.address) as lane:
+        client = await lane.connect()
+        relayed = [await client.ask(get("/serve/svc/x")) for _ in answers]
+        assert [body for _, _, body in relayed] == [b"hi"] * 5
+        assert [b"transfer-encoding" in headers for _, headers, _ in relayed] == [False, False, True, True, False]
+        assert all(b"connection" not in headers and headers[b"x-a"] == b"1" for _, headers, _ in relayed)
+
+
 async def test_other_requests_hand_the_connection_to_uvicorn_which_answers_through_the_app():
     async with Replica(ok) as replica, Lane(replica.address) as lane:
         client = await lane.connect()

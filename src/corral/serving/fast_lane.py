@@ -85,6 +85,12 @@ class FastLane(asyncio.Protocol):
         self.forwarded = (b"x-forwarded-for", b"")  # the client's address, the same for every request it sends
         self.buffer = b""
         self.parser = httptools.HttpRequestParser(self)
+        self.head = b""  # the last request head parsed, and what it parsed into: see `_parse_head`
+        self.parsed: tuple = ()
+        self.admitted: tuple = (None, "", None)  # (catalog, deployment, authorization) last let through
+        self.sent: tuple = ()  # (method, target, headers, replica, body length) of the last head sent on
+        self.sent_head = b""
+        self.answered: tuple = (b"", b"", False)  # a replica's response head, the client's made of it, chunked
         self.exchange: Exchange | None = None
         self.router: Router | None = None  # the app's, once its server has started
         self.admin = ""
@@ -168,19 +174,51 @@ class FastLane(asyncio.Protocol):
 
     def _parse(self, head_end: int, router: Router) -> Exchange | None:
         """The request at the buffer's start as an exchange, consumed from the buffer; None if it is not for us."""
+        head = self.buffer[:head_end]
+        repeated = head == self.head  # the client sends its last head again: it parses the same
+        parsed = self.parsed if repeated else self._parse_head(head)
+        if parsed is None:
+            return None
+        method, name, target, headers, authorization, length = parsed
+        end = head_end + length
+        if length > proxy.WHOLE_BODY or len(self.buffer) < end:
+            return None  # a body that did not come whole with its head is streamed by the general path
+        body = self.buffer[head_end:end]
+        refused = None
+        if name is None:  # an OpenAI request: its body names the model
+            route = proxy.model_route(router, body)
+            if isinstance(route, proxy.Refusal):
+                name, refused = "", route
+            elif route[1].get("stream") is True and router.scheduler.waits(route[0]):
+                return None  # a streaming request that waits shows its queue position: the general path does that
+            else:
+                name = route[0]
+        if refused is None:
+            refused = self._refusal(router, name, authorization)
+            if refused is not None and personal(bearer(authorization)):
+                return None  # a personal token is judged against the store: the general path awaits that
+        if not repeated:
+            if body:  # the parser reads past the body to the next message's start, as it did for the last head
+                self.parser.feed_data(body)
+            self.head, self.parsed = head, parsed
+        self.buffer = self.buffer[end:]
+        return Exchange(self, router, name, method, target, headers, body, refused)
+
+    def _parse_head(self, head: bytes) -> tuple[str, str | None, str, tuple, str | None, int] | None:
+        """A head for the fast lane as (method, deployment or None for an OpenAI path, target, headers to pass on,
+        authorization, body length); None if the fast lane does not serve it.
+
+        Once its body is fed too, the parser is back at a message's start, where it read this head: the same
+        head again would parse the same, so `_parse` keeps the last one's answer and asks no parser for it."""
         self._url, self._headers, self._authorization, self._plain, self._length = b"", [], None, True, 0
         try:
-            self.parser.feed_data(self.buffer[:head_end])
+            self.parser.feed_data(head)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # not one kind: uvicorn answers both
             return None
         parser = self.parser
         method = parser.get_method()
         if method not in FAST_METHODS or not self._plain or parser.get_http_version() != "1.1":
             return None
-        end = head_end + self._length
-        if self._length > proxy.WHOLE_BODY or len(self.buffer) < end:
-            return None  # a body that did not come whole with its head is streamed by the general path
-        body = self.buffer[head_end:end]
         target = _origin_form(self._url)
         if target is None:
             return None
@@ -192,26 +230,22 @@ class FastLane(asyncio.Protocol):
             if not deployment or not slash:
                 return None
             name, target = deployment.decode("latin-1"), "/" + (rest + query).decode("latin-1")
-            refused = None
         elif method == b"POST" and path in OPENAI_PATHS:
-            route = proxy.model_route(router, body)
-            if isinstance(route, proxy.Refusal):
-                name, refused = "", route
-            elif route[1].get("stream") is True and router.scheduler.waits(route[0]):
-                return None  # a streaming request that waits shows its queue position: the general path does that
-            else:
-                name, refused = route[0], None
-            target = (path + query).decode("latin-1")
+            name, target = None, (path + query).decode("latin-1")
         else:
             return None
+        return method.decode(), name, target, tuple(self._headers), self._authorization, self._length
+
+    def _refusal(self, router: Router, name: str, authorization: str | None) -> proxy.Refusal | None:
+        """`proxy.refusal`, asked once per catalog, deployment and key on a connection: a client sends its key
+        again with every request, and the answer changes only with the catalog (its facts are immutable)."""
+        admitted = self.admitted
+        if admitted[0] is router.catalog and admitted[1] == name and admitted[2] == authorization:
+            return None
+        refused = proxy.refusal(router, name, authorization, self.admin)
         if refused is None:
-            refused = proxy.refusal(router, name, self._authorization, self.admin)
-            if refused is not None and personal(bearer(self._authorization)):
-                return None  # a personal token is judged against the store: the general path awaits that
-        if body:
-            self.parser.feed_data(body)
-        self.buffer = self.buffer[end:]
-        return Exchange(self, router, name, method.decode(), target, self._headers, body, refused)
+            self.admitted = (router.catalog, name, authorization)
+        return refused
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -223,14 +257,14 @@ class FastLane(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
-        if name in (b"transfer-encoding", b"expect", b"upgrade"):
+        if name not in proxy.HOP_BY_HOP:  # most headers: one look-up
+            self._headers.append((name, value))
+        elif name in (b"transfer-encoding", b"expect", b"upgrade"):
             self._plain = False
         elif name == b"content-length":
             self._length = int(value) if value.isdigit() else proxy.MAX_BODY
         elif name == b"authorization":
             self._authorization = value.decode("latin-1")
-        if name not in proxy.HOP_BY_HOP:
-            self._headers.append((name, value))
 
     def _hand_over(self) -> None:
         """uvicorn's protocol serves this connection from here on, starting with the bytes not yet answered."""
@@ -336,9 +370,14 @@ class Exchange:
             ROUTER_TRAFFIC.record(self.deployment, 503)
             self._refuse(proxy.Refusal(503, f"{self.deployment} has no healthy replica"))
             return
-        headers = [*self.headers, self.lane.forwarded]
         address = self.endpoint.address
-        self.request = request_head(self.method, self.target, address, headers, self.body, None) + self.body
+        lane = self.lane
+        sent = (self.method, self.target, self.headers, address, len(self.body))
+        if sent != lane.sent:  # else the head this replica got last from this client, which a repeated head gets
+            lane.sent = sent
+            lane.sent_head = request_head(self.method, self.target, address, [*self.headers, lane.forwarded],
+                                          self.body, None)
+        self.request = lane.sent_head + self.body
         connection = self.router.upstream.take(address)
         if connection is None:
             self._connect()
@@ -377,6 +416,17 @@ class Exchange:
     def response_head(self, connection: Connection) -> None:
         """The client's response head: the replica's own, its header lines passed on as they came, less the
         hop-by-hop ones (one search over its bytes), under our status line; chunked when it gives no length."""
+        lane = self.lane
+        if connection.head == lane.answered[0]:  # a replica tends to send the same head again
+            _, answer, self.chunked = lane.answered
+        else:
+            answer = self._answer(connection)
+            lane.answered = (connection.head, answer, self.chunked)
+        self.answering = True
+        self.out.append(answer)
+
+    def _answer(self, connection: Connection) -> bytes:
+        """The client's response head made of the replica's; sets `chunked`."""
         status = connection.status
         head = connection.head
         if HOP_FIELD.search(connection.folded_head) is not None:  # rare: most replicas send none of them
@@ -385,8 +435,7 @@ class Exchange:
         if connection.content_length is None and status not in NO_BODY_STATUSES and status >= 200:
             self.chunked = True
             fields = fields[:-2] + b"transfer-encoding: chunked\r\n\r\n"
-        self.answering = True
-        self.out.append((STATUS_LINES.get(status) or _status_line(status)) + fields)
+        return (STATUS_LINES.get(status) or _status_line(status)) + fields
 
     def response_body(self, body: bytes) -> None:
         self.out.append(b"%x\r\n%b\r\n" % (len(body), body) if self.chunked else body)

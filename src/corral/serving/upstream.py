@@ -74,6 +74,7 @@ class Connection(asyncio.Protocol):
         self._chunks: collections.deque[bytes] = collections.deque()
         self._parser = httptools.HttpResponseParser(self)  # one per connection: it reads message after message
         self._paused = False  # reading from the replica is paused (too much read ahead, or a slow client)
+        self._last_head: tuple = (b"",)  # the last response head and what was read of it: see `_read_head`
         self._reset(head_only=False)
 
     def _reset(self, *, head_only: bool, sink: Sink | None = None) -> None:
@@ -88,7 +89,8 @@ class Connection(asyncio.Protocol):
         self._reusable = False
         self._chunks.clear()
         self._buffered = 0
-        self.let_go()  # whoever paused it is done with it
+        if self._paused:  # whoever paused it is done with it
+            self.let_go()
         self._failure: Exception | None = None
         self.headed = False  # the response's head is in
         self._head: asyncio.Future | None = None  # what `send` awaits the head on
@@ -149,10 +151,23 @@ class Connection(asyncio.Protocol):
         """The head is read from the bytes it came in, not header by header: a call per header costs more.
 
         httptools has framed and checked it; its response is the first message in those bytes."""
-        self.status = self._parser.get_status_code()
         self.headed = True
-        self.head = self.head[:self.head.find(b"\r\n\r\n") + 4]
-        self.folded_head = folded = self.head.lower()
+        self.head = head = self.head[:self.head.find(b"\r\n\r\n") + 4]
+        if head == self._last_head[0]:  # a replica tends to send the same head again: it reads the same
+            _, self.status, self.folded_head, self.content_length, self.chunked = self._last_head
+        else:
+            self._read_head(head)
+            self._last_head = (head, self.status, self.folded_head, self.content_length, self.chunked)
+        self._headed()
+        if self.sink is not None:
+            self.sink.response_head(self)
+        elif self.head_only:  # a HEAD response has no body whatever its headers say; not reused, to stay simple
+            self._completed()
+
+    def _read_head(self, head: bytes) -> None:
+        """Status, length and chunking from a response head httptools has framed and checked."""
+        self.status = self._parser.get_status_code()
+        self.folded_head = folded = head.lower()
         if (at := folded.find(b"\r\ncontent-length:")) >= 0:  # one at most: httptools refuses two
             self.content_length = int(folded[at + 17:folded.find(b"\r\n", at + 17)])
         at = folded.find(b"\r\ntransfer-encoding:")
@@ -161,11 +176,6 @@ class Connection(asyncio.Protocol):
             if folded.find(b"chunked", at + 20, end) >= 0:  # `find`, not `in`: see fast_lane._origin_form
                 self.chunked = True
             at = folded.find(b"\r\ntransfer-encoding:", end)
-        self._headed()
-        if self.sink is not None:
-            self.sink.response_head(self)
-        elif self.head_only:  # a HEAD response has no body whatever its headers say; not reused, to stay simple
-            self._completed()
 
     def on_body(self, body: bytes) -> None:
         if self.sink is not None:

@@ -179,16 +179,15 @@ class _Pass:
         every check. Only where the order is fixed ahead (a placement changes no one's turn): a run of some thousand
         alike tasks is walked without the queue's and the checks' calls for each."""
         alike, book, assignments, placed_of = self.alike, self.book, self.result.assignments, self.placed_of
-        group, request, strategy, pool, constraints = alike.group, alike.request, alike.strategy, alike.pool, \
-            alike.constraints
-        quotas = self.policy.quotas
+        group, request, pool, constraints = alike.group, alike.request, alike.pool, alike.constraints
+        quotas, choose = self.policy.quotas, book.chooser(group, alike.strategy)
         while queued:
             unit = queued[0]
             if not ((unit.request is request or unit.request == request) and len(unit.task_ids) == 1
                     and not unit.avoid and unit.max_running is None and unit.pool == pool
                     and unit.constraints == constraints and unit.project not in quotas):
                 return
-            i = book.choose(group, request, strategy)
+            i = choose(group, request, ())
             if i is None:
                 return
             queued.popleft()

@@ -16,7 +16,7 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
@@ -531,13 +531,17 @@ class RoomBook:
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
         """The room the strategy gives this task to, or None when none in the group fits now."""
+        return self.chooser(group, strategy)(group, request, exclude)
+
+    def chooser(self, group: Group, strategy: Strategy) -> Callable[[Group, Request, Collection[int]], int | None]:
+        """How the strategy chooses in this group (as `choose`), found once for a run of tasks that choose there."""
         if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
-            return self._least_fragmenting(group, request, exclude)
+            return self._least_fragmenting
         if strategy is Strategy.ROUND_ROBIN:
-            return self._next_in_turn(group, request, exclude)
+            return self._next_in_turn
         if strategy is Strategy.DISPERSED:
-            return self._emptiest(group, request, exclude)
-        return self._fullest(group, request, exclude)
+            return self._emptiest
+        return self._fullest
 
     def take(self, i: int, request: Request) -> list[int]:
         """Reserve room on `i`; a share goes to the device the strategy chose for it, if it chose one."""
@@ -588,7 +592,8 @@ class RoomBook:
             if memo is None:
                 memo = self._plain[room.pool] = plain_states(measure)
             new_state = self._states[i] = stated(measure, room, memo)
-        for group in self._groups_of(i):
+        groups = self._groups_of_room.get(i)
+        for group in self._groups_of(i) if groups is None else groups:
             if group.sorted is not None:
                 group.sorted.pop(bisect_left(group.sorted, old))
                 insort(group.sorted, new)

@@ -291,6 +291,7 @@ def overbooking(room: WorkerRoom, held: Iterable[tuple[Request, Sequence[int]]])
             return f"gpu {device}: {share_memory[device]} of its {known} bytes booked by shares"
     return None
 
+
 class _Ranked:
     """One request's view of a group's states: a heap of (choice, the state, its id) holding each state once, how
     many revived states it took in, and per state id its choice (None: it does not fit there). A state revived while
@@ -662,8 +663,9 @@ class RoomBook:
             for state in group.revived[ranked.seen:]:
                 if state in queued or state not in by_state:
                     continue
-                choice = choices[state] if state in choices else choices.setdefault(state,
-                                                                                    measure.choice(state, request))
+                if state not in choices:
+                    choices[state] = measure.choice(state, request)
+                choice = choices[state]
                 if choice is not None:
                     heappush(heap, (choice, measure.states[state], state))
                     queued.add(state)

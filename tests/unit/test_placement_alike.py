@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from unittest.mock import patch
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,3 +118,31 @@ def test_an_assignment_made_by_a_pass_is_the_one_the_constructor_makes():
     assert made == Assignment(7, "w1", (0, 2)) and hash(made) == hash(Assignment(7, "w1", (0, 2)))
     assert vars(made).keys() >= {f.name for f in fields(Assignment)}  # a field added later is set here too
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 11), unique=True, max_size=8), RUNNING, RUNS, POLICIES)
+def test_a_run_of_alike_units_taken_off_the_queue_together_decides_as_each_offered_in_turn(workers, tasks, runs,
+                                                                                           policy):
+    rooms = [worker(n) for n in workers]
+    running = running_on(rooms, tasks)
+    units = units_of(runs)
+    together = place(units, rooms, policy=policy, running=running, now=10.0)
+    with patch.object(_Pass, "_place_run", lambda self, queued: None):  # each unit through the queue and _offer
+        in_turn = place(units, rooms, policy=policy, running=running, now=10.0)
+    assert (together.assignments, together.waiting, together.victims) == (in_turn.assignments, in_turn.waiting,
+                                                                          in_turn.victims)
+
+
+@pytest.mark.parametrize(("sequencer", "offers"), [(Sequencer.FIFO, 3), (Sequencer.PRIORITY, 3),
+                                                   (Sequencer.FAIR_SHARE, 12)])
+def test_alike_units_after_a_placed_one_are_placed_as_a_run_where_the_order_is_fixed_ahead(sequencer, offers):
+    """Under FIFO and priority order the first unit is offered, the nine alike after it are placed as a run, and the
+    two that find no room are offered; under fair share a placement may change whose turn is next: each is offered."""
+    rooms = [worker(n) for n in (2, 6)]  # pool "a", 8 cores each
+    units = [Unit((1, t), (t,), Request(1.5, 0, 0), pool="a") for t in range(12)]
+    policy = Policy(pools={"a": PoolPolicy(sequencer=sequencer)})
+    with patch.object(_Pass, "_offer", autospec=True, side_effect=_Pass._offer) as offer:
+        placement = place(units, rooms, policy=policy)
+    assert len(placement.assignments) == 10 and len(placement.waiting) == 2
+    assert offer.call_count == offers

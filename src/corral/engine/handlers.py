@@ -171,27 +171,29 @@ class ScheduleJobs(Handler):
         decision = Decision(HandlerResult())
         waits: dict = {}
         units: list[Unit] = []
-        since: dict = {}
+        since: dict = {}  # the units of jobs with a scheduling timeout: since when each could be placed
         requests: dict[Request, Request] = {}  # placement tells alike tasks apart by identity before it compares
-        last_job, job, held_back, shared = None, NO_FACTS, None, None
+        last_job, job, held_back, shared, timed = None, NO_FACTS, None, None, False
         for target in targets:
-            key = target.key
             if target.job_id != last_job:  # a job's targets come in a row: its facts, gate and unit fields found once
                 last_job = target.job_id
                 job = cluster.jobs.get(last_job, NO_FACTS)
                 held_back = gate(job, cluster.dependencies, now)
                 shared = None
-            if isinstance(held_back, DependencyFailed):
-                decision.effects.append(Doom(target.job_id, held_back.sentence()))
-                continue
             if held_back is not None:
-                waits[key] = held_back
+                if isinstance(held_back, DependencyFailed):
+                    decision.effects.append(Doom(target.job_id, held_back.sentence()))
+                else:
+                    waits[target.key] = held_back
                 continue
-            since[key] = eligible_since(job, cluster.dependencies, target.since)
             if shared is None:  # one request per job, its units share it; equal requests of many jobs are one object
                 request = task_request(job, snapshot.jobs[last_job])
                 shared = unit_fields(job, requests.setdefault(request, request))
-            units.append(pending_unit(target, shared, snapshot, since[key]))
+                timed = snapshot.jobs[last_job].scheduling_timeout is not None
+            unit = pending_unit(target, shared, snapshot, eligible_since(job, cluster.dependencies, target.since))
+            units.append(unit)
+            if timed:  # a key found on the unit, not worked out again from the target
+                since[unit.key] = unit.since
         self._count(units)
         placement = place_over(units, cluster.capacity(), policy=cluster.policy, now=now, mixes=self.mixes)
         waits.update(placement.waiting)

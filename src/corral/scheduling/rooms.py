@@ -16,7 +16,7 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
@@ -291,6 +291,21 @@ def overbooking(room: WorkerRoom, held: Iterable[tuple[Request, Sequence[int]]])
             return f"gpu {device}: {share_memory[device]} of its {known} bytes booked by shares"
     return None
 
+
+class _Ranked:
+    """One request's view of a group's states: a heap of (choice, the state, its id) holding each state once, how
+    many revived states it took in, and per state id its choice (None: it does not fit there). A state revived while
+    still in the heap is not pushed again: the heap stays as small as the states in view, not as the revivals."""
+
+    __slots__ = ("heap", "seen", "choices", "queued")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[tuple, tuple, int]] = []
+        self.seen = 0
+        self.choices: dict[int, tuple | None] = {}
+        self.queued: set[int] = set()
+
+
 class Group:
     """The workers one kind of job may use, indexed by free room: (free GPUs, free cores, free memory, room).
 
@@ -306,11 +321,12 @@ class Group:
         self.sorted: list[tuple] | None = None  # the members' room_key, sorted, once a strategy asked for it
         self.cursor = 0
         # The fragmentation-aware strategy's view: members by state id; the order in which states gained
-        # members; per request, a heap of (choice, state) and how much of that order it has taken in.
+        # members; per request, a heap of (choice, state), how much of that order it has taken in, and the measure's
+        # choice per state as far as asked (a state revived again is not looked up by the request's hash once more).
         self.by_state: dict[int, set[int]] | None = None
         self.revived: list[int] = []
-        self.ranked: dict[Request, tuple[list[tuple[tuple, int]], list[int]]] = {}
-        self.last_ranked: tuple[Request, tuple[list[tuple[tuple, int]], list[int]]] | None = None  # found by identity
+        self.ranked: dict[Request, _Ranked] = {}
+        self.last_ranked: tuple[Request, _Ranked] | None = None  # found by identity
         # Per state, a heap of positions holding every member (and some that left): its first member is the first
         # registered, found without a scan of a state that a thousand alike workers share.
         self.firsts: dict[int, list[int]] = {}
@@ -516,13 +532,17 @@ class RoomBook:
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
         """The room the strategy gives this task to, or None when none in the group fits now."""
+        return self.chooser(group, strategy)(group, request, exclude)
+
+    def chooser(self, group: Group, strategy: Strategy) -> Callable[[Group, Request, Collection[int]], int | None]:
+        """How the strategy chooses in this group (as `choose`), found once for a run of tasks that choose there."""
         if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
-            return self._least_fragmenting(group, request, exclude)
+            return self._least_fragmenting
         if strategy is Strategy.ROUND_ROBIN:
-            return self._next_in_turn(group, request, exclude)
+            return self._next_in_turn
         if strategy is Strategy.DISPERSED:
-            return self._emptiest(group, request, exclude)
-        return self._fullest(group, request, exclude)
+            return self._emptiest
+        return self._fullest
 
     def take(self, i: int, request: Request) -> list[int]:
         """Reserve room on `i`; a share goes to the device the strategy chose for it, if it chose one."""
@@ -573,7 +593,8 @@ class RoomBook:
             if memo is None:
                 memo = self._plain[room.pool] = plain_states(measure)
             new_state = self._states[i] = stated(measure, room, memo)
-        for group in self._groups_of(i):
+        groups = self._groups_of_room.get(i)
+        for group in self._groups_of(i) if groups is None else groups:
             if group.sorted is not None:
                 group.sorted.pop(bisect_left(group.sorted, old))
                 insort(group.sorted, new)
@@ -634,15 +655,21 @@ class RoomBook:
         else:
             ranked = group.ranked.get(request)
             if ranked is None:
-                ranked = group.ranked[request] = ([], [0])
+                ranked = group.ranked[request] = _Ranked()
             group.last_ranked = (request, ranked)
-        heap, seen = ranked
-        by_state = group.by_state
-        if seen[0] < len(group.revived):
-            for state in group.revived[seen[0]:]:
-                if state in by_state and (choice := measure.choice(state, request)) is not None:
+        heap, queued, by_state = ranked.heap, ranked.queued, group.by_state
+        if ranked.seen < len(group.revived):
+            choices = ranked.choices
+            for state in group.revived[ranked.seen:]:
+                if state in queued or state not in by_state:
+                    continue
+                if state not in choices:
+                    choices[state] = measure.choice(state, request)
+                choice = choices[state]
+                if choice is not None:
                     heappush(heap, (choice, measure.states[state], state))
-            seen[0] = len(group.revived)
+                    queued.add(state)
+            ranked.seen = len(group.revived)
         while heap:
             choice, _, state = heap[0]
             members = by_state.get(state)
@@ -651,6 +678,7 @@ class RoomBook:
                 if self._fits(i, request, choice):
                     return i
             heappop(heap)
+            queued.discard(state)
         return None
 
     def _fits(self, i: int, request: Request, choice: tuple) -> bool:

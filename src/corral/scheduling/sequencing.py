@@ -28,16 +28,18 @@ class Queue:
                  usage: Mapping[str, Mapping[str, float]] | None = None,
                  capacity: Mapping[str, float] | None = None) -> None:
         self.sequencer = sequencer
+        # The units in the order they come, where that order is fixed ahead (not under fair share, where each
+        # placement moves its project's turn): the caller may take several off its head at once.
+        self.plain: deque | None = None
         if sequencer is Sequencer.FAIR_SHARE:
             self._fair = _FairShare(units, usage or {}, capacity or {})
         else:
-            ordered = units if sequencer is Sequencer.FIFO else _by_priority(units)
-            self._plain = deque(ordered)
+            self.plain = deque(units if sequencer is Sequencer.FIFO else _by_priority(units))
 
     def next(self):
-        if self.sequencer is Sequencer.FAIR_SHARE:
+        if self.plain is None:
             return self._fair.next()
-        return self._plain.popleft() if self._plain else None
+        return self.plain.popleft() if self.plain else None
 
     def charge(self, unit) -> None:
         """The unit was placed: under fair share, its project's share grows by what it took."""

@@ -4,6 +4,7 @@ nothing of the heartbeat applied, and the refusal is on the job's record."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -167,3 +168,18 @@ async def test_a_quiet_worker_s_orders_are_still_read_every_so_often(api, monkey
             reply = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 0})
             assert reply.status_code == 200 and reply.json()["orders"] == []
     assert reads == [worker_id] * 3
+
+
+async def test_a_report_whose_reason_holds_a_nul_or_a_lone_surrogate_is_told_not_refused(api):
+    """The body's strings are checked on the raw heartbeat, reports and all; a reason is a worker's telling of
+    what went wrong (an error message quoting an argument) and is made storable instead of refusing the heartbeat."""
+    async with api.as_("join-token") as worker:
+        job_id, worker_id, order = await _setup(api, worker)
+        failed = {**_report(order, "FAILED"), "exit_code": 127, "reason": "cannot start ['x\x00y\udc80']"}
+        body = json.dumps({"reports": [_report(order, "BUILDING"), failed]})  # the surrogate as a \u escape
+        answer = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", content=body,
+                                   headers={"content-type": "application/json"})
+        assert answer.status_code == 200, answer.text
+    async with api.admin() as admin:
+        history = (await admin.get(f"/api/v1/jobs/{job_id}/history")).json()
+    assert any("cannot start ['x\\x00y\\udc80']" in (row["message"] or "") for row in history), history

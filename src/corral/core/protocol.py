@@ -162,6 +162,15 @@ class HeartbeatRequest(WireModel):
                                       description="each NVIDIA device's use, where NVML reads it")
     wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _readable_reasons(cls, data: object) -> object:
+        """Each report's reason is told (`_told`) before the body's strings are checked: that check walks the raw
+        body, the reports in it too, before a report's own validator runs, and would refuse the whole heartbeat."""
+        if isinstance(data, dict) and isinstance(reports := data.get("reports"), list):
+            return {**data, "reports": [_told(report) for report in reports]}
+        return data
+
     @property
     def only_liveness(self) -> bool:
         """It says only that the worker lives: no report, none of the facts it sends when they change."""

@@ -205,3 +205,14 @@ def test_the_garbage_collector_is_left_as_it_was(collecting):
         assert gc.isenabled() is collecting
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_a_task_read_both_waiting_and_holding_room_waits_for_reads_that_agree():
+    """Reads a moment apart (the pending rows, then the kept index, with a placement committed between them) can
+    show a task pending while it holds room: placed again, it would hold its room twice and end twice, which stopped
+    every estimate with a KeyError. It holds its room; its unit is left out of this simulation, the others not."""
+    overlapping = waiting(2, runs_for=300)  # its task, 200, still holds w1's first GPU
+    queue = [overlapping, waiting(3, runs_for=50), waiting(4, runs_for=50), waiting(5, runs_for=50)]
+    estimates = forecast(queue, [worker("w1", gpus=2, free=[1])], [busy(2, 200, "w1", 600)], now=NOW)
+    assert 2 not in estimates and estimates[3].start_at == NOW
+    assert within(estimates[4].start_at, NOW + 50) and within(estimates[5].start_at, NOW + 100)

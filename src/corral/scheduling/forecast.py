@@ -154,8 +154,15 @@ class _Simulation:
         # Priority first where the pool's sequencer orders by it (fair share does within a project), then as given:
         # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
         order, gated, asked, kind_of = self.order, self.gated, self.asked, self.kind_of
+        holding = ends_at.keys()
         for n, item in enumerate(sorted(waiting, key=lambda item: 0 if fifo[item.unit.pool] else -item.unit.priority)):
             unit = item.unit
+            if not holding.isdisjoint(unit.task_ids):
+                # Read pending, and holding room: the caller's reads a moment apart (on PostgreSQL each statement
+                # sees what was committed before it, so a placement committed between the pending rows' read and the
+                # kept index's) show the task both ways. Placed again it would hold its room twice and end twice;
+                # it holds its room, and its unit is left to a pass whose reads agree.
+                continue
             key = unit.key
             order[key] = n
             left[key[0]] += len(unit.task_ids)

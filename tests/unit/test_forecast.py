@@ -216,3 +216,16 @@ def test_a_task_read_both_waiting_and_holding_room_waits_for_reads_that_agree():
     estimates = forecast(queue, [worker("w1", gpus=2, free=[1])], [busy(2, 200, "w1", 600)], now=NOW)
     assert 2 not in estimates and estimates[3].start_at == NOW
     assert within(estimates[4].start_at, NOW + 50) and within(estimates[5].start_at, NOW + 100)
+
+
+def test_units_evicted_wait_again_each_in_a_place_of_its_own():
+    """An evicted unit queues after every other. Its place was the size of the order, which does not grow for a unit
+    placed in the simulation and then evicted (its key is already there): two such units shared one place, and were
+    then taken by key rather than in the order they were evicted."""
+    low = [waiting(2, runs_for=10_000), waiting(3, runs_for=10_000)]  # placed at once, both on w1
+    high = waiting(4, gpus=2, priority=10, job_facts=JobPlacement(begin=NOW + 100))  # evicts both at its begin
+    simulation = forecasting._Simulation([*low, high], [worker("w1", gpus=2)], [], NOW, Policy(), {},
+                                         forecasting.HORIZON)
+    estimates = simulation.run(None)
+    assert estimates[2].start_at == estimates[3].start_at == NOW and within(estimates[4].start_at, NOW + 100)
+    assert len(set(simulation.order.values())) == len(simulation.order)

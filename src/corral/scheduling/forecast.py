@@ -141,6 +141,7 @@ class _Simulation:
         heapq.heapify(ends)
         self.dependencies = dict(dependencies)
         self.order: dict = {}  # unit key -> its place in the sequencers' order
+        self.next_place = len(waiting)  # an evicted unit's place: after every other, even one placed and evicted before
         self.kinds: dict[int, dict] = defaultdict(dict)  # kind -> {unit key: Waiting}, in order
         self.gated: dict = {}  # unit key -> Waiting, held back by its job's dependencies or begin time
         self.asked: set[int] = set()  # the jobs to estimate (not evicted ones waiting again)
@@ -439,7 +440,8 @@ class _Simulation:
                 task_ids = tuple(dict.fromkeys(earlier.unit.task_ids + task_ids))
             unit = Unit(key, task_ids, first.request, pool=pool, priority=first.priority, project=first.project,
                         since=t)
-            self.order[key] = len(self.order)
+            self.order[key] = self.next_place
+            self.next_place += 1
             self.kind_of[key] = self._kind(unit)
             self.kinds[self.kind_of[key]][key] = Waiting(unit, runs_for)
 

@@ -471,6 +471,7 @@ class RoomBook:
         self.position = {room.id: i for i, room in enumerate(self.rooms)} if kept is None else kept.position
         self._kept = kept
         self._copied: set[int] = set()
+        self._shared: set[int] = set()  # rooms this pass took a share on (giving one back never adds a shared device)
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
         self.measures = dict(measures or {})
         self._groups: dict[tuple[str, tuple[AnyConstraint, ...]], Group] = {}
@@ -523,11 +524,12 @@ class RoomBook:
 
     def shared_devices(self, group: Group) -> int:
         """How many of the members' devices hold shares now: looked for only on the rooms that have any, as the index
-        keeps them, and those this pass changed."""
+        keeps them, and those this pass took a share on: of the few hundred rooms a pass copies, only these may
+        have come to hold shares."""
         if self._kept is None:
             sharing = group.members
         else:
-            sharing = group.member_set.intersection(self._kept.sharing) | group.member_set.intersection(self._copied)
+            sharing = group.member_set.intersection(self._kept.sharing) | group.member_set.intersection(self._shared)
         return sum([len(self.rooms[i].gpu_shared) for i in sharing])
 
     def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
@@ -549,6 +551,8 @@ class RoomBook:
         old = room_key(self.rooms[i], i) if self._keyed else None
         device = self._device_for[2] if self._device_for and self._device_for[:2] == (i, request) else None
         self._device_for = None
+        if request.share:
+            self._shared.add(i)
         gpu_ids = (self.rooms[i] if i in self._copied else self._own(i)).take(request, device)
         self._moved(i, old)
         return gpu_ids

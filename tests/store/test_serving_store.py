@@ -18,6 +18,7 @@ from corral.serving.pool import read_pool
 from corral.store.deployments import NameTaken, destroy_deployment, insert_deployment, scale_deployment
 from corral.store.events import latest_by_deployment, read_events, stream_start
 from corral.store.schema import deployments, history, replicas
+from corral.store.worker_state import mark_all_seen
 from tests.store.helpers import NOW, add_worker, job, job_tasks, report, settle, submit
 
 SPEC = DeploymentSpec(name="svc", command=["serve"], min_replicas=1, resources={"cpu": 1},
@@ -102,6 +103,33 @@ async def test_the_routers_pool_is_read_only_while_a_deployment_is_not_destroyed
         await destroy_deployment(connection, "svc", NOW)
     await serve_pass(store, NOW)
     assert (await backend.pool()).rooms == []
+
+
+async def test_the_routers_pool_is_read_again_only_after_a_commit_that_may_move_state(store, monkeypatch):
+    """The router looks at the pool every second: where every writer is this store (SQLite), a look after nothing
+    but liveness marks reads nothing and finds the pool as it was; on a shared store each look reads."""
+    worker = await add_worker(store)
+    async with store.write() as connection:
+        await insert_deployment(connection, SPEC, [], NOW)
+    reads = 0
+    read = store.read
+
+    def counted_read(*args, **kwargs):
+        nonlocal reads
+        reads += 1
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(store, "read", counted_read)
+    backend = LocalBackend(store, changed=None)
+    first = await backend.pool()
+    assert [room.id for room in first.rooms] == [worker] and reads == 1
+    async with store.write(moves_state=False) as connection:  # a heartbeat's liveness mark
+        await mark_all_seen(connection, [worker], NOW + 1)
+    assert await backend.pool() == first
+    assert reads == (1 if store.is_sqlite else 2)
+    second = await add_worker(store, name="w1")
+    assert [room.id for room in (await backend.pool()).rooms] == [worker, second]
+    assert reads == (2 if store.is_sqlite else 3)
 
 
 async def test_scaling_to_zero_cancels_the_replica_job_and_destroy_ends_the_deployment(store):

@@ -72,6 +72,7 @@ from corral.engine.reports import SeenMarks, ingest_group
 from corral.metrics import CLUSTER, exposition
 from corral.serving import proxy
 from corral.serving.access import StorePeople
+from corral.serving.pool import KeptPool
 from corral.serving.wiring import start_serving
 from corral.store.attachments import close_live
 from corral.store.notify import Notifier
@@ -138,8 +139,9 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             submit_settings=SubmitSettings(), logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),
             results=ResultFiles(settings.data_dir / "results"), events=events, samples=samples, router=router,
-            serving=serving, relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets(),
-            people=StorePeople(store), registry=registry)
+            catalog_pool=KeptPool(store), serving=serving,
+            relays=Relays(store, signals, settings.relay_connect_timeout), tickets=Tickets(), people=StorePeople(store),
+            registry=registry)
         if not store.is_sqlite:  # several controllers may share it: tell them of our commits, hear of theirs
             notifier = Notifier(settings.database_url, registry.id, on_change_elsewhere(app.state.services))
             store.on_change = notifier.state_moved

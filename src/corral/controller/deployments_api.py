@@ -27,7 +27,6 @@ from corral.core.deployment_views import (
 from corral.core.roles import Action
 from corral.core.serving import DeploymentState
 from corral.core.wire import Text
-from corral.serving.pool import read_pool
 from corral.store.deployments import (
     NameTaken,
     NoSuchDeployment,
@@ -148,8 +147,7 @@ async def report_load(report: LoadReport, request: Request) -> None:
 async def catalog(request: Request) -> CatalogView:
     """What a standalone `corral router` routes on: live deployments, their keys and healthy endpoints."""
     current = services_of(request).router.catalog
-    async with services_of(request).store.read() as connection:
-        pool = await read_pool(connection)
+    pool = await services_of(request).catalog_pool()
     return CatalogView(**pool.to_json(), deployments=[
         CatalogDeployment(name=name, spec=facts.spec, replicas=facts.replicas, key_hashes=list(facts.key_hashes),
                           project_key_hashes=list(facts.project_key_hashes),

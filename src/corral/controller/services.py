@@ -27,6 +27,7 @@ from corral.engine.loop import Engine, WorkerSignals
 from corral.engine.reports import Heartbeat, SeenMarks
 from corral.engine.serving_loop import ServingEngine
 from corral.serving.access import StorePeople
+from corral.serving.pool import KeptPool
 from corral.serving.router import Router
 from corral.store.store import Store
 
@@ -52,6 +53,7 @@ class Services:
     events: EventHub
     samples: Samples
     router: Router
+    catalog_pool: KeptPool  # the pool the standalone routers' catalog carries, read again once state moved
     serving: ServingEngine
     relays: Relays  # channels into tasks waiting for their workers to dial back
     tickets: Tickets  # unspent single-use tickets of browsers' channels

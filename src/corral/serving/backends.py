@@ -5,18 +5,23 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from corral.client.aio import AsyncClient
 from corral.core.serving import Catalog, DeploymentFacts, DeploymentState, Endpoint
-from corral.serving.pool import Pool, read_pool
+from corral.serving.pool import KeptPool, Pool, read_pool
 from corral.store.deployments import any_shown, scale_deployment
 from corral.store.store import Store
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 class LocalBackend:
     def __init__(self, store: Store, changed: Callable[[], Awaitable[None]]) -> None:
         self.store = store
         self.changed = changed
+        self.kept_pool = KeptPool(store, _pool_if_shown)
 
     async def scale(self, name: str, replicas: int, reason: str) -> None:
         async with self.store.write() as connection:
@@ -24,13 +29,17 @@ class LocalBackend:
         await self.changed()
 
     async def pool(self) -> Pool:
-        """Read every second: with no deployment it is empty, and the cluster (every worker's room and every task
-        holding some: a tenth of the controller's CPU at a thousand busy workers) is not read for it."""
-        async with self.store.read() as connection:
-            return await read_pool(connection) if await any_shown(connection) else Pool()
+        """Asked every second, read only after a commit that may have moved state (`KeptPool`)."""
+        return await self.kept_pool()
 
     async def report_load(self, loads: dict[str, int]) -> None:
         """Nothing to send: the controller's own router is the one that autoscales, on its own load."""
+
+
+async def _pool_if_shown(connection: AsyncConnection) -> Pool:
+    """With no deployment the pool is empty, and the cluster (every worker's room and every task holding some: a
+    tenth of the controller's CPU at a thousand busy workers) is not read for it."""
+    return await read_pool(connection) if await any_shown(connection) else Pool()
 
 
 class RemoteBackend:

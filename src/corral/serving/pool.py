@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ from corral.core.serving import REPLICA_COUNTED, ReplicaState
 from corral.scheduling.placement import Request, WorkerRoom
 from corral.store.deployments import replica_tasks_holding
 from corral.store.scheduling_reads import rooms_and_running
+from corral.store.store import Store
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -111,3 +112,28 @@ async def read_pool(connection: AsyncConnection) -> Pool:
         holdings.setdefault(row.name, []).append(Holding(
             task.worker_id, task.request, task.gpu_ids, leaving=ReplicaState(row.state) not in REPLICA_COUNTED))
     return Pool(rooms, holdings)
+
+
+class KeptPool:
+    """The pool as `read` last found it, read again only after a commit that may have moved state.
+
+    Routers look at the pool every second (the controller's own, and each standalone one through the catalog),
+    and on a cluster where nothing moves each look read the same rows: a few store reads a second, beside the
+    requests the controller routes. Liveness marks, the registry's row and start estimates move no state, so
+    they leave the pool as it was. Only where every writer is this store (SQLite): on a shared store another
+    controller's commits are not counted here, and each look reads."""
+
+    def __init__(self, store: Store, read: Callable[[AsyncConnection], Awaitable[Pool]] = read_pool) -> None:
+        self.store = store
+        self.read = read
+        self._kept: tuple[int, Pool] | None = None  # (the store's state commits before the read, what it found)
+
+    async def __call__(self) -> Pool:
+        commits = self.store.state_commits  # before the read: a commit that ends during it makes the read stale
+        if self._kept is not None and self._kept[0] == commits:
+            return self._kept[1]
+        async with self.store.read() as connection:
+            pool = await self.read(connection)
+        if self.store.is_sqlite:
+            self._kept = (commits, pool)
+        return pool

@@ -44,6 +44,9 @@ class Store:
         # Called after a committed write that changed rows (other than liveness marks): how other controllers
         # sharing the store learn of it (store.notify).
         self.on_change: Callable[[], None] | None = None
+        # Commits here that may have moved state (`moves_state`: all but liveness marks and the like). Where every
+        # writer is this store (SQLite), a read of state is current while this count is unchanged.
+        self.state_commits = 0
         if not self.is_sqlite:  # only other controllers are told of changes, and SQLite has no other
             event.listen(self.writer.sync_engine, "after_cursor_execute", _note_written_rows)
 
@@ -72,6 +75,8 @@ class Store:
                 raise StaleWrite(f"PostgreSQL rolled this transaction back ({str(error.orig).splitlines()[0]})") \
                     from None
             STORE_WRITE_SECONDS.observe(time.perf_counter() - started)
+        if moves_state:
+            self.state_commits += 1
         for listener in self.on_commit:
             listener()
         if wrote and moves_state and self.on_change is not None:

@@ -161,6 +161,9 @@ class HeartbeatRequest(WireModel):
     gpus: list[GpuUse] | None = Field(None, max_length=MAX_GPU,
                                       description="each NVIDIA device's use, where NVML reads it")
     wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
+    holding: list[TaskRef] = Field(
+        default_factory=list, max_length=MAX_REPORTS,
+        description="the attempts the worker holds (their build orders taken): the reply does not build them again")
 
     @model_validator(mode="before")
     @classmethod

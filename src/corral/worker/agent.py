@@ -409,8 +409,10 @@ class Agent:
         generation, pythons = self.environments.generation, self._pythons_unsent
         changed = self._environments() if generation != self._environments_sent else {}
         gpus = await asyncio.to_thread(self.gpu_meter.read) if self.gpu_meter.indices else None
+        # What it holds goes with every heartbeat: the orders of a wave's tasks not yet reported came again in
+        # every reply until their reports were in, each built, sent and read again.
         body = HeartbeatRequest(reports=reports, wait=wait, pythons=pythons, gpus=gpus or None,
-                                **changed).model_dump(mode="json")
+                                holding=self.runner.running()[:MAX_REPORTS], **changed).model_dump(mode="json")
         response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
                                     timeout=httpx.Timeout(wait + REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
         if changed:

@@ -170,7 +170,7 @@ async def test_a_heartbeat_is_not_given_again_the_builds_of_the_attempts_its_wor
             if len(builds) == 2:
                 break
         assert len(builds) == 2, builds
-        held = {"task_id": order["task_id"], "attempt": order["attempt"]}
+        held = [order["task_id"], order["attempt"]]
         reply = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 0, "holding": [held]})
         assert reply.status_code == 200, reply.text
         assert [(o["action"], o["task_id"]) for o in reply.json()["orders"]] == [

@@ -142,7 +142,7 @@ class FakeController:
             self.pythons.append(body.pythons)
         if body.gpus is not None:
             self.gpu_readings.append(body.gpus)
-        self.holdings.append({(ref.task_id, ref.attempt) for ref in body.holding})
+        self.holdings.append(set(body.holding))
         if body.reports:
             self.batches.append([(r.task_id, r.state) for r in body.reports])
         for report in body.reports:

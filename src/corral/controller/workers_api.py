@@ -80,7 +80,7 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             return None
         return time.time() - services.settings.relay_connect_timeout
 
-    holding = frozenset((ref.task_id, ref.attempt) for ref in body.holding)
+    holding = frozenset(body.holding)
 
     async def current_orders() -> list[Order]:
         """Read after the reports are committed, outside the one writer's lock (orders are derived, not written),

@@ -412,7 +412,7 @@ class Agent:
         # What it holds goes with every heartbeat: the orders of a wave's tasks not yet reported came again in
         # every reply until their reports were in, each built, sent and read again.
         body = HeartbeatRequest(reports=reports, wait=wait, pythons=pythons, gpus=gpus or None,
-                                holding=self.runner.running()[:MAX_REPORTS], **changed).model_dump(mode="json")
+                                holding=self.runner.holding()[:MAX_REPORTS], **changed).model_dump(mode="json")
         response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
                                     timeout=httpx.Timeout(wait + REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
         if changed:

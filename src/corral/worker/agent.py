@@ -304,7 +304,8 @@ class Agent:
 
     async def _poll(self) -> None:
         """Keep one long-poll outstanding, so orders arrive as soon as the controller has them; after new ones,
-        only once their reports are delivered (or `settle` passes), as the controller repeats them until then."""
+        only once their reports are delivered (or `settle` passes): that heartbeat's reply brings any newer ones,
+        and the controller repeats a start, a stop or a preemption until its report is in."""
         backoff = _Backoff("heartbeat", cap=1.0)
         pace = PACE_FIRST
         while True:

@@ -28,11 +28,13 @@ async def wait_until_answered(probe: Callable[[], Awaitable[object]], timeout: f
     return value
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
-    """Poll `condition` from a blocking test until it is truthy and return its value; fail after `timeout`."""
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition",
+             every: float = 0.02) -> object:
+    """Poll `condition` every `every` seconds from a blocking test until it is truthy and return its value; fail
+    after `timeout`."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(every)
     return value

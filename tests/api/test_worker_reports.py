@@ -158,6 +158,27 @@ async def test_a_poll_reads_no_orders_for_a_worker_answered_with_none_and_not_ru
         assert building.json()["orders"] == [] and reads == [worker_id]  # a report's heartbeat reads what it made
 
 
+async def test_a_heartbeat_is_not_given_again_the_builds_of_the_attempts_its_worker_holds(api):
+    """A worker holds the attempts whose builds it took until it ends them: the orders of a wave's tasks not yet
+    reported came again in every reply (each built, sent and read again); a lost reply's come again, unheld."""
+    async with api.as_("join-token") as worker:
+        job_id, worker_id, order = await _setup(api, worker, replicas=2)
+        builds = {}
+        for _ in range(20):
+            reply = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 0})
+            builds = {o["task_id"]: o for o in reply.json()["orders"] if o["action"] == "build"}
+            if len(builds) == 2:
+                break
+        assert len(builds) == 2, builds
+        held = [order["task_id"], order["attempt"]]
+        reply = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 0, "holding": [held]})
+        assert reply.status_code == 200, reply.text
+        assert [(o["action"], o["task_id"]) for o in reply.json()["orders"]] == [
+            ("build", task_id) for task_id in builds if task_id != order["task_id"]]
+        reply = await worker.post(f"/api/v1/workers/{worker_id}/heartbeat", json={"wait": 0})
+        assert {o["task_id"] for o in reply.json()["orders"]} == set(builds)
+
+
 async def test_a_quiet_worker_s_orders_are_still_read_every_so_often(api, monkeypatch):
     """A change of orders that rang no one (none is known) reaches its worker late, never not at all."""
     reads = counted_reads(monkeypatch)

@@ -126,17 +126,18 @@ class Cluster:
     def tasks(self, job_id: int) -> list[dict]:
         return self.get(f"/api/v1/jobs/{job_id}/tasks")
 
-    def wait_state(self, job_id: int, *states: str, timeout: float = 30) -> dict:
+    def wait_state(self, job_id: int, *states: str, timeout: float = 30, every: float = 0.02) -> dict:
         return wait_for(lambda: (j := self.job(job_id))["state"] in states and j, timeout,
-                        f"job {job_id} to reach {states}")
+                        f"job {job_id} to reach {states}", every)
 
     def wait_running(self, job_id: int, index: int = 0, timeout: float = 30) -> dict:
         """Until task `index` runs its process: a job is RUNNING as soon as it is placed."""
         return wait_for(lambda: (t := self.tasks(job_id)[index])["state"] == "RUNNING" and t, timeout,
                         f"task {index} of job {job_id} to run")
 
-    def wait_end(self, job_id: int, timeout: float = 30) -> dict:
-        return self.wait_state(job_id, *JOB_TERMINAL, timeout=timeout)
+    def wait_end(self, job_id: int, timeout: float = 30, every: float = 0.02) -> dict:
+        """The job's row once it has ended, read every `every` seconds until then."""
+        return self.wait_state(job_id, *JOB_TERMINAL, timeout=timeout, every=every)
 
     def logs(self, job_id: int, task: int = 0, stream: str = "stdout") -> str:
         response = self.http.get(f"/api/v1/jobs/{job_id}/tasks/{task}/logs", params={"stream": stream})

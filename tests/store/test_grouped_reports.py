@@ -115,6 +115,20 @@ async def test_orders_read_together_are_each_worker_s_own(store):
         [[("build", task.id)] for task in tasks]
 
 
+async def test_reads_of_one_worker_read_together_each_get_the_builds_they_do_not_hold(store):
+    """One build is made for all of them unless every one holds it; each answer leaves out what its own holds."""
+    worker = await add_worker(store, "w", cpu=3.0)
+    job_id = await submit(store, replicas=3, resources={"cpu": 1})
+    await settle(store)
+    first, second, third = [(task.id, task.attempt) for task in await job_tasks(store, job_id)]
+    reads = OrderReads(store)
+    answers = await asyncio.wait_for(asyncio.gather(
+        reads.read(worker, None), reads.read(worker, None, frozenset({first})),
+        reads.read(worker, None, frozenset({first, second}))), 30)
+    assert [[order.task_id for order in answer] for answer in answers] == [
+        [first[0], second[0], third[0]], [second[0], third[0]], [third[0]]]
+
+
 async def test_a_worker_whose_orders_cannot_be_read_fails_alone(store):
     _, tasks = await placed(store)
     spare = await add_worker(store, "spare", cpu=1.0)

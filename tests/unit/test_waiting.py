@@ -1,4 +1,5 @@
-"""`woken`: a loop that waits on it ends when cancelled, even a loop turn after its wake-up."""
+"""`woken`: a loop that waits on it ends when cancelled, even a loop turn after its wake-up. `wait_for`: a blocking
+test's poll looks as often as asked."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import asyncio
 import pytest
 
 from corral.waiting import woken
-from tests.waiting import wait_until
+from tests import waiting
+from tests.waiting import wait_for, wait_until
 
 
 @pytest.mark.parametrize("turns_between_wake_and_cancel", [0, 1, 2, 3])
@@ -37,3 +39,11 @@ async def test_says_whether_the_event_was_set_or_the_time_ran_out():
     assert await woken(event, 0) is False
     event.set()
     assert await woken(event, 3600) is True
+
+
+def test_a_blocking_wait_polls_as_often_as_asked(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(waiting.time, "sleep", slept.append)
+    answers = iter([None, None, "done"])
+    assert wait_for(lambda: next(answers), 5, "the third look", every=0.5) == "done"
+    assert slept == [0.5, 0.5]

@@ -78,6 +78,13 @@ def test_heartbeat_reports_are_bounded_in_ids_and_length():
         HeartbeatRequest.model_validate({"reports": [report] * 10_001})
 
 
+@pytest.mark.parametrize("holding", [[[0, 0]], [[1, -1]], [[2**63, 0]], [[1, 0, 0]], [[1, 0]] * 10_001])
+def test_the_attempts_a_heartbeat_holds_are_bounded_in_ids_and_length(holding):
+    assert HeartbeatRequest.model_validate({"holding": [[1, 0], [7, 2]]}).holding == [(1, 0), (7, 2)]
+    with pytest.raises(ValidationError):
+        HeartbeatRequest.model_validate({"holding": holding})
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("12", 12), ("0", 0), (str(MAX_ID), MAX_ID), (str(MAX_ID + 1), None), ("²", None), ("-1", None), ("", None),
 ])

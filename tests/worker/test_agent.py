@@ -65,6 +65,7 @@ class FakeController:
         self.missed_reports = 0  # heartbeats with reports that found the controller down
         self.pythons: list[list[str]] = []  # the Python versions heartbeats brought
         self.gpu_readings: list[list[GpuUse]] = []  # the devices' use heartbeats brought
+        self.holdings: list[set[tuple[int, int]]] = []  # the attempts each heartbeat said its worker holds
         self.heartbeats = 0
         self.polls_with_orders = 0  # heartbeats without reports answered with orders
         self.status: int | None = None  # answer everything with this status
@@ -141,6 +142,7 @@ class FakeController:
             self.pythons.append(body.pythons)
         if body.gpus is not None:
             self.gpu_readings.append(body.gpus)
+        self.holdings.append(set(body.holding))
         if body.reports:
             self.batches.append([(r.task_id, r.state) for r in body.reports])
         for report in body.reports:
@@ -338,6 +340,23 @@ async def test_a_preempted_task_is_acknowledged_with_its_epoch_and_a_refusal_is_
 def test_the_address_on_a_loopback_controller_is_loopback():
     assert route_address("http://localhost:8265") == "127.0.0.1"
     assert route_address("http://127.0.0.1:8265") == "127.0.0.1"
+
+
+async def test_heartbeats_say_which_attempts_the_worker_holds_until_they_end(controller, tmp_path):
+    """So that the controller need not build their orders again for every reply until their reports are in."""
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: controller.registrations, what="registration")
+        worker = controller.registrations[0][0]
+        controller.assign(1, worker, [sys.executable, "-c", "import time; time.sleep(60)"], start=True)
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        seen = len(controller.holdings)
+        await wait_until(lambda: len(controller.holdings) > seen, what="a heartbeat after its RUNNING")
+        assert controller.holdings[-1] == {(1, 0)}
+        controller.stop(1)
+        await wait_until(lambda: "KILLED" in controller.states(1), what="the task to be stopped")
+        seen = len(controller.holdings)
+        await wait_until(lambda: len(controller.holdings) > seen, what="a heartbeat after its end")
+        assert controller.holdings[-1] == set()
 
 
 async def test_an_outbox_longer_than_a_heartbeat_may_carry_goes_out_in_several(controller, tmp_path):

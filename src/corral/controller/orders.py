@@ -81,10 +81,14 @@ def master_port(job_id: int, attempt: int) -> int:
 
 
 async def orders_of(connection: AsyncConnection, worker_ids: Collection[str],
-                    job_token: Callable[[int], str] | None = None) -> dict[str, list[Order]]:
-    """Each worker's orders for its tasks: starts, stops and preemptions in task order, then builds."""
+                    job_token: Callable[[int], str] | None = None,
+                    holding: Mapping[str, Collection[tuple[int, int]]] | None = None) -> dict[str, list[Order]]:
+    """Each worker's orders for its tasks: starts, stops and preemptions in task order, then builds, but none for
+    an attempt its worker says it holds (`holding`: worker -> (task id, attempt)): it took that build already."""
     rows = await ordered_tasks(connection, worker_ids)
-    builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)]
+    holding = holding or {}
+    builds = [r for r in rows if r.state == T.ASSIGNED and (not r.gang or r.job_state in GANG_BUILDS_IN)
+              and (r.id, r.attempt) not in holding.get(r.worker_id, ())]
     masters = await gang_masters(connection, {r.job_id for r in builds if r.gang})
     # A batch of heartbeats' builds is hundreds of validated models: off the event loop, which answers the polls.
     return await converted(len(rows), _orders, worker_ids, rows, builds, masters, job_token)
@@ -130,6 +134,18 @@ async def relay_orders(connection: AsyncConnection, worker_id: str, relays_after
             for row in await fresh_openings(connection, worker_id, relays_after)]
 
 
+@dataclass(frozen=True)
+class _Read:
+    """One heartbeat's wait for its worker's orders: since when channels are waited for, what it holds, the answer."""
+
+    relays_after: float | None
+    holding: frozenset[tuple[int, int]]
+    answer: asyncio.Future[list[Order]]
+
+    def holds(self, order: Order) -> bool:
+        return isinstance(order, BuildOrder) and (order.task_id, order.attempt) in self.holding
+
+
 class OrderReads:
     """Reads of workers' orders that come while one is being read, read together in the next: one connection and
     one set of statements for them all. A read holds a pooled connection for its statements' round trips through
@@ -139,13 +155,15 @@ class OrderReads:
 
     def __init__(self, store: Store, job_token: Callable[[int], str] | None = None) -> None:
         self.store, self.job_token = store, job_token
-        self._waiting: dict[str, list[tuple[float | None, asyncio.Future[list[Order]]]]] = defaultdict(list)
+        self._waiting: dict[str, list[_Read]] = defaultdict(list)
         self._reader: asyncio.Task | None = None
 
-    async def read(self, worker_id: str, relays_after: float | None) -> list[Order]:
-        """The worker's orders (orders_of) and the channels waiting for it (relay_orders)."""
+    async def read(self, worker_id: str, relays_after: float | None,
+                   holding: frozenset[tuple[int, int]] = frozenset()) -> list[Order]:
+        """The worker's orders (orders_of) but the builds of what it holds, and the channels waiting for it
+        (relay_orders)."""
         read = asyncio.get_running_loop().create_future()
-        self._waiting[worker_id].append((relays_after, read))
+        self._waiting[worker_id].append(_Read(relays_after, holding, read))
         if self._reader is None or self._reader.done():
             self._reader = asyncio.create_task(self._read())
         return await read
@@ -161,7 +179,7 @@ class OrderReads:
                     try:
                         answers += await self._answers({worker_id: reads})
                     except Exception as error:
-                        answers += [(read, error) for _, read in reads]
+                        answers += [(read.answer, error) for read in reads]
             for read, answer in answers:
                 if read.done():  # its request may have gone meanwhile
                     continue
@@ -170,12 +188,17 @@ class OrderReads:
                 else:
                     read.set_result(answer)
 
-    async def _answers(self, batch: Mapping[str, list[tuple[float | None, asyncio.Future[list[Order]]]]]) -> list:
-        """Each read of the batch with its worker's orders, read through one connection."""
+    async def _answers(self, batch: Mapping[str, list[_Read]]) -> list:
+        """Each read of the batch with its worker's orders, read through one connection. A build is made once for
+        all of a worker's reads, unless every one of them holds its attempt; each read is then given those it lacks."""
+        holding = {worker_id: frozenset.intersection(*(read.holding for read in reads))
+                   for worker_id, reads in batch.items()}
         async with self.store.read() as connection:
-            orders = await orders_of(connection, list(batch), self.job_token)
-            return [(read, orders[worker_id] + await relay_orders(connection, worker_id, relays_after))
-                    for worker_id, reads in batch.items() for relays_after, read in reads]
+            orders = await orders_of(connection, list(batch), self.job_token, holding)
+            return [(read.answer, [order for order in orders[worker_id] if not read.holds(order)]
+                     + await relay_orders(connection, worker_id, read.relays_after))
+                    for worker_id, reads in batch.items() for read in reads]
+
 
 
 def task_env(row, spec: dict, master_addr: str | None,

@@ -80,10 +80,12 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
             return None
         return time.time() - services.settings.relay_connect_timeout
 
+    holding = frozenset(body.holding)
+
     async def current_orders() -> list[Order]:
         """Read after the reports are committed, outside the one writer's lock (orders are derived, not written),
-        with other heartbeats' reads that come meanwhile (OrderReads)."""
-        return await services.orders.read(worker_id, relays_after())
+        with other heartbeats' reads that come meanwhile (OrderReads); none built again for what the worker holds."""
+        return await services.orders.read(worker_id, relays_after(), holding)
 
     poll = services.quiet.begin(worker_id, signal.is_set())
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait

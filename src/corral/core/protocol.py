@@ -161,6 +161,10 @@ class HeartbeatRequest(WireModel):
     gpus: list[GpuUse] | None = Field(None, max_length=MAX_GPU,
                                       description="each NVIDIA device's use, where NVML reads it")
     wait: float = Field(0.0, ge=0, le=60, description="long-poll: seconds to wait for orders")
+    holding: list[tuple[Id, Count]] = Field(
+        default_factory=list, max_length=MAX_REPORTS,
+        description="the attempts the worker holds, (task id, attempt), their build orders taken: the reply does "
+                    "not build them again (pairs, not objects: a model each cost the heartbeat 30 µs)")
 
     @model_validator(mode="before")
     @classmethod

@@ -69,17 +69,22 @@ def _check_strings(value: Any, where: str) -> None:
         _name_the_fault(value, where)
 
 
+# What may hold a string; a number, a bool or None is not walked into (a call for each cost a list of numbers,
+# such as the attempts a heartbeat holds, more than the rest of its validation).
+_MAY_HOLD_STRINGS = (str, dict, list, tuple)
+
+
 def _all_clean(value: Any) -> bool:
     """Whether every string in `value` (keys too, at any depth) passes `clean_text`."""
     if isinstance(value, str):
         return _fault(value) is None
     if isinstance(value, dict):
         for key, item in value.items():
-            if not (_all_clean(key) and _all_clean(item)):
+            if not (_all_clean(key) and (not isinstance(item, _MAY_HOLD_STRINGS) or _all_clean(item))):
                 return False
     elif isinstance(value, list | tuple):
         for item in value:
-            if not _all_clean(item):
+            if isinstance(item, _MAY_HOLD_STRINGS) and not _all_clean(item):
                 return False
     return True
 

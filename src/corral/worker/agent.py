@@ -304,7 +304,8 @@ class Agent:
 
     async def _poll(self) -> None:
         """Keep one long-poll outstanding, so orders arrive as soon as the controller has them; after new ones,
-        only once their reports are delivered (or `settle` passes), as the controller repeats them until then."""
+        only once their reports are delivered (or `settle` passes): that heartbeat's reply brings any newer ones,
+        and the controller repeats a start, a stop or a preemption until its report is in."""
         backoff = _Backoff("heartbeat", cap=1.0)
         pace = PACE_FIRST
         while True:
@@ -409,8 +410,10 @@ class Agent:
         generation, pythons = self.environments.generation, self._pythons_unsent
         changed = self._environments() if generation != self._environments_sent else {}
         gpus = await asyncio.to_thread(self.gpu_meter.read) if self.gpu_meter.indices else None
+        # What it holds goes with every heartbeat: the orders of a wave's tasks not yet reported came again in
+        # every reply until their reports were in, each built, sent and read again.
         body = HeartbeatRequest(reports=reports, wait=wait, pythons=pythons, gpus=gpus or None,
-                                **changed).model_dump(mode="json")
+                                holding=self.runner.holding()[:MAX_REPORTS], **changed).model_dump(mode="json")
         response = await self._post(f"{API}/workers/{worker_id}/heartbeat", json=body,
                                     timeout=httpx.Timeout(wait + REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
         if changed:

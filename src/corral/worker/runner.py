@@ -333,7 +333,11 @@ class Runner:
 
     def running(self) -> list[TaskRef]:
         """Attempts that hold something on this machine: building, prepared or with a live process."""
-        return [TaskRef(task_id=t, attempt=a) for (t, a), att in self._attempts.items() if not att.ended]
+        return [TaskRef(task_id=t, attempt=a) for t, a in self.holding()]
+
+    def holding(self) -> list[tuple[int, int]]:
+        """The (task id, attempt) of `running`, as every heartbeat carries them."""
+        return [ref for ref, att in self._attempts.items() if not att.ended]
 
     async def shutdown(self) -> None:
         """Stop every attempt (SIGTERM, its grace period, SIGKILL) without reporting them.

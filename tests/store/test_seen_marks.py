@@ -55,3 +55,36 @@ async def test_a_failed_write_fails_every_heartbeat_of_its_batch_and_the_next_ba
     store.write = real_write
     await marks.seen(worker_id)
     assert (await last_heartbeats(store))[worker_id] > NOW
+
+
+async def test_a_mark_takes_the_writer_before_the_writes_queued_ahead_of_it(store):
+    """Under overload the writer is held back to back by report groups and the engine's passes: a worker's liveness
+    mark does not wait behind them all, only for the write that holds the writer."""
+    worker_id = await add_worker(store, "w", now=NOW)
+    marks, committed, holding, release = SeenMarks(store), [], asyncio.Event(), asyncio.Event()
+
+    async def holder() -> None:
+        async with store.write():
+            holding.set()
+            await release.wait()
+        committed.append("holder")
+
+    async def ordinary() -> None:
+        async with store.write():
+            pass
+        committed.append("ordinary")
+
+    async def mark() -> None:
+        await marks.seen(worker_id)
+        committed.append("mark")
+
+    async with asyncio.timeout(10):
+        held = asyncio.create_task(holder())
+        await holding.wait()
+        queued = [asyncio.create_task(ordinary()) for _ in range(3)]
+        marked = asyncio.create_task(mark())
+        while len(store._write_lock._liveness) + len(store._write_lock._ordinary) < 4:  # all in line
+            await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(held, marked, *queued)
+    assert committed == ["holder", "mark", "ordinary", "ordinary", "ordinary"]

@@ -90,8 +90,9 @@ async def prune_lost_workers(connection: AsyncConnection, before: float) -> int:
 class SeenMarks:
     """Heartbeats that carry nothing but the worker's liveness, written together: the marks that arrive while one
     transaction is being written go in the next, one statement and one commit for them all (a group commit),
-    rather than one transaction each, queued one by one behind the single writer. Each heartbeat is answered only
-    once its mark is committed, as when it was written alone."""
+    rather than one transaction each, queued one by one behind the single writer, and before the other writes waiting
+    for it (a liveness write). Each heartbeat is answered only once its mark is committed, as when it was written
+    alone."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -111,7 +112,7 @@ class SeenMarks:
         while self._waiting:
             batch, self._waiting = self._waiting, defaultdict(list)
             try:
-                async with self.store.write(moves_state=False) as connection:
+                async with self.store.write(moves_state=False, liveness=True) as connection:
                     alive = await mark_all_seen(connection, list(batch), time.time())
             except Exception as error:
                 for futures in batch.values():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from corral.metrics import HANDLER_LOCK_BUSY, STORE_WRITE_SECONDS
 from corral.store.changes import StaleWrite
 from corral.store.database import ONE_CONNECTION, make_engine, open_engine
 from corral.store.handler_locks import HandlerBusy, take_handler_lock
+from corral.store.write_lock import WriteLock
 
 WROTE = "corral_wrote"  # in a connection's info: whether its transaction changed rows
 WRITES = ("INSERT", "UPDATE", "DELETE")
@@ -37,8 +37,8 @@ class Store:
         self.engine = engine
         self.writer = writer or engine
         self.is_sqlite = engine.dialect.name == "sqlite"
-        # SQLite has one writer; queueing here is cheaper than its busy-wait.
-        self._write_lock = asyncio.Lock()
+        # SQLite has one writer; queueing here is cheaper than its busy-wait. Liveness marks go first.
+        self._write_lock = WriteLock()
         # Called after each committed write: how in-process readers (the event stream) learn of changes.
         self.on_commit: list[Callable[[], None]] = []
         # Called after a committed write that changed rows (other than liveness marks): how other controllers
@@ -55,11 +55,13 @@ class Store:
         return cls(await open_engine(url), make_engine(url, ONE_CONNECTION))
 
     @asynccontextmanager
-    async def write(self, handler: str | None = None, *, moves_state: bool = True) -> AsyncIterator[AsyncConnection]:
+    async def write(self, handler: str | None = None, *, moves_state: bool = True,
+                    liveness: bool = False) -> AsyncIterator[AsyncConnection]:
         """A read-modify-write transaction: what it reads is what it writes against. With `handler`, its lock is
         the transaction's first statement (one controller at a time): HandlerBusy when another holds it. Without
-        `moves_state` (a liveness mark, the registry's refresh) other controllers are not told of it."""
-        async with self._write_lock:
+        `moves_state` (a liveness mark, the registry's refresh) other controllers are not told of it. A `liveness`
+        write (the workers' marks) takes the writer before the other writes waiting for it (WriteLock)."""
+        async with self._write_lock.held(liveness=liveness):
             started = time.perf_counter()
             try:
                 async with self.writer.begin() as connection:

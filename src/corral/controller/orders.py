@@ -200,7 +200,6 @@ class OrderReads:
                     for worker_id, reads in batch.items() for read in reads]
 
 
-
 def task_env(row, spec: dict, master_addr: str | None,
              job_token: Callable[[int], str] | None = None) -> dict[str, str]:
     """The variables exported from the submitter's environment, under the job's own (env), then corral's, then

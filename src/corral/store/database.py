@@ -100,28 +100,60 @@ def _alembic_config() -> Config:
 async def migrate(engine: AsyncEngine) -> None:
     """Bring the schema to the newest migration (idempotent). On PostgreSQL several controllers may start at once:
     a session advisory lock makes the others wait while one migrates, and they then find the schema at head."""
+    before, after = await _run_migrations(engine, lambda config: command.upgrade(config, "head"))
+    if before != after:
+        log.info("migrated the store from revision %s to %s", before or "(empty)", after)
 
-    def upgrade(sync_connection) -> tuple[str | None, str | None]:
+
+async def downgrade(engine: AsyncEngine, revision: str) -> None:
+    """Take the schema back to `revision` ("base": no tables), keeping the rows the older schema can hold."""
+    await _run_migrations(engine, lambda config: command.downgrade(config, revision))
+
+
+async def _run_migrations(engine: AsyncEngine, step) -> tuple[str | None, str | None]:
+    """Run `step(config)` (alembic's upgrade or downgrade) in one transaction; the revisions before and after.
+
+    On SQLite a migration that changes a table's columns copies it into a new table and drops the old one, and
+    dropping a table that other rows point at breaks their foreign keys while foreign keys are enforced. So, as
+    SQLite's documentation prescribes for such changes, they are not enforced during the transaction, every row is
+    checked against them before it commits (PRAGMA foreign_key_check), and they are enforced again afterwards.
+    The pragma is a no-op inside a transaction, hence set on the connection before it begins."""
+
+    def run(sync_connection) -> tuple[str | None, str | None]:
         config = _alembic_config()
         config.attributes["connection"] = sync_connection
         before = MigrationContext.configure(sync_connection).get_current_revision()
-        command.upgrade(config, "head")
+        step(config)
+        if sqlite:
+            _check_foreign_keys(sync_connection)
         return before, MigrationContext.configure(sync_connection).get_current_revision()
 
+    locked = engine.dialect.name == "postgresql"
+    sqlite = engine.dialect.name == "sqlite"
     async with engine.connect() as connection:
-        locked = engine.dialect.name == "postgresql"
         if locked:
             await hold_migration_lock(connection)
             await connection.commit()  # the lock is the session's: it outlives this transaction
+        if sqlite:
+            await connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            await connection.commit()
         try:
             async with connection.begin():
-                before, after = await connection.run_sync(upgrade)
+                return await connection.run_sync(run)
         finally:
             if locked:
                 await release_migration_lock(connection)
                 await connection.commit()
-    if before != after:
-        log.info("migrated the store from revision %s to %s", before or "(empty)", after)
+            if sqlite:
+                await connection.exec_driver_sql("PRAGMA foreign_keys=ON")  # as every connection has it (make_engine)
+                await connection.commit()
+
+
+def _check_foreign_keys(sync_connection) -> None:
+    broken = sync_connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if broken:
+        tables = sorted({f"{row[0]} -> {row[2]}" for row in broken})
+        raise RuntimeError(f"the migration left {len(broken)} rows pointing at no row: {', '.join(tables)}")
 
 
 async def open_engine(url: str) -> AsyncEngine:

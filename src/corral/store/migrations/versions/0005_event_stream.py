@@ -23,6 +23,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.drop_index('ix_jobs_name')
+    op.execute("DELETE FROM history WHERE job_id IS NULL")  # the workers' events: the older history cannot hold them
     with op.batch_alter_table('history', schema=None) as batch_op:
         batch_op.drop_index('ix_history_at')
         batch_op.drop_column('worker_id')

@@ -53,7 +53,7 @@ def main() -> None:
                 if wanted():
                     flame_of_run(corral + args, "cli-" + args[0].strip("-"), env)
         finally:
-            cluster.stop()
+            cluster.stop(strict=False)  # a slow stop is said, the figures still printed
 
 
 if __name__ == "__main__":

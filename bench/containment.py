@@ -68,7 +68,7 @@ def main() -> None:
                       f"{median * 1000:.0f} ms (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}, "
                       f"n={SAMPLES}); target < {TARGET:g} s: {'met' if median < TARGET else 'MISSED'}", flush=True)
         finally:
-            cluster.stop()
+            cluster.stop(strict=False)  # a slow stop is said, the figures still printed
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ def main() -> None:
                     print(f"  time to first render of the jobs page: median {statistics.median(renders):.3f} s, "
                           f"worst {max(renders):.3f} s over {len(renders)} loads (target < 1 s)")
             finally:
-                cluster.stop()
+                cluster.stop(strict=False)  # a slow stop is said, the figures still printed
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def main() -> None:
                 roundtrip(client)  # warm-up: the worker's caches, the interpreter's pages
                 times = [roundtrip(client) for _ in range(SAMPLES)]
         finally:
-            cluster.stop()
+            cluster.stop(strict=False)  # a slow stop is said, the figures still printed
     median = statistics.median(times) * 1000
     print(f"function round trip (lambda: 1, submit to result), idle cluster: median {median:.0f} ms "
           f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}, n={SAMPLES}; target < {TARGET_MS} ms)")

@@ -54,7 +54,7 @@ def main() -> None:
                       f"worst {max(gaps) * 1000:.1f} ms, best {min(gaps) * 1000:.1f} ms "
                       f"({verdict} the {TARGET_MEDIAN * 1000:.0f} ms target)", flush=True)
         finally:
-            cluster.stop()
+            cluster.stop(strict=False)  # a slow stop is said, the figures still printed
 
 
 if __name__ == "__main__":

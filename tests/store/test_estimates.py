@@ -4,6 +4,7 @@ told when they move far, and held to account when the job starts."""
 from __future__ import annotations
 
 import threading
+from contextlib import asynccontextmanager
 
 import pytest
 from sqlalchemy import select
@@ -126,6 +127,52 @@ async def test_one_controller_estimates_per_period(store):
     assert not await second.run_if_due(store, NOW + 1)  # due, but the other controller's pass is fresh
     assert await second.run_if_due(store, NOW + 6)
     assert not await first.run_if_due(store, NOW + 7)  # due again, and the other's pass is fresh
+
+
+@pytest.fixture
+def writes(store, monkeypatch) -> list[str | None]:
+    """The handler of each write transaction the store is asked for."""
+    taken: list[str | None] = []
+    write = store.write
+
+    @asynccontextmanager
+    async def counted(handler=None, **kwargs):
+        taken.append(handler)
+        async with write(handler, **kwargs) as connection:
+            yield connection
+
+    monkeypatch.setattr(store, "write", counted)
+    return taken
+
+
+async def test_an_idle_cluster_takes_no_pass_and_no_write(store, writes):
+    await add_worker(store)
+    writes.clear()
+    estimator = Estimator()
+    assert not await estimator.run_if_due(store, NOW)
+    assert not await estimator.run_if_due(store, NOW + 6)
+    assert writes == []
+
+
+async def test_an_estimate_left_when_its_job_started_is_cleared_then_the_passes_stop(store, writes):
+    worker, first, second = await _one_behind_another(store, time_limit=600)
+    estimator = Estimator()
+    assert await estimator.run_if_due(store, NOW + 100)
+    assert second in await _estimates(store)
+    (task,) = await job_tasks(store, first)
+    await report(store, worker, (task.id, task.attempt, "SUCCEEDED", 0), now=NOW + 500)
+    await settle(store, now=NOW + 500)  # the second is placed: nothing pending, its estimate still stored
+    writes.clear()
+    assert await estimator.run_if_due(store, NOW + 505)  # clears it and settles its record
+    assert writes == ["EstimateStarts"] and await _estimates(store) == {}
+    writes.clear()
+    assert not await estimator.run_if_due(store, NOW + 510)
+    assert writes == []
+    await submit(store, resources={"cpu": 2})  # pending again (too large to be placed): the passes resume
+    await settle(store, now=NOW + 515)
+    writes.clear()
+    assert await estimator.run_if_due(store, NOW + 515)
+    assert writes == ["EstimateStarts"]
 
 
 async def test_statements_over_many_jobs_are_split(store, monkeypatch):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from corral.core.estimates import MOVE_FACTOR, horizon_of, moved, moved_by_factor, moved_message, start_text
 from corral.core.lifecycle import Target
 from corral.core.states import JobState
-from corral.engine.coordinator import pending_work
+from corral.engine.coordinator import may_have_targets, pending_work
 from corral.engine.handlers import ScheduleJobs, Snapshot, pending_unit, task_request, unit_fields
 from corral.metrics import ESTIMATE_ERROR_SECONDS, ESTIMATE_SECONDS
 from corral.scheduling.durations import WAITING, Duration, DurationModel, Still, share_of
@@ -32,6 +32,7 @@ from corral.store.estimates import (
     ESTIMATOR,
     JobDurationFacts,
     StoredEstimate,
+    any_estimates,
     duration_facts,
     estimated_at,
     finished_runs,
@@ -42,6 +43,7 @@ from corral.store.estimates import (
     settle,
     write_estimates,
 )
+from corral.store.reads import present_states
 from corral.store.scheduling_reads import KeptCapacity
 from corral.store.store import Store
 
@@ -98,10 +100,23 @@ class Estimator:
         self.due = now + PERIOD
         async with store.read() as connection:
             latest = await estimated_at(connection)
-        if latest is not None and latest != self.wrote_at and now - latest < PERIOD:
-            return False
+            if latest is not None and latest != self.wrote_at and now - latest < PERIOD:
+                return False
+            if not await self._has_work(connection):
+                return False
         await self.run(store, now)
         return True
+
+    async def _has_work(self, connection) -> bool:
+        """Whether a pass would estimate or clear anything: a pending job's task to place, or an estimate stored.
+        Where neither (an idle cluster) it would read the cluster, simulate nothing and take the writer to write
+        nothing; it is left out, as the engine leaves out a handler with no target. Not while the kept index still
+        looks for history ids skipped on PostgreSQL: those are looked for only for a while, by the passes."""
+        if self.kept.gaps:
+            return True
+        if may_have_targets(self.pending, await present_states(connection, self.pending.job_states)):
+            return True
+        return await any_estimates(connection)
 
     async def run(self, store: Store, now: float) -> dict[int, StoredEstimate]:
         """Estimate every pending job and write those that moved; returns the estimates made."""

@@ -78,6 +78,11 @@ async def estimated_at(connection: AsyncConnection) -> float | None:
     return float(value) if value is not None else None
 
 
+async def any_estimates(connection: AsyncConnection) -> bool:
+    """Whether any start estimate is stored: a pass with nothing pending still has these to clear."""
+    return (await connection.execute(select(start_estimates.c.job_id).limit(1))).first() is not None
+
+
 async def mark_estimated(connection: AsyncConnection, now: float) -> None:
     await put_setting(connection, ESTIMATED_AT, repr(now))
 

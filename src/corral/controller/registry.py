@@ -35,6 +35,7 @@ REFRESH_EVERY = 1.0  # seconds between refreshes of this controller's row
 GONE_AFTER = 10.0  # seconds of silence after which a controller is listed as gone
 PRUNE_AFTER = 86400.0  # seconds of silence after which its row is deleted
 END_RELAYS = "EndRelaysOfGoneControllers"  # its handler lock's name
+RELAY_SWEEP = 60.0  # seconds between looks for channels of gone controllers when none went meanwhile
 
 
 def is_gone(row: ControllerRow, now: float) -> bool:
@@ -66,6 +67,8 @@ class Registry:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{int(self.started_at * 1000)}"
         self.url = url
         self.version = version
+        self._live: set[str] | None = None  # the controllers' URLs alive at the last refresh
+        self._swept_at = 0.0
 
     def row(self, now: float) -> ControllerRow:
         return ControllerRow(self.id, self.url, os.getpid(), socket.gethostname(), self.version, self.started_at,
@@ -80,11 +83,18 @@ class Registry:
                 log.info("took over handler %s from a controller that is gone", handler)
             await register_controller(connection, self.row(now))
             await prune_controllers(connection, now - PRUNE_AFTER)
-        await self._end_relays_of_gone({row.url for row in rows if not is_gone(row, now)} | {self.url}, now)
+        live = {row.url for row in rows if not is_gone(row, now)} | {self.url}
+        if self._live is None or self._live - live or now - self._swept_at >= RELAY_SWEEP:
+            await self._end_relays_of_gone(live, now)
+            self._swept_at = now
+        self._live = live  # after a look that failed, the next refresh looks again
 
     async def _end_relays_of_gone(self, live_urls: set[str], now: float) -> None:
         """End the channels whose client end a gone controller held: their relays died with it. One controller
-        does it (a handler lock), the one that sees it first."""
+        does it (a handler lock), the one that sees it first. Looked for when a channel may have been left so:
+        at this controller's first refresh (those gone before it started), when a controller it saw alive is
+        gone or left the registry, and every RELAY_SWEEP besides (a channel opened by a controller that had not
+        yet registered when it went); not every second, which read the channels for nothing."""
         async with self.store.read() as connection:
             orphaned = {url for url in await live_relay_holders(connection) if url is not None} - live_urls
         if not orphaned:

@@ -167,3 +167,20 @@ async def test_a_large_group_s_moves_are_worked_out_off_the_event_loop(store, mo
 @pytest.fixture(autouse=True)
 def _quiet_refusal_log(caplog):
     caplog.set_level("ERROR", logger="corral.reports")
+
+
+async def test_a_heartbeat_that_leaves_its_job_as_it_was_writes_no_job_row(store):
+    job_id, tasks = await placed(store)
+    async with store.write() as connection:
+        await ingest_heartbeats(connection, [heartbeat(tasks[0], "BUILDING", "PREPARED", "RUNNING")], NOW)
+    running = await job(store, job_id)
+    statements = counted_statements(store)
+    async with store.write() as connection:  # another task starts: the job stays as it is
+        await ingest_heartbeats(connection, [heartbeat(tasks[1], "BUILDING", "PREPARED", "RUNNING")], NOW + 1)
+    assert not [s for s in statements if s.lstrip().startswith("UPDATE jobs")]
+    assert (await job(store, job_id)) == running
+    for task in tasks:  # every task ends: the last heartbeat ends the job, and writes it
+        states = ("SUCCEEDED",) if task in tasks[:2] else ("BUILDING", "PREPARED", "RUNNING", "SUCCEEDED")
+        async with store.write() as connection:
+            await ingest_heartbeats(connection, [heartbeat(task, *states)], NOW + 2)
+    assert (await job(store, job_id)).state == "SUCCEEDED"

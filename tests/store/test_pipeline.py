@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from corral.core.states import TaskState
 from corral.engine.cancel import AlreadyEnded, cancel_job
@@ -240,3 +240,19 @@ async def test_every_wait_is_on_record_and_one_that_repeats_is_counted_not_copie
     await run_handler(store, ScheduleJobs(), NOW + 3)
     waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
     assert [w.repeats for w in waits] == [3, 1] and waits[0].message != waits[1].message
+
+
+async def test_waits_seen_again_are_counted_in_one_statement_each_on_its_own_record(store):
+    first = await submit(store, resources={"cpu": 2})  # no worker yet
+    second = await submit(store, resources={"cpu": 2})
+    await run_handler(store, ScheduleJobs(), NOW)
+    statements: list[str] = []
+    event.listen(store.writer.sync_engine, "before_cursor_execute",
+                 lambda _c, _cursor, statement, *_rest: statements.append(statement))
+    await run_handler(store, ScheduleJobs(), NOW + 1)
+    waits_read = [s for s in statements if "history" in s and ("handler" in s or "repeats" in s)]
+    assert len(waits_read) == 1 and waits_read[0].lstrip().startswith("UPDATE history")  # both jobs' records
+    await run_handler(store, ScheduleJobs(), NOW + 2)
+    for job_id in (first, second):
+        waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
+        assert [(w.repeats, w.last_at) for w in waits] == [(3, NOW + 2)]

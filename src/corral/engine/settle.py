@@ -5,7 +5,10 @@ end (cancelled, an outcome decided, a gang DetectTermination moved) kills its PE
 which have nothing to stop, fixes its outcome once, and ends when no task is active.
 
 It reads the store as it was before the ChangeSet it adds to, and the set for what is not written yet,
-so a handler run or a heartbeat is written in one flush.
+so a handler run or a heartbeat is written in one flush. A job whose row its tasks' moves leave as it is (a task
+started or ended beside others still running: most heartbeats) is not written: the row was read locked
+(`settle_rows`, FOR UPDATE; SQLite has one writer), so no other transaction can have moved it since, which the
+fenced update (`WHERE state = :expected`) would otherwise check at the price of a statement per heartbeat.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ async def settle_jobs(connection: AsyncConnection, changes: ChangeSet, job_ids: 
         columns = {"outcome": str(outcome) if outcome else None}
         if (new is JobState.TERMINATING or new in JOB_TERMINAL) and outcome is not JobState.UNSCHEDULABLE:
             columns["pending_reason"] = None  # an UNSCHEDULABLE job keeps why it was never placed
+        elif new is current and columns["outcome"] == read_outcome:
+            continue  # nothing of the row moves: no write (its row is locked since settle_rows read it)
         changes.job(job.id, current, new, handler=cause, by=Fact.SETTLE, message=_why(new, outcome, cancelled),
                     **columns)
     if kill_pending:

@@ -329,19 +329,20 @@ def _first_line(error: BaseException | None) -> str:
 
 
 async def _count_waits(connection: AsyncConnection, waits: dict[tuple[int, str], str], now: float) -> None:
-    """One more sighting on each job's latest wait record of the handler (when its reason is still the same)."""
-    latest = (await connection.execute(
-        select(func.max(history.c.id)).where(history.c.job_id.in_({job for job, _ in waits}),
-                                              history.c.result == "SKIPPED", history.c.task_id.is_(None))
-        .group_by(history.c.job_id, history.c.handler)
-    )).scalars().all()
-    rows = (await connection.execute(
-        select(history.c.id, history.c.job_id, history.c.handler, history.c.message).where(history.c.id.in_(latest))
-    )).all()
-    counted = [row.id for row in rows if waits.get((row.job_id, row.handler)) == row.message]
-    if counted:
-        await connection.execute(update(history).where(history.c.id.in_(counted))
-                                 .values(repeats=history.c.repeats + 1, last_at=now))
+    """One more sighting on each job's latest wait record of the handler (when its reason is still the same): one
+    statement, each row finding its record by the latest id of the job's waits of the handler."""
+    latest = history.alias("latest")
+    statement = (
+        update(history)
+        .where(history.c.id == select(func.max(latest.c.id))
+               .where(latest.c.job_id == bindparam("_job"), latest.c.handler == bindparam("_handler"),
+                      latest.c.result == "SKIPPED", latest.c.task_id.is_(None))
+               .scalar_subquery(),
+               history.c.message == bindparam("_reason"))
+        .values(repeats=history.c.repeats + 1, last_at=now)
+    )
+    await connection.execute(statement, [{"_job": job_id, "_handler": handler, "_reason": reason}
+                                         for (job_id, handler), reason in waits.items()])
 
 
 async def _verify(connection: AsyncConnection, table, rows: list[dict]) -> None:

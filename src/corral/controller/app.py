@@ -44,6 +44,7 @@ from corral.controller.checkpoints import CheckpointFiles
 from corral.controller.events import EventHub, prune_loop
 from corral.controller.files import BundleStore, LogFiles
 from corral.controller.grouped_writes import GroupedWrites
+from corral.controller.heartbeat_lane import HeartbeatLane
 from corral.controller.job_tokens import mint
 from corral.controller.log_retention import prune_logs_loop
 from corral.controller.orders import OrderReads, QuietPolls
@@ -168,6 +169,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
 
     app = Controller(title="corral", version="0.1.0", lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
+    app.add_middleware(HeartbeatLane)  # innermost: sees a body BodyLimit let through, whole
     app.add_middleware(BodyLimit)
     app.add_middleware(AuditCalls)  # a row for each of people's mutating calls
     app.add_exception_handler(RequestValidationError, refuse_invalid)

@@ -70,9 +70,15 @@ async def _ingest(services: Services, heartbeat: Heartbeat) -> Ingested:
 async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -> HeartbeatReply:
     """Apply the reports, then answer with orders, waiting for some to appear until `wait` seconds after the
     heartbeat came: the time its mark or reports waited for the writer is part of the wait, not added to it. A poll
-    of a worker answered with none and not rung since reads none (QuietPolls)."""
+    of a worker answered with none and not rung since reads none (QuietPolls). A well-formed heartbeat with the
+    right token is answered before it gets here, by `HeartbeatLane`, with the same checks and `answer_heartbeat`;
+    this route answers the rest (its refusals) and documents the call."""
+    return await answer_heartbeat(services_of(request), worker_id, body)
+
+
+async def answer_heartbeat(services: Services, worker_id: str, body: HeartbeatRequest) -> HeartbeatReply:
+    """The heartbeat's answer, or an HTTPException (409, 503): the route's work, once its request is checked."""
     answer_by = clock() + body.wait
-    services = services_of(request)
     signal = services.signals.event(worker_id)
 
     def relays_after() -> float | None:

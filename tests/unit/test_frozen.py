@@ -4,10 +4,11 @@ the constructors make: equal, alike hashed, of the class, still frozen."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 
-from corral.core.frozen import made, made_from
+from corral.core.frozen import made, made_from, maker
 from corral.core.lifecycle import Target, TaskView
 from corral.core.states import TaskState
 from corral.engine.coordinator import _targets
@@ -60,3 +61,19 @@ def test_task_targets_made_from_a_jobs_copied_fields_are_each_their_own():
     assert targets == [Target(r.job_id, False, "PENDING", r.state_since, r.tries,
                               (TaskView(r.id, r.index, TaskState.PENDING),)) for r in rows]
     assert len({id(vars(target)) for target in targets}) == 3
+
+
+@pytest.mark.parametrize("example", EXAMPLES[:2], ids=lambda example: type(example).__name__)
+def test_maker_makes_what_the_constructor_makes(example):
+    copy = maker(type(example))(*(getattr(example, field.name) for field in dataclasses.fields(example)))
+    assert type(copy) is type(example)
+    assert copy == example and hash(copy) == hash(example) and repr(copy) == repr(example)
+    assert vars(copy) == vars(example) and list(vars(copy)) == list(vars(example))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.__setattr__(dataclasses.fields(example)[0].name, None)
+    assert dataclasses.replace(copy) == example and pickle.loads(pickle.dumps(copy)) == example
+
+
+def test_maker_refuses_a_class_with_a_post_init():
+    with pytest.raises(TypeError, match="__post_init__"):
+        maker(Request)

@@ -4,10 +4,11 @@ the constructors make: equal, alike hashed, of the class, still frozen."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 
-from corral.core.frozen import made, made_from
+from corral.core.frozen import made, made_from, maker
 from corral.core.lifecycle import Target, TaskView
 from corral.core.states import TaskState
 from corral.engine.coordinator import _targets
@@ -16,7 +17,8 @@ from corral.engine.handlers import ScheduleJobs
 from corral.scheduling.placement import Assignment, Unit
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request
-from corral.store.reads import JOB_COLUMNS, TASK_COLUMNS, _plain_row
+from corral.store.changes import TaskRow
+from corral.store.reads import TASK_SLOTS, TargetJob
 
 VIEW = TaskView(id=7, index=2, state=TaskState.PENDING, worker_id=None, failures=1, preemptions=0)
 EXAMPLES = [
@@ -47,16 +49,37 @@ def test_made_from_is_what_the_constructor_makes(example):
     assert type(copy) is type(example) and copy == example and vars(copy) == vars(example)
 
 
-def test_task_targets_made_from_a_jobs_copied_fields_are_each_their_own():
-    """A run's per-task targets copy one dictionary per job: each is the target the constructor makes."""
-    row = _plain_row(tuple(column.name for column in (*JOB_COLUMNS, *TASK_COLUMNS)))
-    job = dict(job_state="PENDING", gang=False, job_tries=0, job_since=1.0, max_task_failures=0,
-               scheduling_timeout=None, pending_reason=None, outcome=None, cancelled=False, max_retries_failure=0,
-               max_retries_preemption=0, grace_period=None, preemption_epoch=0, attempt=0, worker_id=None, failures=0,
-               preemptions=0, cpu=1.0, memory=0, gpu=1.0)
-    rows = [row(**job, job_id=job_id, id=task_id, index=index, state="PENDING", state_since=since, tries=tries)
+def test_task_targets_made_of_rows_by_position_are_each_their_own():
+    """A run's per-task targets and their views, made by `maker` of rows read by position: each is the target the
+    constructor makes, with a dictionary of its own."""
+    job = TargetJob(job_id=3, job_state="PENDING", gang=False, job_tries=0, job_since=1.0, max_task_failures=0,
+                    scheduling_timeout=None, pending_reason=None, outcome=None, cancelled=False, max_retries_failure=0,
+                    max_retries_preemption=0, grace_period=15.0, preemption_epoch=0)
+    other = job._replace(job_id=4)
+    rows = [dict(job_id=job_id, id=task_id, index=index, state="PENDING", state_since=since, tries=tries, attempt=0,
+                 worker_id=None, failures=0, preemptions=0, cpu=1.0, memory=0, gpu=1.0)
             for job_id, task_id, index, since, tries in ((3, 30, 0, 5.0, 0), (3, 31, 1, 6.0, 2), (4, 40, 0, 7.0, 1))]
-    targets, _, _ = _targets(rows, ScheduleJobs())
-    assert targets == [Target(r.job_id, False, "PENDING", r.state_since, r.tries,
-                              (TaskView(r.id, r.index, TaskState.PENDING),)) for r in rows]
+    by_position = [tuple(row[name] for name in TASK_SLOTS) + (None, None) for row in rows]
+    targets, jobs, task_rows = _targets([(job, by_position[:2]), (other, by_position[2:])], ScheduleJobs())
+    assert targets == [Target(r["job_id"], False, "PENDING", r["state_since"], r["tries"],
+                              (TaskView(r["id"], r["index"], TaskState.PENDING),)) for r in rows]
+    assert all(type(target) is Target and type(target.tasks[0]) is TaskView for target in targets)
     assert len({id(vars(target)) for target in targets}) == 3
+    assert jobs[3].facts.request == Request(1.0, 0, 1.0) and jobs[3].facts.request is jobs[4].facts.request
+    assert task_rows[40] == TaskRow(40, 4, 0, TaskState.PENDING, 0, None)
+
+
+@pytest.mark.parametrize("example", EXAMPLES[:2], ids=lambda example: type(example).__name__)
+def test_maker_makes_what_the_constructor_makes(example):
+    copy = maker(type(example))(*(getattr(example, field.name) for field in dataclasses.fields(example)))
+    assert type(copy) is type(example)
+    assert copy == example and hash(copy) == hash(example) and repr(copy) == repr(example)
+    assert vars(copy) == vars(example) and list(vars(copy)) == list(vars(example))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.__setattr__(dataclasses.fields(example)[0].name, None)
+    assert dataclasses.replace(copy) == example and pickle.loads(pickle.dumps(copy)) == example
+
+
+def test_maker_refuses_a_class_with_a_post_init():
+    with pytest.raises(TypeError, match="__post_init__"):
+        maker(Request)

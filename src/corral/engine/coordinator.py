@@ -21,11 +21,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from corral.core.collector import paused
-from corral.core.frozen import made, made_from
+from corral.core.frozen import made, maker
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import (
@@ -46,7 +45,26 @@ from corral.engine.target_errors import TargetError, TargetErrors, decide_apart
 from corral.metrics import PLACEMENTS, SCHEDULING_SECONDS, TRANSITIONS
 from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
-from corral.store.reads import BATCH_ROWS, TASK_STATES, TASK_TARGET_JOB_STATES, target_rows, task_row
+from corral.store.reads import (
+    BATCH_ROWS,
+    T_ATTEMPT,
+    T_CPU,
+    T_FAILURES,
+    T_GPU,
+    T_ID,
+    T_INDEX,
+    T_JOB_ID,
+    T_MEMORY,
+    T_PREEMPTIONS,
+    T_SINCE,
+    T_STATE,
+    T_TRIES,
+    T_WORKER_ID,
+    TASK_STATES,
+    TASK_TARGET_JOB_STATES,
+    TargetJob,
+    target_rows,
+)
 from corral.store.scheduling_reads import KeptCapacity, capacity_fence, read_cluster
 from corral.store.store import Store
 
@@ -220,48 +238,63 @@ def _set_aside(job_id: int, error: TargetError, handler: Handler, changes: Chang
 
 class _TaskRows(dict[int, TaskRow]):
     """The run's task rows by id, each made on first use: most targets of a run are skipped (a queue that waits
-    for room), and only a task the run moves needs its row; once made, a row is the one every later use changes."""
+    for room), and only a task the run moves needs its row; once made, a row is the one every later use changes.
+    The rows read are found by id once one is first wanted (a run that moves nothing never looks)."""
 
-    def __init__(self, rows: list) -> None:
+    def __init__(self, found: list[tuple[TargetJob, list]]) -> None:
         super().__init__()
-        self.read = {row.id: row for row in rows}
+        self.found = found
+        self.read: dict[int, Any] | None = None
 
     def __missing__(self, task_id: int) -> TaskRow:
-        row = self[task_id] = task_row(self.read[task_id])
+        if self.read is None:
+            self.read = {row[T_ID]: row for _, rows in self.found for row in rows}
+        r = self.read[task_id]
+        row = self[task_id] = TaskRow(r[T_ID], r[T_JOB_ID], r[T_INDEX], TASK_STATES[r[T_STATE]], r[T_ATTEMPT],
+                                      r[T_WORKER_ID], r[T_FAILURES], r[T_PREEMPTIONS])
         return row
 
 
-def _targets(rows, handler: Handler) -> tuple[list[Target], dict[int, _Job], dict[int, TaskRow]]:
+_task_view, _target = maker(TaskView), maker(Target)
+
+
+def _targets(found: list[tuple[TargetJob, list]],
+             handler: Handler) -> tuple[list[Target], dict[int, _Job], dict[int, TaskRow]]:
+    """The targets of `target_rows`' jobs and task rows, each job's facts, and the task rows by id.
+
+    A pass makes one target (and a view of its task) per pending task, so they are made without the frozen
+    dataclasses' constructors (`maker`), of rows read by position; a job's facts are made once, and the jobs asking
+    alike share one request."""
     targets: list[Target] = []
+    append = targets.append
     job_info: dict[int, _Job] = {}
-    task_rows = _TaskRows(rows)
-    for job_id, group in groupby(rows, key=lambda r: r.job_id):
-        group = list(group)
-        first = group[0]
-        facts = JobFacts(Request(first.cpu, first.memory, first.gpu), first.max_task_failures,
-                         first.scheduling_timeout, first.max_retries_failure, first.max_retries_preemption,
-                         first.grace_period, first.preemption_epoch,
-                         _launcher(first) if handler.launcher_states else None)
-        job_info[job_id] = _Job(JobState(first.job_state), first.gang, facts, first.pending_reason, first.outcome,
-                                first.cancelled)
-        # Views and targets made without the frozen dataclasses' constructors: a placing run makes one of each per
-        # pending task, and the constructors cost twice this.
-        views = [made(TaskView, id=r.id, index=r.index, state=TASK_STATES[r.state], worker_id=r.worker_id,
-                      failures=r.failures, preemptions=r.preemptions) for r in group]
-        whole = first.job_state in handler.job_states and (first.gang or not handler.gang_only)
+    requests: dict[tuple[float, int, float], Request] = {}
+    states, task_view, task_target = TASK_STATES, _task_view, _target
+    with_launcher = bool(handler.launcher_states)
+    for job, rows in found:
+        job_id, first = job.job_id, rows[0]
+        amounts = (first[T_CPU], first[T_MEMORY], first[T_GPU])
+        request = requests.get(amounts)
+        if request is None:
+            request = requests[amounts] = Request(*amounts)
+        facts = made(JobFacts, request=request, max_task_failures=job.max_task_failures,
+                     scheduling_timeout=job.scheduling_timeout, max_retries_failure=job.max_retries_failure,
+                     max_retries_preemption=job.max_retries_preemption, grace_period=job.grace_period,
+                     preemption_epoch=job.preemption_epoch, launcher=_launcher(job) if with_launcher else None)
+        job_info[job_id] = made(_Job, state=JobState(job.job_state), gang=job.gang, facts=facts,
+                                pending_reason=job.pending_reason, outcome=job.outcome, cancelled=job.cancelled,
+                                waited=False)
         timeout = handler.timeout(facts)
-        if whole:
-            targets.append(made(Target, job_id=job_id, whole_job=True, state=first.job_state, since=first.job_since,
-                                tries=first.job_tries, tasks=tuple(views), timeout=timeout))
+        if job.job_state in handler.job_states and (job.gang or not handler.gang_only):
+            views = tuple(task_view(r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES],
+                                    r[T_PREEMPTIONS]) for r in rows)
+            append(made(Target, job_id=job_id, whole_job=True, state=job.job_state, since=job.job_since,
+                        tries=job.job_tries, tasks=views, timeout=timeout))
             continue
-        shared = {"job_id": job_id, "whole_job": False, "state": None, "since": 0.0, "tries": 0, "tasks": (),
-                  "timeout": timeout}  # copied for each task's target, a copy costing half of passing every keyword
-        for row, view in zip(group, views, strict=True):
-            fields = shared.copy()
-            fields["state"], fields["since"], fields["tries"] = row.state, row.state_since, row.tries
-            fields["tasks"] = (view,)
-            targets.append(made_from(Target, fields))
-    return targets, job_info, task_rows
+        for r in rows:
+            append(task_target(job_id, False, r[T_STATE], r[T_SINCE], r[T_TRIES], (task_view(
+                r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES], r[T_PREEMPTIONS]),), timeout))
+    return targets, job_info, _TaskRows(found)
 
 
 def _launcher(row) -> Launcher:

@@ -3,11 +3,13 @@ what settling a job reads."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict, namedtuple
+from collections import Counter, defaultdict
 from collections.abc import Collection
-from functools import cache
+from itertools import groupby
+from operator import itemgetter
+from typing import NamedTuple
 
-from sqlalchemy import and_, false, func, or_, select, true
+from sqlalchemy import Integer, and_, cast, exists, false, func, literal_column, null, or_, select, true, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import JobState, TaskState
@@ -17,16 +19,37 @@ from corral.store.schema import jobs, tasks
 BATCH_ROWS = 10_000  # a handler run fetches at most this many task rows; the rest wait a pass
 TASK_TARGET_JOB_STATES = (JobState.PENDING, JobState.RUNNING)  # the independent jobs whose tasks are targets
 
-JOB_COLUMNS = (
-    jobs.c.id.label("job_id"), jobs.c.state.label("job_state"), jobs.c.gang, jobs.c.tries.label("job_tries"),
-    jobs.c.state_since.label("job_since"), jobs.c.max_task_failures, jobs.c.scheduling_timeout,
-    jobs.c.pending_reason, jobs.c.outcome, jobs.c.cancelled, jobs.c.max_retries_failure,
-    jobs.c.max_retries_preemption, jobs.c.grace_period, jobs.c.preemption_epoch,
-)
-TASK_COLUMNS = (
-    tasks.c.id, tasks.c.index, tasks.c.state, tasks.c.state_since, tasks.c.tries, tasks.c.attempt,
-    tasks.c.worker_id, tasks.c.failures, tasks.c.preemptions, tasks.c.cpu, tasks.c.memory, tasks.c.gpu,
-)
+# A target task row, by position (a database row answers a position as fast as a tuple, a column name some twenty
+# times slower): these task columns, then two of NULL (four more with launcher columns).
+TASK_SLOTS = ("job_id", "index", "id", "state", "state_since", "tries", "attempt", "worker_id", "failures",
+              "preemptions", "cpu", "memory", "gpu")
+(T_JOB_ID, T_INDEX, T_ID, T_STATE, T_SINCE, T_TRIES, T_ATTEMPT, T_WORKER_ID, T_FAILURES, T_PREEMPTIONS, T_CPU, T_MEMORY,
+ T_GPU) = range(len(TASK_SLOTS))
+
+
+class TargetJob(NamedTuple):
+    """A target job's columns (and its launcher's, with `launcher_states`). Its row is read once, before its first
+    task row (in the place of the index, -1), its columns in the places of task columns of the same type
+    (`_target_job`), as a union needs on PostgreSQL (booleans read as integers)."""
+
+    job_id: int
+    job_state: str
+    gang: bool
+    job_tries: int
+    job_since: float
+    max_task_failures: int
+    scheduling_timeout: float | None
+    pending_reason: str | None
+    outcome: str | None
+    cancelled: bool
+    max_retries_failure: int
+    max_retries_preemption: int
+    grace_period: float
+    preemption_epoch: int
+    launcher_id: int | None = None
+    launcher_state: str | None = None
+    launcher_cancelled: bool | None = None
+    launcher_outcome: str | None = None
 
 
 async def target_rows(
@@ -36,44 +59,68 @@ async def target_rows(
     task_states: Collection[TaskState],
     launcher_states: Collection[JobState] = (),
     limit: int = BATCH_ROWS,
-) -> list:
-    """Rows (job columns + task columns) of whole-job targets and of task targets, in submission order.
+) -> list[tuple[TargetJob, list]]:
+    """The targets' jobs, each with its task rows (by position, `TASK_SLOTS`), in submission order: of whole-job
+    targets every task, of task targets those in `task_states`. At most `limit` task rows: a job they cut off is left
+    to the next pass (unless it is the only one).
 
     With `launcher_states`, only jobs launched by a job in one of them, with that job's columns.
-    """
+
+    One statement (one snapshot on PostgreSQL), a union of the task rows and their jobs' rows: each job's columns
+    are read once, not repeated on each of its task rows (a pass over 10,000 pending tasks read 260,000 values,
+    now 150,000)."""
     whole = and_(jobs.c.state.in_([str(s) for s in job_states]), jobs.c.gang if gang_only else true())
-    per_task = and_(
-        jobs.c.gang.is_(False),
-        jobs.c.state.in_([str(s) for s in TASK_TARGET_JOB_STATES]),
-        tasks.c.state.in_([str(s) for s in task_states]),
-    ) if task_states else false()
-    query = (
-        select(*JOB_COLUMNS, *TASK_COLUMNS)
-        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
-        .where(or_(whole if job_states else false(), per_task))
-        .order_by(jobs.c.id, tasks.c.index)
-        .limit(limit)
-    )
+    job_of_tasks = and_(jobs.c.gang.is_(False), jobs.c.state.in_([str(s) for s in TASK_TARGET_JOB_STATES]))
+    per_task = and_(job_of_tasks, tasks.c.state.in_([str(s) for s in task_states])) if task_states else false()
+    where = or_(whole if job_states else false(), per_task)
+    jobs_where = or_(whole if job_states else false(), job_of_tasks if task_states else false())
+    source, job_source, launcher_columns = tasks.join(jobs, tasks.c.job_id == jobs.c.id), jobs, ()
     if launcher_states:
         launcher = jobs.alias("launcher")
-        query = query.join(launcher, jobs.c.launched_by == launcher.c.id).add_columns(
-            launcher.c.id.label("launcher_id"), launcher.c.state.label("launcher_state"),
-            launcher.c.cancelled.label("launcher_cancelled"), launcher.c.outcome.label("launcher_outcome"),
-        ).where(launcher.c.state.in_([str(s) for s in launcher_states]))
-    result = await connection.execute(query)
-    rows = list(map(_plain_row(tuple(result.keys()))._make, result.all()))
-    if len(rows) == limit and rows[0].job_id != rows[-1].job_id:
-        last = rows[-1].job_id  # its tasks may be cut off: leave the whole job to the next pass
-        rows = [row for row in rows if row.job_id != last]
-    return rows
+        source = source.join(launcher, jobs.c.launched_by == launcher.c.id)
+        job_source = jobs.join(launcher, jobs.c.launched_by == launcher.c.id)
+        where = and_(where, launcher.c.state.in_([str(s) for s in launcher_states]))
+        launcher_columns = (launcher.c.id, launcher.c.state, cast(launcher.c.cancelled, Integer), launcher.c.outcome)
+    task_rows = select(
+        *(tasks.c[name].label(name) for name in TASK_SLOTS), null(), null(), *(null() for _ in launcher_columns),
+    ).select_from(source).where(where)
+    # The jobs that have a task row above (`where` of each job's tasks, found by the job's own index).
+    job_rows = select(
+        jobs.c.id, literal_column("-1", Integer), jobs.c.tries, jobs.c.state, jobs.c.state_since,
+        jobs.c.max_task_failures, jobs.c.max_retries_failure, jobs.c.pending_reason, jobs.c.max_retries_preemption,
+        jobs.c.preemption_epoch, jobs.c.scheduling_timeout, cast(jobs.c.gang, Integer), jobs.c.grace_period,
+        jobs.c.outcome, cast(jobs.c.cancelled, Integer), *launcher_columns,
+    ).select_from(job_source).where(jobs_where, exists().where(tasks.c.job_id == jobs.c.id, where))
+    both = union_all(task_rows, job_rows)
+    # Each job row comes before its first task row, so the first `limit` task rows lie within twice as many rows.
+    rows = (await connection.execute(
+        both.order_by(both.selected_columns.job_id, both.selected_columns.index).limit(2 * limit))).all()
+    found: list[tuple[TargetJob, list]] = []
+    read = 0
+    for _, group in groupby(rows, itemgetter(T_JOB_ID)):
+        job, *members = group
+        if job[T_INDEX] != -1:
+            raise RuntimeError(f"job {job[T_JOB_ID]}: its task rows were read without its row")
+        if read + len(members) >= limit:
+            found.append((_target_job(job), members[:limit - read]))
+            read = limit
+            break
+        if members:  # (a job's row is read without task rows only where the limit cuts them off)
+            found.append((_target_job(job), members))
+            read += len(members)
+    if read == limit and len(found) > 1:
+        found.pop()  # its tasks may be cut off: leave the whole job to the next pass
+    return found
 
 
-@cache
-def _plain_row(columns: tuple[str, ...]) -> type:
-    """A named tuple of these columns: a pass reads some twenty columns of each of its (up to 200,000) rows by name,
-    and a database row answers a name (above all "index", which it first asks whether it means its own method)
-    some twenty times slower than a named tuple does."""
-    return namedtuple("TargetRow", columns)
+def _target_job(row) -> TargetJob:
+    (job_id, _, tries, state, since, max_task_failures, max_retries_failure, pending_reason, max_retries_preemption,
+     epoch, scheduling_timeout, gang, grace_period, outcome, cancelled, *launcher) = row
+    if launcher:
+        launcher[2] = bool(launcher[2])
+    return TargetJob(job_id, state, bool(gang), tries, since, max_task_failures, scheduling_timeout, pending_reason,
+                     outcome, bool(cancelled), max_retries_failure, max_retries_preemption, grace_period, epoch,
+                     *launcher)
 
 
 async def present_states(connection: AsyncConnection,

@@ -156,6 +156,8 @@ class _Simulation:
         # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
         order, gated, asked, kind_of = self.order, self.gated, self.asked, self.kind_of
         holding = ends_at.keys()
+        last: Unit | None = None  # the unit before, and its kind
+        kind = -1
         for n, item in enumerate(sorted(waiting, key=lambda item: 0 if fifo[item.unit.pool] else -item.unit.priority)):
             unit = item.unit
             if not holding.isdisjoint(unit.task_ids):
@@ -171,7 +173,19 @@ class _Simulation:
             asked.add(key[0])
             if item.job.after or item.job.after_any:
                 self.named.update(item.job.after, item.job.after_any)
-            kind_of[key] = self._kind(unit)
+            request = unit.request
+            if last is not None and (request is last.request or request._fields == last.request._fields) and \
+                    unit.constraints == last.constraints and unit.priority == last.priority and \
+                    len(unit.task_ids) == len(last.task_ids) and unit.pool == last.pool and \
+                    unit.project == last.project and unit.spread == last.spread:
+                # alike the unit before (a job's tasks come in a row): its kind, with no request hashed or compared
+                # through the request's Python `__hash__` and `__eq__`
+                if unit.avoid or unit.max_running is not None:
+                    self.irregular.add(kind)
+            else:
+                kind = self._kind(unit)
+            kind_of[key] = kind
+            last = unit
         self.mixes = self._mixes_seen(waiting, ending)
         # worker -> (the latest end, the jobs whose tasks ended) of the tasks that ended there this step
         self.freed: dict[str, list] = {}
@@ -485,11 +499,17 @@ class _Simulation:
     def _mixes_seen(self, waiting: Sequence[Waiting], ending: Sequence[Ending]) -> dict[str, RequestMix]:
         """The pools' request mixes from the tasks in view, fixed for the whole simulation (a mix that changed
         step by step would rebuild the fragmentation measure at every step)."""
-        mixes: dict[str, RequestMix] = defaultdict(RequestMix)
+        seen: dict[str, list[tuple]] = defaultdict(list)  # per pool, (request, constraints, times) in order
+        pool_of = self.pool_of
         for e in ending:
-            pool = self.pool_of.get(e.task.worker_id)
+            task = e.task
+            pool = pool_of.get(task.worker_id)
             if pool is not None:
-                mixes[pool].add(e.task.request)
+                seen[pool].append((task.request, (), 1))
         for item in waiting:
-            mixes[item.unit.pool].add(item.unit.request, item.unit.constraints, len(item.unit.task_ids))
+            unit = item.unit
+            seen[unit.pool].append((unit.request, unit.constraints, len(unit.task_ids)))
+        mixes: dict[str, RequestMix] = defaultdict(RequestMix)
+        for pool, kinds in seen.items():
+            mixes[pool].add_all(kinds)
         return mixes

@@ -230,15 +230,15 @@ class _Simulation:
         """Tasks expected to end by `t` free their room; a job with nothing left has ended, successfully."""
         self.freed.clear()
         ends, running, left, freed, stale = self.ends, self.index.running, self.left, self.freed, self.stale
-        ended: list[int] = []
+        ended: list[RunningTask] = []
         pop, named, dependencies = heapq.heappop, self.named, self.dependencies
         while ends and ends[0][0] <= t:
             end, task_id = pop(ends)
             if stale and (end, task_id) in stale:  # evicted before it ended
                 stale.discard((end, task_id))
                 continue
-            ended.append(task_id)
             task = running[task_id]
+            ended.append(task)
             job_id = task.job_id
             on_worker = freed.get(task.worker_id)
             if on_worker is None:
@@ -251,7 +251,7 @@ class _Simulation:
                 left[job_id] = tasks_left
                 if tasks_left <= 0:
                     dependencies[job_id] = JobEnd("SUCCEEDED", end)
-        self.index.remove_all(ended)
+        self.index.remove_tasks(ended)
 
     def _ungate(self, t: float) -> None:
         """Units whose dependencies ended as asked and whose begin time passed join their kinds."""

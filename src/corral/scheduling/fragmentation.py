@@ -131,7 +131,7 @@ class Fragmentation:
         that the few workers that could hold it are kept for it (an 8-GPU task with 120 cores has 39 of 1,213)."""
         self.constraint_sets = list(dict.fromkeys(constraints for _, constraints in weights))
         position = {constraints: n for n, constraints in enumerate(self.constraint_sets)}
-        self._admitted: dict[str, tuple[int, ...]] = {}  # worker id -> the constraint sets it meets
+        self.admitted_of: dict[str, tuple[int, ...]] = {}  # worker id -> the constraint sets it meets (`admitted`)
         weights = {kind: weight * (SHARE_WEIGHT if kind[0].share else MULTI_GPU_WEIGHT if kind[0].whole > 1 else 1)
                    for kind, weight in weights.items()}
         if rooms:
@@ -181,9 +181,9 @@ class Fragmentation:
 
     def admitted(self, room: WorkerRoom) -> tuple[int, ...]:
         """The constraint sets the room meets (its labels do not change within a pass)."""
-        admitted = self._admitted.get(room.id)
+        admitted = self.admitted_of.get(room.id)
         if admitted is None:
-            admitted = self._admitted[room.id] = tuple(s for s, constraints in enumerate(self.constraint_sets)
+            admitted = self.admitted_of[room.id] = tuple(s for s, constraints in enumerate(self.constraint_sets)
                                                        if all(c.admits(room) for c in constraints))
         return admitted
 

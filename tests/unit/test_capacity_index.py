@@ -325,3 +325,25 @@ def test_workers_lost_at_once_are_as_lost_one_by_one(changes, losing):
     for n in losing:
         one_by_one.lose(f"w{n}")
     assert state(at_once) == state(one_by_one)
+
+
+def test_a_reason_for_want_of_gpus_where_none_is_free_names_the_first_member_without_ranking_the_group():
+    """Where no member has a GPU free (the index's rooms as it counts them, the pass's as it left them), every member
+    is as free as any: the first registered is the one the ranked view gives, found without building that view (a
+    sort of the whole group, each pass a unit waits for GPUs). With a GPU free again, the view decides."""
+    rooms = [WorkerRoom(f"w{n}", f"w{n}", 8.0, 16 * GiB, 2, 8.0 - 0.5 * bool(n), 16 * GiB, [] if n else [0, 1],
+                        pool="a") for n in range(4)]  # 2 GPUs each, those of all but the first held
+    running = [RunningTask(n, 7, room.id, Request(0.25, 0, 1), (gpu,), 100) for n, (room, gpu) in
+               enumerate(((room, gpu) for room in rooms[1:] for gpu in range(2)), start=1)]
+    index = CapacityIndex(rooms, running)
+    assert index.group("a", ()).gpuless == 3
+    book = RoomBook(index.rooms, kept=index)
+    group = book.group("a", ())
+    book.take(0, Request(0.25, 0, 2))  # the pass takes the last free GPUs
+    assert book.most_free(group, "gpu") == group.members[0] == 0
+    assert not index._ranked  # no view of the group sorted
+    book.give(1, Request(0.25, 0, 1), (0,))  # one given back (a gang undone): it has the most free now
+    assert book.most_free(group, "gpu") == 1
+    ended = index.running[3]
+    index.remove(ended.task_id)  # its room free again: the index counts one member fewer with none free
+    assert index.group("a", ()).gpuless == 2

@@ -331,6 +331,10 @@ class CapacityIndex:
             changed = members.member_set.intersection(moved)
             if not changed:
                 continue
+            for i in changed:  # the members with no GPU free, kept
+                old, new = moved[i]
+                if (not old[0]) is not (not new[0]):
+                    members.gpuless += 1 if not new[0] else -1
             if len(changed) * 8 > len(members.members):  # sorted again when read
                 members.unsort()
                 for resource in RANKED:

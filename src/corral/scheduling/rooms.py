@@ -608,7 +608,18 @@ class RoomBook:
             memo = self._plain.get(room.pool)
             if memo is None:
                 memo = self._plain[room.pool] = plain_states(measure)
-            new_state = self._states[i] = stated(measure, room, memo)
+            # `stated`, unrolled (a pass restates every room it takes from): a plain room's state by what decides it
+            if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
+                new_state = measure.state(room)
+            else:
+                admitted = measure.admitted_of.get(room.id)
+                if admitted is None:
+                    admitted = measure.admitted(room)
+                key = (admitted, len(room.free_gpu_ids), room.free_cpu, room.free_memory)
+                new_state = memo.get(key)
+                if new_state is None:
+                    new_state = memo[key] = measure.state(room)
+            self._states[i] = new_state
         groups = self._groups_of_room.get(i)
         for group in self._groups_of(i) if groups is None else groups:
             if group.sorted is not None:

@@ -258,6 +258,33 @@ def test_alike_tasks_in_a_row_holding_one_request_hash_it_once(monkeypatch):
     assert index.quota_use == {} and index.running == {}
 
 
+def test_alike_running_tasks_read_each_with_its_own_request_are_counted_by_rows_without_hashing_each(monkeypatch):
+    """The index's build counts a row of alike tasks, each holding its own equal request (as each row reads one), with
+    no request hashed per task, and the use it charges is the one charged task by task."""
+    hashed = []
+    tasks = [RunningTask(n, 7 + n // 5, f"w{2 * (n % 2)}", Request(0.25 if n < 12 else 0.5, GiB, 0), (), 100,
+                         project="q" if n == 7 else "p") for n in range(1, 21)]  # four rows: 1-6, 7, 8-11, 12-20
+    one_by_one = CapacityIndex([worker(0), worker(2)])
+    for task in tasks:
+        one_by_one.add(task)
+    monkeypatch.setattr(Request, "__hash__", lambda self: hashed.append(self) or self._hash)
+    built = CapacityIndex([worker(0), worker(2)], tasks)
+    assert len(hashed) <= 2 * 4  # per row: its count found, then set (task by task, twice per task)
+    # (the rooms aside: the build takes them net of the tasks, `add` takes room from them)
+    assert list(built.quota_use.items()) == list(one_by_one.quota_use.items())
+    assert list(built.pool_use["a"].items()) == list(one_by_one.pool_use["a"].items())
+    assert (built.running, built.lowest_priorities(), built.last_placed(), built.tasks_of_job) == (
+        one_by_one.running, one_by_one.lowest_priorities(), one_by_one.last_placed(), one_by_one.tasks_of_job)
+
+
+def test_tasks_removed_as_held_leave_the_index_as_removed_by_id():
+    tasks = [RunningTask(n, 7, f"w{2 * (n % 2)}", Request(1.0, GiB, 0), (), 100) for n in range(1, 9)]
+    by_id, as_held = CapacityIndex([worker(0), worker(2)], tasks), CapacityIndex([worker(0), worker(2)], tasks)
+    by_id.remove_all([1, 2, 5])
+    as_held.remove_tasks([as_held.running[1], as_held.running[2], as_held.running[5]])
+    assert state(as_held) == state(by_id)
+
+
 def test_a_forecasts_index_counts_only_the_capped_jobs_keeps_no_tasks_per_worker_and_finds_turns_when_asked():
     """A forecast's workers never change, only its capped jobs' counts are read, and turns only where a pool takes
     them: the rest is not kept, and the room, use and latest placement are those of an index that keeps all."""
@@ -298,3 +325,25 @@ def test_workers_lost_at_once_are_as_lost_one_by_one(changes, losing):
     for n in losing:
         one_by_one.lose(f"w{n}")
     assert state(at_once) == state(one_by_one)
+
+
+def test_a_reason_for_want_of_gpus_where_none_is_free_names_the_first_member_without_ranking_the_group():
+    """Where no member has a GPU free (the index's rooms as it counts them, the pass's as it left them), every member
+    is as free as any: the first registered is the one the ranked view gives, found without building that view (a
+    sort of the whole group, each pass a unit waits for GPUs). With a GPU free again, the view decides."""
+    rooms = [WorkerRoom(f"w{n}", f"w{n}", 8.0, 16 * GiB, 2, 8.0 - 0.5 * bool(n), 16 * GiB, [] if n else [0, 1],
+                        pool="a") for n in range(4)]  # 2 GPUs each, those of all but the first held
+    running = [RunningTask(n, 7, room.id, Request(0.25, 0, 1), (gpu,), 100) for n, (room, gpu) in
+               enumerate(((room, gpu) for room in rooms[1:] for gpu in range(2)), start=1)]
+    index = CapacityIndex(rooms, running)
+    assert index.group("a", ()).gpuless == 3
+    book = RoomBook(index.rooms, kept=index)
+    group = book.group("a", ())
+    book.take(0, Request(0.25, 0, 2))  # the pass takes the last free GPUs
+    assert book.most_free(group, "gpu") == group.members[0] == 0
+    assert not index._ranked  # no view of the group sorted
+    book.give(1, Request(0.25, 0, 1), (0,))  # one given back (a gang undone): it has the most free now
+    assert book.most_free(group, "gpu") == 1
+    ended = index.running[3]
+    index.remove(ended.task_id)  # its room free again: the index counts one member fewer with none free
+    assert index.group("a", ()).gpuless == 2

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from corral.core.config import PoolPolicy, Sequencer
 from corral.scheduling import forecast as forecasting
 from corral.scheduling.forecast import MIN_STEP, RESOLUTION, Ending, Waiting, forecast
-from corral.scheduling.placement import Request, Unit, WorkerRoom
+from corral.scheduling.placement import Assignment, Request, Unit, WorkerRoom
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import NoRoom, TooLarge
@@ -229,3 +229,46 @@ def test_units_evicted_wait_again_each_in_a_place_of_its_own():
     estimates = simulation.run(None)
     assert estimates[2].start_at == estimates[3].start_at == NOW and within(estimates[4].start_at, NOW + 100)
     assert len(set(simulation.order.values())) == len(simulation.order)
+
+
+def test_alike_units_in_a_row_take_their_kind_from_the_one_before_without_hashing_their_requests(monkeypatch):
+    """A job's units, each reading its own equal request, are numbered as `_kind` numbers each unit, the irregular
+    kinds (a cap, workers to avoid) found as before; and the set-up (the kinds, the request mixes) hashes a request
+    per run of alike units, not per unit."""
+    def unit(job: int, task: int, gpus: int = 1, priority: int = 0, **facts) -> Waiting:
+        return Waiting(Unit((job, task), (task,), Request(1, 0, gpus), priority=priority, **facts), 300)
+
+    queue = [*(unit(2, 200 + n) for n in range(20)), *(unit(3, 300 + n, gpus=2) for n in range(20)),
+             unit(4, 400, priority=5), unit(4, 401, priority=5, max_running=1), unit(5, 500, avoid=frozenset({"w1"})),
+             *(unit(6, 600 + n) for n in range(20))]
+    hashed = []
+    monkeypatch.setattr(Request, "__hash__", lambda self: hashed.append(self) or self._hash)
+    simulation = forecasting._Simulation(queue, [worker("w1", gpus=2)], [], NOW, Policy(), {}, forecasting.HORIZON)
+    assert len(hashed) <= 40  # some eight per run of alike units (its kind, its mix); two per unit before
+    monkeypatch.undo()
+    numbered = forecasting._Simulation([], [worker("w1", gpus=2)], [], NOW, Policy(), {}, forecasting.HORIZON)
+    ordered = sorted(queue, key=lambda item: -item.unit.priority)
+    assert simulation.kind_of == {item.unit.key: numbered._kind(item.unit) for item in ordered}
+    assert simulation.kind_facts == numbered.kind_facts and simulation.irregular == numbered.irregular != set()
+
+
+def test_the_tasks_a_forecast_places_are_those_the_constructors_make(monkeypatch):
+    """The simulation makes its placed tasks, and the pass its assignments, without their constructors: the same
+    values, of the same classes, with the same fields."""
+    simulation = forecasting._Simulation([waiting(2, tasks=2), waiting(3), waiting(4)], [worker("w1", gpus=4)], [],
+                                         NOW, Policy(), {}, forecasting.HORIZON)
+    placements = []
+    place_over = forecasting.place_over
+
+    def recorded(*args, **kwargs):
+        placements.append(place_over(*args, **kwargs))
+        return placements[-1]
+
+    monkeypatch.setattr(forecasting, "place_over", recorded)
+    simulation.run(None)
+    tasks = list(simulation.index.running.values())
+    assert len(tasks) == 4 and all(type(task) is RunningTask for task in tasks)
+    assert all(task == RunningTask(**vars(task)) and vars(task) == vars(RunningTask(**vars(task))) for task in tasks)
+    assignments = [a for placement in placements for placed in placement.assignments.values() for a in placed]
+    assert len(assignments) == 4
+    assert all(vars(a) == vars(Assignment(a.task_id, a.worker_id, a.gpu_ids)) for a in assignments)

@@ -178,3 +178,35 @@ def test_a_pool_with_gpus_is_fragmentation_aware_unless_set_and_one_without_is_c
     cpu_only = [worker("x", 0, cpu=4), worker("y", 0, cpu=8)]
     result = place([Unit((1, 1), (1,), Request(4, 0, 0))], cpu_only, policy=fifo)
     assert result.assignments[(1, 1)][0].worker_id == "x"  # the fullest that fits
+
+
+MIX_KINDS = st.lists(st.tuples(st.sampled_from([(1, 0, 1), (1, 0, 2), (2, 0, 1), (1, 0, 0), (1, 0, 0.5)]),
+                               st.sampled_from([(), ("zone=a",)]), st.integers(1, 3)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=MIX_KINDS, half_life=st.sampled_from([2_000, 5, 1, 0.2]), max_kinds=st.sampled_from([512, 2, 3]))
+def test_a_mix_counted_at_once_is_the_mix_counted_one_by_one(kinds, half_life, max_kinds):
+    """add_all counts as add does request by request, to the last bit: each request its own object (as each row reads
+    one), renormalised (a short half life) and pruned (few kinds kept) on the way."""
+    from corral.core.constraints import parse_constraint
+    items = [(Request(*fields), tuple(parse_constraint(c) for c in constraints), times)
+             for fields, constraints, times in kinds]
+    one_by_one, at_once = RequestMix(half_life, max_kinds), RequestMix(half_life, max_kinds)
+    for request, constraints, times in items:
+        one_by_one.add(request, constraints, times)
+    at_once.add_all(items)
+    assert list(at_once.counts.items()) == list(one_by_one.counts.items())
+    assert [id(request) for request, _ in at_once.counts] == [id(request) for request, _ in one_by_one.counts]
+    assert at_once.scale == one_by_one.scale
+
+
+def test_a_mix_counts_a_run_of_equal_requests_without_hashing_each(monkeypatch):
+    """A row of equal requests (a job's tasks, each reading its own) is counted with its first request hashed, not
+    every one of them."""
+    hashed = []
+    monkeypatch.setattr(Request, "__hash__", lambda self: hashed.append(self) or self._hash)
+    mix = RequestMix()
+    mix.add_all([(Request(1, 0, 1), (), 1) for _ in range(100)] + [(Request(2, 0, 2), (), 1) for _ in range(100)])
+    assert len(hashed) <= 8  # per run: its count found and set as `add` does, read, and written at its end
+    assert list(mix.weights()) == [(Request(1, 0, 1), ()), (Request(2, 0, 2), ())]

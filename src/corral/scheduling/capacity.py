@@ -176,6 +176,10 @@ class CapacityIndex:
         running = self.running
         self._count([running[task_id] for task_id in task_ids if task_id in running], -1)
 
+    def remove_tasks(self, tasks: Iterable[RunningTask]) -> None:
+        """As `remove_all`, given the tasks themselves as the index holds them (`running`): none looked up again."""
+        self._count(tasks, -1)
+
     def stop(self, task_id: int) -> None:
         """A task being evicted or terminated: it holds its room until it ends."""
         if task_id in self.running:
@@ -267,7 +271,13 @@ class CapacityIndex:
     def _count_all(self, running: Iterable[RunningTask]) -> None:
         """What `_count` adds task by task, added up at once: tasks alike (project, pool, request) are summed as
         one amount times their number."""
-        alike: Counter[tuple[str, str | None, object]] = Counter()
+        alike: dict[tuple[str, str | None, Request], int] = {}
+        # Alike tasks in a row (a job's, read together) are counted in a local and charged at the end of the row,
+        # their requests compared by their fields' tuple: no request hashed or compared through its Python `__hash__`
+        # and `__eq__` per task. The groups keep the order of their first tasks, and each its first task's request.
+        last_fields: tuple | None = None
+        last_key: tuple = ()
+        in_row = 0
         capped, workers_change = self.capped, self.workers_change
         for task in running:
             self.running[task.task_id] = task
@@ -277,13 +287,21 @@ class CapacityIndex:
                 self.tasks_of_job[task.job_id] += 1
             i = self.position.get(task.worker_id)
             pool = None if i is None else self.rooms[i].pool
-            alike[task.project, pool, task.request] += 1
+            request = task.request
+            if request._fields == last_fields and pool == last_key[1] and task.project == last_key[0]:
+                in_row += 1
+            else:
+                if in_row:
+                    alike[last_key] = alike.get(last_key, 0) + in_row
+                last_fields, last_key, in_row = request._fields, (task.project, pool, request), 1
             if pool is not None:
                 self._priorities[pool][task.priority] += 1
                 latest = self._latest.get(pool)
                 if self.turns and (latest is None or task.since > latest.since or (
                         task.since == latest.since and task.task_id > latest.task_id)):  # _placed_order, unrolled
                     self._latest[pool] = task
+        if in_row:
+            alike[last_key] = alike.get(last_key, 0) + in_row
         for (project, pool, request), n in alike.items():
             amounts = request.amounts(n)
             if self.quotas is None or project in self.quotas:
@@ -313,6 +331,10 @@ class CapacityIndex:
             changed = members.member_set.intersection(moved)
             if not changed:
                 continue
+            for i in changed:  # the members with no GPU free, kept
+                old, new = moved[i]
+                if (not old[0]) is not (not new[0]):
+                    members.gpuless += 1 if not new[0] else -1
             if len(changed) * 8 > len(members.members):  # sorted again when read
                 members.unsort()
                 for resource in RANKED:
@@ -326,16 +348,30 @@ class CapacityIndex:
                     ranked = self._ranked.get((key, resource))
                     if ranked is not None:
                         _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
-        memos: dict[str, dict[tuple, int]] = {}  # per pool, its measure's plain_states
-        state_of, buckets = self._state_of, self._buckets
+        # per pool, its measure, the measure's plain_states and the constraint sets each worker meets
+        memos: dict[str, tuple[Fragmentation, dict[tuple, int], dict[str, tuple[int, ...]]]] = {}
+        state_of, buckets, rooms = self._state_of, self._buckets, self.rooms
         for i in restate:
             old_state = state_of.get(i)
             if old_state is not None:
-                room = self.rooms[i]
-                memo = memos.get(room.pool)
-                if memo is None:
-                    memo = memos[room.pool] = plain_states(self._measures[room.pool][1])
-                new_state = state_of[i] = stated(self._measures[room.pool][1], room, memo)
+                room = rooms[i]
+                kept = memos.get(room.pool)
+                if kept is None:
+                    measure = self._measures[room.pool][1]
+                    kept = memos[room.pool] = (measure, plain_states(measure), measure.admitted_of)
+                measure, memo, admitted_of = kept
+                # `stated`, unrolled (a forecast restates some 20k rooms): a plain room's state by what decides it
+                if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
+                    new_state = measure.state(room)
+                else:
+                    admitted = admitted_of.get(room.id)
+                    if admitted is None:
+                        admitted = measure.admitted(room)
+                    key = (admitted, len(room.free_gpu_ids), room.free_cpu, room.free_memory)
+                    new_state = memo.get(key)
+                    if new_state is None:
+                        new_state = memo[key] = measure.state(room)
+                state_of[i] = new_state
                 if new_state != old_state:
                     for key in self._member_of.get(i, ()):
                         by_state = buckets.get(key)

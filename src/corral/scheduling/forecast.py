@@ -18,7 +18,7 @@ What keeps it cheap enough to run every few seconds over 10k pending units and 1
     take, the index's counts, the next settle's restating of its room), kept low by look-ups
     that do not hash what they can number or find by identity (kinds are numbered; alike tasks
     in a row choose with one request object), by tasks made without the dataclass constructor
-    (`placed_task`), and by the garbage collector being off while the simulation runs: its
+    (`placed_task`, unrolled in `_start`), and by the garbage collector being off while the simulation runs: its
     full collections walked every object the caller holds, and the simulation leaves no
     cycles behind.
 """
@@ -39,7 +39,7 @@ from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
 from corral.scheduling.placement import Assignment, Placement, Unit, place_over
 from corral.scheduling.policy import Policy
-from corral.scheduling.preemption import RunningTask, placed_task
+from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import (
     DependencyFailed,
     NoWorkerAlive,
@@ -156,6 +156,8 @@ class _Simulation:
         # the same order the pass's Queue makes, so that the few units offered of a kind are the ones it would.
         order, gated, asked, kind_of = self.order, self.gated, self.asked, self.kind_of
         holding = ends_at.keys()
+        last: Unit | None = None  # the unit before, and its kind
+        kind = -1
         for n, item in enumerate(sorted(waiting, key=lambda item: 0 if fifo[item.unit.pool] else -item.unit.priority)):
             unit = item.unit
             if not holding.isdisjoint(unit.task_ids):
@@ -171,7 +173,19 @@ class _Simulation:
             asked.add(key[0])
             if item.job.after or item.job.after_any:
                 self.named.update(item.job.after, item.job.after_any)
-            kind_of[key] = self._kind(unit)
+            request = unit.request
+            if last is not None and (request is last.request or request._fields == last.request._fields) and \
+                    unit.constraints == last.constraints and unit.priority == last.priority and \
+                    len(unit.task_ids) == len(last.task_ids) and unit.pool == last.pool and \
+                    unit.project == last.project and unit.spread == last.spread:
+                # alike the unit before (a job's tasks come in a row): its kind, with no request hashed or compared
+                # through the request's Python `__hash__` and `__eq__`
+                if unit.avoid or unit.max_running is not None:
+                    self.irregular.add(kind)
+            else:
+                kind = self._kind(unit)
+            kind_of[key] = kind
+            last = unit
         self.mixes = self._mixes_seen(waiting, ending)
         # worker -> (the latest end, the jobs whose tasks ended) of the tasks that ended there this step
         self.freed: dict[str, list] = {}
@@ -216,15 +230,15 @@ class _Simulation:
         """Tasks expected to end by `t` free their room; a job with nothing left has ended, successfully."""
         self.freed.clear()
         ends, running, left, freed, stale = self.ends, self.index.running, self.left, self.freed, self.stale
-        ended: list[int] = []
+        ended: list[RunningTask] = []
         pop, named, dependencies = heapq.heappop, self.named, self.dependencies
         while ends and ends[0][0] <= t:
             end, task_id = pop(ends)
             if stale and (end, task_id) in stale:  # evicted before it ended
                 stale.discard((end, task_id))
                 continue
-            ended.append(task_id)
             task = running[task_id]
+            ended.append(task)
             job_id = task.job_id
             on_worker = freed.get(task.worker_id)
             if on_worker is None:
@@ -237,7 +251,7 @@ class _Simulation:
                 left[job_id] = tasks_left
                 if tasks_left <= 0:
                     dependencies[job_id] = JobEnd("SUCCEEDED", end)
-        self.index.remove_all(ended)
+        self.index.remove_tasks(ended)
 
     def _ungate(self, t: float) -> None:
         """Units whose dependencies ended as asked and whose begin time passed join their kinds."""
@@ -369,6 +383,7 @@ class _Simulation:
         alike tasks' use as one, and a request found by identity is not compared field by field."""
         freed, starts, runs_for, ends, facts = self.freed, self.starts, self.runs_for, self.ends, self.kind_facts
         kinds, kind_of, push = self.kinds, self.kind_of, heapq.heappush
+        new, set_dict = object.__new__, object.__setattr__
         tasks: list[RunningTask] = []
         for key, assignments in placed.items():
             kind = kind_of.pop(key)  # out of the queue (`_unqueue`, unrolled)
@@ -402,7 +417,11 @@ class _Simulation:
             priority, project = unit.priority, unit.project
             for a in assignments:
                 task_id = a.task_id
-                tasks.append(placed_task(task_id, job_id, a.worker_id, request, a.gpu_ids, priority, project, t, gang))
+                task = new(RunningTask)  # `placed_task`, unrolled: two calls and a keywords' dictionary less per task
+                set_dict(task, "__dict__", {"task_id": task_id, "job_id": job_id, "worker_id": a.worker_id,
+                                            "request": request, "gpu_ids": a.gpu_ids, "priority": priority,
+                                            "project": project, "since": t, "gang": gang, "stopping": False})
+                tasks.append(task)
                 runs_for[task_id] = lasts
                 push(ends, (end, task_id))
         self.index.add_all(tasks)
@@ -485,11 +504,17 @@ class _Simulation:
     def _mixes_seen(self, waiting: Sequence[Waiting], ending: Sequence[Ending]) -> dict[str, RequestMix]:
         """The pools' request mixes from the tasks in view, fixed for the whole simulation (a mix that changed
         step by step would rebuild the fragmentation measure at every step)."""
-        mixes: dict[str, RequestMix] = defaultdict(RequestMix)
+        seen: dict[str, list[tuple]] = defaultdict(list)  # per pool, (request, constraints, times) in order
+        pool_of = self.pool_of
         for e in ending:
-            pool = self.pool_of.get(e.task.worker_id)
+            task = e.task
+            pool = pool_of.get(task.worker_id)
             if pool is not None:
-                mixes[pool].add(e.task.request)
+                seen[pool].append((task.request, (), 1))
         for item in waiting:
-            mixes[item.unit.pool].add(item.unit.request, item.unit.constraints, len(item.unit.task_ids))
+            unit = item.unit
+            seen[unit.pool].append((unit.request, unit.constraints, len(unit.task_ids)))
+        mixes: dict[str, RequestMix] = defaultdict(RequestMix)
+        for pool, kinds in seen.items():
+            mixes[pool].add_all(kinds)
         return mixes

@@ -78,6 +78,39 @@ class RequestMix:
         if len(self.counts) > self.max_kinds:
             del self.counts[min(self.counts, key=self.counts.__getitem__)]
 
+    def add_all(self, kinds: Iterable[tuple[Request, tuple[AnyConstraint, ...], int]]) -> None:
+        """`add` each (request, constraints, times) in turn, with the same counts to the last bit. A kind equal to the
+        one before (a job's tasks, a row of alike tasks) is counted in a local, compared by its fields, and written
+        once its run ends: no request hashed or compared through its Python `__hash__` and `__eq__` per task (a
+        forecast counts every pending unit and running task, some 18k)."""
+        counts, growth, add = self.counts, self.growth, self.add
+        last: Request | None = None  # the run's first request; its kind is in `counts`, its count in `count`
+        last_fields: tuple = ()
+        last_constraints: tuple[AnyConstraint, ...] = ()
+        count = 0.0
+        for request, constraints, times in kinds:
+            if request.gpu <= 0:
+                continue
+            if last is not None and (request is last or request._fields == last_fields) and (
+                    constraints is last_constraints or constraints == last_constraints):
+                count += self.scale * times  # as `add`: counts.get(kind) + scale * times
+                scale = self.scale = self.scale * growth
+                if scale > 1e100:  # as `add`
+                    counts[last, last_constraints] = count
+                    counts = self.counts = {k: c / scale for k, c in counts.items()}
+                    self.scale = 1.0
+                    count = counts[last, last_constraints]
+                continue
+            if last is not None:
+                counts[last, last_constraints] = count
+            add(request, constraints, times)
+            counts = self.counts
+            count = counts.get((request, constraints))
+            last = None if count is None else request  # None: pruned at once, as `add` may
+            last_fields, last_constraints = request._fields, constraints
+        if last is not None:
+            counts[last, last_constraints] = count
+
     def weights(self) -> dict[Kind, float]:
         """Each kind's share of the requests seen, adding up to 1 (empty when none was seen)."""
         total = sum(self.counts.values())
@@ -98,7 +131,7 @@ class Fragmentation:
         that the few workers that could hold it are kept for it (an 8-GPU task with 120 cores has 39 of 1,213)."""
         self.constraint_sets = list(dict.fromkeys(constraints for _, constraints in weights))
         position = {constraints: n for n, constraints in enumerate(self.constraint_sets)}
-        self._admitted: dict[str, tuple[int, ...]] = {}  # worker id -> the constraint sets it meets
+        self.admitted_of: dict[str, tuple[int, ...]] = {}  # worker id -> the constraint sets it meets (`admitted`)
         weights = {kind: weight * (SHARE_WEIGHT if kind[0].share else MULTI_GPU_WEIGHT if kind[0].whole > 1 else 1)
                    for kind, weight in weights.items()}
         if rooms:
@@ -148,9 +181,9 @@ class Fragmentation:
 
     def admitted(self, room: WorkerRoom) -> tuple[int, ...]:
         """The constraint sets the room meets (its labels do not change within a pass)."""
-        admitted = self._admitted.get(room.id)
+        admitted = self.admitted_of.get(room.id)
         if admitted is None:
-            admitted = self._admitted[room.id] = tuple(s for s, constraints in enumerate(self.constraint_sets)
+            admitted = self.admitted_of[room.id] = tuple(s for s, constraints in enumerate(self.constraint_sets)
                                                        if all(c.admits(room) for c in constraints))
         return admitted
 

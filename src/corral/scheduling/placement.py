@@ -181,6 +181,7 @@ class _Pass:
         alike, book, assignments, placed_of = self.alike, self.book, self.result.assignments, self.placed_of
         group, request, pool, constraints = alike.group, alike.request, alike.pool, alike.constraints
         quotas, choose = self.policy.quotas, book.chooser(group, alike.strategy)
+        new, set_dict, rooms, take = object.__new__, object.__setattr__, book.rooms, book.take
         while queued:
             unit = queued[0]
             if not ((unit.request is request or unit.request == request) and len(unit.task_ids) == 1
@@ -192,7 +193,10 @@ class _Pass:
                 return
             queued.popleft()
             task_id = unit.task_ids[0]
-            assignments[unit.key] = [assigned(task_id, book.rooms[i].id, tuple(book.take(i, request)))]
+            assignment = new(Assignment)  # `assigned`, unrolled: two calls and a keywords' dictionary less per task
+            set_dict(assignment, "__dict__", {"task_id": task_id, "worker_id": rooms[i].id,
+                                              "gpu_ids": tuple(take(i, request))})
+            assignments[unit.key] = [assignment]
             job_id = unit.key[0]
             placed_of[job_id] = placed_of.get(job_id, 0) + 1
 

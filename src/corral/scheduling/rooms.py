@@ -366,6 +366,9 @@ class Members:
         self.rooms, self.members, self.member_set = rooms, members, set(members)
         self._keys = sorted(room_keys(rooms, members))
         self.stale = False
+        # How many members have no GPU free; an index keeps it as their rooms change (`CapacityIndex._settle`), so a
+        # reason for want of GPUs knows, without a walk of the group, when none has any (and which it names then).
+        self.gpuless = bisect_left(self._keys, (1,))
 
     @classmethod
     def of(cls, rooms: Sequence[WorkerRoom], pool: str, constraints: tuple[AnyConstraint, ...]) -> Members:
@@ -383,7 +386,8 @@ class Members:
         self.stale = True
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Members) and (self.members, self.keys) == (other.members, other.keys)
+        return isinstance(other, Members) and (self.members, self.keys, self.gpuless) == (
+            other.members, other.keys, other.gpuless)
 
 
 class KeptGroups(Protocol):
@@ -517,6 +521,14 @@ class RoomBook:
         """The member with the most of a RANKED resource free now, the first registered among equals."""
         if self._kept is None:
             return min(group.members, key=lambda i: rank_key(self.rooms[i], i, resource))
+        if resource == "gpu":
+            changed = self._copied.intersection(group.member_set)
+            rooms, originals = self.rooms, self.originals
+            if not any([rooms[i].free_gpu_ids for i in changed]) and group.found.gpuless + len(
+                    [i for i in changed if originals[i].free_gpu_ids]) == len(group.members):
+                # None has a GPU free (those this pass changed, as it left them; the others, as the index counts
+                # them): all are equal, and the first registered is the one the ranked view would give.
+                return group.members[0]
         unchanged = next((entry for entry in self._kept.ranked(group.pool, group.constraints, resource)
                           if entry[1] not in self._copied), None)
         changed = rank_keys(self.rooms, self._copied.intersection(group.member_set), resource)
@@ -596,7 +608,18 @@ class RoomBook:
             memo = self._plain.get(room.pool)
             if memo is None:
                 memo = self._plain[room.pool] = plain_states(measure)
-            new_state = self._states[i] = stated(measure, room, memo)
+            # `stated`, unrolled (a pass restates every room it takes from): a plain room's state by what decides it
+            if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
+                new_state = measure.state(room)
+            else:
+                admitted = measure.admitted_of.get(room.id)
+                if admitted is None:
+                    admitted = measure.admitted(room)
+                key = (admitted, len(room.free_gpu_ids), room.free_cpu, room.free_memory)
+                new_state = memo.get(key)
+                if new_state is None:
+                    new_state = memo[key] = measure.state(room)
+            self._states[i] = new_state
         groups = self._groups_of_room.get(i)
         for group in self._groups_of(i) if groups is None else groups:
             if group.sorted is not None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.core.config import PoolPolicy, Sequencer
 from corral.scheduling.placement import Unit, place
 from corral.scheduling.policy import Policy
-from corral.scheduling.preemption import RunningTask, choose_victims, placed_task
+from corral.scheduling.preemption import RunningTask, choose_victims
 from corral.scheduling.reasons import AwaitingPreempted, Moving, NoRoom, Preempting
 from corral.scheduling.rooms import Request, WorkerRoom
 
@@ -224,10 +222,3 @@ def test_a_pass_preempts_only_lower_priority_each_victim_once_and_never_for_a_pl
         ids = {t.task_id for t in victims}
         assert not ids & seen, "a task evicted twice"
         seen |= ids
-
-
-def test_a_placed_task_is_the_running_task_the_constructor_makes():
-    made = placed_task(7, 3, "w1", GPU, (0, 2), 100, "physics", 12.5, True)
-    assert made == RunningTask(7, 3, "w1", GPU, (0, 2), 100, "physics", since=12.5, gang=True)
-    assert vars(made).keys() >= {f.name for f in fields(RunningTask)}  # a field added later is set here too
-    assert replace(made, stopping=True).stopping and not made.stopping

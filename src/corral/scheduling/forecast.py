@@ -18,7 +18,7 @@ What keeps it cheap enough to run every few seconds over 10k pending units and 1
     take, the index's counts, the next settle's restating of its room), kept low by look-ups
     that do not hash what they can number or find by identity (kinds are numbered; alike tasks
     in a row choose with one request object), by tasks made without the dataclass constructor
-    (`placed_task`, unrolled in `_start`), and by the garbage collector being off while the simulation runs: its
+    (`_start` fills their dictionaries itself), and by the garbage collector being off while the simulation runs: its
     full collections walked every object the caller holds, and the simulation leaves no
     cycles behind.
 """
@@ -417,7 +417,7 @@ class _Simulation:
             priority, project = unit.priority, unit.project
             for a in assignments:
                 task_id = a.task_id
-                task = new(RunningTask)  # `placed_task`, unrolled: two calls and a keywords' dictionary less per task
+                task = new(RunningTask)  # not the constructor: its keywords and frozen sets cost more per task
                 set_dict(task, "__dict__", {"task_id": task_id, "job_id": job_id, "worker_id": a.worker_id,
                                             "request": request, "gpu_ids": a.gpu_ids, "priority": priority,
                                             "project": project, "since": t, "gang": gang, "stopping": False})

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from corral.core.frozen import made
 from corral.scheduling.policy import DEFAULT_PROJECT
 from corral.scheduling.rooms import Request, WorkerRoom
 
@@ -38,13 +37,6 @@ class RunningTask:
     since: float = 0.0  # when this attempt was placed: a younger one has lost less work
     gang: bool = False
     stopping: bool = False  # PREEMPTING or TERMINATING already: its room is on its way back
-
-
-def placed_task(task_id: int, job_id: int, worker_id: str, request: Request, gpu_ids: tuple[int, ...], priority: int,
-                project: str, since: float, gang: bool) -> RunningTask:
-    """A RunningTask just placed, made as a forecast makes one for every task it places."""
-    return made(RunningTask, task_id=task_id, job_id=job_id, worker_id=worker_id, request=request, gpu_ids=gpu_ids,
-                priority=priority, project=project, since=since, gang=gang, stopping=False)
 
 
 @dataclass(frozen=True)

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-from alembic import command
 from sqlalchemy import select, update
 
 from corral.core.spec import MIN_CPU, JobSpec
-from corral.store.database import _alembic_config, migrate
+from corral.store.database import downgrade, migrate
 from corral.store.schema import jobs, tasks
 from tests.store.helpers import submit
 
 
-def downgrade_to(revision):
-    def run(sync_connection):
-        config = _alembic_config()
-        config.attributes["connection"] = sync_connection
-        command.downgrade(config, revision)
-    return run
-
-
 async def test_a_job_stored_with_no_cpu_is_raised_to_the_minimum_and_reads_again(store):
     job_id = await submit(store, replicas=2)
+    await downgrade(store.engine, "0010")
     async with store.engine.begin() as connection:
-        await connection.run_sync(downgrade_to("0010"))
         spec = (await connection.execute(select(jobs.c.spec).where(jobs.c.id == job_id))).scalar_one()
         await connection.execute(update(jobs).values(spec={**spec, "resources": {**spec["resources"], "cpu": 0}}))
         await connection.execute(update(tasks).values(cpu=0))

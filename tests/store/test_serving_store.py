@@ -211,16 +211,7 @@ async def test_a_failing_replica_is_unhealthy_evicted_and_replaced_on_the_event_
 
 
 async def test_migration_0008_moves_serving_history_into_the_event_stream_and_back(store):
-    from alembic import command
-
-    from corral.store.database import _alembic_config, migrate
-
-    def to(revision):
-        def run(sync_connection):
-            config = _alembic_config()
-            config.attributes["connection"] = sync_connection
-            command.downgrade(config, revision)
-        return run
+    from corral.store.database import downgrade, migrate
 
     async with store.write() as connection:
         await insert_deployment(connection, SPEC, [], NOW)
@@ -228,8 +219,8 @@ async def test_migration_0008_moves_serving_history_into_the_event_stream_and_ba
     async with store.read() as connection:
         before = [(e.type, e.replica_id, e.message) for e in await read_events(connection, 0, deployment="svc")]
         jobs_rows = len(await read_events(connection, 0)) - len(before)
+    await downgrade(store.engine, "0006")
     async with store.engine.begin() as connection:
-        await connection.run_sync(to("0006"))
         moved = (await connection.exec_driver_sql(
             "SELECT handler, replica_id, message FROM serving_history ORDER BY id")).all()
         left = (await connection.exec_driver_sql("SELECT count(*) FROM history")).scalar()

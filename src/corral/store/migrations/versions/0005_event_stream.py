@@ -1,7 +1,7 @@
 """event stream: worker events in history, an index for pruning it by age, jobs sortable by name
 
 Revision ID: 0005
-Revises: 0001
+Revises: 0002
 """
 
 import sqlalchemy as sa

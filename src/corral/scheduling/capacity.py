@@ -348,30 +348,17 @@ class CapacityIndex:
                     ranked = self._ranked.get((key, resource))
                     if ranked is not None:
                         _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
-        # per pool, its measure, the measure's plain_states and the constraint sets each worker meets
-        memos: dict[str, tuple[Fragmentation, dict[tuple, int], dict[str, tuple[int, ...]]]] = {}
+        memos: dict[str, dict[tuple, int]] = {}  # per pool, its measure's plain_states
         state_of, buckets, rooms = self._state_of, self._buckets, self.rooms
         for i in restate:
             old_state = state_of.get(i)
             if old_state is not None:
                 room = rooms[i]
-                kept = memos.get(room.pool)
-                if kept is None:
-                    measure = self._measures[room.pool][1]
-                    kept = memos[room.pool] = (measure, plain_states(measure), measure.admitted_of)
-                measure, memo, admitted_of = kept
-                # `stated`, unrolled (a forecast restates some 20k rooms): a plain room's state by what decides it
-                if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
-                    new_state = measure.state(room)
-                else:
-                    admitted = admitted_of.get(room.id)
-                    if admitted is None:
-                        admitted = measure.admitted(room)
-                    key = (admitted, len(room.free_gpu_ids), room.free_cpu, room.free_memory)
-                    new_state = memo.get(key)
-                    if new_state is None:
-                        new_state = memo[key] = measure.state(room)
-                state_of[i] = new_state
+                measure = self._measures[room.pool][1]
+                memo = memos.get(room.pool)
+                if memo is None:
+                    memo = memos[room.pool] = plain_states(measure)
+                new_state = state_of[i] = stated(measure, room, memo)
                 if new_state != old_state:
                     for key in self._member_of.get(i, ()):
                         by_state = buckets.get(key)

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.controller.auth import is_worker_token
 from corral.controller.services import services_of
+from corral.controller.settings import Tokens
 from corral.controller.workers_api import answer_heartbeat
 from corral.core.protocol import API, HeartbeatRequest
 from corral.core.wire import clean_text
@@ -46,13 +47,14 @@ class HeartbeatLane:
         if body is None:  # the client went away, or sent more than one message: the app's own way
             await self.app(scope, _replay(rest, receive), send)
             return
-        checked = _checked(scope, path[1], body)
+        request = Request(scope, receive)
+        services = services_of(request)
+        checked = _checked(scope, path[1], body, services.tokens)
         if checked is None:
             await self.app(scope, _replay(rest, receive), send)
             return
-        request = Request(scope, receive)
         try:
-            reply = await answer_heartbeat(services_of(request), *checked)
+            reply = await answer_heartbeat(services, *checked)
         except HTTPException as refused:
             response = await http_exception_handler(request, refused)
         else:
@@ -60,7 +62,7 @@ class HeartbeatLane:
         await response(scope, receive, send)
 
 
-def _checked(scope: Scope, worker_id: str, body: bytes) -> tuple[str, HeartbeatRequest] | None:
+def _checked(scope: Scope, worker_id: str, body: bytes, tokens: Tokens) -> tuple[str, HeartbeatRequest] | None:
     """The worker's id and the heartbeat, where the route would take them: the worker's token (`require_worker`),
     a JSON body (FastAPI reads one as JSON by its content type) valid as a HeartbeatRequest (as FastAPI validates
     it: the parsed JSON, from attributes), an id the route's `Text` takes. None where any fails."""
@@ -73,7 +75,7 @@ def _checked(scope: Scope, worker_id: str, body: bytes) -> tuple[str, HeartbeatR
     if content_type != JSON or not body or authorization is None or not authorization.isascii():
         return None
     scheme, _, token = authorization.decode("ascii").partition(" ")
-    if scheme.lower() != "bearer" or not token or not is_worker_token(token, services_of(Request(scope)).tokens):
+    if scheme.lower() != "bearer" or not token or not is_worker_token(token, tokens):
         return None
     try:
         heartbeat = HeartbeatRequest.model_validate(json.loads(body), from_attributes=True)

@@ -16,6 +16,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from corral.store.handler_locks import hold_migration_lock, release_migration_lock
+from corral.store.sqlite_trips import OneTripDBAPI
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 CONNECT_TIMEOUT = 10.0  # seconds to reach PostgreSQL: an unreachable host is reported, not waited on for a minute
@@ -77,7 +78,7 @@ def make_engine(url: str, pool: dict[str, int] | None = None) -> AsyncEngine:
     """An engine of `pool` connections (by default, POOL on PostgreSQL and SQLAlchemy's default on SQLite)."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 30}, **(pool or {}))
+        engine = create_async_engine(url, module=OneTripDBAPI(), connect_args={"timeout": 30}, **(pool or {}))
 
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_connection, _record):  # WAL: readers never block the writer

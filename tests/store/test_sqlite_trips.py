@@ -81,3 +81,23 @@ async def test_the_pragmas_hold_on_each_connection(engine):
     async with engine.connect() as connection:
         assert (await connection.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
         assert (await connection.exec_driver_sql("PRAGMA foreign_keys")).scalar() == 1
+
+
+async def test_ending_a_transaction_is_a_trip_only_where_one_is_open(engine, trips):
+    async with engine.connect() as connection:  # a read: SQLite opens no transaction for it
+        await connection.execute(select(things))
+        del trips[:]
+        await connection.rollback()
+        await connection.commit()
+    assert trips == []  # nor did the pool's rollback as it took the connection back
+    async with engine.begin() as connection:
+        await connection.execute(insert(things).values(name="a"))
+        del trips[:]
+    assert trips == ["commit"]
+    async with engine.connect() as connection:
+        await connection.execute(insert(things).values(name="b"))
+        del trips[:]
+        await connection.rollback()
+        assert trips == ["rollback"]
+    async with engine.connect() as other:
+        assert (await other.execute(select(things.c.name))).scalars().all() == ["a"]

@@ -83,8 +83,25 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
 
 
 class OneTripConnection(AsyncAdapt_aiosqlite_connection):
+    """Its statements one trip each; a commit or rollback with no transaction open none (the pool rolls back each
+    connection it is given back, most of them after reads alone, which in SQLite open none)."""
+
     __slots__ = ()
     _cursor_cls = OneTripCursor
+
+    def _idle(self) -> bool:
+        """No transaction open, so sqlite3's commit and rollback would do nothing. Read from the loop: the flag is
+        SQLite's (sqlite3_get_autocommit), which no statement moves while SQLAlchemy ends a transaction."""
+        connection = self._connection._connection
+        return connection is not None and not connection.in_transaction
+
+    def commit(self) -> None:
+        if not self._idle():
+            super().commit()
+
+    def rollback(self) -> None:
+        if not self._idle():
+            super().rollback()
 
 
 class OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):

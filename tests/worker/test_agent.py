@@ -464,3 +464,26 @@ def test_the_worker_s_log_lines_are_written_by_a_thread_of_their_own_in_order_an
         "WARNING corral.worker.test task=1 got ['a']", "ERROR corral.worker.test task=2 failed"]
     assert "ValueError: boom" in written[1][0]
     assert all(thread is not threading.current_thread() for _, thread in written)
+
+
+def test_the_worker_s_log_records_are_handed_to_the_thread_as_they_were_made_not_copied():
+    made: list[logging.LogRecord] = []
+    written: list[logging.LogRecord] = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            written.append(record)
+
+    root = logging.getLogger()
+    kept = root.handlers[:]
+    root.handlers = [Recorder()]
+    log = logging.getLogger("corral.worker.test")
+    log.addFilter(lambda record: made.append(record) or True)
+    try:
+        with logs_written_in_background():
+            log.warning("task=%s attempt=%s report %s", 1, 0, "RUNNING")
+    finally:
+        root.handlers = kept
+        log.filters.clear()
+    assert written == made and written[0] is made[0]
+    assert (written[0].msg, written[0].args) == ("task=1 attempt=0 report RUNNING", None)

@@ -5,7 +5,8 @@ concurrent clients (threads, each with its own keep-alive connection), each POST
 per call; the figure is jobs per second from the first POST until every job is terminal. The same
 number of jobs then go through the batch submit (POST /api/v1/jobs/batch, one call per client).
 Each is given twice: accepted (until the last call returns: the API's part) and ended (the engine's
-and the worker's too).
+and the worker's too), with the controller's CPU per job over each part (/proc: what the rate is bound by on
+a busy machine, and steadier than the rate).
 The peer is `slurm-peer.sh loop JOBS CLIENTS` (as many `sbatch` calls by as many concurrent shells),
 measured in the same run. The store alone (SQLite, in this process) gives the ceiling the single writer
 sets: jobs written one transaction (one durable commit) each, and a thousand to a transaction.
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.flames import flame  # noqa: E402
+from bench.many_workers import cpu_seconds  # noqa: E402
 from bench.peers import ratio_line, slurm  # noqa: E402
 from corral.core.spec import JobSpec  # noqa: E402
 from corral.core.spec_text import MAX_BATCH  # noqa: E402
@@ -48,19 +50,21 @@ def unended(cluster: Cluster) -> int:
     return cluster.get("/api/v1/jobs", state=UNENDED, limit=1, count="true")["total"]
 
 
-def timed_until_ended(cluster: Cluster, submit_share) -> tuple[float, float]:
-    """Jobs per second, accepted (until the last call returns) and ended (until every job is terminal):
-    CLIENTS threads each run `submit_share(http, count)`."""
+def timed_until_ended(cluster: Cluster, submit_share) -> tuple[float, float, float, float]:
+    """Jobs per second, accepted (until the last call returns) and ended (until every job is terminal), and the
+    controller's CPU ms per job over each of the two parts: CLIENTS threads each run `submit_share(http, count)`."""
     shares = [JOBS // CLIENTS + (1 if i < JOBS % CLIENTS else 0) for i in range(CLIENTS)]
     headers = {"Authorization": f"Bearer {cluster.admin_token}"}
     clients = [httpx.Client(base_url=cluster.url, headers=headers, timeout=120) for _ in range(CLIENTS)]
+    controller = cluster.controller.pid
     try:
-        start = time.perf_counter()
+        cpu, start = cpu_seconds(controller), time.perf_counter()
         with ThreadPoolExecutor(CLIENTS) as pool:
             list(pool.map(submit_share, clients, shares))
-        accepted = JOBS / (time.perf_counter() - start)
+        accepted, cpu_accepted = JOBS / (time.perf_counter() - start), cpu_seconds(controller)
         wait_for(lambda: unended(cluster) == 0, 900, f"{JOBS} jobs to end")
-        return accepted, JOBS / (time.perf_counter() - start)
+        ended, cpu_ended = JOBS / (time.perf_counter() - start), cpu_seconds(controller)
+        return accepted, ended, 1000 * (cpu_accepted - cpu) / JOBS, 1000 * (cpu_ended - cpu_accepted) / JOBS
     finally:
         for client in clients:
             client.close()
@@ -92,11 +96,13 @@ async def store_ceiling(directory: Path, per_transaction: int) -> float:
         await store.close()
 
 
-def report(how: str, rates: tuple[float, float], peer: float | None) -> None:
-    accepted, ended = rates
+def report(how: str, figures: tuple[float, float, float, float], peer: float | None) -> None:
+    accepted, ended, cpu_accepting, cpu_ending = figures
     what = f"{JOBS} jobs of true, {CLIENTS} clients, {how}"
     print(ratio_line(f"{what}, accepted", accepted, peer), flush=True)
     print(ratio_line(f"{what}, all ended", ended, peer), flush=True)
+    print(f"{what}: controller CPU per job {cpu_accepting:.2f} ms until accepted, {cpu_ending:.2f} ms more until "
+          "all ended", flush=True)
 
 
 def main() -> None:

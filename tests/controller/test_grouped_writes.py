@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import event, text
 
 from corral.controller.grouped_writes import GroupedWrites
+from corral.controller.jobs_api import Submission, write_submissions
 from corral.core.spec import JobSpec
 from corral.store.database import Conflict, sqlite_url
 from corral.store.job_views import existing_job_ids
@@ -49,3 +51,49 @@ async def test_a_failing_write_fails_alone_and_the_others_of_its_group_are_commi
     assert all(isinstance(job_id, int) for job_id in made)
     async with store.read() as connection:
         assert await existing_job_ids(connection, [first, *made]) == {first, *made}
+
+
+def _submission(name: str, now: float, key: str | None = None, replicas: int = 1):
+    """A call's submission of one job, its audit row naming the job it made."""
+    spec = JobSpec(command=["true"], name=name, replicas=replicas)
+    return Submission([spec], [key], {spec.project: []}, "admin", None, now,
+                      lambda ids: [dict(at=now, actor="admin", action="job.submit", object=f"job {ids[0]}",
+                                        job_id=ids[0], outcome=201, detail={"name": name})])
+
+
+async def test_concurrent_submissions_are_written_by_one_set_of_statements_in_their_calls_order(store) -> None:
+    """Each table's rows in the calls' order, each job's rows at its own call's time, as one call after the other
+    would write them; three statements for the group's tasks, history and audit, not three a call."""
+    statements = []
+    event.listen(store.writer.sync_engine, "before_cursor_execute",
+                 lambda *args: statements.append(args[2].split()[0:3]))
+    grouped = GroupedWrites(store, write_submissions)
+    calls = [_submission(f"j{i}", 100.0 + i, replicas=1 + i % 2) for i in range(8)]
+    written = await asyncio.wait_for(asyncio.gather(*(grouped.write(call) for call in calls)), 30)
+    ids = [own[0] for _, own in written]
+    assert ids == sorted(ids) and [new[0].spec.name for new, _ in written] == [f"j{i}" for i in range(8)]
+    inserts = [words[2] for words in statements if words[:2] == ["INSERT", "INTO"]]
+    assert inserts.count("jobs") == 8 and inserts.count("tasks") == inserts.count("history") < 8
+    async with store.read() as connection:
+        tasks = (await connection.execute(text("SELECT job_id, state_since FROM tasks ORDER BY id"))).all()
+        history = (await connection.execute(text("SELECT job_id, at FROM history ORDER BY id"))).all()
+        audit = (await connection.execute(text("SELECT job_id, object FROM audit ORDER BY id"))).all()
+    assert [tuple(row) for row in tasks] == [(job_id, 100.0 + i) for i, job_id in enumerate(ids)
+                                             for _ in range(1 + i % 2)]
+    assert [tuple(row) for row in history] == [(job_id, 100.0 + i) for i, job_id in enumerate(ids)]
+    assert [tuple(row) for row in audit] == [(job_id, f"job {job_id}") for job_id in ids]
+
+
+async def test_a_submission_whose_key_is_taken_fails_alone_and_writes_nothing(store) -> None:
+    grouped = GroupedWrites(store, write_submissions)
+    await grouped.write(_submission("first", 1.0, key="taken"))
+    results = await asyncio.wait_for(asyncio.gather(
+        *(grouped.write(_submission(f"j{i}", 2.0, key="taken" if i == 3 else None)) for i in range(8)),
+        return_exceptions=True), 30)
+    assert isinstance(results[3], Conflict)
+    made = [result[1][0] for i, result in enumerate(results) if i != 3]
+    async with store.read() as connection:
+        assert await existing_job_ids(connection, made) == set(made)
+        counts = [(await connection.execute(text(f"SELECT count(*) FROM {table}"))).scalar()  # noqa: S608
+                  for table in ("jobs", "history", "audit")]
+    assert counts == [8, 8, 8]  # the first, and the seven others: nothing of the refused one

@@ -135,7 +135,8 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
             seen=SeenMarks(store), quiet=QuietPolls(),
-            orders=OrderReads(store, partial(mint, tokens.admin)), submissions=GroupedWrites(store),
+            orders=OrderReads(store, partial(mint, tokens.admin)),
+            submissions=GroupedWrites(store, jobs_api.write_submissions),
             reports=GroupedWrites(store, ingest_group),
             submit_settings=SubmitSettings(), logs=logs, bundles=BundleStore(settings.data_dir / "bundles"),
             checkpoints=CheckpointFiles(settings.data_dir / "checkpoints", settings.checkpoint_limit),

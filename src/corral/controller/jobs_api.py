@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,7 +44,7 @@ from corral.store.job_views import (
     page_ids,
     task_rows,
 )
-from corral.store.jobs import NewJob, insert_jobs, written_job_row
+from corral.store.jobs import NewJob, insert_jobs_at, written_job_row
 from corral.store.launches import launched_within
 
 if TYPE_CHECKING:
@@ -156,27 +157,55 @@ async def _store(request: Request, specs: list[JobSpec], keys: list[str | None],
                  audit_rows: Callable[[list[int]], list[dict]]) -> list[JobView]:
     """The new jobs, all written in one transaction with the call's audit rows (given the new ids), and their views
     built from what was written (not read back: nothing else can have changed a job before its reply). Concurrent
-    calls' transactions are committed together (GroupedWrites)."""
-    services = services_of(request)
+    calls' jobs are written and committed together (`write_submissions`)."""
     principal = principal_of(request)
-    launcher = principal.job_id
-
-    async def write(connection: AsyncConnection) -> tuple[list[NewJob], list[int]]:
-        if launcher is not None:  # read again in this transaction: the launcher may be ending by now
-            launching = await read_launcher(connection, launcher)
-        new = []
-        for spec, key in zip(specs, keys, strict=True):
-            name = launch_name(launching, spec.name or "") if launcher is not None else spec.name or ""
-            retry = retry_columns(spec, layers[spec.project])
-            new.append(NewJob(spec, key, name=name, launched_by=launcher, columns={"owner": principal.name, **retry}))
-        ids = await insert_jobs(connection, new, now)
-        await add_audit(connection, audit_rows(ids))
-        return new, ids
-
-    new, ids = await services.submissions.write(write)
+    new, ids = await services_of(request).submissions.write(
+        Submission(specs, keys, layers, principal.name, principal.job_id, now, audit_rows))
     rows_written(request)
     return [new_job_view(SimpleNamespace(**written_job_row(job, job_id, now)), job.spec)
             for job, job_id in zip(new, ids, strict=True)]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One call's new jobs, as `write_submissions` writes them."""
+
+    specs: list[JobSpec]
+    keys: list[str | None]
+    layers: dict[str, list[RetryPolicy | None]]
+    owner: str
+    launcher: int | None  # the job whose token submits them, if any
+    now: float
+    audit_rows: Callable[[list[int]], list[dict]]
+
+    async def new_jobs(self, connection: AsyncConnection) -> list[NewJob]:
+        if self.launcher is not None:  # read again in this transaction: the launcher may be ending by now
+            launching = await read_launcher(connection, self.launcher)
+        new = []
+        for spec, key in zip(self.specs, self.keys, strict=True):
+            name = launch_name(launching, spec.name or "") if self.launcher is not None else spec.name or ""
+            retry = retry_columns(spec, self.layers[spec.project])
+            new.append(NewJob(spec, key, name=name, launched_by=self.launcher,
+                              columns={"owner": self.owner, **retry}))
+        return new
+
+
+async def write_submissions(connection: AsyncConnection, submissions: list[Submission]) -> list[tuple[list[NewJob],
+                                                                                                      list[int]]]:
+    """Concurrent calls' jobs in one set of statements (the job rows, then all their tasks, their history records,
+    their audit rows), each table's rows in the calls' order as if written one call after the other: each call's
+    new jobs and their ids. Submitted one job a call, a group of calls costs three statements fewer a call after
+    its first."""
+    made = [await submission.new_jobs(connection) for submission in submissions]
+    ids = await insert_jobs_at(connection, [(job, submission.now)
+                                            for submission, new in zip(submissions, made, strict=True) for job in new])
+    written, audit, start = [], [], 0
+    for submission, new in zip(submissions, made, strict=True):
+        own, start = ids[start:start + len(new)], start + len(new)
+        audit += submission.audit_rows(own)
+        written.append((new, own))
+    await add_audit(connection, audit)
+    return written
 
 
 async def _replays(request: Request, specs: list[JobSpec], keys: list[str | None]) -> dict[int, JobView]:

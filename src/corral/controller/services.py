@@ -42,7 +42,7 @@ class Services:
     seen: SeenMarks  # the heartbeats that carry nothing else, marked together
     orders: OrderReads  # the heartbeats' reads of their workers' orders, read together
     quiet: QuietPolls  # the workers answered with no orders and not rung since: their polls skip the read
-    submissions: GroupedWrites  # the jobs submitted by concurrent calls, committed together
+    submissions: GroupedWrites  # the jobs submitted by concurrent calls, written and committed together
     reports: GroupedWrites[Heartbeat]  # the heartbeats with reports that come while one group is written: the next
     submit_settings: SubmitSettings  # pool policies and retry defaults, kept until the admin API changes them
     engine: Engine

@@ -44,19 +44,24 @@ _INSERT_JOB = insert(jobs).returning(jobs.c.id)
 async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: float) -> list[int]:
     """The jobs' rows (their ids, in order), then every task row of them in one statement and every first
     history record in another: a batch costs a statement per job, not three."""
-    if not new:
+    return await insert_jobs_at(connection, [(job, now) for job in new])
+
+
+async def insert_jobs_at(connection: AsyncConnection, dated: Sequence[tuple[NewJob, float]]) -> list[int]:
+    """As `insert_jobs`, each job created at its own time: the jobs of several calls written together."""
+    if not dated:
         return []
-    ids = [(await connection.execute(_INSERT_JOB, new_job_columns(job, now))).scalar_one() for job in new]
+    ids = [(await connection.execute(_INSERT_JOB, new_job_columns(job, now))).scalar_one() for job, now in dated]
     await connection.execute(insert(tasks), [
         dict(job_id=job_id, index=i, state=TaskState.PENDING, state_since=now, attempt=0, tries=0, failures=0,
              preemptions=0, gpu_ids=[], cpu=job.spec.resources.cpu, memory=job.spec.resources.memory,
              gpu=job.spec.resources.gpu)
-        for job_id, job in zip(ids, new, strict=True) for i in range(job.spec.replicas)
+        for job_id, (job, now) in zip(ids, dated, strict=True) for i in range(job.spec.replicas)
     ])
     await connection.execute(insert(history), [
         dict(at=now, job_id=job_id, handler=job.created_by, result="SUCCESS", to_state=JobState.PENDING,
              event="job.submitted", message=job.note or _submitted(job))
-        for job_id, job in zip(ids, new, strict=True)
+        for job_id, (job, now) in zip(ids, dated, strict=True)
     ])
     return ids
 

@@ -110,6 +110,9 @@ async def test_a_worker_confirmed_lately_is_answered_at_once_and_its_heartbeats_
         while not commits:
             await asyncio.sleep(0.01)
     assert came - MARK_STEP <= (await last_heartbeats(store))[worker_id] <= answered
+    # a reaper of any controller sharing the store judges that heartbeat: live until a loss timeout after it
+    assert (await reap(store, came - MARK_STEP + LOSS_TIMEOUT - 0.01, LOSS_TIMEOUT)).empty
+    assert not (await reap(store, answered + LOSS_TIMEOUT + 0.01, LOSS_TIMEOUT)).empty
 
 
 async def test_a_worker_confirmed_longer_ago_than_half_the_loss_timeout_waits_for_its_mark_and_is_refused_if_lost(

@@ -124,7 +124,7 @@ async def test_the_routers_pool_is_read_again_only_after_a_commit_that_may_move_
     first = await backend.pool()
     assert [room.id for room in first.rooms] == [worker] and reads == 1
     async with store.write(moves_state=False) as connection:  # a heartbeat's liveness mark
-        await mark_all_seen(connection, [worker], NOW + 1)
+        await mark_all_seen(connection, {worker: NOW + 1})
     assert await backend.pool() == first
     assert reads == (1 if store.is_sqlite else 2)
     second = await add_worker(store, name="w1")

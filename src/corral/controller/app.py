@@ -134,7 +134,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
         loop_tasks.append(asyncio.create_task(registry.run(), name="registry"))
         app.state.services = Services(
             settings=settings, tokens=tokens, retry_config=retry_config, store=store, signals=signals, engine=engine,
-            seen=SeenMarks(store), quiet=QuietPolls(),
+            seen=SeenMarks(store, settings.loss_timeout), quiet=QuietPolls(),
             orders=OrderReads(store, partial(mint, tokens.admin)),
             submissions=GroupedWrites(store, jobs_api.write_submissions),
             reports=GroupedWrites(store, ingest_group),
@@ -161,6 +161,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             for loop_task in (*serving_tasks, *loop_tasks):
                 with contextlib.suppress(asyncio.CancelledError):
                     await loop_task
+            await app.state.services.seen.close()
             await store.close()
             # A stopped cluster leaves no address behind for clients to find and fail on; the others' remain.
             if others := other_holders(settings):

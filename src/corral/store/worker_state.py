@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import secrets
+from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, or_, select, update
+from sqlalchemy import and_, delete, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.protocol import RegisterRequest
@@ -41,16 +43,26 @@ async def mark_seen(connection: AsyncConnection, worker_id: str, now: float, **f
     return seen.rowcount > 0
 
 
-async def mark_all_seen(connection: AsyncConnection, worker_ids: list[str], now: float) -> set[str]:
-    """Note many live workers' heartbeats in one statement; returns those that are ALIVE (the others are unknown
-    or LOST, and were not touched). On PostgreSQL their rows are locked first in id order, the order every other
-    transaction locking several workers (the capacity fence) takes them in, so the two never deadlock."""
-    if connection.dialect.name != "sqlite":
-        await connection.execute(select(workers.c.id).where(workers.c.id.in_(worker_ids))
+async def mark_all_seen(connection: AsyncConnection, seen: Mapping[str, float]) -> set[str]:
+    """Note many live workers' heartbeats (worker id -> when it was heard), a statement for each distinct time;
+    returns those that are ALIVE (the others are unknown or LOST, and were not touched). A mark never moves a
+    worker's last heartbeat back (another write may have noted a later one). On PostgreSQL their rows are locked
+    first in id order, the order every other transaction locking several workers (the capacity fence) takes them in,
+    so the two never deadlock."""
+    sqlite = connection.dialect.name == "sqlite"
+    if not sqlite:
+        await connection.execute(select(workers.c.id).where(workers.c.id.in_(list(seen)))
                                  .order_by(workers.c.id).with_for_update())
-    return set((await connection.execute(
-        update(workers).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
-        .values(last_heartbeat=now).returning(workers.c.id))).scalars())
+    later = func.max if sqlite else func.greatest  # SQLite's max of two values is PostgreSQL's greatest
+    by_time: dict[float, list[str]] = defaultdict(list)
+    for worker_id, heard in seen.items():
+        by_time[heard].append(worker_id)
+    alive: set[str] = set()
+    for heard, worker_ids in by_time.items():
+        alive.update((await connection.execute(
+            update(workers).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
+            .values(last_heartbeat=later(workers.c.last_heartbeat, heard)).returning(workers.c.id))).scalars())
+    return alive
 
 
 async def silent_workers(connection: AsyncConnection, before: float) -> list:

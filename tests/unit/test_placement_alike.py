@@ -146,3 +146,40 @@ def test_alike_units_after_a_placed_one_are_placed_as_a_run_where_the_order_is_f
         placement = place(units, rooms, policy=policy)
     assert len(placement.assignments) == 10 and len(placement.waiting) == 2
     assert offer.call_count == offers
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 11), unique=True, max_size=8), RUNNING, RUNS, POLICIES)
+def test_units_of_a_settled_kind_taken_off_the_queue_together_wait_as_each_offered_in_turn(workers, tasks, runs,
+                                                                                           policy):
+    rooms = [worker(n) for n in workers]
+    running = running_on(rooms, tasks)
+    units = units_of(runs)
+    together = place(units, rooms, policy=policy, running=running, now=10.0)
+    with patch.object(_Pass, "_wait_run", lambda self, queued, pool_policy: None):  # each unit through _offer
+        in_turn = place(units, rooms, policy=policy, running=running, now=10.0)
+    assert (together.assignments, together.waiting, together.victims) == (in_turn.assignments, in_turn.waiting,
+                                                                          in_turn.victims)
+    assert _shared(together.waiting.values()) == _shared(in_turn.waiting.values())  # one reason object where it was
+
+
+def _shared(reasons) -> list[int]:
+    """Which reasons are one object: each as the position of the first that is the same object."""
+    first: dict[int, int] = {}
+    return [first.setdefault(id(reason), n) for n, reason in enumerate(reasons)]
+
+
+@pytest.mark.parametrize(("sequencer", "offers"), [(Sequencer.FIFO, 4), (Sequencer.PRIORITY, 4),
+                                                   (Sequencer.FAIR_SHARE, 30)])
+def test_units_of_a_settled_kind_wait_as_a_run_where_the_order_is_fixed_ahead(sequencer, offers):
+    """Under FIFO and priority order, once a kind is settled and looked up, the units of that kind queued after it wait
+    for its reason without being offered: the first is offered and places ten, one fails, one settles the kind, one
+    finds it settled, and the other sixteen wait as a run. Under fair share each is offered."""
+    rooms = [worker(n) for n in (2, 6)]  # pool "a", 8 cores each
+    units = [Unit((1, t), (t,), Request(1.5, 0, 0), pool="a") for t in range(30)]
+    policy = Policy(pools={"a": PoolPolicy(sequencer=sequencer)})
+    with patch.object(_Pass, "_offer", autospec=True, side_effect=_Pass._offer) as offer:
+        placement = place(units, rooms, policy=policy)
+    assert len(placement.assignments) == 10 and len(placement.waiting) == 20
+    assert len({id(reason) for reason in placement.waiting.values()}) == 1
+    assert offer.call_count == offers

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from corral.core.frozen import made, made_from, maker
+from corral.core.frozen import made, maker
 from corral.core.lifecycle import Target, TaskView
 from corral.core.states import TaskState
 from corral.engine.coordinator import _targets
@@ -41,12 +41,6 @@ def test_made_is_what_the_constructor_makes(example):
     assert vars(copy) == vars(example)
     with pytest.raises(dataclasses.FrozenInstanceError):
         copy.__setattr__(dataclasses.fields(example)[0].name, None)
-
-
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda example: type(example).__name__)
-def test_made_from_is_what_the_constructor_makes(example):
-    copy = made_from(type(example), {field.name: getattr(example, field.name) for field in dataclasses.fields(example)})
-    assert type(copy) is type(example) and copy == example and vars(copy) == vars(example)
 
 
 def test_task_targets_made_of_rows_by_position_are_each_their_own():

@@ -120,29 +120,42 @@ def test_an_assignment_made_by_a_pass_is_the_one_the_constructor_makes():
 
 
 
+@pytest.mark.parametrize("run", ["_place_run", "_wait_run"])
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, 11), unique=True, max_size=8), RUNNING, RUNS, POLICIES)
-def test_a_run_of_alike_units_taken_off_the_queue_together_decides_as_each_offered_in_turn(workers, tasks, runs,
+def test_a_run_of_alike_units_taken_off_the_queue_together_decides_as_each_offered_in_turn(run, workers, tasks, runs,
                                                                                            policy):
+    """Placed as a run (`_place_run`) or told a settled reason as a run (`_wait_run`): as when each unit goes through
+    the queue and `_offer`, the same reason object where it was one."""
     rooms = [worker(n) for n in workers]
     running = running_on(rooms, tasks)
     units = units_of(runs)
     together = place(units, rooms, policy=policy, running=running, now=10.0)
-    with patch.object(_Pass, "_place_run", lambda self, queued: None):  # each unit through the queue and _offer
+    with patch.object(_Pass, run, lambda self, *queued: None):  # each unit through the queue and _offer
         in_turn = place(units, rooms, policy=policy, running=running, now=10.0)
     assert (together.assignments, together.waiting, together.victims) == (in_turn.assignments, in_turn.waiting,
                                                                           in_turn.victims)
+    assert _shared(together.waiting.values()) == _shared(in_turn.waiting.values())
 
 
-@pytest.mark.parametrize(("sequencer", "offers"), [(Sequencer.FIFO, 3), (Sequencer.PRIORITY, 3),
-                                                   (Sequencer.FAIR_SHARE, 12)])
-def test_alike_units_after_a_placed_one_are_placed_as_a_run_where_the_order_is_fixed_ahead(sequencer, offers):
-    """Under FIFO and priority order the first unit is offered, the nine alike after it are placed as a run, and the
-    two that find no room are offered; under fair share a placement may change whose turn is next: each is offered."""
+@pytest.mark.parametrize(("count", "sequencer", "offers"), [
+    (12, Sequencer.FIFO, 3), (12, Sequencer.PRIORITY, 3), (12, Sequencer.FAIR_SHARE, 12),
+    (30, Sequencer.FIFO, 4), (30, Sequencer.PRIORITY, 4), (30, Sequencer.FAIR_SHARE, 30)])
+def test_alike_units_are_placed_and_told_to_wait_as_runs_where_the_order_is_fixed_ahead(count, sequencer, offers):
+    """Under FIFO and priority order the first unit is offered and the nine alike after it are placed as a run; of those
+    that find no room, one fails, one settles the kind, one finds it settled, and the rest wait for that reason as a
+    run. Under fair share a placement may change whose turn is next: each is offered."""
     rooms = [worker(n) for n in (2, 6)]  # pool "a", 8 cores each
-    units = [Unit((1, t), (t,), Request(1.5, 0, 0), pool="a") for t in range(12)]
+    units = [Unit((1, t), (t,), Request(1.5, 0, 0), pool="a") for t in range(count)]
     policy = Policy(pools={"a": PoolPolicy(sequencer=sequencer)})
     with patch.object(_Pass, "_offer", autospec=True, side_effect=_Pass._offer) as offer:
         placement = place(units, rooms, policy=policy)
-    assert len(placement.assignments) == 10 and len(placement.waiting) == 2
+    assert len(placement.assignments) == 10 and len(placement.waiting) == count - 10
+    assert len({id(reason) for reason in placement.waiting.values()}) == 1
     assert offer.call_count == offers
+
+
+def _shared(reasons) -> list[int]:
+    """Which reasons are one object: each as the position of the first that is the same object."""
+    first: dict[int, int] = {}
+    return [first.setdefault(id(reason), n) for n, reason in enumerate(reasons)]

@@ -58,10 +58,14 @@ def test_equal_requests_of_many_jobs_are_offered_as_one_object():
 
 
 def test_units_made_from_one_job_fields_are_each_their_own():
-    """pending_unit copies its job's unit_fields: the units of a job never share (or change) that dictionary."""
+    """pending_unit makes each unit of its job's unit_fields by position: the units of a job never share a dictionary,
+    and each is the unit the constructor makes."""
     shared = unit_fields(JOB, REQUEST)
     first, second = (pending_unit(Target(7, False, "PENDING", 5.0, 0, (TaskView(task, task, TaskState.PENDING),)),
                                   shared, Snapshot(9.0), since) for task, since in ((21, 5.0), (22, 6.0)))
     assert (first.key, first.task_ids, first.since) == ((7, 21), (21,), 5.0)
     assert (second.key, second.task_ids, second.since) == ((7, 22), (22,), 6.0)
     assert vars(first) is not vars(second) and shared == unit_fields(JOB, REQUEST)
+    expected = Unit((7, 21), (21,), REQUEST, pool="gpu", constraints=JOB.constraints, spread=True, priority=100,
+                    project="physics", since=5.0, max_running=4)
+    assert type(first) is Unit and first == expected and vars(first) == vars(expected) and repr(first) == repr(expected)

@@ -19,15 +19,6 @@ def made(cls: type[F], **fields: Any) -> F:
     return instance
 
 
-def made_from(cls: type[F], fields: dict[str, Any]) -> F:
-    """As `made`, from a dictionary the caller built: it becomes the instance's own. A pass that makes many instances
-    alike (a job's units) copies one dictionary made once and sets the fields that differ, which costs about half of
-    packing every field as a keyword again."""
-    instance = object.__new__(cls)
-    object.__setattr__(instance, "__dict__", fields)
-    return instance
-
-
 def maker(cls: type[F]) -> Callable[..., F]:
     """A maker of instances of the frozen dataclass `cls` from its fields by position (every field, in order), each
     equal to the one the constructor makes, for a pass that makes one per task: a plain class's `__init__` stores the

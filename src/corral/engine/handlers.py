@@ -12,10 +12,10 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from corral.core.drain import Budgets, Member, drain_timeout, drain_verdict
-from corral.core.frozen import made, made_from
+from corral.core.frozen import maker
 from corral.core.lifecycle import (
     DERIVED,
     HandlerResult,
@@ -172,7 +172,9 @@ class ScheduleJobs(Handler):
         waits: dict = {}
         units: list[Unit] = []
         since: dict = {}  # the units of jobs with a scheduling timeout: since when each could be placed
-        requests: dict[Request, Request] = {}  # placement tells alike tasks apart by identity before it compares
+        # Placement tells alike tasks apart by identity before it compares: equal requests of many jobs are one object,
+        # found by what a request is made of (the row's amounts, the spec's custom slots and device memory).
+        requests: dict[tuple[Request, tuple, int], Request] = {}
         last_job, job, held_back, shared, timed = None, NO_FACTS, None, None, False
         for target in targets:
             if target.job_id != last_job:  # a job's targets come in a row: its facts, gate and unit fields found once
@@ -186,10 +188,14 @@ class ScheduleJobs(Handler):
                 else:
                     waits[target.key] = held_back
                 continue
-            if shared is None:  # one request per job, its units share it; equal requests of many jobs are one object
-                request = task_request(job, snapshot.jobs[last_job])
-                shared = unit_fields(job, requests.setdefault(request, request))
-                timed = snapshot.jobs[last_job].scheduling_timeout is not None
+            if shared is None:  # one request per job, its units share it
+                facts = snapshot.jobs[last_job]
+                asked = (facts.request, job.custom, job.gpu_memory)
+                request = requests.get(asked)
+                if request is None:
+                    request = requests[asked] = task_request(job, facts)
+                shared = unit_fields(job, request)
+                timed = facts.scheduling_timeout is not None
             unit = pending_unit(target, shared, snapshot, eligible_since(job, cluster.dependencies, target.since))
             units.append(unit)
             if timed:  # a key found on the unit, not worked out again from the target
@@ -198,7 +204,7 @@ class ScheduleJobs(Handler):
         placement = place_over(units, cluster.capacity(), policy=cluster.policy, now=now, mixes=self.mixes)
         waits.update(placement.waiting)
         decision.result.successes = list(placement.assignments)
-        decision.effects += [made(Place, job_id=key[0], task_id=a.task_id, worker_id=a.worker_id, gpu_ids=a.gpu_ids)
+        decision.effects += [_place(key[0], a.task_id, a.worker_id, a.gpu_ids)
                              for key, placed in placement.assignments.items() for a in placed]
         sentences: dict[int, str] = {}  # units blocked alike share one reason: format it once
         for key, reason in waits.items():
@@ -236,30 +242,31 @@ class ScheduleJobs(Handler):
 
 
 NOTHING: frozenset[str] = frozenset()
+_place = maker(Place)  # a Place per placed task (some ten thousand a pass), made by position
 
 
-def unit_fields(job: JobPlacement, request: Request) -> dict[str, Any]:
-    """The fields every unit of a job shares, beside placeholders for those each unit sets (`pending_unit`): made once
-    per job and copied for each of its units."""
-    return {"key": None, "task_ids": (), "request": request, "pool": job.pool, "constraints": job.constraints,
-            "spread": job.spread, "priority": job.priority, "project": job.project, "since": 0.0, "avoid": NOTHING,
-            "max_running": job.max_running}
+# The fields every unit of a job shares: request, pool, constraints, spread, priority, project, max_running.
+UnitFields = tuple[Request, str, tuple, bool, int, str, int | None]
+_unit = maker(Unit)  # a unit per pending task (some ten thousand a pass), made by position
 
 
-def pending_unit(target: Target, shared: dict[str, Any], snapshot: Snapshot, since: float) -> Unit:
+def unit_fields(job: JobPlacement, request: Request) -> UnitFields:
+    """The fields every unit of a job shares (`pending_unit`), found once per job."""
+    return request, job.pool, job.constraints, job.spread, job.priority, job.project, job.max_running
+
+
+def pending_unit(target: Target, shared: UnitFields, snapshot: Snapshot, since: float) -> Unit:
     """What placement is offered of a target of ScheduleJobs: its pending tasks, a gang whole; `shared`: its job's
-    `unit_fields`."""
+    `unit_fields`, passed by position with the unit's own (a third less than a copy of a dictionary of them)."""
     tasks = target.tasks
     if len(tasks) == 1:  # a task of an independent job, most of a large pass: no generator made for it
         pending = (tasks[0].id,) if tasks[0].state is T.PENDING else ()
     else:
         pending = tuple(task.id for task in tasks if task.state is T.PENDING)
     failed_on = snapshot.cluster.avoid
-    fields = shared.copy()  # a copy of a dictionary of the same keys: half the cost of passing each as a keyword
-    fields["key"], fields["task_ids"], fields["since"] = target.key, pending, since
-    if failed_on:
-        fields["avoid"] = frozenset().union(*(failed_on.get(t, ()) for t in pending))
-    return made_from(Unit, fields)
+    avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else NOTHING
+    request, pool, constraints, spread, priority, project, max_running = shared
+    return _unit(target.key, pending, request, pool, constraints, spread, priority, project, since, avoid, max_running)
 
 
 def task_request(job: JobPlacement, facts: JobFacts) -> Request:

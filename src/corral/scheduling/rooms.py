@@ -167,7 +167,8 @@ class WorkerRoom:
             self.free_gpu_ids = [i for i in self.free_gpu_ids if i not in gpu_ids]
         else:
             gpu_ids, self.free_gpu_ids = self.free_gpu_ids[: request.whole], self.free_gpu_ids[request.whole :]
-        return sorted(gpu_ids)  # chosen smallest first, handed to the task in index order
+        gpu_ids.sort()  # chosen smallest first, handed to the task in index order (a list of its own: sorted in place)
+        return gpu_ids
 
     def hold(self, request: Request, gpu_ids: Sequence[int]) -> None:
         """Reserve a request's room on the devices it was given (a task on record here)."""

@@ -189,7 +189,9 @@ class _Simulation:
         self.mixes = self._mixes_seen(waiting, ending)
         # worker -> (the latest end, the jobs whose tasks ended) of the tasks that ended there this step
         self.freed: dict[str, list] = {}
-        self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)
+        # job -> [its first start, the job it waited for then, its latest start]: a step's placements start in
+        # the order they are made, none before the step before's, so a job's starts never go back
+        self.starts: dict[int, list] = {}
         self.reasons: dict = {}
         self.doomed: dict[int, Reason] = {}  # job -> why it never starts (a dependency ended as it did not ask)
         self.latest_start = now  # placements of one step start in the order they are made
@@ -410,7 +412,11 @@ class _Simulation:
                 start, after = t, self._waited_for(job) if named else None
             self.latest_start = start
             job_id, task_key = key
-            starts[job_id].append((start, after))
+            started = starts.get(job_id)
+            if started is None:
+                starts[job_id] = [start, after, start]
+            else:
+                started[2] = start
             gang = task_key is None
             lasts = item.runs_for
             end = t + lasts
@@ -490,12 +496,9 @@ class _Simulation:
         for key, item in self.gated.items():
             unplaced.setdefault(item.unit.job_id, self.reasons.get(key))
         estimates: dict[int, Estimate] = {}
-        for job_id, starts in self.starts.items():
-            if job_id not in self.asked:
-                continue
-            start, after = min(starts, key=lambda s: s[0])
-            done = job_id not in unplaced
-            estimates[job_id] = Estimate(job_id, start, after, max(s for s, _ in starts) if done else None)
+        for job_id, (start, after, latest) in self.starts.items():
+            if job_id in self.asked:
+                estimates[job_id] = Estimate(job_id, start, after, None if job_id in unplaced else latest)
         for job_id, reason in unplaced.items():
             if job_id not in estimates and job_id in self.asked:
                 estimates[job_id] = Estimate(job_id, None, reason=reason, never=isinstance(reason, NEVER))

@@ -277,6 +277,21 @@ def test_alike_running_tasks_read_each_with_its_own_request_are_counted_by_rows_
         one_by_one.running, one_by_one.lowest_priorities(), one_by_one.last_placed(), one_by_one.tasks_of_job)
 
 
+def test_alike_tasks_ending_each_with_its_own_equal_request_are_given_back_by_rows_without_hashing_each(monkeypatch):
+    """Tasks read running each hold their own request: those that end together are given back by rows of equal
+    requests (one hashed per row, not per task), and leave the index as their removal one by one leaves it."""
+    tasks = [RunningTask(n, 7 + n // 5, f"w{2 * (n % 2)}", Request(0.25 if n < 12 else 0.5, GiB, 0), (), 100,
+                         project="q" if n == 7 else "p") for n in range(1, 21)]  # four rows: 1-6, 7, 8-11, 12-20
+    at_once, one_by_one = CapacityIndex([worker(0), worker(2)], tasks), CapacityIndex([worker(0), worker(2)], tasks)
+    hashed = []
+    monkeypatch.setattr(Request, "__hash__", lambda self: hashed.append(self) or self._hash)
+    at_once.remove_tasks([at_once.running[n] for n in range(1, 19)])
+    assert len(hashed) <= 2 * 4  # per row: its count found, then set
+    for n in range(1, 19):
+        one_by_one.remove(n)
+    assert state(at_once) == state(one_by_one)
+
+
 def test_tasks_removed_as_held_leave_the_index_as_removed_by_id():
     tasks = [RunningTask(n, 7, f"w{2 * (n % 2)}", Request(1.0, GiB, 0), (), 100) for n in range(1, 9)]
     by_id, as_held = CapacityIndex([worker(0), worker(2)], tasks), CapacityIndex([worker(0), worker(2)], tasks)

@@ -127,6 +127,25 @@ def test_an_array_says_when_its_last_task_starts():
     assert estimates[2].start_at == NOW and within(estimates[2].all_started_at, NOW + 600)
 
 
+def test_a_job_placed_over_several_steps_starts_at_its_first_placement_and_names_the_job_ending_there():
+    """Its tasks start as the running ones end, one step after another: its start is the first, after the job whose
+    end freed that room, and its last start is the latest."""
+    items = [Waiting(Unit((2, 200 + i), (200 + i,), Request(1, 0, 1)), 5_000) for i in range(3)]
+    ending = [busy(41, 9, "w1", 300), busy(42, 10, "w1", 900, gpu=1), busy(43, 11, "w1", 2_000, gpu=2)]
+    estimates = forecast(items, [worker("w1", gpus=3, free=[])], ending, now=NOW)
+    assert estimates[2].start_at == NOW + 300 and estimates[2].after_job == 41
+    assert within(estimates[2].all_started_at, NOW + 2_000)
+
+
+def test_a_job_waited_on_ends_with_its_last_task_running_or_queued():
+    """The tasks left of a job others wait on count those running and those queued: its waiter starts once the last
+    of them ends, not when the running ones do."""
+    items = [waiting(2, runs_for=500), waiting(3, job_facts=JobPlacement(after=(2,)))]
+    estimates = forecast(items, [worker("w1"), worker("w2", free=[])], [busy(2, 9, "w2", 100)], now=NOW)
+    assert estimates[2].start_at == NOW
+    assert within(estimates[3].start_at, NOW + 500) and estimates[3].after_job == 2
+
+
 @settings(max_examples=60, deadline=None)
 @given(ends=st.lists(st.floats(min_value=1, max_value=50_000), min_size=1, max_size=6),
        runs=st.lists(st.floats(min_value=1, max_value=50_000), min_size=1, max_size=8))

@@ -377,9 +377,9 @@ class CapacityIndex:
             self.position, self.rooms, self._moved
         capped, workers_change = self.capped, self.workers_change
         alike: dict[tuple, int] = {}
-        last_request, last_key, in_row = None, (), 0  # the task before: its request, its alike key, and how many
-        # alike tasks in a row ended with it (charged at the end of the row: an alike group is first charged where
-        # its first row ends, so the groups keep the order of their first tasks)
+        last_request, last_fields, last_key, in_row = None, None, (), 0  # the task before: its request and its
+        # fields, its alike key, and how many alike tasks in a row ended with it (charged at the end of the row: an
+        # alike group is first charged where its first row ends, so the groups keep the order of their first tasks)
         latest = self._latest if sign > 0 and self.turns else None  # the pools' latest placements, as they go
         for task in tasks:
             job_id, worker_id, task_id, request = task.job_id, task.worker_id, task.task_id, task.request
@@ -422,13 +422,16 @@ class CapacityIndex:
                         self.sharing.add(i)
                     else:
                         self.sharing.discard(i)
-            if request is last_request and pool == last_key[1] and task.project == last_key[0] \
-                    and task.priority == last_key[3]:
-                in_row += 1  # alike tasks come in a row, holding one request: counted with no request hashed
+            if (request is last_request or request._fields == last_fields) and pool == last_key[1] \
+                    and task.project == last_key[0] and task.priority == last_key[3]:
+                # alike tasks come in a row, holding one request (placed ones) or equal ones (those read running, each
+                # its own): counted with no request hashed, nor compared through its Python `__eq__`
+                in_row += 1
             else:
                 if in_row:
                     alike[last_key] = alike.get(last_key, 0) + in_row
-                last_request, last_key, in_row = request, (task.project, pool, request, task.priority), 1
+                last_request, last_fields = request, request._fields
+                last_key, in_row = (task.project, pool, request, task.priority), 1
         if in_row:
             alike[last_key] = alike.get(last_key, 0) + in_row
         if latest is not None:

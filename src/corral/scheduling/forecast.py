@@ -131,13 +131,12 @@ class _Simulation:
         self.ends_at: dict[int, float] = {}
         self.runs_for: dict[int, float] = {}
         self.stale: set[tuple[float, int]] = set()
-        self.left: Counter[int] = Counter()  # tasks of a job not ended in the simulation (read for named jobs only)
-        ends, ends_at, left = self.ends, self.ends_at, self.left
+        self.left: Counter[int] = Counter()  # tasks of a named job not ended in the simulation (`_count_left`)
+        ends, ends_at = self.ends, self.ends_at
         for e in ending:
-            task = e.task
-            ends.append((e.ends_at, task.task_id))
-            ends_at[task.task_id] = e.ends_at
-            left[task.job_id] += 1
+            task_id = e.task.task_id
+            ends.append((e.ends_at, task_id))
+            ends_at[task_id] = e.ends_at
         heapq.heapify(ends)
         self.dependencies = dict(dependencies)
         self.order: dict = {}  # unit key -> its place in the sequencers' order
@@ -168,7 +167,6 @@ class _Simulation:
                 continue
             key = unit.key
             order[key] = n
-            left[key[0]] += len(unit.task_ids)
             gated[key] = item
             asked.add(key[0])
             if item.job.after or item.job.after_any:
@@ -186,14 +184,29 @@ class _Simulation:
                 kind = self._kind(unit)
             kind_of[key] = kind
             last = unit
+        if self.named:
+            self._count_left(ending)
         self.mixes = self._mixes_seen(waiting, ending)
         # worker -> (the latest end, the jobs whose tasks ended) of the tasks that ended there this step
         self.freed: dict[str, list] = {}
-        self.starts: dict[int, list[tuple[float, int | None]]] = defaultdict(list)  # job -> (start, after job)
+        # job -> [its first start, the job it waited for then, its latest start]: a step's placements start in
+        # the order they are made, none before the step before's, so a job's starts never go back
+        self.starts: dict[int, list] = {}
         self.reasons: dict = {}
         self.doomed: dict[int, Reason] = {}  # job -> why it never starts (a dependency ended as it did not ask)
         self.latest_start = now  # placements of one step start in the order they are made
         self.evicted = False  # in this step
+
+    def _count_left(self, ending: Sequence[Ending]) -> None:
+        """The tasks of each job others wait on, running or queued: when the last ends, the job has ended. Only these
+        are read, so no other job's are counted."""
+        named, left = self.named, self.left
+        for e in ending:
+            if e.task.job_id in named:
+                left[e.task.job_id] += 1
+        for (job_id, _), item in self.gated.items():
+            if job_id in named:
+                left[job_id] += len(item.unit.task_ids)
 
     def _kind(self, unit: Unit) -> int:
         """Units alike for placement: offered together, and counted against the free room together."""
@@ -410,7 +423,11 @@ class _Simulation:
                 start, after = t, self._waited_for(job) if named else None
             self.latest_start = start
             job_id, task_key = key
-            starts[job_id].append((start, after))
+            started = starts.get(job_id)
+            if started is None:
+                starts[job_id] = [start, after, start]
+            else:
+                started[2] = start
             gang = task_key is None
             lasts = item.runs_for
             end = t + lasts
@@ -490,12 +507,9 @@ class _Simulation:
         for key, item in self.gated.items():
             unplaced.setdefault(item.unit.job_id, self.reasons.get(key))
         estimates: dict[int, Estimate] = {}
-        for job_id, starts in self.starts.items():
-            if job_id not in self.asked:
-                continue
-            start, after = min(starts, key=lambda s: s[0])
-            done = job_id not in unplaced
-            estimates[job_id] = Estimate(job_id, start, after, max(s for s, _ in starts) if done else None)
+        for job_id, (start, after, latest) in self.starts.items():
+            if job_id in self.asked:
+                estimates[job_id] = Estimate(job_id, start, after, None if job_id in unplaced else latest)
         for job_id, reason in unplaced.items():
             if job_id not in estimates and job_id in self.asked:
                 estimates[job_id] = Estimate(job_id, None, reason=reason, never=isinstance(reason, NEVER))

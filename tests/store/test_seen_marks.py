@@ -118,9 +118,10 @@ async def test_a_worker_confirmed_lately_is_answered_at_once_and_its_heartbeats_
 async def test_a_worker_confirmed_longer_ago_than_half_the_loss_timeout_waits_for_its_mark_and_is_refused_if_lost(
         store):
     worker_id = await add_worker(store, "w", now=NOW)
-    marks = SeenMarks(store, loss_timeout=0.2)
+    now = [time.time()]
+    marks = SeenMarks(store, LOSS_TIMEOUT, clock=lambda: now[0])
     await marks.seen(worker_id)
-    await asyncio.sleep(0.15)  # past half the loss timeout since the mark
+    now[0] += LOSS_TIMEOUT / 2  # half the loss timeout since the mark
     await reap(store, time.time() + 60, loss_timeout=30)  # another controller's reaper, say
     with pytest.raises(UnknownWorker):
         await marks.seen(worker_id)

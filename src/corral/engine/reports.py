@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -112,8 +112,9 @@ class SeenMarks:
     worker (unknown here, or confirmed too long ago) is answered only once its mark is committed, and refused when it
     is unknown or LOST."""
 
-    def __init__(self, store: Store, loss_timeout: float) -> None:
+    def __init__(self, store: Store, loss_timeout: float, clock: Callable[[], float] = time.time) -> None:
         self.store = store
+        self.clock = clock  # when a heartbeat came (a test moves it on)
         self.trusted_for = loss_timeout / 2
         self._waiting: dict[str, list[asyncio.Future[bool]]] = defaultdict(list)
         self._unwritten: dict[str, float] = {}  # worker -> when its latest heartbeat answered at once came
@@ -123,7 +124,7 @@ class SeenMarks:
 
     async def seen(self, worker_id: str) -> None:
         """Mark the worker seen now; raises UnknownWorker when it is not registered, or was declared lost."""
-        now = time.time()
+        now = self.clock()
         if now - self._confirmed.get(worker_id, -math.inf) < self.trusted_for:
             self._unwritten[worker_id] = math.floor(now / MARK_STEP) * MARK_STEP
             self._start_writer()
@@ -157,7 +158,7 @@ class SeenMarks:
             self._urgent.clear()
             waiting, self._waiting = self._waiting, defaultdict(list)
             unwritten, self._unwritten = self._unwritten, {}
-            marks = unwritten | dict.fromkeys(waiting, time.time())
+            marks = unwritten | dict.fromkeys(waiting, self.clock())
             try:
                 async with self.store.write(moves_state=False, liveness=True) as connection:
                     alive = await mark_all_seen(connection, marks)
@@ -182,7 +183,7 @@ class SeenMarks:
                 self._confirmed[worker_id] = max(heard, self._confirmed.get(worker_id, heard))
             else:
                 self._confirmed.pop(worker_id, None)
-        too_old = time.time() - self.trusted_for
+        too_old = self.clock() - self.trusted_for
         for worker_id in [w for w, confirmed in self._confirmed.items() if confirmed < too_old]:
             del self._confirmed[worker_id]
 

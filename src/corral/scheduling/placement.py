@@ -204,9 +204,9 @@ class _Pass:
         a queue that no longer finds room (some thousand tasks of a few kinds) is walked without the queue's and the
         offer's calls for each. Only where the order is fixed ahead, and just after an offer failed (so no alike
         placement is pending)."""
-        if not self.settled or self.book.held or pool_policy.reservation_time is not None or self.last_settled is None:
+        if not self.settled or self.book.held or pool_policy.reservation_time is not None:
             return
-        (pool, constraints, request, priority, spread), reason = self.last_settled
+        (pool, constraints, request, priority, spread), reason = self.last_settled  # not None: the caller checked
         quotas, waiting = self.policy.quotas, self.result.waiting
         while queued:
             unit = queued[0]

@@ -1,7 +1,9 @@
 """A thousand workers against one controller: heartbeats stay on time while 20,000 tasks go through.
 
 Load generator processes (`--generators K`, spawned; default: the CPUs less one, at least one) share the
-simulated workers; each runs one asyncio loop for its share, with an httpx client per simulated worker.
+simulated workers; each runs one asyncio loop for its share. Each simulated worker holds two keep-alive HTTP/1.1
+connections, as the agent's client does for its poll and its reports; a request is written as bytes and its answer
+parsed by httptools, so that the generators leave the controller the CPU rather than measure their own queueing.
 Every simulated worker speaks the worker protocol's wire format as corral.worker.agent does (the controller
 validates every body with the protocol's models; the generator builds and reads plain JSON, so its cost per
 heartbeat stays small): it registers, keeps one long-poll heartbeat outstanding, and reports every task it is
@@ -15,8 +17,8 @@ each report heartbeat's round trip (p50/p99/max over all generators' samples); e
 past its wait (an answer that comes later than the wait lets the worker's interval slip; one later by half
 an interval is counted late); the workers declared LOST (must be none); the controller's CPU seconds, its
 share of the run's wall time and its peak RSS (from /proc); the generators' CPU seconds, and which side used
-more (when the generators did, the round trips include their own queueing). CORRAL_BENCH_FLAMES=1 records
-flame graphs of the controller and of the first generator while the tasks go through.
+more (when the generators did, the round trips include their own queueing); the generators' CPU a request.
+CORRAL_BENCH_FLAMES=1 records flame graphs of the controller and of the first generator while the tasks go through.
 
     python bench/many_workers.py [--workers 1000] [--tasks 20000] [--only sqlite|postgres] [--generators K]
 """
@@ -26,11 +28,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import math
 import multiprocessing
 import os
 import queue
-import ssl
 import statistics
 import sys
 import tempfile
@@ -38,7 +40,9 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httptools
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,11 +74,15 @@ class Timings:
     report_round_trips: list[float] = field(default_factory=list)
     poll_overruns: list[float] = field(default_factory=list)  # a long poll's answer past its wait, or 0
     failures: list[str] = field(default_factory=list)
+    requests: int = 0  # sent by the generator, answered or not
+    cpu_seconds: float = 0.0  # the generator process's, from its workers' making to their end
 
     def merge(self, other: Timings) -> None:
         self.report_round_trips += other.report_round_trips
         self.poll_overruns += other.poll_overruns
         self.failures += other.failures
+        self.requests += other.requests
+        self.cpu_seconds += other.cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -101,11 +109,91 @@ class WorkerLost(RuntimeError):
     """The controller declared a simulated worker lost: the run has failed its guarantee and stops."""
 
 
+class RequestFailed(Exception):
+    """A request with no good answer: the connection failed or closed, the time ran out, or the status was an error."""
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection to the controller, one request at a time, opened again when it closes.
+
+    httpx spends some 300 us of CPU on a request where the controller's heartbeat lane spends 125: with a thousand
+    workers the generators would take more of the machine than the controller. Here a request is one write of
+    bytes and its answer is parsed by httptools (the parser uvicorn uses), in a few tens of us.
+    """
+
+    def __init__(self, host: str, port: int, head: bytes, timings: Timings) -> None:
+        self.host, self.port, self.head, self.timings = host, port, head, timings
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.answer: asyncio.Future[tuple[int, bytes]] | None = None
+        self.body: list[bytes] = []
+
+    async def post(self, path: str, document: dict, timeout: float) -> tuple[int, bytes]:
+        """POST the document as JSON (as httpx writes it); the status and body of the answer."""
+        body = json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        self.timings.requests += 1
+        loop = asyncio.get_running_loop()
+        if self.transport is None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await loop.create_connection(lambda: self, self.host, self.port)
+            except (TimeoutError, OSError) as error:
+                raise RequestFailed(f"connecting: {type(error).__name__} {error}") from None
+        self.answer, self.body = loop.create_future(), []
+        timer = loop.call_later(timeout, self.give_up, f"no answer in {timeout:g} s")
+        self.transport.write(b"POST %b HTTP/1.1\r\n%bContent-Length: %d\r\n\r\n%b"
+                             % (path.encode(), self.head, len(body), body))
+        try:
+            return await self.answer
+        finally:
+            timer.cancel()
+            self.answer = None
+
+    def give_up(self, why: str) -> None:
+        """Fail the request outstanding and close the connection: whatever comes on it now belongs to no request."""
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_exception(RequestFailed(why))
+        if self.transport is not None:
+            self.transport.abort()
+            self.transport = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.parser = httptools.HttpResponseParser(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as error:
+            self.give_up(f"answer not HTTP: {error}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_exception(RequestFailed(f"connection closed: {exc}"))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_result((self.parser.get_status_code(), b"".join(self.body)))
+        if not self.parser.should_keep_alive() and self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+
 class SimulatedWorker:
     """The agent's poller and reporter, with a runner that ends every task at once, successfully."""
 
-    def __init__(self, http: httpx.AsyncClient, name: str, timings: Timings) -> None:
-        self.http, self.name, self.timings = http, name, timings
+    def __init__(self, url: str, join_token: str, name: str, timings: Timings) -> None:
+        address = urlsplit(url)
+        head = (f"Host: {address.netloc}\r\nAccept: */*\r\nConnection: keep-alive\r\n"
+                f"User-Agent: corral-bench-many-workers\r\nAuthorization: Bearer {join_token}\r\n"
+                "Content-Type: application/json\r\n").encode()
+        self.polls, self.reports = (Connection(address.hostname or "", address.port or 80, head, timings)
+                                    for _ in range(2))  # the agent's poller and reporter, a connection each
+        self.name, self.timings = name, timings
         self.worker_id = ""
         self.interval = Settings.heartbeat_interval
         self.acted_on: set[tuple[int, int]] = set()
@@ -122,19 +210,21 @@ class SimulatedWorker:
 
     async def register(self) -> None:
         request = {"name": self.name, "address": "127.0.0.1", "capacity": {"cpu": WORKER_CPUS, "memory": 16 << 30}}
-        response = await self.http.post(f"{API}/workers", json=request)
-        response.raise_for_status()
-        reply = response.json()
+        status, body = await self.polls.post(f"{API}/workers", request, REQUEST_TIMEOUT)
+        if status >= 400:
+            raise RequestFailed(f"registration refused: {status} {body.decode(errors='replace')}")
+        reply = json.loads(body)
         self.worker_id, self.interval = reply["worker_id"], reply["heartbeat_interval"]
 
-    async def heartbeat(self, reports: list[dict], wait: float) -> dict:
+    async def heartbeat(self, connection: Connection, reports: list[dict], wait: float) -> dict:
         """One heartbeat; the reply as JSON (a HeartbeatReply: `orders` and `heartbeat_interval`)."""
-        response = await self.http.post(f"{API}/workers/{self.worker_id}/heartbeat",
-                                        json={"reports": reports, "wait": wait}, timeout=wait + REQUEST_TIMEOUT)
-        if response.status_code == 409:
-            raise WorkerLost(f"{self.name} declared lost: {response.text}")
-        response.raise_for_status()
-        return response.json()
+        status, body = await connection.post(f"{API}/workers/{self.worker_id}/heartbeat",
+                                             {"reports": reports, "wait": wait}, wait + REQUEST_TIMEOUT)
+        if status == 409:
+            raise WorkerLost(f"{self.name} declared lost: {body.decode(errors='replace')}")
+        if status >= 400:
+            raise RequestFailed(f"{status} {body.decode(errors='replace')}")
+        return json.loads(body)
 
     async def poll(self) -> None:
         pace = PACE_FIRST
@@ -142,8 +232,8 @@ class SimulatedWorker:
             wait = self.interval
             began = time.perf_counter()
             try:
-                reply = await self.heartbeat([], wait)
-            except httpx.HTTPError as error:
+                reply = await self.heartbeat(self.polls, [], wait)
+            except RequestFailed as error:
                 self.timings.failures.append(f"{self.name} poll: {type(error).__name__} {error}")
                 await asyncio.sleep(PACE_FIRST)
                 continue
@@ -162,8 +252,8 @@ class SimulatedWorker:
             batch = self.outbox[:MAX_REPORTS]
             began = time.perf_counter()
             try:
-                reply = await self.heartbeat(batch, 0.0)
-            except httpx.HTTPError as error:
+                reply = await self.heartbeat(self.reports, batch, 0.0)
+            except RequestFailed as error:
                 self.timings.failures.append(f"{self.name} report: {type(error).__name__} {error}")
                 self.outbox_filled.set()
                 await asyncio.sleep(PACE_FIRST)
@@ -204,12 +294,10 @@ async def simulate(share: Share, events: multiprocessing.Queue, stop: Event) -> 
 
     It ends when `stop` is set or as soon as one of its workers fails (declared LOST, or a registration refused).
     """
-    timings = Timings()
-    unused_tls = ssl.create_default_context()  # plain HTTP; made once, not once per client
-    async with contextlib.AsyncExitStack() as clients:
-        simulated = [SimulatedWorker(await clients.enter_async_context(own_client(share, unused_tls)), f"sim-{i:04d}",
-                                     timings)
-                     for i in range(share.first, share.first + share.count)]
+    timings, cpu_before = Timings(), time.process_time()
+    simulated = [SimulatedWorker(share.url, share.join_token, f"sim-{i:04d}", timings)
+                 for i in range(share.first, share.first + share.count)]
+    try:
         registering = asyncio.Semaphore(share.registering_at_once)
         loops = [asyncio.create_task(worker.serve(registering)) for worker in simulated]
         registered = asyncio.ensure_future(asyncio.gather(*(worker.registered.wait() for worker in simulated)))
@@ -225,17 +313,12 @@ async def simulate(share: Share, events: multiprocessing.Queue, stop: Event) -> 
         for loop in loops:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
+    finally:
+        for worker in simulated:
+            worker.polls.give_up("the generator stops")
+            worker.reports.give_up("the generator stops")
+    timings.cpu_seconds = time.process_time() - cpu_before
     events.put(("stopped", Stopped(share.first, timings, failure)))
-
-
-def own_client(share: Share, unused_tls: ssl.SSLContext) -> httpx.AsyncClient:
-    """A worker's own HTTP client, as each agent has: its poll and its reports, two connections.
-
-    One client shared by all the process's workers would be slower: its pool looks at every connection it holds
-    on every request (py-spy: 64% of a generator's samples at 200 workers, in one pool).
-    """
-    return httpx.AsyncClient(base_url=share.url, limits=httpx.Limits(max_connections=2), timeout=REQUEST_TIMEOUT,
-                             headers={"Authorization": f"Bearer {share.join_token}"}, verify=unused_tls)
 
 
 async def stopped(stop: Event) -> None:
@@ -310,6 +393,8 @@ def drive(cluster: Cluster, workers: int, tasks: int, generators: int, label: st
         "long-poll overrun": percentiles(timings.poll_overruns),
         "late long polls": sum(1 for overrun in timings.poll_overruns if overrun > late_after),
         "failed requests": len(timings.failures), "first failure": timings.failures[:1],
+        "generator cpu/request": f"{timings.cpu_seconds / max(1, timings.requests) * 1e6:.0f} us "
+                                 f"({timings.requests} requests over the generators' lives)",
     }
 
 

@@ -243,8 +243,9 @@ class WorkerRoom:
         """Its own free room, the rest shared: a pass copies every room it takes from, and `replace` costs several
         times this."""
         room = object.__new__(WorkerRoom)
-        room.__dict__.update(self.__dict__, free_gpu_ids=list(self.free_gpu_ids), free_custom=dict(self.free_custom),
-                             gpu_shared=dict(self.gpu_shared), gpu_memory_shared=dict(self.gpu_memory_shared))
+        own = room.__dict__ = self.__dict__.copy()
+        own["free_gpu_ids"], own["free_custom"] = self.free_gpu_ids[:], self.free_custom.copy()
+        own["gpu_shared"], own["gpu_memory_shared"] = self.gpu_shared.copy(), self.gpu_memory_shared.copy()
         if room.gpu_memory:  # its devices in order, as the constructor puts them (only these have an order to keep)
             room.__post_init__()
         return room

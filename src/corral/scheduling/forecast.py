@@ -268,10 +268,15 @@ class _Simulation:
         if not self.gated:
             return
         still: dict = {}
+        kinds, kind_of = self.kinds, self.kind_of
         for key, item in self.gated.items():
-            held_back = gate(item.job, self.dependencies, t)
+            job = item.job
+            if not (job.after or job.after_any or job.begin):  # as `gate` answers at once, without its call
+                kinds[kind_of[key]][key] = item
+                continue
+            held_back = gate(job, self.dependencies, t)
             if held_back is None:
-                self.kinds[self.kind_of[key]][key] = item
+                kinds[kind_of[key]][key] = item
             elif isinstance(held_back, DependencyFailed):
                 self.doomed[item.unit.job_id] = held_back
             else:

@@ -192,8 +192,10 @@ class WorkerRoom:
             self.free_custom[name] = self.free_custom.get(name, 0.0) + amount
         if request.share:
             gpu_ids = [d for d in gpu_ids if self._unshare(d, request)]
-        order = self._device_order if self.gpu_memory else None
-        self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids}, key=order)
+        if self.gpu_memory:
+            self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids}, key=self._device_order)
+        else:  # no key to pass: a forecast gives back some twenty thousand tasks' devices
+            self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids})
 
     def _unshare(self, device: int, request: Request) -> bool:
         """Give a share back; True when the device is then unused."""

@@ -291,3 +291,33 @@ def test_the_tasks_a_forecast_places_are_those_the_constructors_make(monkeypatch
     assignments = [a for placement in placements for placed in placement.assignments.values() for a in placed]
     assert len(assignments) == 4
     assert all(vars(a) == vars(Assignment(a.task_id, a.worker_id, a.gpu_ids)) for a in assignments)
+
+
+def test_ends_added_in_batches_come_out_in_order_once_due_and_only_once():
+    ends = forecasting._Ends()
+    ends.add([(30.0, 3), (10.0, 9), (20.0, 1)])
+    ends.add([(15.0, 4), (10.0, 2), (40.0, 5)])
+    ends.add([])
+    assert ends.first() == 10.0
+    assert ends.due(9.0) == []
+    assert ends.due(20.0) == [(10.0, 2), (10.0, 9), (15.0, 4), (20.0, 1)]
+    assert ends.first() == 30.0
+    ends.add([(25.0, 7)])
+    assert ends.due(35.0) == [(25.0, 7), (30.0, 3)]
+    assert ends.due(100.0) == [(40.0, 5)]
+    assert ends.first() is None and ends.due(1e9) == []
+
+
+def test_only_units_with_dependencies_or_a_begin_time_are_asked_of_gate(monkeypatch):
+    asked = []
+    gate = forecasting.gate
+
+    def counted(job, dependencies, now):
+        asked.append(job)
+        return gate(job, dependencies, now)
+
+    monkeypatch.setattr(forecasting, "gate", counted)
+    later = JobPlacement(begin=NOW + 600)
+    estimates = forecast([waiting(1), waiting(2), waiting(3, job_facts=later)], [worker("w1", gpus=4)], [], now=NOW)
+    assert asked and all(job is later for job in asked)
+    assert estimates[1].start_at == estimates[2].start_at == NOW and within(estimates[3].start_at, NOW + 600)

@@ -192,8 +192,10 @@ class WorkerRoom:
             self.free_custom[name] = self.free_custom.get(name, 0.0) + amount
         if request.share:
             gpu_ids = [d for d in gpu_ids if self._unshare(d, request)]
-        order = self._device_order if self.gpu_memory else None
-        self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids}, key=order)
+        if self.gpu_memory:
+            self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids}, key=self._device_order)
+        else:  # no key to pass: a forecast gives back some twenty thousand tasks' devices
+            self.free_gpu_ids = sorted({*self.free_gpu_ids, *gpu_ids})
 
     def _unshare(self, device: int, request: Request) -> bool:
         """Give a share back; True when the device is then unused."""
@@ -243,8 +245,9 @@ class WorkerRoom:
         """Its own free room, the rest shared: a pass copies every room it takes from, and `replace` costs several
         times this."""
         room = object.__new__(WorkerRoom)
-        room.__dict__.update(self.__dict__, free_gpu_ids=list(self.free_gpu_ids), free_custom=dict(self.free_custom),
-                             gpu_shared=dict(self.gpu_shared), gpu_memory_shared=dict(self.gpu_memory_shared))
+        own = room.__dict__ = self.__dict__.copy()
+        own["free_gpu_ids"], own["free_custom"] = self.free_gpu_ids[:], self.free_custom.copy()
+        own["gpu_shared"], own["gpu_memory_shared"] = self.gpu_shared.copy(), self.gpu_memory_shared.copy()
         if room.gpu_memory:  # its devices in order, as the constructor puts them (only these have an order to keep)
             room.__post_init__()
         return room

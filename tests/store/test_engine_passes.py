@@ -4,10 +4,12 @@ nothing, and what a pass does is still done (placement, the reaper, the order of
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from contextlib import asynccontextmanager
 
 import pytest
+from sqlalchemy import Insert, Select, Update
 
 from corral.engine import loop
 from corral.engine.cancel import cancel_job
@@ -195,3 +197,38 @@ async def test_the_run_that_releases_a_gangs_builds_wakes_its_workers(store):
     assert (await run_handler(store, ScheduleJobs(), time.time())).workers == {worker}
     prepared = await run_handler(store, PrepareJobs(), time.time())
     assert prepared.changed and prepared.workers == {worker}
+
+
+# The store's modules whose statements a pass, a handler run and a report run: each made once, not on every call.
+MADE_ONCE = ("corral.store.reads", "corral.store.retries", "corral.store.changes", "corral.store.scheduling_reads")
+
+
+@pytest.fixture
+def statements_made(monkeypatch) -> list[str]:
+    """The module and function that made each SELECT, UPDATE and INSERT statement object since."""
+    made: list[str] = []
+    for kind in (Select, Update, Insert):
+        def counted(self, *args, _made=kind.__init__, **kwargs):
+            frame = sys._getframe(1)
+            if frame.f_globals.get("__name__", "").endswith("_constructors"):  # select(), update(), insert()
+                frame = frame.f_back
+            made.append(frame.f_globals.get("__name__", "") + ":" + frame.f_code.co_name)
+            _made(self, *args, **kwargs)
+        monkeypatch.setattr(kind, "__init__", counted)
+    return made
+
+
+async def test_a_jobs_passes_and_reports_make_no_statement_the_first_job_made(engine, statements_made):
+    """Made afresh, a statement cost more to build and to walk for SQLAlchemy's cache key than to run."""
+    worker = await add_worker(engine.store, now=time.time())
+    engine.reap_after = float("inf")
+    for first in (True, False):
+        job_id = await submit(engine.store, now=time.time())
+        statements_made.clear()
+        await run_to_idle(engine)
+        [task] = await job_tasks(engine.store, job_id)
+        await report(engine.store, worker, *[(task.id, task.attempt, state, 0) for state in REPORTED], now=time.time())
+        await run_to_idle(engine)
+        assert (await job(engine.store, job_id)).state == "SUCCEEDED"
+        made_here = [made for made in statements_made if made.split(":")[0] in MADE_ONCE]
+        assert bool(made_here) is first, made_here

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, select, update
+from sqlalchemy import Table, Update, and_, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -288,38 +289,28 @@ class ChangeSet:
         for (table, pending) in ((tasks, self._tasks), (jobs, self._jobs), (deployments, self._deployments),
                                  (replicas, self._replicas)):
             for columns, rows in _group_by_columns(pending).items():
-                statement = (
-                    update(table)
-                    .where(and_(table.c.id == bindparam("_id"), table.c.state == bindparam("_expected")))
-                    .values({name: bindparam(f"v_{name}") for name in columns})
-                )
-                result = await connection.execute(statement, rows)
+                result = await connection.execute(_fenced_update(table, columns), rows)
                 if result.rowcount == -1:  # the driver does not count executemany rows: read them back
                     await _verify(connection, table, rows)
                 elif result.rowcount != len(rows):
                     raise StaleWrite(f"{table.name}: {len(rows) - result.rowcount} rows changed under us")
         if self._attempts_new:
             try:
-                await connection.execute(insert(attempts), self._attempts_new)
+                await connection.execute(_INSERT_ATTEMPTS, self._attempts_new)
             except IntegrityError as error:  # another controller's run placed the same attempt first
                 raise StaleWrite(f"attempts: {_first_line(error.orig)}") from None
         for columns, rows in _group_attempts(self._attempts_upd).items():
-            statement = (
-                update(attempts)
-                .where(and_(attempts.c.task_id == bindparam("_task"), attempts.c.attempt == bindparam("_attempt")))
-                .values({name: bindparam(f"v_{name}") for name in columns})
-            )
-            await connection.execute(statement, rows)
+            await connection.execute(_attempt_update(columns), rows)
         if self._history:
             columns = set().union(*self._history)  # one statement needs every row to name every column
-            await connection.execute(insert(history), [dict.fromkeys(columns) | row for row in self._history])
+            await connection.execute(_INSERT_HISTORY, [dict.fromkeys(columns) | row for row in self._history])
         for job_id, (expected, values) in self._retries.items():
             moved = await connection.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state.in_(expected))
                                              .values(**values))
             if moved.rowcount != 1:
                 raise StaleWrite(f"job {job_id}: its retry state changed under us")
         if self._audits:
-            await connection.execute(insert(audit), self._audits)
+            await connection.execute(_INSERT_AUDIT, self._audits)
         if self._waits:
             await _count_waits(connection, self._waits, self.now)
 
@@ -328,21 +319,43 @@ def _first_line(error: BaseException | None) -> str:
     return str(error).splitlines()[0] if error is not None and str(error) else "a key is taken"
 
 
+# The flush's statements, each made once (for its shape of columns): every handler run and report flushes, and a
+# statement made afresh cost more to build and to walk for SQLAlchemy's cache key than to run.
+_INSERT_ATTEMPTS, _INSERT_HISTORY, _INSERT_AUDIT = insert(attempts), insert(history), insert(audit)
+
+
+@cache
+def _fenced_update(table: Table, columns: tuple[str, ...]) -> Update:
+    """An update of these columns of a row still in its expected state."""
+    return (update(table)
+            .where(and_(table.c.id == bindparam("_id"), table.c.state == bindparam("_expected")))
+            .values({name: bindparam(f"v_{name}") for name in columns}))
+
+
+@cache
+def _attempt_update(columns: tuple[str, ...]) -> Update:
+    return (update(attempts)
+            .where(and_(attempts.c.task_id == bindparam("_task"), attempts.c.attempt == bindparam("_attempt")))
+            .values({name: bindparam(f"v_{name}") for name in columns}))
+
+
+_latest = history.alias("latest")
+_COUNT_WAIT = (
+    update(history)
+    .where(history.c.id == select(func.max(_latest.c.id))
+           .where(_latest.c.job_id == bindparam("_job"), _latest.c.handler == bindparam("_handler"),
+                  _latest.c.result == "SKIPPED", _latest.c.task_id.is_(None))
+           .scalar_subquery(),
+           history.c.message == bindparam("_reason"))
+    .values(repeats=history.c.repeats + 1, last_at=bindparam("_now"))
+)
+
+
 async def _count_waits(connection: AsyncConnection, waits: dict[tuple[int, str], str], now: float) -> None:
     """One more sighting on each job's latest wait record of the handler (when its reason is still the same): one
     statement, each row finding its record by the latest id of the job's waits of the handler."""
-    latest = history.alias("latest")
-    statement = (
-        update(history)
-        .where(history.c.id == select(func.max(latest.c.id))
-               .where(latest.c.job_id == bindparam("_job"), latest.c.handler == bindparam("_handler"),
-                      latest.c.result == "SKIPPED", latest.c.task_id.is_(None))
-               .scalar_subquery(),
-               history.c.message == bindparam("_reason"))
-        .values(repeats=history.c.repeats + 1, last_at=now)
-    )
-    await connection.execute(statement, [{"_job": job_id, "_handler": handler, "_reason": reason}
-                                         for (job_id, handler), reason in waits.items()])
+    await connection.execute(_COUNT_WAIT, [{"_job": job_id, "_handler": handler, "_reason": reason, "_now": now}
+                                           for (job_id, handler), reason in waits.items()])
 
 
 async def _verify(connection: AsyncConnection, table, rows: list[dict]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import TaskState
@@ -22,16 +22,20 @@ async def ordered_tasks(connection: AsyncConnection, worker_ids: Collection[str]
 
     Their rows are read off the event loop: each job's spec parsed, hundreds of milliseconds for a batch of
     heartbeats at a thousand workers."""
-    result = await connection.execute(
-        select(tasks.c.id, tasks.c.worker_id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt,
-               tasks.c.gpu, tasks.c.gpu_ids,
-               tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
-               jobs.c.spec, jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.replicas, jobs.c.cancelled,
-               jobs.c.owner, users.c.unix_user)
-        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id).outerjoin(users, users.c.name == jobs.c.owner))
-        .where(tasks.c.worker_id.in_(list(worker_ids)), tasks.c.state.in_(ORDERED))
-        .order_by(tasks.c.id))
-    return await rows_of(result)
+    return await rows_of(await connection.execute(_ORDERED_TASKS, {"workers": list(worker_ids)}))
+
+
+# Made once (every heartbeat with orders to read runs it; made afresh it cost more to build and to walk for
+# SQLAlchemy's cache key than to run), the workers' ids an expanding parameter.
+_ORDERED_TASKS = (
+    select(tasks.c.id, tasks.c.worker_id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt,
+           tasks.c.gpu, tasks.c.gpu_ids,
+           tasks.c.preempt_epoch, tasks.c.checkpoint_epoch,
+           jobs.c.spec, jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.replicas, jobs.c.cancelled,
+           jobs.c.owner, users.c.unix_user)
+    .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id).outerjoin(users, users.c.name == jobs.c.owner))
+    .where(tasks.c.worker_id.in_(bindparam("workers", expanding=True)), tasks.c.state.in_(ORDERED))
+    .order_by(tasks.c.id))
 
 
 async def gang_masters(connection: AsyncConnection, job_ids: Collection[int]) -> dict[int, str]:

@@ -5,11 +5,26 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Collection
+from functools import cache
 from itertools import groupby
 from operator import itemgetter
 from typing import NamedTuple
 
-from sqlalchemy import Integer, and_, cast, exists, false, func, literal_column, null, or_, select, true, union_all
+from sqlalchemy import (
+    Integer,
+    and_,
+    bindparam,
+    cast,
+    exists,
+    false,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    true,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import JobState, TaskState
@@ -69,6 +84,41 @@ async def target_rows(
     One statement (one snapshot on PostgreSQL; a second, ordered, only where there are more rows than the limit
     needs), a union of the task rows and their jobs' rows: each job's columns are read once, not repeated on each of
     its task rows (a pass over 10,000 pending tasks read 260,000 values, now 150,000)."""
+    unordered, ordered = _target_statements(frozenset(job_states), gang_only, frozenset(task_states),
+                                            frozenset(launcher_states), limit)
+    # Where the rows the limit needs are all the rows there are, they are read unordered and sorted here: SQLite
+    # sorts each half of the union in a temporary tree and merges them (some 5 ms of 10,000 pending tasks), a list
+    # of them sorts in about a third of that. Only past that many is the database asked for the first of them in
+    # order. Either statement's rows are used alone: one snapshot on PostgreSQL.
+    rows = (await connection.execute(unordered)).all()
+    if len(rows) > 2 * limit:
+        rows = (await connection.execute(ordered)).all()
+    else:
+        rows.sort(key=itemgetter(T_JOB_ID, T_INDEX))
+    found: list[tuple[TargetJob, list]] = []
+    read = 0
+    for _, group in groupby(rows, itemgetter(T_JOB_ID)):
+        job, *members = group
+        if job[T_INDEX] != -1:
+            raise RuntimeError(f"job {job[T_JOB_ID]}: its task rows were read without its row")
+        if read + len(members) >= limit:
+            found.append((_target_job(job), members[:limit - read]))
+            read = limit
+            break
+        if members:  # (a job's row is read without task rows only where the limit cuts them off)
+            found.append((_target_job(job), members))
+            read += len(members)
+    if read == limit and len(found) > 1:
+        found.pop()  # its tasks may be cut off: leave the whole job to the next pass
+    return found
+
+
+@cache
+def _target_statements(job_states: frozenset[JobState], gang_only: bool, task_states: frozenset[TaskState],
+                       launcher_states: frozenset[JobState], limit: int):
+    """`target_rows`' statements: the rows unordered (one more than the limit needs, to tell whether there are
+    more) and the first of them in order; made once for each handler's arguments: SQLAlchemy then neither builds them again nor walks them for their cache key on every run
+    (a statement keeps its key once made)."""
     whole = and_(jobs.c.state.in_([str(s) for s in job_states]), jobs.c.gang if gang_only else true())
     job_of_tasks = and_(jobs.c.gang.is_(False), jobs.c.state.in_([str(s) for s in TASK_TARGET_JOB_STATES]))
     per_task = and_(job_of_tasks, tasks.c.state.in_([str(s) for s in task_states])) if task_states else false()
@@ -93,32 +143,8 @@ async def target_rows(
     ).select_from(job_source).where(jobs_where, exists().where(tasks.c.job_id == jobs.c.id, where))
     both = union_all(task_rows, job_rows)
     # Each job row comes before its first task row, so the first `limit` task rows lie within twice as many rows.
-    # Where those are all the rows there are, they are read unordered and sorted here: SQLite sorts each half of the
-    # union in a temporary tree and merges them (some 5 ms of 10,000 pending tasks), a list of them sorts in about a
-    # third of that. Only past that many is the database asked for the first of them in order. Either statement's
-    # rows are used alone: one snapshot on PostgreSQL.
-    rows = (await connection.execute(both.limit(2 * limit + 1))).all()
-    if len(rows) > 2 * limit:
-        rows = (await connection.execute(
-            both.order_by(both.selected_columns.job_id, both.selected_columns.index).limit(2 * limit))).all()
-    else:
-        rows.sort(key=itemgetter(T_JOB_ID, T_INDEX))
-    found: list[tuple[TargetJob, list]] = []
-    read = 0
-    for _, group in groupby(rows, itemgetter(T_JOB_ID)):
-        job, *members = group
-        if job[T_INDEX] != -1:
-            raise RuntimeError(f"job {job[T_JOB_ID]}: its task rows were read without its row")
-        if read + len(members) >= limit:
-            found.append((_target_job(job), members[:limit - read]))
-            read = limit
-            break
-        if members:  # (a job's row is read without task rows only where the limit cuts them off)
-            found.append((_target_job(job), members))
-            read += len(members)
-    if read == limit and len(found) > 1:
-        found.pop()  # its tasks may be cut off: leave the whole job to the next pass
-    return found
+    return (both.limit(2 * limit + 1),
+            both.order_by(both.selected_columns.job_id, both.selected_columns.index).limit(2 * limit))
 
 
 def _target_job(row) -> TargetJob:
@@ -135,12 +161,17 @@ async def present_states(connection: AsyncConnection,
                          job_states: Collection[JobState]) -> set[tuple[str, bool, str, bool]]:
     """Which (job state, gang, task state, launched by a job) there are rows of, among jobs in `job_states`: what a
     pass reads once to know which handlers could have targets at all (one query, not a transaction per handler)."""
-    return {(row.state, row.gang, row.task_state, row.launched) for row in (await connection.execute(
-        select(jobs.c.state, jobs.c.gang, tasks.c.state.label("task_state"),
-               jobs.c.launched_by.is_not(None).label("launched")).distinct()
-        .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
-        .where(jobs.c.state.in_([str(s) for s in job_states]))
-    )).all()}
+    return {(row.state, row.gang, row.task_state, row.launched)
+            for row in (await connection.execute(_present_statement(frozenset(job_states)))).all()}
+
+
+@cache
+def _present_statement(job_states: frozenset[JobState]):
+    """`present_states`' statement, made once for each set of job states (every engine pass runs it)."""
+    return (select(jobs.c.state, jobs.c.gang, tasks.c.state.label("task_state"),
+                   jobs.c.launched_by.is_not(None).label("launched")).distinct()
+            .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
+            .where(jobs.c.state.in_([str(s) for s in job_states])))
 
 
 # A task state by its stored name: a dictionary answers in a tenth of the time the enum's own lookup takes, which
@@ -165,24 +196,26 @@ async def settle_rows(connection: AsyncConnection, job_ids: Collection[int]) -> 
     The job rows are locked first (FOR UPDATE, in id order; a no-op on SQLite, which has one writer), so that two
     transactions moving tasks of one job (reports of two workers, on two controllers) settle it one after the
     other: the second counts the first's moves as committed, and the last task to end ends the job."""
-    ids = sorted(job_ids)
-    job_rows = (await connection.execute(
-        select(jobs.c.id, jobs.c.state, jobs.c.gang, jobs.c.outcome, jobs.c.cancelled, jobs.c.max_task_failures)
-        .where(jobs.c.id.in_(ids)).order_by(jobs.c.id).with_for_update()
-    )).all()
+    ids = {"ids": sorted(job_ids)}
+    job_rows = (await connection.execute(_SETTLE_JOBS, ids)).all()
     counts: dict[int, Counter] = defaultdict(Counter)
-    for row in (await connection.execute(
-        select(tasks.c.job_id, tasks.c.state, func.count().label("n"))
-        .where(tasks.c.job_id.in_(ids)).group_by(tasks.c.job_id, tasks.c.state)
-    )).all():
+    for row in (await connection.execute(_SETTLE_COUNTS, ids)).all():
         counts[row.job_id][TaskState(row.state)] = row.n
     return job_rows, counts
 
 
+# Statements every handler run or report that moves a task runs, made once (the jobs' ids an expanding parameter):
+# made afresh, each cost more to build and to walk for SQLAlchemy's cache key than to run.
+_SETTLE_JOBS = (select(jobs.c.id, jobs.c.state, jobs.c.gang, jobs.c.outcome, jobs.c.cancelled, jobs.c.max_task_failures)
+                .where(jobs.c.id.in_(bindparam("ids", expanding=True))).order_by(jobs.c.id).with_for_update())
+_SETTLE_COUNTS = (select(tasks.c.job_id, tasks.c.state, func.count().label("n"))
+                  .where(tasks.c.job_id.in_(bindparam("ids", expanding=True))).group_by(tasks.c.job_id, tasks.c.state))
+_PENDING_TASKS = select(*task_columns()).where(tasks.c.job_id.in_(bindparam("ids", expanding=True)),
+                                               tasks.c.state == TaskState.PENDING)
+
+
 async def pending_tasks(connection: AsyncConnection, job_ids: Collection[int]) -> list[TaskRow]:
-    return [task_row(row) for row in (await connection.execute(
-        select(*task_columns()).where(tasks.c.job_id.in_(list(job_ids)), tasks.c.state == TaskState.PENDING)
-    )).all()]
+    return [task_row(row) for row in (await connection.execute(_PENDING_TASKS, {"ids": list(job_ids)})).all()]
 
 
 # The columns of a task's job that end_attempt reads (corral.engine.attempts).
@@ -193,13 +226,18 @@ JOB_BUDGET_COLUMNS = (jobs.c.gang, jobs.c.state.label("job_state"), jobs.c.cance
 async def tasks_with_budgets(connection: AsyncConnection, *, task_ids: Collection[int] = (),
                              worker_ids: Collection[str] = (), states: Collection[TaskState] = ()) -> list:
     """Task rows with their job's budget columns: these tasks, or those of these workers in these states."""
-    query = select(*task_columns(), tasks.c.preempt_epoch, *JOB_BUDGET_COLUMNS).select_from(
-        tasks.join(jobs, tasks.c.job_id == jobs.c.id))
     if task_ids:
-        query = query.where(tasks.c.id.in_(list(task_ids)))
-    else:
-        query = query.where(tasks.c.worker_id.in_(list(worker_ids)), tasks.c.state.in_([str(s) for s in states]))
-    return list((await connection.execute(query)).all())
+        return list((await connection.execute(_BUDGETS_OF_TASKS, {"ids": list(task_ids)})).all())
+    return list((await connection.execute(_BUDGETS_OF_WORKERS, {"workers": list(worker_ids),
+                                                                "states": [str(s) for s in states]})).all())
+
+
+# `tasks_with_budgets`' two statements, made once (every report of a task's end runs one).
+_WITH_BUDGETS = select(*task_columns(), tasks.c.preempt_epoch, *JOB_BUDGET_COLUMNS).select_from(
+    tasks.join(jobs, tasks.c.job_id == jobs.c.id))
+_BUDGETS_OF_TASKS = _WITH_BUDGETS.where(tasks.c.id.in_(bindparam("ids", expanding=True)))
+_BUDGETS_OF_WORKERS = _WITH_BUDGETS.where(tasks.c.worker_id.in_(bindparam("workers", expanding=True)),
+                                          tasks.c.state.in_(bindparam("states", expanding=True)))
 
 
 async def jobs_and_members(connection: AsyncConnection, job_ids: Collection[int]) -> tuple[list, dict[int, list]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Mapping
 
-from sqlalchemy import and_, delete, exists, func, insert, or_, select
+from sqlalchemy import Float, and_, bindparam, delete, exists, func, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.failure import JobEnd, TaskEnd
@@ -20,17 +20,19 @@ BATCH_JOBS = 1000  # a RetryJobs run takes at most this many jobs; the rest wait
 CLUSTER = ("cluster", "")
 
 
-def _retry_wanted(now: float):
-    """Jobs RetryJobs has a decision to make about: armed ones that have ended, scheduled ones that are due."""
-    return or_(
-        and_(jobs.c.retry_state == RetryState.ARMED, jobs.c.state.in_([str(s) for s in JOB_TERMINAL])),
-        and_(jobs.c.retry_state == RetryState.SCHEDULED, jobs.c.retry_due_at <= now),
-    )
+# Jobs RetryJobs has a decision to make about: armed ones that have ended, scheduled ones due by the `now` bound.
+# Made once with `now` a parameter: every engine pass asks whether there are any, and SQLAlchemy neither builds the
+# statement again nor walks it for its cache key (a statement keeps its key once made).
+_RETRY_WANTED = or_(
+    and_(jobs.c.retry_state == RetryState.ARMED, jobs.c.state.in_([str(s) for s in JOB_TERMINAL])),
+    and_(jobs.c.retry_state == RetryState.SCHEDULED, jobs.c.retry_due_at <= bindparam("now", type_=Float)),
+)
+_ANY_RETRY_WANTED = select(exists().where(_RETRY_WANTED))
 
 
 async def retries_wanted(connection: AsyncConnection, now: float) -> bool:
     """Whether RetryJobs has any target now: a pass reads this before it takes the writer for it."""
-    return (await connection.execute(select(exists().where(_retry_wanted(now))))).scalar()
+    return (await connection.execute(_ANY_RETRY_WANTED, {"now": now})).scalar()
 
 
 async def retry_targets(connection: AsyncConnection, now: float,
@@ -42,8 +44,8 @@ async def retry_targets(connection: AsyncConnection, now: float,
     rows = (await connection.execute(
         select(jobs.c.id, jobs.c.state, jobs.c.cancelled, jobs.c.retry_state, jobs.c.retry_count,
                jobs.c.retry_policy, jobs.c.finished_at, jobs.c.retry_due_at)
-        .where(_retry_wanted(now))
-        .order_by(jobs.c.id).limit(BATCH_JOBS)
+        .where(_RETRY_WANTED)
+        .order_by(jobs.c.id).limit(BATCH_JOBS), {"now": now}
     )).all()
     policies = {}
     for row in rows:

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.spec import MAX_GPU
@@ -71,7 +71,7 @@ async def _active_jobs(connection: AsyncConnection, unreadable: dict[int, str] |
     query = (select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
              .where(jobs.c.state.in_([str(s) for s in JOB_ACTIVE])))
     if holding_room_only:
-        query = query.where(jobs.c.id.in_(select(tasks.c.job_id).where(_holds_room())))
+        query = query.where(jobs.c.id.in_(select(tasks.c.job_id).where(_HOLDS_ROOM)))
     rows = (await connection.execute(query)).all()
     facts = {}
     for row in rows:
@@ -91,16 +91,15 @@ def _placement(row) -> tuple[JobPlacement, str | None]:
 
 
 async def _running_tasks(connection: AsyncConnection, job_facts: dict[int, JobPlacement]) -> list[RunningTask]:
-    rows = (await connection.execute(_task_room_columns().where(_holds_room()))).all()
+    rows = (await connection.execute(_TASK_ROOMS.where(_HOLDS_ROOM))).all()
     return [_running_task(row, job_facts.get(row.job_id, NO_FACTS)) for row in rows]
 
 
-def _task_room_columns():
-    """A task's columns that say what room it holds, with when its attempt was placed."""
-    return (select(tasks.c.id, tasks.c.job_id, tasks.c.worker_id, tasks.c.state, tasks.c.cpu, tasks.c.memory,
-                   tasks.c.gpu, tasks.c.gpu_ids, attempts.c.assigned_at)
-            .select_from(tasks.outerjoin(attempts, and_(attempts.c.task_id == tasks.c.id,
-                                                        attempts.c.attempt == tasks.c.attempt))))
+# A task's columns that say what room it holds, with when its attempt was placed.
+_TASK_ROOMS = (select(tasks.c.id, tasks.c.job_id, tasks.c.worker_id, tasks.c.state, tasks.c.cpu, tasks.c.memory,
+                      tasks.c.gpu, tasks.c.gpu_ids, attempts.c.assigned_at)
+               .select_from(tasks.outerjoin(attempts, and_(attempts.c.task_id == tasks.c.id,
+                                                           attempts.c.attempt == tasks.c.attempt))))
 
 
 def _running_task(row, job: JobPlacement) -> RunningTask:
@@ -113,8 +112,7 @@ def _running_task(row, job: JobPlacement) -> RunningTask:
     )
 
 
-def _holds_room():
-    return and_(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
+_HOLDS_ROOM = and_(tasks.c.state.in_([str(s) for s in TASK_HOLDS_RESOURCES]), tasks.c.worker_id.is_not(None))
 
 
 async def _rooms(connection: AsyncConnection, running: list[RunningTask]) -> list[WorkerRoom]:
@@ -170,14 +168,11 @@ async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str
         return
     rows = []
     for start in range(0, len(ids), CHUNK):
-        rows += (await connection.execute(select(*ROOM_COLUMNS).where(workers.c.id.in_(ids[start:start + CHUNK]))
-                                          .order_by(workers.c.id).with_for_update())).all()
+        rows += (await connection.execute(_LOCK_WORKERS, {"ids": ids[start:start + CHUNK]})).all()
     yield
     held = []
     for start in range(0, len(ids), CHUNK):
-        held += (await connection.execute(
-            select(tasks.c.worker_id, tasks.c.job_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu, tasks.c.gpu_ids)
-            .where(_holds_room(), tasks.c.worker_id.in_(ids[start:start + CHUNK])))).all()
+        held += (await connection.execute(_HELD_ON, {"ids": ids[start:start + CHUNK]})).all()
     facts = await (kept or KeptCapacity()).placements(connection, {row.job_id for row in held})
     # What each task holds, a request and its devices; equal requests are one object (a pass may place thousands
     # of tasks of a few kinds), and the rows are unpacked by position (a row answers a name some twenty times slower).
@@ -199,6 +194,14 @@ async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str
             raise StaleWrite(f"worker {worker.name} is over-booked ({over}): another pass booked it first")
 
 
+# The fence's statements, made once (every placing run runs them): made afresh, each cost more to build and to walk
+# for SQLAlchemy's cache key than to run. The workers' ids are an expanding parameter.
+_LOCK_WORKERS = (select(*ROOM_COLUMNS).where(workers.c.id.in_(bindparam("ids", expanding=True)))
+                 .order_by(workers.c.id).with_for_update())
+_HELD_ON = (select(tasks.c.worker_id, tasks.c.job_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu, tasks.c.gpu_ids)
+            .where(_HOLDS_ROOM, tasks.c.worker_id.in_(bindparam("ids", expanding=True))))
+
+
 async def file_systems_in_pool(connection: AsyncConnection, pool: str) -> list[tuple[str | None, list[str]]]:
     """The file system id and the shared directories of each alive worker of `pool`."""
     rows = (await connection.execute(
@@ -214,14 +217,15 @@ def _device_memory(gpus: int, devices: list[dict] | None) -> tuple[int, ...]:
     return memory if any(memory) else ()
 
 
+_FAILED_ON = (select(attempts.c.task_id, attempts.c.worker_id)
+              .select_from(attempts.join(tasks, tasks.c.id == attempts.c.task_id))
+              .where(tasks.c.state == TaskState.PENDING, attempts.c.state == TaskState.FAILED,
+                     attempts.c.worker_id.is_not(None)))
+
+
 async def _failed_on(connection: AsyncConnection) -> dict[int, frozenset[str]]:
     """Workers each pending task already failed on."""
-    rows = (await connection.execute(
-        select(attempts.c.task_id, attempts.c.worker_id)
-        .select_from(attempts.join(tasks, tasks.c.id == attempts.c.task_id))
-        .where(tasks.c.state == TaskState.PENDING, attempts.c.state == TaskState.FAILED,
-               attempts.c.worker_id.is_not(None))
-    )).all()
+    rows = (await connection.execute(_FAILED_ON)).all()
     failed: dict[int, set[str]] = defaultdict(set)
     for row in rows:
         failed[row.task_id].add(row.worker_id)
@@ -270,10 +274,8 @@ class KeptCapacity:
         if self.index is None or self._database is not connection.sync_engine:
             return await self._build(connection, now)
         gaps = [i for i, since in self.gaps.items() if now - since < GAP_SECONDS]
-        fresh = history.c.id > self.seen
-        rows = await rows_of(await connection.execute(
-            select(history.c.id, history.c.task_id, history.c.worker_id, history.c.job_id, history.c.deployment_id)
-            .where(or_(fresh, history.c.id.in_(gaps)) if gaps else fresh)))
+        rows = await rows_of(await connection.execute(_HISTORY_PAST_GAPS if gaps else _HISTORY_PAST,
+                                                      {"seen": self.seen, "gaps": gaps}))
         if not rows and await _latest_id(connection) < self.seen:
             return await self._build(connection, now)  # the ids went back: another database
         self.gaps = {i: self.gaps[i] for i in gaps}
@@ -369,9 +371,7 @@ class KeptCapacity:
         ids = sorted(task_ids)
         holding = []
         for start in range(0, len(ids), CHUNK):
-            holding += await rows_of(await connection.execute(
-                _task_room_columns().where(tasks.c.id.in_(ids[start:start + CHUNK]), _holds_room())
-                .order_by(tasks.c.id)))
+            holding += await rows_of(await connection.execute(_ROOMS_OF_TASKS, {"ids": ids[start:start + CHUNK]}))
         job_ids = {job_id for _, job_id, *_ in holding}  # by position: a row answers a name some twenty times slower
         await self._read_facts(connection, job_ids)
         facts = {job_id: self._facts.get(job_id, (NO_FACTS, None))[0] for job_id in job_ids}
@@ -383,14 +383,24 @@ class KeptCapacity:
     async def _read_facts(self, connection: AsyncConnection, job_ids: Collection[int]) -> None:
         missing = sorted(set(job_ids) - self._facts.keys())
         for start in range(0, len(missing), CHUNK):
-            for row in (await connection.execute(
-                    select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
-                    .where(jobs.c.id.in_(missing[start:start + CHUNK])))).all():
+            for row in (await connection.execute(_PLACEMENT_FACTS, {"ids": missing[start:start + CHUNK]})).all():
                 self._facts[row.id] = _placement(row)
 
 
+# The refresh's statements, made once (every placing run refreshes the index): the ids an expanding parameter.
+_HISTORY_ROWS = select(history.c.id, history.c.task_id, history.c.worker_id, history.c.job_id, history.c.deployment_id)
+_HISTORY_PAST = _HISTORY_ROWS.where(history.c.id > bindparam("seen"))
+_HISTORY_PAST_GAPS = _HISTORY_ROWS.where(or_(history.c.id > bindparam("seen"),
+                                             history.c.id.in_(bindparam("gaps", expanding=True))))
+_ROOMS_OF_TASKS = (_TASK_ROOMS.where(tasks.c.id.in_(bindparam("ids", expanding=True)), _HOLDS_ROOM)
+                   .order_by(tasks.c.id))
+_PLACEMENT_FACTS = (select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
+                    .where(jobs.c.id.in_(bindparam("ids", expanding=True))))
+_LATEST_ID = select(func.max(history.c.id))
+
+
 async def _latest_id(connection: AsyncConnection) -> int:
-    return (await connection.execute(select(func.max(history.c.id)))).scalar() or 0
+    return (await connection.execute(_LATEST_ID)).scalar() or 0
 
 
 def _named(rows: list) -> tuple[list[int], set[int], set[str]]:

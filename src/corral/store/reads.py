@@ -117,8 +117,8 @@ async def target_rows(
 def _target_statements(job_states: frozenset[JobState], gang_only: bool, task_states: frozenset[TaskState],
                        launcher_states: frozenset[JobState], limit: int):
     """`target_rows`' statements: the rows unordered (one more than the limit needs, to tell whether there are
-    more) and the first of them in order; made once for each handler's arguments: SQLAlchemy then neither builds them again nor walks them for their cache key on every run
-    (a statement keeps its key once made)."""
+    more) and the first of them in order. Made once for each handler's arguments: SQLAlchemy then neither builds
+    them again nor walks them for their cache key on every run (a statement keeps its key once made)."""
     whole = and_(jobs.c.state.in_([str(s) for s in job_states]), jobs.c.gang if gang_only else true())
     job_of_tasks = and_(jobs.c.gang.is_(False), jobs.c.state.in_([str(s) for s in TASK_TARGET_JOB_STATES]))
     per_task = and_(job_of_tasks, tasks.c.state.in_([str(s) for s in task_states])) if task_states else false()

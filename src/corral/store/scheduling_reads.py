@@ -274,8 +274,9 @@ class KeptCapacity:
         if self.index is None or self._database is not connection.sync_engine:
             return await self._build(connection, now)
         gaps = [i for i, since in self.gaps.items() if now - since < GAP_SECONDS]
-        rows = await rows_of(await connection.execute(_HISTORY_PAST_GAPS if gaps else _HISTORY_PAST,
-                                                      {"seen": self.seen, "gaps": gaps}))
+        statement, parameters = ((_HISTORY_PAST_GAPS, {"seen": self.seen, "gaps": gaps}) if gaps
+                                 else (_HISTORY_PAST, {"seen": self.seen}))
+        rows = await rows_of(await connection.execute(statement, parameters))
         if not rows and await _latest_id(connection) < self.seen:
             return await self._build(connection, now)  # the ids went back: another database
         self.gaps = {i: self.gaps[i] for i in gaps}

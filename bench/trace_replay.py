@@ -133,9 +133,7 @@ def replay(nodes: list[WorkerRoom], pods: list[Pod], strategy: Strategy, mix: Re
                 live.add(arriving.request, arriving.constraints)
             book = RoomBook(book.rooms, {POOL: Fragmentation(live.weights(), book.rooms)})
         group = book.group(POOL, pod.constraints)
-        i = book.choose(group, pod.request, strategy)
-        if i is not None:
-            book.take(i, pod.request)
+        if book.place(group, pod.request, strategy) is not None:
             allocated += pod.request.gpu
         asked += pod.request.gpu
         while pending and asked >= pending[0] / 100 * total:

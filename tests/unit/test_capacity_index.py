@@ -124,6 +124,25 @@ def test_the_index_kept_by_deltas_is_the_one_rebuilt_and_places_alike(changes, u
 
 
 @settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(1, 6)), max_size=8), st.lists(REQUESTS, min_size=2,
+       max_size=2), st.sampled_from(list(Strategy)), st.sampled_from(CONSTRAINTS))
+def test_a_run_of_placing_steps_places_as_tasks_placed_one_at_a_time(runs, requests, strategy, constraints):
+    """A placing kept across steps (as a pass keeps it for a run of alike tasks), while another request's placing
+    changes the same rooms, places each task where a placing made afresh for it does."""
+    def book() -> RoomBook:
+        rooms = [worker(n) for n in range(8)]
+        return RoomBook(rooms, {"a": Fragmentation(RequestMix.of([(r, ()) for r in requests]).weights())})
+
+    kept, afresh = book(), book()
+    kept_group, afresh_group = kept.group("a", constraints), afresh.group("a", constraints)
+    steps = [kept.placing(kept_group, request, strategy) for request in requests]
+    for which, tasks in runs:
+        for _ in range(tasks):
+            assert next(steps[which]) == afresh.place(afresh_group, requests[which], strategy)
+    assert kept.rooms == afresh.rooms
+
+
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 7), REQUESTS), max_size=12), st.sampled_from(POOLS),
        st.sampled_from(CONSTRAINTS))
 def test_a_group_first_asked_after_the_book_took_room_is_ordered_by_the_room_left(takes, pool, constraints):

@@ -65,8 +65,8 @@ def test_the_device_a_share_takes_is_the_one_that_fragments_least() -> None:
     room.take(Request(1, 0, 0.8), device=1)  # device 0 has 0.5 free, device 1 has 0.2
     book = RoomBook([room], {"default": Fragmentation(RequestMix.of([(Request(1, 0, 0.5), ())]).weights())})
     group = book.group("default", ())
-    i = book.choose(group, Request(1, 0, 0.2), Strategy.FRAGMENTATION_AWARE)
-    assert book.take(i, Request(1, 0, 0.2)) == [1]  # 0.5 stays whole for the kind the pool asks for
+    # Device 1 is taken: 0.5 stays whole for the kind the pool asks for.
+    assert book.place(group, Request(1, 0, 0.2), Strategy.FRAGMENTATION_AWARE) == (0, [1])
 
 
 def test_without_a_mix_it_measures_by_the_running_and_pending_tasks() -> None:

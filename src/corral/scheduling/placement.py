@@ -22,7 +22,7 @@ No I/O happens here. The pass reads top to bottom as a person would explain it. 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -115,14 +115,14 @@ def place_over(units: Sequence[Unit], index: CapacityIndex, *, policy: Policy | 
 
 
 class _Alike(NamedTuple):
-    """The kind (pool, constraints, request) of the task the last offer placed, the group it chose from and the pool's
-    strategy: a task of this kind is placed by choosing there and nothing else."""
+    """The kind (pool, constraints, request) of the task the last offer placed and the book's placing of that request
+    in the group it chose from, by the pool's strategy: a task of this kind is placed by its next step and nothing
+    else."""
 
     pool: str
     constraints: tuple[AnyConstraint, ...]
     request: Request
-    group: Group
-    strategy: Strategy
+    steps: Iterator[tuple[int, list[int]] | None]
 
 
 class _Pass:
@@ -180,21 +180,20 @@ class _Pass:
         `_offer` places one), up to the first that is not alike or finds no room, which `_offer` then takes through
         every check. Only where the order is fixed ahead (a placement changes no one's turn): a run of some thousand
         alike tasks is walked without the queue's and the checks' calls for each."""
-        alike, book, assignments, placed_of = self.alike, self.book, self.result.assignments, self.placed_of
-        group, request, pool, constraints = alike.group, alike.request, alike.pool, alike.constraints
-        quotas, choose = self.policy.quotas, book.chooser(group, alike.strategy)
-        rooms, take, assignment = book.rooms, book.take, assigned
+        alike, assignments, placed_of, quotas = self.alike, self.result.assignments, self.placed_of, self.policy.quotas
+        request, pool, constraints, step = alike.request, alike.pool, alike.constraints, alike.steps.__next__
+        rooms, assignment = self.book.rooms, assigned
         while queued:
             unit = queued[0]
             if not ((unit.request is request or unit.request == request) and len(unit.task_ids) == 1
                     and not unit.avoid and unit.max_running is None and unit.pool == pool
                     and unit.constraints == constraints and unit.project not in quotas):
                 return
-            i = choose(group, request, ())
-            if i is None:
+            placed = step()
+            if placed is None:
                 return
             queued.popleft()
-            assignments[unit.key] = [assignment(unit.task_ids[0], rooms[i].id, tuple(take(i, request)))]
+            assignments[unit.key] = [assignment(unit.task_ids[0], rooms[placed[0]].id, tuple(placed[1]))]
             job_id = unit.key[0]
             placed_of[job_id] = placed_of.get(job_id, 0) + 1
 
@@ -224,10 +223,9 @@ class _Pass:
         alike = self.alike
         if alike is not None and (unit.request is alike.request or unit.request == alike.request) \
                 and unit.pool == alike.pool and unit.constraints == alike.constraints and self._checks_nothing(unit):
-            i = self.book.choose(alike.group, alike.request, alike.strategy)
-            if i is not None:
-                gpu_ids = tuple(self.book.take(i, alike.request))
-                self._placed(unit, [assigned(unit.task_ids[0], self.book.rooms[i].id, gpu_ids)])
+            placed = next(alike.steps)
+            if placed is not None:
+                self._placed(unit, [assigned(unit.task_ids[0], self.book.rooms[placed[0]].id, tuple(placed[1]))])
                 return None
         self.alike = None
         if self.settled and not self.book.held and pool_policy.reservation_time is None and self._checks_nothing(unit):
@@ -263,7 +261,8 @@ class _Pass:
         if assignments is not None:
             self._placed(unit, assignments)
             if self._checks_nothing(unit):
-                self.alike = _Alike(unit.pool, unit.constraints, unit.request, group, self.strategies[unit.pool])
+                self.alike = _Alike(unit.pool, unit.constraints, unit.request,
+                                    self.book.placing(group, unit.request, self.strategies[unit.pool]))
             return None
         # 5. It waits; those behind it go on.
         reason = self._no_room(unit, group, placeable)
@@ -366,12 +365,13 @@ class _Pass:
         for task_id in unit.task_ids:
             exclude = used if unit.spread else ()
             strategy = self.strategies[unit.pool]
-            i = book.choose(group, request, strategy, avoid.union(exclude)) if avoid else None
-            if i is None:
-                i = book.choose(group, request, strategy, exclude)
-            if i is None:
+            placed = book.place(group, request, strategy, avoid.union(exclude)) if avoid else None
+            if placed is None:
+                placed = book.place(group, request, strategy, exclude)
+            if placed is None:
                 break
-            taken.append((task_id, i, book.take(i, request)))
+            i, gpu_ids = placed
+            taken.append((task_id, i, gpu_ids))
             used.add(i)
         if len(taken) < len(unit.task_ids):
             for _, i, gpu_ids in taken:

@@ -16,7 +16,7 @@ the group keeps its workers bucketed by state, so identical workers are scored o
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
@@ -330,7 +330,6 @@ class Group:
         self.by_state: dict[int, set[int]] | None = None
         self.revived: list[int] = []
         self.ranked: dict[Request, _Ranked] = {}
-        self.last_ranked: tuple[Request, _Ranked] | None = None  # found by identity
         # Per state, a heap of positions holding every member (and some that left): its first member is the first
         # registered, found without a scan of a state that a thousand alike workers share.
         self.firsts: dict[int, list[int]] = {}
@@ -449,21 +448,16 @@ def _bucket(group: Group, state: int, i: int) -> None:
         heappush(firsts, i)
 
 
-def _first(group: Group, state: int, members: set[int]) -> int:
-    """The first registered of a state's members (none empty)."""
-    firsts = group.firsts.get(state)
-    if firsts is None:
-        firsts = group.firsts[state] = sorted(members)
-    while firsts[0] not in members:
-        heappop(firsts)
-    return firsts[0]
-
-
 def _unbucket(by_state: dict[int, set[int]], state: int, i: int) -> None:
     members = by_state[state]
     members.discard(i)
     if not members:
         del by_state[state]
+
+
+def _share_device(room: WorkerRoom, request: Request, choice: tuple) -> int | None:
+    """The first device a share fits on in the state the choice named (None: best fit)."""
+    return next((d for d in room.share_devices(request) if _device_state(room, d) == choice[3]), None)
 
 
 def _device_state(room: WorkerRoom, device: int) -> tuple[int, int]:
@@ -551,14 +545,70 @@ class RoomBook:
             sharing = group.member_set.intersection(self._kept.sharing) | group.member_set.intersection(self._shared)
         return sum([len(self.rooms[i].gpu_shared) for i in sharing])
 
-    def choose(self, group: Group, request: Request, strategy: Strategy, exclude: Collection[int] = ()) -> int | None:
-        """The room the strategy gives this task to, or None when none in the group fits now."""
-        return self.chooser(group, strategy)(group, request, exclude)
+    def place(self, group: Group, request: Request, strategy: Strategy,
+              exclude: Collection[int] = ()) -> tuple[int, list[int]] | None:
+        """One task placed: the room the strategy gives it and the devices taken there (`placing`'s step)."""
+        return next(self.placing(group, request, strategy, exclude))
 
-    def chooser(self, group: Group, strategy: Strategy) -> Callable[[Group, Request, Collection[int]], int | None]:
-        """How the strategy chooses in this group (as `choose`), found once for a run of tasks that choose there."""
+    def placing(self, group: Group, request: Request, strategy: Strategy,
+                exclude: Collection[int] = ()) -> Iterator[tuple[int, list[int]] | None]:
+        """Tasks of one request placed one at a time in a group: each step chooses the room the strategy gives the
+        task, takes its room there and answers (the room, the devices taken), or None when none fits now (taking
+        nothing). What a choice looks up is found once for a run of alike tasks (some thousand in a pass)."""
+        if strategy is not Strategy.FRAGMENTATION_AWARE or group.pool not in self.measures or exclude:
+            choose, take = self._chooser(group, strategy), self.take
+            while True:
+                i = choose(group, request, exclude)
+                yield None if i is None else (i, take(i, request))
+        # The least fragmenting: each request keeps a heap of the group's states by its choice there, taking in the
+        # states that gained members since it last looked; states that lost all their members drop off its top.
+        measure = self.measures[group.pool]
+        if group.by_state is None:
+            group.by_state = self._bucketed(group, measure)
+            group.revived = list(group.by_state)
+        ranked = group.ranked.get(request)
+        if ranked is None:
+            ranked = group.ranked[request] = _Ranked()
+        heap, queued, choices, by_state, revived = ranked.heap, ranked.queued, ranked.choices, group.by_state, \
+            group.revived
+        rooms, share, take, firsts_of = self.rooms, request.share, self._take, group.firsts
+        while True:
+            if ranked.seen < len(revived):
+                for state in revived[ranked.seen:]:
+                    if state in queued or state not in by_state:
+                        continue
+                    if state not in choices:
+                        choices[state] = measure.choice(state, request)
+                    choice = choices[state]
+                    if choice is not None:
+                        # Equal choices go to the smaller state (fewer admitted constraint sets, cores, memory, ...):
+                        # a rule of the states alone, so a measure kept across passes decides as a fresh one.
+                        heappush(heap, (choice, measure.states[state], state))
+                        queued.add(state)
+                ranked.seen = len(revived)
+            while heap:
+                choice, _, state = heap[0]
+                members = by_state.get(state)
+                if members:  # its first registered member: a heap of positions holding every member (and some gone)
+                    firsts = firsts_of.get(state)
+                    if firsts is None:
+                        firsts = firsts_of[state] = sorted(members)
+                    while firsts[0] not in members:
+                        heappop(firsts)
+                    i = firsts[0]
+                    if rooms[i].fits(request):
+                        break
+                heappop(heap)
+                queued.discard(state)
+            else:
+                yield None
+                continue
+            yield i, take(i, request, _share_device(rooms[i], request, choice) if share else None)
+
+    def _chooser(self, group: Group, strategy: Strategy) -> Callable[[Group, Request, Collection[int]], int | None]:
+        """How the strategy chooses a room in the group (the fragmentation-aware one here only with rooms excluded)."""
         if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
-            return self._least_fragmenting
+            return self._least_fragmenting_but
         if strategy is Strategy.ROUND_ROBIN:
             return self._next_in_turn
         if strategy is Strategy.DISPERSED:
@@ -567,9 +617,13 @@ class RoomBook:
 
     def take(self, i: int, request: Request) -> list[int]:
         """Reserve room on `i`; a share goes to the device the strategy chose for it, if it chose one."""
-        old = room_key(self.rooms[i], i) if self._keyed else None
         device = self._device_for[2] if self._device_for and self._device_for[:2] == (i, request) else None
         self._device_for = None
+        return self._take(i, request, device)
+
+    def _take(self, i: int, request: Request, device: int | None) -> list[int]:
+        """Reserve room on `i`; a share goes to `device` if given, else best fit."""
+        old = room_key(self.rooms[i], i) if self._keyed else None
         if request.share:
             self._shared.add(i)
         gpu_ids = (self.rooms[i] if i in self._copied else self._own(i)).take(request, device)
@@ -656,61 +710,25 @@ class RoomBook:
             groups = self._groups_of_room[i] = [group for group in self._groups.values() if i in group.member_set]
         return groups
 
-    def _least_fragmenting(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
-        """The worker (and, for a share, the device) whose fragmentation grows least; ties toward best fit.
-
-        Each request keeps a heap of the group's states by its choice there, taking in the states that
-        gained members since it last looked; states that lost all their members drop off its top."""
+    def _least_fragmenting_but(self, group: Group, request: Request, exclude: Collection[int]) -> int | None:
+        """The worker (and, for a share, the device) whose fragmentation grows least, but for those excluded; ties
+        toward best fit. Without any excluded, `placing` keeps each request's heap of the states instead."""
         measure = self.measures[group.pool]
         if group.by_state is None:
             group.by_state = self._bucketed(group, measure)
             group.revived = list(group.by_state)
-        # Equal choices go to the smaller state (fewer admitted constraint sets, cores, memory, ...): a rule of the
-        # states alone, so a measure kept across passes decides as a fresh one.
-        if exclude:
-            ranked = sorted((choice, measure.states[state], state) for state in group.by_state
-                            if (choice := measure.choice(state, request)) is not None)
-            return next((i for _, _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
-                         if self._fits(i, request, measure.choice(state, request))), None)
-        last = group.last_ranked  # alike tasks in a row ask with one request: found without hashing it
-        if last is not None and last[0] is request:
-            ranked = last[1]
-        else:
-            ranked = group.ranked.get(request)
-            if ranked is None:
-                ranked = group.ranked[request] = _Ranked()
-            group.last_ranked = (request, ranked)
-        heap, queued, by_state = ranked.heap, ranked.queued, group.by_state
-        if ranked.seen < len(group.revived):
-            choices = ranked.choices
-            for state in group.revived[ranked.seen:]:
-                if state in queued or state not in by_state:
-                    continue
-                if state not in choices:
-                    choices[state] = measure.choice(state, request)
-                choice = choices[state]
-                if choice is not None:
-                    heappush(heap, (choice, measure.states[state], state))
-                    queued.add(state)
-            ranked.seen = len(group.revived)
-        while heap:
-            choice, _, state = heap[0]
-            members = by_state.get(state)
-            if members:
-                i = _first(group, state, members)
-                if self._fits(i, request, choice):
-                    return i
-            heappop(heap)
-            queued.discard(state)
-        return None
+        ranked = sorted((choice, measure.states[state], state) for state in group.by_state
+                        if (choice := measure.choice(state, request)) is not None)
+        return next((i for _, _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
+                     if self._fits(i, request, measure.choice(state, request))), None)
 
     def _fits(self, i: int, request: Request, choice: tuple) -> bool:
         """Whether room `i` holds the request; for a share, remember the device the choice named."""
         room = self.rooms[i]
         if not room.fits(request):
             return False
-        if request.share:  # the first device in the state the choice named (else, best fit)
-            device = next((d for d in room.share_devices(request) if _device_state(room, d) == choice[3]), None)
+        if request.share:
+            device = _share_device(room, request, choice)
             self._device_for = (i, request, device) if device is not None else None
         return True
 

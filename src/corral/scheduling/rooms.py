@@ -563,14 +563,11 @@ class RoomBook:
         # The least fragmenting: each request keeps a heap of the group's states by its choice there, taking in the
         # states that gained members since it last looked; states that lost all their members drop off its top.
         measure = self.measures[group.pool]
-        if group.by_state is None:
-            group.by_state = self._bucketed(group, measure)
-            group.revived = list(group.by_state)
+        by_state = self._by_state(group, measure)
         ranked = group.ranked.get(request)
         if ranked is None:
             ranked = group.ranked[request] = _Ranked()
-        heap, queued, choices, by_state, revived = ranked.heap, ranked.queued, ranked.choices, group.by_state, \
-            group.revived
+        heap, queued, choices, revived = ranked.heap, ranked.queued, ranked.choices, group.revived
         rooms, share, take, firsts_of = self.rooms, request.share, self._take, group.firsts
         while True:
             if ranked.seen < len(revived):
@@ -683,6 +680,13 @@ class RoomBook:
         """Room `i`'s state id now, or None when nothing stated it."""
         return self._states[i] if i in self._states else self._kept_states.get(i)
 
+    def _by_state(self, group: Group, measure: Fragmentation) -> dict[int, set[int]]:
+        """The group's members (none held) by state id, bucketed when a choice first asks."""
+        if group.by_state is None:
+            group.by_state = self._bucketed(group, measure)
+            group.revived = list(group.by_state)
+        return group.by_state
+
     def _bucketed(self, group: Group, measure: Fragmentation) -> dict[int, set[int]]:
         """The group's members (none held) by state id: the index's buckets, with the rooms this pass changed
         restated."""
@@ -714,12 +718,10 @@ class RoomBook:
         """The worker (and, for a share, the device) whose fragmentation grows least, but for those excluded; ties
         toward best fit. Without any excluded, `placing` keeps each request's heap of the states instead."""
         measure = self.measures[group.pool]
-        if group.by_state is None:
-            group.by_state = self._bucketed(group, measure)
-            group.revived = list(group.by_state)
-        ranked = sorted((choice, measure.states[state], state) for state in group.by_state
+        by_state = self._by_state(group, measure)
+        ranked = sorted((choice, measure.states[state], state) for state in by_state
                         if (choice := measure.choice(state, request)) is not None)
-        return next((i for _, _, state in ranked for i in sorted(group.by_state[state].difference(exclude))
+        return next((i for _, _, state in ranked for i in sorted(by_state[state].difference(exclude))
                      if self._fits(i, request, measure.choice(state, request))), None)
 
     def _fits(self, i: int, request: Request, choice: tuple) -> bool:

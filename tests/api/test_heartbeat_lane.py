@@ -82,6 +82,8 @@ async def test_a_heartbeat_without_the_workers_token_is_refused(api, served, hea
     (b'{"wait": ', ["body", 9]),
     (b"[]", ["body"]),
     (b'{"reports": [{"task_id": 1}]}', ["body", "reports", 0, "attempt"]),
+    (b'{"wait": 0, "pythons": ["3.12\\u0000"]}', ["body"]),  # a string refused wherever it is
+    (b'{"wait": 0, "pythons": ["3.12\xed\xa0\x80"]}', ["body"]),  # a lone surrogate's own bytes
 ])
 async def test_an_invalid_heartbeat_is_a_422_from_the_route(api, served, body, where) -> None:
     async with api.as_("join-token") as worker:

@@ -14,7 +14,7 @@ from corral.core.deployment_spec import DeploymentSpec
 from corral.core.protocol import MAX_REASON, HeartbeatRequest, PreemptedAck, RegisterRequest, TaskReport
 from corral.core.retry_policy import RetryPolicy
 from corral.core.spec import JobSpec
-from corral.core.wire import MAX_ID, _check_strings, _name_the_fault, clean_text, parse_id
+from corral.core.wire import CLEAN_JSON, MAX_ID, _check_strings, _name_the_fault, clean_json, clean_text, parse_id
 
 
 @pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
@@ -123,3 +123,38 @@ def _error(check, value) -> str | None:
 @given(VALUES)
 def test_strings_are_checked_quickly_with_the_same_error_as_the_walk_that_names_positions(value):
     assert _error(_check_strings, value) == _error(_name_the_fault, value)
+
+
+_json_text = st.text(alphabet=st.characters(exclude_categories=()) | st.sampled_from("\x00\ud800\udfff\ud7ff\\u"),
+                     max_size=8)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | _json_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_json_text, inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_json_values, ascii_only=st.booleans(), encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16",
+                                                                              "utf-32"]))
+def test_a_body_clean_json_passes_holds_no_string_clean_text_refuses(value, ascii_only, encoding):
+    """`clean_json` may say "walk them" of a clean body, never "clean" of one with a NUL or a lone surrogate, whatever
+    the encoding `json.loads` reads it in (surrogates written raw where the JSON is not kept ASCII)."""
+    body = json.dumps(value, ensure_ascii=ascii_only).encode(encoding, "surrogatepass")
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return  # refused before any string is looked at
+    if clean_json(body):
+        _check_strings(parsed, "")
+
+
+@pytest.mark.parametrize("body", [
+    b'{"wait": 0, "pythons": ["3.12\\u0000"]}', b'{"wait": 0, "pythons": ["3.12\\ud800"]}',
+    b'{"wait": 0, "pythons": ["3.12\xed\xa0\x80"]}', '{"wait": 0, "pythons": ["3.12\\u0000"]}'.encode("utf-16"),
+])
+def test_a_heartbeat_parsed_from_bytes_refuses_nul_and_lone_surrogates(body):
+    with pytest.raises(ValidationError, match="pythons.*(NUL|valid Unicode)"):
+        HeartbeatRequest.model_validate(json.loads(body), context=CLEAN_JSON if clean_json(body) else None)
+
+
+def test_a_body_with_neither_escape_nor_surrogate_bytes_is_clean_json():
+    assert clean_json(b'{"wait": 0, "holding": [[1, 0]], "reports": [{"reason": "caf\xc3\xa9"}]}')

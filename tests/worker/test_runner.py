@@ -393,3 +393,26 @@ def test_launch_runs_the_command_under_its_shim_or_in_its_cgroup_and_fails_early
         runner_module._launch(["./script"], tmp_path, {}, record, None)
     with pytest.raises(FileNotFoundError):
         runner_module._launch(["./absent"], tmp_path, {}, record, None)
+
+
+def test_a_program_found_on_path_before_is_looked_for_again_once_gone_or_not_executable(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner_module, "_FOUND", {})
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    path = f"{first}{os.pathsep}{second}"
+    program = second / "tool"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    runner_module._check_executable("tool", tmp_path, path)
+    program.chmod(0o644)
+    with pytest.raises(FileNotFoundError):
+        runner_module._check_executable("tool", tmp_path, path)
+    (first / "tool").mkdir()  # a directory of its name is passed over, as exec passes it over
+    with pytest.raises(FileNotFoundError):
+        runner_module._check_executable("tool", tmp_path, path)
+    program.chmod(0o755)
+    runner_module._check_executable("tool", tmp_path, path)
+    program.unlink()
+    with pytest.raises(FileNotFoundError):
+        runner_module._check_executable("tool", tmp_path, path)

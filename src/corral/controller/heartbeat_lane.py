@@ -26,7 +26,7 @@ from corral.controller.services import services_of
 from corral.controller.settings import Tokens
 from corral.controller.workers_api import answer_heartbeat
 from corral.core.protocol import API, HeartbeatRequest
-from corral.core.wire import clean_text
+from corral.core.wire import CLEAN_JSON, clean_json, clean_text
 
 PATH = re.compile(re.escape(f"{API}/workers/") + r"([^/]+)/heartbeat")  # the route's, `{worker_id}` as Starlette's
 JSON = b"application/json"
@@ -78,7 +78,8 @@ def _checked(scope: Scope, worker_id: str, body: bytes, tokens: Tokens) -> tuple
     if scheme.lower() != "bearer" or not token or not is_worker_token(token, tokens):
         return None
     try:
-        heartbeat = HeartbeatRequest.model_validate(json.loads(body), from_attributes=True)
+        heartbeat = HeartbeatRequest.model_validate(json.loads(body), from_attributes=True,
+                                                    context=CLEAN_JSON if clean_json(body) else None)
         return clean_text(worker_id), heartbeat
     except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None

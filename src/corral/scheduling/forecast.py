@@ -271,7 +271,7 @@ class _Simulation:
         kinds, kind_of = self.kinds, self.kind_of
         for key, item in self.gated.items():
             job = item.job
-            if not (job.after or job.after_any or job.begin):  # as `gate` answers at once, without its call
+            if not job.gated:  # `gate` would answer None at once
                 kinds[kind_of[key]][key] = item
                 continue
             held_back = gate(job, self.dependencies, t)

@@ -381,3 +381,33 @@ def test_a_reason_for_want_of_gpus_where_none_is_free_names_the_first_member_wit
     ended = index.running[3]
     index.remove(ended.task_id)  # its room free again: the index counts one member fewer with none free
     assert index.group("a", ()).gpuless == 2
+
+
+def test_the_rooms_a_pass_leaves_kept_are_those_holding_its_tasks_gives():
+    """An owner that starts every assignment keeps the rooms the pass took from (`Placement.rooms`) rather than
+    holding each task's room again: the index is the one holding them gives, room for room. A room a gang that did
+    not fit whole gave back to is not kept (its copy carries the rollback's rounding): its tasks are held."""
+    def rooms() -> list[WorkerRoom]:
+        return [WorkerRoom(f"w{i}", f"w{i}", 1.0, 2**35, 2, 1.0, 2**35, [0, 1], pool="a" if i < 2 else "default")
+                for i in range(4)]
+
+    units = [Unit((1, None), (11, 12, 13), Request(0.1, 0, 2), pool="a"),  # takes both of pool a, then gives back
+             Unit((2, 21), (21,), Request(0.3, 0, 1)), Unit((3, 31), (31,), Request(0.3, 0, 1)),
+             Unit((4, None), (41, 42), Request(0.1, 0, 1))]
+    kept, held = CapacityIndex(rooms()), CapacityIndex(rooms())
+    placement = place_over(units, kept)
+    assert set(placement.assignments) == {(2, 21), (3, 31), (4, None)}
+    tasks = [RunningTask(a.task_id, key[0], a.worker_id, unit.request, a.gpu_ids, 0, gang=len(unit.task_ids) > 1)
+             for unit in units for key, assignments in placement.assignments.items() if key == unit.key
+             for a in assignments]
+    given_back = {0, 1}
+    assert set(placement.rooms) == {2, 3}
+    kept.add_placed(tasks, placement.rooms)
+    held.add_all(tasks)
+    assert all(kept.rooms[i] is room for i, room in placement.rooms.items())
+    assert [vars(room) for room in kept.rooms] == [vars(room) for room in held.rooms]
+    assert all(kept.rooms[i] is not placement_room for i in given_back
+               for placement_room in placement.rooms.values())
+    assert kept.group("default", ()) == held.group("default", ())
+    more = [Unit((5, 51), (51,), Request(0.2, 0, 1)), Unit((6, None), (61, 62), Request(0.1, 0, 1), pool="a")]
+    assert place_over(more, kept) == place_over(more, held)

@@ -308,7 +308,9 @@ def test_ends_added_in_batches_come_out_in_order_once_due_and_only_once():
     assert ends.first() is None and ends.due(1e9) == []
 
 
-def test_only_units_with_dependencies_or_a_begin_time_are_asked_of_gate(monkeypatch):
+@pytest.fixture
+def asked_of_gate(monkeypatch) -> list[JobPlacement]:
+    """The jobs the simulation asks `gate` about, in order."""
     asked = []
     gate = forecasting.gate
 
@@ -317,7 +319,19 @@ def test_only_units_with_dependencies_or_a_begin_time_are_asked_of_gate(monkeypa
         return gate(job, dependencies, now)
 
     monkeypatch.setattr(forecasting, "gate", counted)
+    return asked
+
+
+def test_only_units_with_dependencies_or_a_begin_time_are_asked_of_gate(asked_of_gate):
     later = JobPlacement(begin=NOW + 600)
     estimates = forecast([waiting(1), waiting(2), waiting(3, job_facts=later)], [worker("w1", gpus=4)], [], now=NOW)
-    assert asked and all(job is later for job in asked)
+    assert asked_of_gate and all(job is later for job in asked_of_gate)
     assert estimates[1].start_at == estimates[2].start_at == NOW and within(estimates[3].start_at, NOW + 600)
+
+
+def test_which_units_are_asked_of_gate_is_gates_own_predicate(asked_of_gate):
+    """A reason `gate` gains to hold a job is one its `gated` gains: the simulation asks the same predicate."""
+    held = JobPlacement()
+    object.__setattr__(held, "gated", True)  # as a job held for a reason gate learns later
+    forecast([waiting(1), waiting(2, job_facts=held)], [worker("w1", gpus=4)], [], now=NOW)
+    assert asked_of_gate == [held]

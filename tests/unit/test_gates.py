@@ -56,3 +56,14 @@ def test_the_timeout_clock_starts_when_the_job_may_start():
 ])
 def test_a_pool_maximum_refuses_only_what_it_names(total, refused):
     assert over_pool_maximum(PoolPolicy(max_per_job={"gpu": 16, "tpu": 4}), total) == refused
+
+
+@pytest.mark.parametrize("job", [JobPlacement(), JobPlacement(after=(1,)), JobPlacement(after_any=(1,)),
+                                 JobPlacement(begin=10.0), JobPlacement(begin=0.0)])
+def test_a_job_not_gated_is_never_held_by_gate(job):
+    """Callers skip `gate` for jobs whose `gated` is false: it must answer None for each of them, whatever is known."""
+    if not job.gated:
+        for dependencies in ({}, {1: JobEnd("FAILED", 5.0)}, {1: JobEnd("RUNNING")}):
+            assert gate(job, dependencies, 0.0) is None
+    else:
+        assert gate(job, {1: JobEnd("RUNNING")}, 0.0) is not None

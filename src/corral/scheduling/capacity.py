@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from operator import itemgetter
 
@@ -164,6 +164,18 @@ class CapacityIndex:
         """Tasks placed at one moment: as `add` for each, with the use of alike ones (project, pool, request,
         priority) charged at once."""
         self._count(tasks, 1)
+
+    def add_placed(self, tasks: Iterable[RunningTask], rooms: Mapping[int, WorkerRoom]) -> None:
+        """Tasks a pass over this index placed, all at one moment, with the rooms it took them from as it left them
+        (`Placement.rooms`, by position): those rooms replace the index's own, their tasks' room not held again
+        (a forecast starts every assignment of each pass); the rest as `add_all`."""
+        moved, own = self._moved, self.rooms
+        for i, room in rooms.items():
+            if i not in moved:  # its room_key and plainness before, as `_count` notes them
+                old = own[i]
+                moved[i] = ((len(old.free_gpu_ids), old.free_cpu, old.free_memory, i), _plain(old))
+            own[i] = room
+        self._count(tasks, 1, rooms)
 
     def remove(self, task_id: int) -> None:
         """A task that ended: its room is free again."""
@@ -369,10 +381,11 @@ class CapacityIndex:
         i = self.position.get(task.worker_id)
         return None if i is None else self.rooms[i].pool
 
-    def _count(self, tasks: Iterable[RunningTask], sign: int) -> None:
-        """Count tasks placed (sign 1) or ended (-1), and move their rooms. The use they charge is summed per alike
-        group (project, pool, request, priority) first: all of a call's tasks move the same way, so no count passes
-        through zero before the end, and the totals are those that charging one by one gives."""
+    def _count(self, tasks: Iterable[RunningTask], sign: int, taken: Collection[int] = ()) -> None:
+        """Count tasks placed (sign 1) or ended (-1), and move their rooms (but those at positions in `taken`, which
+        hold the tasks placed already). The use they charge is summed per alike group (project, pool, request,
+        priority) first: all of a call's tasks move the same way, so no count passes through zero before the end, and
+        the totals are those that charging one by one gives."""
         running, on_worker, tasks_of_job, position, rooms, moved = self.running, self.on_worker, self.tasks_of_job, \
             self.position, self.rooms, self._moved
         capped, workers_change = self.capped, self.workers_change
@@ -414,7 +427,8 @@ class CapacityIndex:
                     moved[i] = ((len(room.free_gpu_ids), room.free_cpu, room.free_memory, i), not (
                         room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom))
                 if sign > 0:
-                    room.hold(request, task.gpu_ids)
+                    if i not in taken:
+                        room.hold(request, task.gpu_ids)
                 else:
                     room.give(request, task.gpu_ids)
                 if request.share:

@@ -37,7 +37,7 @@ from corral.core.collector import paused
 from corral.core.config import Sequencer, Strategy
 from corral.scheduling.capacity import CapacityIndex
 from corral.scheduling.fragmentation import RequestMix
-from corral.scheduling.placement import Assignment, Placement, Unit, place_over
+from corral.scheduling.placement import Placement, Unit, place_over
 from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.reasons import (
@@ -226,7 +226,7 @@ class _Simulation:
             units, held_back = self._offered(t)
             if units:
                 placement = self._place(units, held_back, t)
-                self._start(placement.assignments, t, previous)
+                self._start(placement, t, previous)
                 for victims in placement.victims.values():
                     self._evict(victims, t)
             following = self._next_step(t)
@@ -271,7 +271,7 @@ class _Simulation:
         kinds, kind_of = self.kinds, self.kind_of
         for key, item in self.gated.items():
             job = item.job
-            if not (job.after or job.after_any or job.begin):  # as `gate` answers at once, without its call
+            if not job.gated:  # `gate` would answer None at once
                 kinds[kind_of[key]][key] = item
                 continue
             held_back = gate(job, self.dependencies, t)
@@ -392,10 +392,12 @@ class _Simulation:
             del self.kinds[kind]
         return kind, item
 
-    def _start(self, placed: Mapping[tuple, Sequence[Assignment]], t: float, previous: float) -> None:
+    def _start(self, placement: Placement, t: float, previous: float) -> None:
         """The units a pass placed start, in the order it placed them: each runs for its expected duration. Their
         tasks hold the request of their kind, one object for all alike (equal to each unit's own): the index sums
-        alike tasks' use as one, and a request found by identity is not compared field by field."""
+        alike tasks' use as one, and a request found by identity is not compared field by field. The index keeps the
+        rooms the pass took them from, as the pass left them: each task's room is taken once, not held again."""
+        placed = placement.assignments
         freed, starts, runs_for, facts = self.freed, self.starts, self.runs_for, self.kind_facts
         kinds, kind_of = self.kinds, self.kind_of
         new, set_dict = object.__new__, object.__setattr__
@@ -444,7 +446,7 @@ class _Simulation:
                 tasks.append(task)
                 runs_for[task_id] = lasts
                 ends.append((end, task_id))
-        self.index.add_all(tasks)
+        self.index.add_placed(tasks, placement.rooms)
         self.ends.add(ends)
 
     def _waited_for(self, job: JobPlacement) -> int | None:

@@ -95,6 +95,9 @@ class Placement:
     assignments: dict[TargetKey, list[Assignment]] = field(default_factory=dict)
     waiting: dict[TargetKey, Reason] = field(default_factory=dict)
     victims: dict[TargetKey, tuple[RunningTask, ...]] = field(default_factory=dict)  # evictions, per unit served
+    # By position, the rooms the pass took its placements from, as it left them (its own copies; none it gave room
+    # back to): an owner that starts every assignment keeps these rather than holding each task's room again.
+    rooms: dict[int, WorkerRoom] = field(default_factory=dict)
 
 
 def place(units: Sequence[Unit], rooms: Sequence[WorkerRoom], *, policy: Policy | None = None,
@@ -173,6 +176,7 @@ class _Pass:
                     self.result.waiting[unit.key] = reason
                     if self.last_settled is not None and queue.plain is not None:
                         self._wait_run(queue.plain, pool_policy)
+        self.result.rooms = self.book.taken()
         return self.result
 
     def _place_run(self, queued: deque[Unit]) -> None:

@@ -476,6 +476,7 @@ class RoomBook:
         self.position = {room.id: i for i, room in enumerate(self.rooms)} if kept is None else kept.position
         self._kept = kept
         self._copied: set[int] = set()
+        self._given: set[int] = set()  # rooms given room back (a gang that did not fit whole)
         self._shared: set[int] = set()  # rooms this pass took a share on (giving one back never adds a shared device)
         self.held: dict[int, int] = {}  # room -> the job it is held for (reservation, preemption)
         self.measures = dict(measures or {})
@@ -629,8 +630,15 @@ class RoomBook:
 
     def give(self, i: int, request: Request, gpu_ids: Sequence[int]) -> None:
         old = room_key(self.rooms[i], i) if self._keyed else None
+        self._given.add(i)
         self._own(i).give(request, gpu_ids)
         self._moved(i, old)
+
+    def taken(self) -> dict[int, WorkerRoom]:
+        """The book's own rooms that were only taken from, by position: each is its original with the takes made on
+        it, in order, as holding those tasks there gives (those given room back keep a rollback's rounding)."""
+        given = self._given
+        return {i: self.rooms[i] for i in self._copied if i not in given}
 
     def _own(self, i: int) -> WorkerRoom:
         """The book's own copy of room `i`, made the first time it changes."""

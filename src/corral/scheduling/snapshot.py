@@ -37,6 +37,12 @@ class JobPlacement:
     begin: float | None = None
     gang: bool = False
 
+    def __post_init__(self) -> None:
+        """`gated`: whether anything besides room may hold the job back (dependencies, a begin time); where not,
+        `gate` answers None at once, and a caller asking of many jobs skips its call. A plain attribute worked out
+        once, not a field (a forecast reads it for each of ten thousand units)."""
+        object.__setattr__(self, "gated", bool(self.after or self.after_any or self.begin))
+
     @classmethod
     def from_spec(cls, spec: Mapping, *, priority: int, gang: bool) -> JobPlacement:
         resources = spec.get("resources") or {}
@@ -85,7 +91,7 @@ class ClusterSnapshot:
 
 def gate(job: JobPlacement, dependencies: Mapping[int, JobEnd], now: float) -> Reason | None:
     """None when the job may be placed now; else why it waits (or, DependencyFailed, why it never will)."""
-    if not (job.after or job.after_any or job.begin):
+    if not job.gated:
         return None
     for job_id in job.after:
         end = dependencies.get(job_id)
@@ -106,7 +112,7 @@ def gate(job: JobPlacement, dependencies: Mapping[int, JobEnd], now: float) -> R
 
 def eligible_since(job: JobPlacement, dependencies: Mapping[int, JobEnd], queued_since: float) -> float:
     """When the job could first have been placed: its scheduling timeout counts from then."""
-    if not (job.after or job.after_any or job.begin):
+    if not job.gated:
         return queued_since
     moments = [queued_since, job.begin or 0.0]
     moments += [dependencies[j].finished_at or 0.0 for j in (*job.after, *job.after_any) if j in dependencies]

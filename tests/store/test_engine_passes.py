@@ -201,7 +201,7 @@ async def test_the_run_that_releases_a_gangs_builds_wakes_its_workers(store):
 
 # The store's modules whose statements a pass, a handler run and a report run: each made once, not on every call.
 MADE_ONCE = ("corral.store.reads", "corral.store.retries", "corral.store.changes", "corral.store.scheduling_reads",
-             "corral.store.worker_state")
+             "corral.store.worker_state", "corral.store.policy")
 
 
 @pytest.fixture

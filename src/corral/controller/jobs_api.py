@@ -116,7 +116,7 @@ async def _accept(request: Request, specs: list[JobSpec], keys: list[str | None]
                                                              f"(PUT /api/v1/bundles/{spec.bundle} first)")
     replayed = await _replays(request, specs, keys)
     fresh = [i for i in range(len(specs)) if i not in replayed]
-    async with services.store.read() as connection:
+    async with services.store.read_when_needed() as connection:  # the settings are mostly kept: no read at all
         for i in fresh:
             refused = await refusal(connection, specs[i], services.submit_settings)
             if refused:

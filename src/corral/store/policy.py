@@ -9,10 +9,14 @@ from corral.core.config import CorralConfig, PoolPolicy, ProjectQuota
 from corral.scheduling.policy import Policy
 from corral.store.schema import pools, quotas
 
+# Read by every placing run: made once (a statement made afresh cost more to build and key than to run).
+_POOL_ROWS = select(pools.c.name, pools.c.policy)
+_QUOTA_ROWS = select(quotas.c.project, quotas.c.limits)
+
 
 async def read_policy(connection: AsyncConnection) -> Policy:
-    pool_rows = (await connection.execute(select(pools.c.name, pools.c.policy))).all()
-    quota_rows = (await connection.execute(select(quotas.c.project, quotas.c.limits))).all()
+    pool_rows = (await connection.execute(_POOL_ROWS)).all()
+    quota_rows = (await connection.execute(_QUOTA_ROWS)).all()
     return Policy(
         pools={row.name: PoolPolicy.model_validate(row.policy) for row in pool_rows},
         quotas={row.project: dict(row.limits) for row in quota_rows},

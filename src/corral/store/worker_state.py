@@ -5,9 +5,10 @@ from __future__ import annotations
 import secrets
 from collections import defaultdict
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, or_, select, update
+from sqlalchemy import Double, Update, and_, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.protocol import RegisterRequest
@@ -37,10 +38,33 @@ async def insert_worker(connection: AsyncConnection, request: RegisterRequest, n
 
 async def mark_seen(connection: AsyncConnection, worker_id: str, now: float, **facts: Any) -> bool:
     """Note a live worker's heartbeat (and the facts it sent); False when it is unknown or LOST."""
-    seen = await connection.execute(
-        update(workers).where(workers.c.id == worker_id, workers.c.state == WorkerState.ALIVE)
-        .values(last_heartbeat=now, **facts))
+    values = {"_id": worker_id, "_now": now, **{f"v_{name}": value for name, value in facts.items()}}
+    seen = await connection.execute(_mark_seen(tuple(sorted(facts))), values)
     return seen.rowcount > 0
+
+
+# The statements every heartbeat, report group and reaper's turn runs, made once (the workers' ids an expanding
+# parameter, the times bound ones): a statement made afresh cost more to build and to walk for SQLAlchemy's cache key
+# than to run.
+@cache
+def _mark_seen(facts: tuple[str, ...]) -> Update:
+    """A live worker's heartbeat, with these of its columns the facts it sent set."""
+    return (update(workers).where(workers.c.id == bindparam("_id"), workers.c.state == WorkerState.ALIVE)
+            .values(last_heartbeat=bindparam("_now"), **{name: bindparam(f"v_{name}") for name in facts}))
+
+
+_LOCK_IN_ID_ORDER = (select(workers.c.id).where(workers.c.id.in_(bindparam("ids", expanding=True)))
+                     .order_by(workers.c.id).with_for_update())
+
+
+@cache
+def _mark_alive_seen(sqlite: bool) -> Update:
+    """Those of the workers that are ALIVE heard at `heard`, never moved back; returns their ids."""
+    later = func.max if sqlite else func.greatest  # SQLite's max of two values is PostgreSQL's greatest
+    return (update(workers)
+            .where(workers.c.id.in_(bindparam("ids", expanding=True)), workers.c.state == WorkerState.ALIVE)
+            .values(last_heartbeat=later(workers.c.last_heartbeat, bindparam("heard", type_=Double())))
+            .returning(workers.c.id))
 
 
 async def mark_all_seen(connection: AsyncConnection, seen: Mapping[str, float]) -> set[str]:
@@ -51,46 +75,42 @@ async def mark_all_seen(connection: AsyncConnection, seen: Mapping[str, float]) 
     so the two never deadlock."""
     sqlite = connection.dialect.name == "sqlite"
     if not sqlite:
-        await connection.execute(select(workers.c.id).where(workers.c.id.in_(list(seen)))
-                                 .order_by(workers.c.id).with_for_update())
-    later = func.max if sqlite else func.greatest  # SQLite's max of two values is PostgreSQL's greatest
+        await connection.execute(_LOCK_IN_ID_ORDER, {"ids": list(seen)})
     by_time: dict[float, list[str]] = defaultdict(list)
     for worker_id, heard in seen.items():
         by_time[heard].append(worker_id)
     alive: set[str] = set()
     for heard, worker_ids in by_time.items():
-        alive.update((await connection.execute(
-            update(workers).where(workers.c.id.in_(worker_ids), workers.c.state == WorkerState.ALIVE)
-            .values(last_heartbeat=later(workers.c.last_heartbeat, heard)).returning(workers.c.id))).scalars())
+        alive.update((await connection.execute(_mark_alive_seen(sqlite), {"ids": worker_ids, "heard": heard}))
+                     .scalars())
     return alive
+
+
+_SILENT = and_(workers.c.state == WorkerState.ALIVE, workers.c.last_heartbeat < bindparam("silent_before"))
+_FORGETTABLE = and_(workers.c.state == WorkerState.LOST, workers.c.last_heartbeat < bindparam("lost_before"))
+_SILENT_WORKERS = select(workers.c.id, workers.c.name, workers.c.last_heartbeat).where(_SILENT)
+_REAPING_DUE = select(exists().where(or_(_SILENT, _FORGETTABLE)))
+_MARK_LOST = update(workers).where(workers.c.id.in_(bindparam("ids", expanding=True))).values(state=WorkerState.LOST)
+_FORGET_LOST = delete(workers).where(_FORGETTABLE)
 
 
 async def silent_workers(connection: AsyncConnection, before: float) -> list:
     """ALIVE workers last heard from before `before`: id, name, last_heartbeat."""
-    return list((await connection.execute(
-        select(workers.c.id, workers.c.name, workers.c.last_heartbeat).where(_silent(before)))).all())
+    return list((await connection.execute(_SILENT_WORKERS, {"silent_before": before})).all())
 
 
 async def reaping_due(connection: AsyncConnection, silent_before: float, lost_before: float) -> bool:
     """Whether an ALIVE worker is silent since `silent_before`, or a LOST one since `lost_before`: the reaper's
     targets, read before it takes the writer for them."""
-    due = or_(_silent(silent_before), _forgettable(lost_before))
-    return (await connection.execute(select(exists().where(due)))).scalar()
-
-
-def _silent(before: float):
-    return and_(workers.c.state == WorkerState.ALIVE, workers.c.last_heartbeat < before)
-
-
-def _forgettable(before: float):
-    return and_(workers.c.state == WorkerState.LOST, workers.c.last_heartbeat < before)
+    return (await connection.execute(_REAPING_DUE, {"silent_before": silent_before,
+                                                    "lost_before": lost_before})).scalar()
 
 
 async def mark_lost(connection: AsyncConnection, worker_ids: list[str]) -> None:
-    await connection.execute(update(workers).where(workers.c.id.in_(worker_ids)).values(state=WorkerState.LOST))
+    await connection.execute(_MARK_LOST, {"ids": worker_ids})
 
 
 async def forget_lost(connection: AsyncConnection, before: float) -> int:
     """Delete LOST workers not heard from since `before` (their history stays); returns how many."""
-    pruned = await connection.execute(delete(workers).where(_forgettable(before)))
+    pruned = await connection.execute(_FORGET_LOST, {"lost_before": before})
     return pruned.rowcount

@@ -4,12 +4,10 @@ nothing, and what a pass does is still done (placement, the reaper, the order of
 from __future__ import annotations
 
 import gc
-import sys
 import time
 from contextlib import asynccontextmanager
 
 import pytest
-from sqlalchemy import Insert, Select, Update
 
 from corral.engine import loop
 from corral.engine.cancel import cancel_job
@@ -202,21 +200,6 @@ async def test_the_run_that_releases_a_gangs_builds_wakes_its_workers(store):
 # The store's modules whose statements a pass, a handler run and a report run: each made once, not on every call.
 MADE_ONCE = ("corral.store.reads", "corral.store.retries", "corral.store.changes", "corral.store.scheduling_reads",
              "corral.store.worker_state", "corral.store.policy")
-
-
-@pytest.fixture
-def statements_made(monkeypatch) -> list[str]:
-    """The module and function that made each SELECT, UPDATE and INSERT statement object since."""
-    made: list[str] = []
-    for kind in (Select, Update, Insert):
-        def counted(self, *args, _made=kind.__init__, **kwargs):
-            frame = sys._getframe(1)
-            if frame.f_globals.get("__name__", "").endswith("_constructors"):  # select(), update(), insert()
-                frame = frame.f_back
-            made.append(frame.f_globals.get("__name__", "") + ":" + frame.f_code.co_name)
-            _made(self, *args, **kwargs)
-        monkeypatch.setattr(kind, "__init__", counted)
-    return made
 
 
 async def test_a_jobs_passes_and_reports_make_no_statement_the_first_job_made(engine, statements_made):

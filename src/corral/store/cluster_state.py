@@ -3,9 +3,10 @@ registry of controllers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import cache
 
-from sqlalchemy import delete, select
+from sqlalchemy import Insert, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -48,14 +49,23 @@ class ControllerRow:
 
 
 async def register_controller(connection: AsyncConnection, row: ControllerRow) -> None:
-    """Insert this controller's row, or refresh it (seen_at, handlers, last pass)."""
-    values = {"id": row.id, "url": row.url, "pid": row.pid, "host": row.host, "version": row.version,
-              "started_at": row.started_at, "seen_at": row.seen_at, "handlers": row.handlers,
-              "last_pass_at": row.last_pass_at}
-    statement = dialect_insert(connection, controllers).values(**values)
-    await connection.execute(statement.on_conflict_do_update(
-        index_elements=["id"], set_={"url": row.url, "seen_at": row.seen_at, "handlers": row.handlers,
-                                     "last_pass_at": row.last_pass_at}))
+    """Insert this controller's row, or refresh it (url, seen_at, handlers, last pass)."""
+    await connection.execute(_registration(connection.dialect.name), asdict(row))
+
+
+# Every controller registers, prunes and lists the registry once a second: its statements are made once (a statement
+# made afresh cost more to build and to walk for SQLAlchemy's cache key than to run).
+@cache
+def _registration(dialect: str) -> Insert:
+    """The upsert of a controller's row in the dialect: a row already there takes the refreshed columns given."""
+    insert = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(controllers)
+    return insert.on_conflict_do_update(
+        index_elements=["id"], set_={name: insert.excluded[name] for name in ("url", "seen_at", "handlers",
+                                                                              "last_pass_at")})
+
+
+_PRUNE = delete(controllers).where(controllers.c.seen_at < bindparam("silent_since"))
+_REGISTRY = select(controllers).order_by(controllers.c.started_at, controllers.c.id)
 
 
 async def unregister_controller(connection: AsyncConnection, controller_id: str) -> None:
@@ -64,10 +74,10 @@ async def unregister_controller(connection: AsyncConnection, controller_id: str)
 
 async def prune_controllers(connection: AsyncConnection, silent_since: float) -> int:
     """Forget controllers not seen since `silent_since`."""
-    return (await connection.execute(delete(controllers).where(controllers.c.seen_at < silent_since))).rowcount
+    return (await connection.execute(_PRUNE, {"silent_since": silent_since})).rowcount
 
 
 async def list_controllers(connection: AsyncConnection) -> list[ControllerRow]:
-    rows = await connection.execute(select(controllers).order_by(controllers.c.started_at, controllers.c.id))
+    rows = await connection.execute(_REGISTRY)
     return [ControllerRow(row.id, row.url, row.pid, row.host, row.version, row.started_at, row.seen_at,
                           dict(row.handlers or {}), row.last_pass_at) for row in rows]

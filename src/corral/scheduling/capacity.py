@@ -30,6 +30,7 @@ from corral.scheduling.rooms import (
     WorkerRoom,
     plain_states,
     rank_keys,
+    room_key,
     stated,
 )
 
@@ -172,8 +173,7 @@ class CapacityIndex:
         moved, own = self._moved, self.rooms
         for i, room in rooms.items():
             if i not in moved:  # its room_key and plainness before, as `_count` notes them
-                old = own[i]
-                moved[i] = ((len(old.free_gpu_ids), old.free_cpu, old.free_memory, i), _plain(old))
+                moved[i] = (room_key(own[i], i), _plain(own[i]))
             own[i] = room
         self._count(tasks, 1, rooms)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import CursorResult, Executable, event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -114,7 +115,7 @@ class ReadWhenNeeded:
         self._open_read = open_read
         self._connection: AsyncConnection | None = None
 
-    async def execute(self, statement, parameters=None):
+    async def execute(self, statement: Executable, parameters: Mapping[str, Any] | None = None) -> CursorResult:
         if self._connection is None:
             self._connection = await self._open_read()
         return await self._connection.execute(statement, parameters)

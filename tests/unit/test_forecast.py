@@ -271,6 +271,32 @@ def test_alike_units_in_a_row_take_their_kind_from_the_one_before_without_hashin
     assert simulation.kind_facts == numbered.kind_facts and simulation.irregular == numbered.irregular != set()
 
 
+def test_the_request_mixes_are_counted_by_runs_of_alike_tasks_and_units_as_task_by_task(monkeypatch):
+    """The set-up hands each pool's mix its running tasks and pending units as runs of alike ones in a row (a job's,
+    read together; a pool or a request between breaks a run), and the mix counts them as it counts them one by one."""
+    from corral.scheduling.fragmentation import RequestMix
+
+    rooms = [worker("w1", gpus=8, free=[]), replace(worker("w2", gpus=8, free=[]), pool="p")]
+    ending = [*(busy(41, 10 + n, "w1", 100 + n, gpu=n) for n in range(4)), busy(42, 20, "w2", 50),
+              busy(41, 14, "w1", 104, gpu=4), *(busy(43, 30 + n, "w1", 60, gpu=5 + n) for n in range(3))]
+    ending[-1] = Ending(replace(ending[-1].task, request=Request(1, 0, 2)), ending[-1].ends_at)
+    queue = [*array(2, 5), waiting(3, gpus=2), *array(4, 3), waiting(5, tasks=2)]
+    handed: list[list[tuple]] = []
+    add_all = RequestMix.add_all
+    monkeypatch.setattr(RequestMix, "add_all", lambda mix, runs: handed.append(list(runs)) or add_all(mix, runs))
+    simulation = forecasting._Simulation(queue, rooms, ending, NOW, Policy(), {}, forecasting.HORIZON)
+    assert sorted([len(runs), [repeats for *_, repeats in runs]] for runs in handed) == [
+        [1, [1]], [7, [4, 3, 1, 5, 1, 3, 1]]]
+    by_task = RequestMix()
+    for e in ending:
+        if e.task.worker_id == "w1":
+            by_task.add(e.task.request)
+    for item in queue:
+        by_task.add(item.unit.request, item.unit.constraints, len(item.unit.task_ids))
+    mix = simulation.mixes["default"]
+    assert list(mix.counts.items()) == list(by_task.counts.items()) and mix.scale == by_task.scale
+
+
 def test_the_tasks_a_forecast_places_are_those_the_constructors_make(monkeypatch):
     """The simulation makes its placed tasks, and the pass its assignments, without their constructors: the same
     values, of the same classes, with the same fields."""

@@ -181,21 +181,23 @@ def test_a_pool_with_gpus_is_fragmentation_aware_unless_set_and_one_without_is_c
 
 
 MIX_KINDS = st.lists(st.tuples(st.sampled_from([(1, 0, 1), (1, 0, 2), (2, 0, 1), (1, 0, 0), (1, 0, 0.5)]),
-                               st.sampled_from([(), ("zone=a",)]), st.integers(1, 3)), max_size=60)
+                               st.sampled_from([(), ("zone=a",)]), st.integers(1, 3), st.integers(1, 4)), max_size=60)
 
 
 @settings(max_examples=300, deadline=None)
 @given(kinds=MIX_KINDS, half_life=st.sampled_from([2_000, 5, 1, 0.2]), max_kinds=st.sampled_from([512, 2, 3]))
 def test_a_mix_counted_at_once_is_the_mix_counted_one_by_one(kinds, half_life, max_kinds):
-    """add_all counts as add does request by request, to the last bit: each request its own object (as each row reads
-    one), renormalised (a short half life) and pruned (few kinds kept) on the way."""
+    """add_all counts as add does request by request, a run's request `repeats` times in a row, to the last bit: each
+    request its own object (as each row reads one), renormalised (a short half life) and pruned (few kinds kept) on
+    the way."""
     from corral.core.constraints import parse_constraint
-    items = [(Request(*fields), tuple(parse_constraint(c) for c in constraints), times)
-             for fields, constraints, times in kinds]
+    runs = [(Request(*fields), tuple(parse_constraint(c) for c in constraints), times, repeats)
+            for fields, constraints, times, repeats in kinds]
     one_by_one, at_once = RequestMix(half_life, max_kinds), RequestMix(half_life, max_kinds)
-    for request, constraints, times in items:
-        one_by_one.add(request, constraints, times)
-    at_once.add_all(items)
+    for request, constraints, times, repeats in runs:
+        for _ in range(repeats):
+            one_by_one.add(request, constraints, times)
+    at_once.add_all(runs)
     assert list(at_once.counts.items()) == list(one_by_one.counts.items())
     assert [id(request) for request, _ in at_once.counts] == [id(request) for request, _ in one_by_one.counts]
     assert at_once.scale == one_by_one.scale
@@ -207,6 +209,6 @@ def test_a_mix_counts_a_run_of_equal_requests_without_hashing_each(monkeypatch):
     hashed = []
     monkeypatch.setattr(Request, "__hash__", lambda self: hashed.append(self) or self._hash)
     mix = RequestMix()
-    mix.add_all([(Request(1, 0, 1), (), 1) for _ in range(100)] + [(Request(2, 0, 2), (), 1) for _ in range(100)])
+    mix.add_all([(Request(1, 0, 1), (), 1, 1) for _ in range(100)] + [(Request(2, 0, 2), (), 1, 1) for _ in range(100)])
     assert len(hashed) <= 8  # per run: its count found and set as `add` does, read, and written at its end
     assert list(mix.weights()) == [(Request(1, 0, 1), ()), (Request(2, 0, 2), ())]

@@ -67,7 +67,6 @@ class CapacityIndex:
         self._capacity: dict[str, dict[str, float]] = {}
         self._groups: dict[GroupKey, Members] = {}
         self._ranked: dict[tuple[GroupKey, str], list[tuple]] = {}  # asked for by reasons only
-        self._member_of: dict[int, list[GroupKey]] = defaultdict(list)
         # Fragmentation-aware placement's view, kept while a pool's workers and request mix stay the same: per pool
         # the mix and its measure; each stated room's state id; per group, its members by state id.
         self._measures: dict[str, tuple[dict[Kind, float], Fragmentation]] = {}
@@ -87,9 +86,7 @@ class CapacityIndex:
         self._settle()
         key = (pool, constraints)
         if key not in self._groups:
-            members = self._groups[key] = Members.of(self.rooms, pool, constraints)
-            for i in members.members:
-                self._member_of[i].append(key)
+            self._groups[key] = Members.of(self.rooms, pool, constraints)
         return self._groups[key]
 
     def ranked(self, pool: str, constraints: tuple[AnyConstraint, ...], resource: str) -> list[tuple]:
@@ -266,7 +263,6 @@ class CapacityIndex:
         self._moved.clear()
         self._groups.clear()
         self._ranked.clear()
-        self._member_of.clear()
         self._measures.clear()
         self._state_of.clear()
         self._buckets.clear()
@@ -361,7 +357,8 @@ class CapacityIndex:
                     if ranked is not None:
                         _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
         memos: dict[str, dict[tuple, int]] = {}  # per pool, its measure's plain_states
-        state_of, buckets, rooms = self._state_of, self._buckets, self.rooms
+        state_of, rooms = self._state_of, self.rooms
+        restated: dict[int, tuple[int, int]] = {}  # room -> (its state before, its state now), where they differ
         for i in restate:
             old_state = state_of.get(i)
             if old_state is not None:
@@ -372,10 +369,14 @@ class CapacityIndex:
                     memo = memos[room.pool] = plain_states(measure)
                 new_state = state_of[i] = stated(measure, room, memo)
                 if new_state != old_state:
-                    for key in self._member_of.get(i, ()):
-                        by_state = buckets.get(key)
-                        if by_state is not None:
-                            _move(by_state, old_state, new_state, i)
+                    restated[i] = (old_state, new_state)
+        if restated:
+            # Each bucketed group's restated members found by one set intersection (in C), rather than each room's
+            # groups looked up in turn, every look-up hashing a group key and its constraints.
+            for key, by_state in self._buckets.items():
+                for i in self._groups[key].member_set.intersection(restated):
+                    old_state, new_state = restated[i]
+                    _move(by_state, old_state, new_state, i)
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)

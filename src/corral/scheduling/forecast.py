@@ -524,20 +524,43 @@ class _Simulation:
 
     def _mixes_seen(self, waiting: Sequence[Waiting], ending: Sequence[Ending]) -> dict[str, RequestMix]:
         """The pools' request mixes from the tasks in view, fixed for the whole simulation (a mix that changed
-        step by step would rebuild the fragmentation measure at every step)."""
-        seen: dict[str, list[tuple]] = defaultdict(list)  # per pool, (request, constraints, times) in order
+        step by step would rebuild the fragmentation measure at every step). Alike tasks and units in a row (a job's,
+        read together) are handed over as one run: its requests compared by their fields, as `add_all` compares."""
+        seen: dict[str, list[tuple]] = defaultdict(list)  # per pool, (request, constraints, times, repeats) in order
         pool_of = self.pool_of
+        last_pool, last_request, last_fields, repeats = None, None, (), 0  # the run so far, of the running tasks
         for e in ending:
             task = e.task
             pool = pool_of.get(task.worker_id)
-            if pool is not None:
-                seen[pool].append((task.request, (), 1))
+            if pool is None:
+                continue
+            request = task.request
+            if pool == last_pool and (request is last_request or request._fields == last_fields):
+                repeats += 1
+                continue
+            if repeats:
+                seen[last_pool].append((last_request, (), 1, repeats))
+            last_pool, last_request, last_fields, repeats = pool, request, request._fields, 1
+        if repeats:
+            seen[last_pool].append((last_request, (), 1, repeats))
+        last: Unit | None = None  # the run so far, of the pending units: its first, and how many
+        repeats = 0
         for item in waiting:
             unit = item.unit
-            seen[unit.pool].append((unit.request, unit.constraints, len(unit.task_ids)))
+            request = unit.request
+            if last is not None and (request is last.request or request._fields == last.request._fields) and \
+                    unit.pool == last.pool and unit.constraints == last.constraints and \
+                    len(unit.task_ids) == len(last.task_ids):
+                repeats += 1
+                continue
+            if last is not None:
+                seen[last.pool].append((last.request, last.constraints, len(last.task_ids), repeats))
+            last, repeats = unit, 1
+        if last is not None:
+            seen[last.pool].append((last.request, last.constraints, len(last.task_ids), repeats))
         mixes: dict[str, RequestMix] = defaultdict(RequestMix)
-        for pool, kinds in seen.items():
-            mixes[pool].add_all(kinds)
+        for pool, runs in seen.items():
+            mixes[pool].add_all(runs)
         return mixes
 
 

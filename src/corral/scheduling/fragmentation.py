@@ -78,36 +78,43 @@ class RequestMix:
         if len(self.counts) > self.max_kinds:
             del self.counts[min(self.counts, key=self.counts.__getitem__)]
 
-    def add_all(self, kinds: Iterable[tuple[Request, tuple[AnyConstraint, ...], int]]) -> None:
-        """`add` each (request, constraints, times) in turn, with the same counts to the last bit. A kind equal to the
-        one before (a job's tasks, a row of alike tasks) is counted in a local, compared by its fields, and written
-        once its run ends: no request hashed or compared through its Python `__hash__` and `__eq__` per task (a
-        forecast counts every pending unit and running task, some 18k)."""
+    def add_all(self, runs: Iterable[tuple[Request, tuple[AnyConstraint, ...], int, int]]) -> None:
+        """For each (request, constraints, times, repeats) in turn, `add` (request, constraints, times) `repeats` times
+        in a row, with the same counts to the last bit. A kind equal to the one before (a job's tasks, a row of alike
+        tasks) is counted in a local, compared by its fields, and written once its run ends: no request hashed or
+        compared through its Python `__hash__` and `__eq__` per task; a run the caller counted (`repeats`) is added up
+        in a loop of its own, with nothing compared (a forecast counts every pending unit and running task, some 18k,
+        most of them in runs)."""
         counts, growth, add = self.counts, self.growth, self.add
         last: Request | None = None  # the run's first request; its kind is in `counts`, its count in `count`
         last_fields: tuple = ()
         last_constraints: tuple[AnyConstraint, ...] = ()
         count = 0.0
-        for request, constraints, times in kinds:
+        for request, constraints, times, repeats in runs:
             if request.gpu <= 0:
                 continue
-            if last is not None and (request is last or request._fields == last_fields) and (
-                    constraints is last_constraints or constraints == last_constraints):
-                count += self.scale * times  # as `add`: counts.get(kind) + scale * times
-                scale = self.scale = self.scale * growth
+            if not (last is not None and (request is last or request._fields == last_fields) and (
+                    constraints is last_constraints or constraints == last_constraints)):
+                if last is not None:
+                    counts[last, last_constraints] = count
+                last = None
+                while repeats and last is None:  # a kind pruned at once, as `add` may, is added again by the next
+                    add(request, constraints, times)
+                    repeats -= 1
+                    counts = self.counts
+                    count = counts.get((request, constraints))
+                    last = None if count is None else request
+                last_fields, last_constraints = request._fields, constraints
+            scale = self.scale
+            for _ in range(repeats):  # as `add`: counts.get(kind) + scale * times, then the scale grows
+                count += scale * times
+                scale *= growth
                 if scale > 1e100:  # as `add`
                     counts[last, last_constraints] = count
                     counts = self.counts = {k: c / scale for k, c in counts.items()}
-                    self.scale = 1.0
+                    scale = 1.0
                     count = counts[last, last_constraints]
-                continue
-            if last is not None:
-                counts[last, last_constraints] = count
-            add(request, constraints, times)
-            counts = self.counts
-            count = counts.get((request, constraints))
-            last = None if count is None else request  # None: pruned at once, as `add` may
-            last_fields, last_constraints = request._fields, constraints
+            self.scale = scale
         if last is not None:
             counts[last, last_constraints] = count
 

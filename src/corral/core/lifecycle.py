@@ -80,7 +80,7 @@ def matches(task_states: Iterable[TaskState], check: frozenset[TaskState], match
     return not any(hits)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per pending task a pass (core.frozen.maker)
 class TaskView:
     """One task as a handler sees it."""
 
@@ -92,7 +92,7 @@ class TaskView:
     preemptions: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per pending task a pass (core.frozen.maker)
 class Target:
     """What a handler acts on: a whole job with all its tasks, or one task of an independent job.
 

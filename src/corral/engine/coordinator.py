@@ -269,7 +269,7 @@ def _targets(found: list[tuple[TargetJob, list]],
     append = targets.append
     job_info: dict[int, _Job] = {}
     requests: dict[tuple[float, int, float], Request] = {}
-    states, task_view, task_target = TASK_STATES, _task_view, _target
+    states, task_view, make_target = TASK_STATES, _task_view, _target
     with_launcher = bool(handler.launcher_states)
     for job, rows in found:
         job_id, first = job.job_id, rows[0]
@@ -288,11 +288,10 @@ def _targets(found: list[tuple[TargetJob, list]],
         if job.job_state in handler.job_states and (job.gang or not handler.gang_only):
             views = tuple(task_view(r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES],
                                     r[T_PREEMPTIONS]) for r in rows)
-            append(made(Target, job_id=job_id, whole_job=True, state=job.job_state, since=job.job_since,
-                        tries=job.job_tries, tasks=views, timeout=timeout))
+            append(make_target(job_id, True, job.job_state, job.job_since, job.job_tries, views, timeout))
             continue
         for r in rows:
-            append(task_target(job_id, False, r[T_STATE], r[T_SINCE], r[T_TRIES], (task_view(
+            append(make_target(job_id, False, r[T_STATE], r[T_SINCE], r[T_TRIES], (task_view(
                 r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES], r[T_PREEMPTIONS]),), timeout))
     return targets, job_info, _TaskRows(found)
 

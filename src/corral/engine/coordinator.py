@@ -47,6 +47,7 @@ from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import (
     BATCH_ROWS,
+    JOB_STATES,
     T_ATTEMPT,
     T_CPU,
     T_FAILURES,
@@ -281,7 +282,7 @@ def _targets(found: list[tuple[TargetJob, list]],
                      scheduling_timeout=job.scheduling_timeout, max_retries_failure=job.max_retries_failure,
                      max_retries_preemption=job.max_retries_preemption, grace_period=job.grace_period,
                      preemption_epoch=job.preemption_epoch, launcher=_launcher(job) if with_launcher else None)
-        job_info[job_id] = made(_Job, state=JobState(job.job_state), gang=job.gang, facts=facts,
+        job_info[job_id] = made(_Job, state=JOB_STATES[job.job_state], gang=job.gang, facts=facts,
                                 pending_reason=job.pending_reason, outcome=job.outcome, cancelled=job.cancelled,
                                 waited=False)
         timeout = handler.timeout(facts)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from corral.core.collector import paused
-from corral.core.frozen import made, maker
+from corral.core.frozen import maker
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import (
@@ -86,7 +86,7 @@ class RunReport:
     outcomes: list[Outcome] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)  # one per target job a pass
 class _Job:
     state: JobState
     gang: bool
@@ -256,7 +256,7 @@ class _TaskRows(dict[int, TaskRow]):
         return row
 
 
-_task_view, _target = maker(TaskView), maker(Target)
+_task_view, _target, _job_facts = maker(TaskView), maker(Target), maker(JobFacts)
 
 
 def _targets(found: list[tuple[TargetJob, list]],
@@ -278,13 +278,11 @@ def _targets(found: list[tuple[TargetJob, list]],
         request = requests.get(amounts)
         if request is None:
             request = requests[amounts] = Request(*amounts)
-        facts = made(JobFacts, request=request, max_task_failures=job.max_task_failures,
-                     scheduling_timeout=job.scheduling_timeout, max_retries_failure=job.max_retries_failure,
-                     max_retries_preemption=job.max_retries_preemption, grace_period=job.grace_period,
-                     preemption_epoch=job.preemption_epoch, launcher=_launcher(job) if with_launcher else None)
-        job_info[job_id] = made(_Job, state=JOB_STATES[job.job_state], gang=job.gang, facts=facts,
-                                pending_reason=job.pending_reason, outcome=job.outcome, cancelled=job.cancelled,
-                                waited=False)
+        facts = _job_facts(request, job.max_task_failures, job.scheduling_timeout, job.max_retries_failure,
+                           job.max_retries_preemption, job.grace_period, job.preemption_epoch,
+                           _launcher(job) if with_launcher else None)
+        job_info[job_id] = _Job(JOB_STATES[job.job_state], job.gang, facts, job.pending_reason, job.outcome,
+                                job.cancelled)
         timeout = handler.timeout(facts)
         if job.job_state in handler.job_states and (job.gang or not handler.gang_only):
             views = tuple(task_view(r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES],

@@ -10,7 +10,16 @@ import pickle
 import pytest
 
 from corral.core.frozen import maker
-from corral.core.lifecycle import Target, TaskView
+from corral.core.lifecycle import (
+    HandlerResult,
+    Outcome,
+    SchedulingResult,
+    StatusTransitions,
+    Target,
+    TaskView,
+    TransitionStatus,
+    judge,
+)
 from corral.core.states import TaskState
 from corral.engine.coordinator import _targets
 from corral.engine.effects import Place
@@ -29,10 +38,11 @@ EXAMPLES = [
          priority=100, project="p", since=5.0, avoid=frozenset({"w1"}), max_running=None),
     Assignment(task_id=7, worker_id="w1", gpu_ids=(0,)),
     JobFacts(Request(1.0, 0, 1.0), 0, 300.0, max_retries_failure=2, grace_period=2.0, preemption_epoch=3),
+    Outcome(TARGET, SchedulingResult.SKIPPED, None, 0, "waiting for room"),
     Place(job_id=3, task_id=7, worker_id="w1", gpu_ids=(0,)),
 ]
-# A task's view, target, unit and assignment and a job's facts: their fields in slots.
-SLOTTED = EXAMPLES[:5]
+# A task's view, target, unit and assignment, a job's facts and a target's outcome: their fields in slots.
+SLOTTED = EXAMPLES[:6]
 
 
 def test_task_targets_made_of_rows_by_position_are_each_their_own():
@@ -75,7 +85,22 @@ def test_maker_refuses_a_class_with_a_post_init():
 
 @pytest.mark.parametrize("example", SLOTTED, ids=lambda example: type(example).__name__)
 def test_what_a_pass_makes_per_task_keeps_its_fields_in_slots(example):
-    """Some fifty thousand of them a pass over 10,000 pending tasks: no dictionary made, read or freed for each."""
+    """Some sixty thousand of them a pass over 10,000 pending tasks: no dictionary made, read or freed for each."""
     copy = maker(type(example))(*(getattr(example, field.name) for field in dataclasses.fields(example)))
     assert not hasattr(copy, "__dict__") and not hasattr(example, "__dict__")
 
+
+def test_judged_outcomes_are_those_the_constructor_makes():
+    """`judge` makes its outcomes by position: each is the outcome the constructor makes, in slots of its own."""
+    moved = TransitionStatus(task=TaskState.ASSIGNED)
+    transitions = StatusTransitions(success=moved, need_retry=TransitionStatus(), expired=moved)
+    targets = [dataclasses.replace(TARGET, job_id=job_id, since=since, timeout=timeout)
+               for job_id, since, timeout in ((1, 5.0, None), (2, 5.0, None), (3, 1.0, 2.0), (4, 5.0, None))]
+    result = HandlerResult(successes=[targets[0].key], failures=[targets[1].key], skipped=[targets[3].key],
+                           notes={targets[3].key: "waiting for room"})
+    outcomes = judge(targets, result, transitions, now=5.0, max_tries=3)
+    assert outcomes == [Outcome(targets[0], SchedulingResult.SUCCESS, moved, 0),
+                        Outcome(targets[1], SchedulingResult.NEED_RETRY, TransitionStatus(), 1),
+                        Outcome(targets[2], SchedulingResult.EXPIRED, moved, 0),
+                        Outcome(targets[3], SchedulingResult.SKIPPED, None, 0, "waiting for room")]
+    assert all(type(outcome) is Outcome and not hasattr(outcome, "__dict__") for outcome in outcomes)

@@ -10,16 +10,7 @@ import pickle
 import pytest
 
 from corral.core.frozen import maker
-from corral.core.lifecycle import (
-    HandlerResult,
-    Outcome,
-    SchedulingResult,
-    StatusTransitions,
-    Target,
-    TaskView,
-    TransitionStatus,
-    judge,
-)
+from corral.core.lifecycle import Outcome, SchedulingResult, Target, TaskView
 from corral.core.states import TaskState
 from corral.engine.coordinator import _targets
 from corral.engine.effects import Place
@@ -89,18 +80,3 @@ def test_what_a_pass_makes_per_task_keeps_its_fields_in_slots(example):
     copy = maker(type(example))(*(getattr(example, field.name) for field in dataclasses.fields(example)))
     assert not hasattr(copy, "__dict__") and not hasattr(example, "__dict__")
 
-
-def test_judged_outcomes_are_those_the_constructor_makes():
-    """`judge` makes its outcomes by position: each is the outcome the constructor makes, in slots of its own."""
-    moved = TransitionStatus(task=TaskState.ASSIGNED)
-    transitions = StatusTransitions(success=moved, need_retry=TransitionStatus(), expired=moved)
-    targets = [dataclasses.replace(TARGET, job_id=job_id, since=since, timeout=timeout)
-               for job_id, since, timeout in ((1, 5.0, None), (2, 5.0, None), (3, 1.0, 2.0), (4, 5.0, None))]
-    result = HandlerResult(successes=[targets[0].key], failures=[targets[1].key], skipped=[targets[3].key],
-                           notes={targets[3].key: "waiting for room"})
-    outcomes = judge(targets, result, transitions, now=5.0, max_tries=3)
-    assert outcomes == [Outcome(targets[0], SchedulingResult.SUCCESS, moved, 0),
-                        Outcome(targets[1], SchedulingResult.NEED_RETRY, TransitionStatus(), 1),
-                        Outcome(targets[2], SchedulingResult.EXPIRED, moved, 0),
-                        Outcome(targets[3], SchedulingResult.SKIPPED, None, 0, "waiting for room")]
-    assert all(type(outcome) is Outcome and not hasattr(outcome, "__dict__") for outcome in outcomes)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 import pytest
 from hypothesis import given, settings
@@ -316,7 +316,7 @@ def test_the_tasks_a_forecast_places_are_those_the_constructors_make(monkeypatch
     assert all(task == RunningTask(**vars(task)) and vars(task) == vars(RunningTask(**vars(task))) for task in tasks)
     assignments = [a for placement in placements for placed in placement.assignments.values() for a in placed]
     assert len(assignments) == 4
-    assert all(vars(a) == vars(Assignment(a.task_id, a.worker_id, a.gpu_ids)) for a in assignments)
+    assert all(astuple(a) == astuple(Assignment(a.task_id, a.worker_id, a.gpu_ids)) for a in assignments)
 
 
 def test_ends_added_in_batches_come_out_in_order_once_due_and_only_once():

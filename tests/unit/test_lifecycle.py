@@ -62,6 +62,19 @@ def test_transition_status_defaults_to_no_change():
     assert StatusTransitions() == StatusTransitions(None, None, None, None)
 
 
+def test_judged_outcomes_are_those_the_constructor_makes():
+    """`judge` makes its outcomes by position (one per target a pass): each is the outcome the constructor makes, its
+    fields in slots of its own."""
+    targets = [task(1, 11), task(2, 21, tries=3), task(3, 31, since=NOW - 100, timeout=30.0), job(4)]
+    result = HandlerResult(successes=[(1, 11)], failures=[(2, 21)], skipped=[(4, None)],
+                           notes={(4, None): "waiting for room"})
+    outcomes = judge(targets, result, TRANSITIONS, now=NOW, max_tries=3)
+    assert outcomes == [Outcome(targets[0], R.SUCCESS, SUCCESS, 0), Outcome(targets[1], R.GIVE_UP, GIVE_UP, 4),
+                        Outcome(targets[2], R.EXPIRED, EXPIRED, 0),
+                        Outcome(targets[3], R.SKIPPED, None, 0, "waiting for room")]
+    assert all(type(outcome) is Outcome and not hasattr(outcome, "__dict__") for outcome in outcomes)
+
+
 # --- StatusTransitions.for_result ----------------------------------------------------------------
 
 

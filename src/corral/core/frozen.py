@@ -9,23 +9,15 @@ from typing import Any, TypeVar
 F = TypeVar("F")
 
 
-def made(cls: type[F], **fields: Any) -> F:
-    """An instance of a frozen dataclass equal to the one its constructor makes, made without the constructor's
-    field-by-field assignment (`object.__setattr__` for each field, which costs three to five times this): every field
-    must be given, and the class must have no `__post_init__`. The keywords' own dictionary becomes the instance's,
-    not copied into a new one."""
-    instance = object.__new__(cls)
-    object.__setattr__(instance, "__dict__", fields)
-    return instance
-
-
 def maker(cls: type[F]) -> Callable[..., F]:
     """A maker of instances of the frozen dataclass `cls` from its fields by position (every field, in order), each
-    equal to the one the constructor makes, for a pass that makes one per task: a plain class's `__init__` stores the
-    fields as attributes (an instance's own stores, some ten times cheaper than the frozen class's
-    `object.__setattr__`) and then makes the instance one of `cls` (both keep their attributes in a `__dict__`, so
-    Python lets an instance change class). About half the cost of `made`, which builds a dictionary and sets it; the
-    class must have no `__post_init__`."""
+    equal to the one the constructor makes, for a pass that makes one per task or job: a plain class's `__init__`
+    stores the fields as attributes (an instance's own stores, some ten times cheaper than the frozen class's
+    `object.__setattr__`) and then makes the instance one of `cls` (Python lets an instance change class where both
+    keep their attributes alike: both in a `__dict__`, or both in the same slots). About half the cost of building a
+    dictionary of the fields and setting it as the instance's; the class must have no `__post_init__`. The classes a
+    pass makes in bulk keep their fields in slots: changing the class of an instance that keeps a `__dict__` makes that
+    dictionary (its values were inline until then), which every read of a field then looks in."""
     if getattr(cls, "__post_init__", None) is not None:
         raise TypeError(f"{cls.__name__} has a __post_init__, which a maker would skip")
     names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
@@ -33,4 +25,7 @@ def maker(cls: type[F]) -> Callable[..., F]:
               + "    self.__class__ = made_class\n")
     namespace: dict[str, Any] = {"made_class": cls}
     exec(source, namespace)  # as dataclasses writes its own __init__
-    return type(f"Made{cls.__name__}", (), {"__init__": namespace["__init__"], "__module__": __name__})
+    members = {"__init__": namespace["__init__"], "__module__": __name__}
+    if "__slots__" in vars(cls):  # its fields in slots: the plain class has the same, or Python refuses the change
+        members["__slots__"] = cls.__slots__
+    return type(f"Made{cls.__name__}", (), members)

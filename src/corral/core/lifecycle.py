@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from corral.core.frozen import maker
 from corral.core.serving import DeploymentState, ReplicaState
 from corral.core.states import JobState, TaskState
 
@@ -80,7 +81,7 @@ def matches(task_states: Iterable[TaskState], check: frozenset[TaskState], match
     return not any(hits)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per pending task a pass (core.frozen.maker)
 class TaskView:
     """One task as a handler sees it."""
 
@@ -92,7 +93,7 @@ class TaskView:
     preemptions: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per pending task a pass (core.frozen.maker)
 class Target:
     """What a handler acts on: a whole job with all its tasks, or one task of an independent job.
 
@@ -126,13 +127,16 @@ class HandlerResult:
     notes: dict[TargetKey, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per target a pass (core.frozen.maker)
 class Outcome:
     target: Target
     result: SchedulingResult
     transition: TransitionStatus | None
     tries: int
     note: str | None = None
+
+
+_outcome = maker(Outcome)
 
 
 def judge(
@@ -144,30 +148,36 @@ def judge(
     max_tries: int | None,
     is_expired: Callable[[Target, float], bool] | None = None,
 ) -> list[Outcome]:
-    """Decide each target's outcome, in this order: success, failure, expiry, skip."""
+    """Decide each target's outcome, in this order: success, failure, expiry, skip.
+
+    A placing pass judges one target per pending task (most of them skipped), so each outcome is made by position
+    and each result's transition is looked up once a call."""
     expired_check = is_expired or _overstayed
-    by_key = {target.key: target for target in targets}
+    keys = [target.key for target in targets]
+    by_key = dict(zip(keys, targets, strict=True))
+    success, retry, expired, give_up, skip = (SchedulingResult.SUCCESS, SchedulingResult.NEED_RETRY,
+                                              SchedulingResult.EXPIRED, SchedulingResult.GIVE_UP,
+                                              SchedulingResult.SKIPPED)
+    moves = {res: transitions.for_result(res) for res in SchedulingResult}
+    notes = result.notes
     outcomes: list[Outcome] = []
-
-    def add(key: TargetKey, res: SchedulingResult, tries: int) -> None:
-        target = by_key[key]
-        outcomes.append(Outcome(target, res, transitions.for_result(res), tries, result.notes.get(key)))
-
+    append = outcomes.append
     for key in result.successes:
-        add(key, SchedulingResult.SUCCESS, 0)
+        append(_outcome(by_key[key], success, moves[success], 0, notes.get(key)))
     for key in result.failures:
-        tries = by_key[key].tries + 1
-        over = max_tries is not None and tries > max_tries
-        add(key, SchedulingResult.GIVE_UP if over else SchedulingResult.NEED_RETRY, tries)
+        target = by_key[key]
+        tries = target.tries + 1
+        res = give_up if max_tries is not None and tries > max_tries else retry
+        append(_outcome(target, res, moves[res], tries, notes.get(key)))
     acted = set(result.successes) | set(result.failures)
     skipped = set(result.skipped)
-    for target in targets:
-        if target.key in acted:
+    for target, key in zip(targets, keys, strict=True):
+        if key in acted:
             continue
         if expired_check(target, now):
-            add(target.key, SchedulingResult.EXPIRED, target.tries)
-        elif target.key in skipped:
-            add(target.key, SchedulingResult.SKIPPED, target.tries)
+            append(_outcome(target, expired, moves[expired], target.tries, notes.get(key)))
+        elif key in skipped:
+            append(_outcome(target, skip, moves[skip], target.tries, notes.get(key)))
     return outcomes
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from corral.core.collector import paused
-from corral.core.frozen import made, maker
+from corral.core.frozen import maker
 from corral.core.lifecycle import DERIVED, Outcome, SchedulingResult, Target, TaskView, judge
 from corral.core.outcomes import derived_job_state
 from corral.core.states import (
@@ -47,6 +47,7 @@ from corral.scheduling.placement import Request
 from corral.store.changes import ChangeSet, TaskRow
 from corral.store.reads import (
     BATCH_ROWS,
+    JOB_STATES,
     T_ATTEMPT,
     T_CPU,
     T_FAILURES,
@@ -85,7 +86,7 @@ class RunReport:
     outcomes: list[Outcome] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)  # one per target job a pass
 class _Job:
     state: JobState
     gang: bool
@@ -255,7 +256,7 @@ class _TaskRows(dict[int, TaskRow]):
         return row
 
 
-_task_view, _target = maker(TaskView), maker(Target)
+_task_view, _target, _job_facts = maker(TaskView), maker(Target), maker(JobFacts)
 
 
 def _targets(found: list[tuple[TargetJob, list]],
@@ -269,7 +270,7 @@ def _targets(found: list[tuple[TargetJob, list]],
     append = targets.append
     job_info: dict[int, _Job] = {}
     requests: dict[tuple[float, int, float], Request] = {}
-    states, task_view, task_target = TASK_STATES, _task_view, _target
+    states, task_view, make_target = TASK_STATES, _task_view, _target
     with_launcher = bool(handler.launcher_states)
     for job, rows in found:
         job_id, first = job.job_id, rows[0]
@@ -277,22 +278,19 @@ def _targets(found: list[tuple[TargetJob, list]],
         request = requests.get(amounts)
         if request is None:
             request = requests[amounts] = Request(*amounts)
-        facts = made(JobFacts, request=request, max_task_failures=job.max_task_failures,
-                     scheduling_timeout=job.scheduling_timeout, max_retries_failure=job.max_retries_failure,
-                     max_retries_preemption=job.max_retries_preemption, grace_period=job.grace_period,
-                     preemption_epoch=job.preemption_epoch, launcher=_launcher(job) if with_launcher else None)
-        job_info[job_id] = made(_Job, state=JobState(job.job_state), gang=job.gang, facts=facts,
-                                pending_reason=job.pending_reason, outcome=job.outcome, cancelled=job.cancelled,
-                                waited=False)
+        facts = _job_facts(request, job.max_task_failures, job.scheduling_timeout, job.max_retries_failure,
+                           job.max_retries_preemption, job.grace_period, job.preemption_epoch,
+                           _launcher(job) if with_launcher else None)
+        job_info[job_id] = _Job(JOB_STATES[job.job_state], job.gang, facts, job.pending_reason, job.outcome,
+                                job.cancelled)
         timeout = handler.timeout(facts)
         if job.job_state in handler.job_states and (job.gang or not handler.gang_only):
             views = tuple(task_view(r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES],
                                     r[T_PREEMPTIONS]) for r in rows)
-            append(made(Target, job_id=job_id, whole_job=True, state=job.job_state, since=job.job_since,
-                        tries=job.job_tries, tasks=views, timeout=timeout))
+            append(make_target(job_id, True, job.job_state, job.job_since, job.job_tries, views, timeout))
             continue
         for r in rows:
-            append(task_target(job_id, False, r[T_STATE], r[T_SINCE], r[T_TRIES], (task_view(
+            append(make_target(job_id, False, r[T_STATE], r[T_SINCE], r[T_TRIES], (task_view(
                 r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES], r[T_PREEMPTIONS]),), timeout))
     return targets, job_info, _TaskRows(found)
 

@@ -75,7 +75,7 @@ class Launcher:
         return f"cancelled: the job that launched it (job {self.job_id}) ended {ending}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per target job a pass (core.frozen.maker)
 class JobFacts:
     """What handlers need to know of a target's job beyond states."""
 

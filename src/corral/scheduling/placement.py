@@ -59,7 +59,7 @@ from corral.scheduling.sequencing import Queue
 __all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place", "place_over"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per pending task a pass (core.frozen.maker)
 class Unit:
     key: TargetKey
     task_ids: tuple[int, ...]
@@ -78,7 +78,7 @@ class Unit:
         return self.key[0]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per placed task (core.frozen.maker)
 class Assignment:
     task_id: int
     worker_id: str

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
+from corral.core.frozen import maker
 from corral.core.serving import DeploymentState, ReplicaState
 from corral.core.states import JobState, TaskState
 
@@ -55,13 +57,18 @@ class StatusTransitions:
     give_up: TransitionStatus | None = None
 
     def for_result(self, result: SchedulingResult) -> TransitionStatus | None:
+        return self.meanings[result]
+
+    @cached_property
+    def meanings(self) -> dict[SchedulingResult, TransitionStatus | None]:
+        """Each result's transition, made once: `judge` looks one up per target (hundreds a placing run)."""
         return {
             SchedulingResult.SUCCESS: self.success,
             SchedulingResult.NEED_RETRY: self.need_retry,
             SchedulingResult.EXPIRED: self.expired,
             SchedulingResult.GIVE_UP: self.give_up,
             SchedulingResult.SKIPPED: None,
-        }[result]
+        }
 
 
 class MatchType(StrEnum):
@@ -144,32 +151,39 @@ def judge(
     max_tries: int | None,
     is_expired: Callable[[Target, float], bool] | None = None,
 ) -> list[Outcome]:
-    """Decide each target's outcome, in this order: success, failure, expiry, skip."""
-    expired_check = is_expired or _overstayed
-    by_key = {target.key: target for target in targets}
-    outcomes: list[Outcome] = []
+    """Decide each target's outcome, in this order: success, failure, expiry, skip.
 
-    def add(key: TargetKey, res: SchedulingResult, tries: int) -> None:
-        target = by_key[key]
-        outcomes.append(Outcome(target, res, transitions.for_result(res), tries, result.notes.get(key)))
+    A placing run judges every pending task, most of them skipped: each target's key is found once, and the
+    outcomes are made by position (`maker`)."""
+    expired_check = is_expired or _overstayed
+    keyed = [(target.key, target) for target in targets]
+    by_key = dict(keyed)
+    meanings, notes = transitions.meanings, result.notes
+    outcomes: list[Outcome] = []
+    add = outcomes.append
+    R = SchedulingResult
 
     for key in result.successes:
-        add(key, SchedulingResult.SUCCESS, 0)
+        add(_outcome(by_key[key], R.SUCCESS, meanings[R.SUCCESS], 0, notes.get(key)))
     for key in result.failures:
         tries = by_key[key].tries + 1
-        over = max_tries is not None and tries > max_tries
-        add(key, SchedulingResult.GIVE_UP if over else SchedulingResult.NEED_RETRY, tries)
+        res = R.GIVE_UP if max_tries is not None and tries > max_tries else R.NEED_RETRY
+        add(_outcome(by_key[key], res, meanings[res], tries, notes.get(key)))
     acted = set(result.successes) | set(result.failures)
     skipped = set(result.skipped)
-    for target in targets:
-        if target.key in acted:
+    expired, skip = (R.EXPIRED, meanings[R.EXPIRED]), (R.SKIPPED, meanings[R.SKIPPED])
+    for key, target in keyed:
+        if key in acted:
             continue
         if expired_check(target, now):
-            add(target.key, SchedulingResult.EXPIRED, target.tries)
-        elif target.key in skipped:
-            add(target.key, SchedulingResult.SKIPPED, target.tries)
+            add(_outcome(by_key[key], *expired, target.tries, notes.get(key)))
+        elif key in skipped:
+            add(_outcome(by_key[key], *skip, target.tries, notes.get(key)))
     return outcomes
 
 
 def _overstayed(target: Target, now: float) -> bool:
     return target.timeout is not None and now - target.since > target.timeout
+
+
+_outcome = maker(Outcome)  # an outcome per target judged (hundreds a placing run), made by position

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import time
+import weakref
 from contextlib import asynccontextmanager
 
 import pytest
@@ -185,6 +186,25 @@ async def test_a_placing_run_decides_with_the_collector_off_and_leaves_it_as_it_
     finally:
         gc.enable() if was else gc.disable()
     assert seen == [False, collecting]
+
+
+async def test_a_placing_run_s_waiting_targets_are_gone_when_it_returns(store):
+    """A placing run's report keeps the outcomes that act (the tasks placed), not the skipped ones of the tasks that
+    wait for room: those, with their targets, are freed before the collector resumes, which would otherwise walk
+    them and move them to its older generations."""
+    judged: list[weakref.ref] = []
+
+    class Seeing(ScheduleJobs):
+        def execute(self, targets, snapshot):
+            judged.extend(weakref.ref(target) for target in targets)
+            return super().execute(targets, snapshot)
+
+    await add_worker(store, cpu=2.0)
+    await submit(store, replicas=6, resources={"cpu": 1})
+    report = await run_handler(store, Seeing(), NOW)
+    assert [o.result for o in report.outcomes] == ["SUCCESS", "SUCCESS"]
+    assert len(judged) == 6
+    assert sum(ref() is not None for ref in judged) == 2  # the placed ones, in the report
 
 
 async def test_the_run_that_releases_a_gangs_builds_wakes_its_workers(store):

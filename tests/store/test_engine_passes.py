@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from corral.core.lifecycle import Target
 from corral.engine import loop
 from corral.engine.cancel import cancel_job
 from corral.engine.coordinator import run_handler
@@ -185,6 +186,19 @@ async def test_a_placing_run_decides_with_the_collector_off_and_leaves_it_as_it_
     finally:
         gc.enable() if was else gc.disable()
     assert seen == [False, collecting]
+
+
+async def test_a_placing_run_s_waiting_targets_are_gone_when_it_returns(store):
+    """A placing run's report keeps the outcomes that act (the tasks placed), not the skipped ones of the tasks that
+    wait for room: those, with their targets, are freed before the collector resumes, which would otherwise walk
+    them and move them to its older generations."""
+    await add_worker(store, cpu=2.0)
+    job_id = await submit(store, replicas=6, resources={"cpu": 1})
+    report = await run_handler(store, ScheduleJobs(), NOW)
+    assert [o.result for o in report.outcomes] == ["SUCCESS", "SUCCESS"]
+    # Targets keep their fields in slots (no weak references): the live ones are found among the collector's objects.
+    alive = [o for o in gc.get_objects() if type(o) is Target and o.job_id == job_id]
+    assert len(alive) == 2  # the placed ones, in the report
 
 
 async def test_the_run_that_releases_a_gangs_builds_wakes_its_workers(store):

@@ -256,21 +256,3 @@ async def test_waits_seen_again_are_counted_in_one_statement_each_on_its_own_rec
     for job_id in (first, second):
         waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
         assert [(w.repeats, w.last_at) for w in waits] == [(3, NOW + 2)]
-
-
-async def test_the_waits_of_one_reason_are_counted_by_one_statement_run_once_not_a_row_each(store):
-    """A queue that finds no room waits for one reason or a few: its jobs' records are found by one statement per
-    handler and reason, not one statement's row per job (binding each row cost more than finding it)."""
-    await add_worker(store, cpu=1)
-    alike = [await submit(store, resources={"cpu": 2}) for _ in range(3)]  # the only worker is too small
-    behind = await submit(store, resources={"cpu": 1}, after=[alike[0]])  # another reason: a job to wait for
-    await run_handler(store, ScheduleJobs(), NOW)
-    counted: list[tuple[bool, object]] = []
-    event.listen(store.writer.sync_engine, "before_cursor_execute",
-                 lambda _c, _cursor, statement, parameters, _context, many:
-                 counted.append((many, parameters)) if statement.lstrip().startswith("UPDATE history") else None)
-    await run_handler(store, ScheduleJobs(), NOW + 1)
-    assert len(counted) == 2 and not any(many for many, _ in counted)  # one run of a statement for each reason
-    for job_id in (*alike, behind):
-        waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
-        assert [(w.repeats, w.last_at) for w in waits] == [(2, NOW + 1)]

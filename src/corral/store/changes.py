@@ -340,30 +340,22 @@ def _attempt_update(columns: tuple[str, ...]) -> Update:
 
 
 _latest = history.alias("latest")
-_COUNT_WAITS = (
+_COUNT_WAIT = (
     update(history)
-    .where(history.c.id.in_(select(func.max(_latest.c.id))
-                            .where(_latest.c.job_id.in_(bindparam("_jobs", expanding=True)),
-                                   _latest.c.handler == bindparam("_handler"), _latest.c.result == "SKIPPED",
-                                   _latest.c.task_id.is_(None))
-                            .group_by(_latest.c.job_id)),
+    .where(history.c.id == select(func.max(_latest.c.id))
+           .where(_latest.c.job_id == bindparam("_job"), _latest.c.handler == bindparam("_handler"),
+                  _latest.c.result == "SKIPPED", _latest.c.task_id.is_(None))
+           .scalar_subquery(),
            history.c.message == bindparam("_reason"))
     .values(repeats=history.c.repeats + 1, last_at=bindparam("_now"))
 )
-WAITS_CHUNK = 5000  # job ids per statement, under every driver's parameter limit
 
 
 async def _count_waits(connection: AsyncConnection, waits: dict[tuple[int, str], str], now: float) -> None:
     """One more sighting on each job's latest wait record of the handler (when its reason is still the same): one
-    statement for the jobs of each handler and reason (a queue that finds no room waits for one or a few), each
-    record found by the latest id of its job's waits of the handler."""
-    alike: dict[tuple[str, str], list[int]] = {}
-    for (job_id, handler), reason in waits.items():
-        alike.setdefault((handler, reason), []).append(job_id)
-    for (handler, reason), job_ids in alike.items():
-        for start in range(0, len(job_ids), WAITS_CHUNK):
-            await connection.execute(_COUNT_WAITS, {"_jobs": job_ids[start:start + WAITS_CHUNK], "_handler": handler,
-                                                    "_reason": reason, "_now": now})
+    statement, each row finding its record by the latest id of the job's waits of the handler."""
+    await connection.execute(_COUNT_WAIT, [{"_job": job_id, "_handler": handler, "_reason": reason, "_now": now}
+                                           for (job_id, handler), reason in waits.items()])
 
 
 async def _verify(connection: AsyncConnection, table, rows: list[dict]) -> None:

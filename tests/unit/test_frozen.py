@@ -79,4 +79,3 @@ def test_what_a_pass_makes_per_task_keeps_its_fields_in_slots(example):
     """Some sixty thousand of them a pass over 10,000 pending tasks: no dictionary made, read or freed for each."""
     copy = maker(type(example))(*(getattr(example, field.name) for field in dataclasses.fields(example)))
     assert not hasattr(copy, "__dict__") and not hasattr(example, "__dict__")
-

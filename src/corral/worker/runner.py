@@ -66,6 +66,7 @@ from corral.worker.accounts import Account, NoAccount, worker_user
 from corral.worker.bundles import extract
 from corral.worker.channels import serve
 from corral.worker.containment import attempt_cgroup, cgroup_parent, cgroup_prefix, reap_record
+from corral.worker.entering import enter_program
 from corral.worker.environments import Acquired, EnvironmentBuildError, EnvironmentCache
 from corral.worker.logs import capture
 from corral.worker.oom import CgroupMemory, MemoryRecord, killed_for_memory
@@ -120,16 +121,18 @@ _WARDEN = _lean("warden")
 
 
 def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cgroup: Path | None,
-            shim_options: Sequence[str] = (), account: Account | None = None) -> list[str]:
+            shim_options: Sequence[str] = (), account: Account | None = None, enter: str | None = None) -> list[str]:
     """The argv that runs `command`, as `account` when given: in its cgroup (which then holds every process it
     starts), through a shell that moves itself there and execs the command (through setpriv, which changes user),
     else under its shim (with `shim_options`; the shim changes user in the child it starts).
 
-    The cgroup is entered by an exec'd shell rather than a preexec_fn, which would make every start copy the
-    worker with fork instead of vfork: a fifth of the array bench. The user is changed the same way, after the
-    cgroup is entered (a process that is no longer root may not move itself there), rather than with subprocess's
-    user=, which runs before any of the child's code and would also rule out vfork. The program is looked up here
-    first, so a missing one fails before anything starts, as it would with a direct exec.
+    The cgroup is entered by an exec'd program rather than a preexec_fn, which would make every start copy the
+    worker with fork instead of vfork: a fifth of the array bench. That program is `enter` where the worker built
+    one (corral.worker.entering: the shell's work without a shell, half the CPU of a task of `true`), else the
+    shell. The user is changed the same way, after the cgroup is entered (a process that is no longer root may not
+    move itself there), rather than with subprocess's user=, which runs before any of the child's code and would also
+    rule out vfork. The program is looked up here first, so a missing one fails before anything starts, as it would
+    with a direct exec.
     """
     _check_executable(command[0], cwd, env.get("PATH", os.defpath))
     if cgroup is None:
@@ -138,6 +141,8 @@ def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cg
     change = [] if account is None else \
         [_setpriv(), f"--reuid={account.uid}", f"--regid={account.gid}",
          f"--groups={','.join(map(str, account.groups))}" if account.groups else "--clear-groups", "--"]
+    if enter is not None:
+        return [enter, str(cgroup), *change, *command]
     return ["/bin/sh", "-c", 'echo 0 > "$0/cgroup.procs" && exec "$@"', str(cgroup), *change, *command]
 
 
@@ -295,7 +300,7 @@ class Runner:
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
                  log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto", filesystem: str | None = None,
                  shared_fs: Sequence[str] = (), environments: EnvironmentCache | None = None,
-                 dial: Dial | None = None, name: str = "", as_root: bool | None = None) -> None:
+                 dial: Dial | None = None, name: str = "", as_root: bool | None = None, entering: bool = True) -> None:
         self.work_dir = work_dir
         self.name = name or socket.gethostname()  # this worker's, as a reason about it says
         # Whether tasks run as their owners (run_as): only a root worker can change user.
@@ -312,6 +317,8 @@ class Runner:
         self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
         self.cgroup_prefix = cgroup_prefix(work_dir)  # its attempts' cgroups' names: found once (a path's resolve)
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
+        # What a task's processes enter their cgroup by: the built program, or None for the shell.
+        self.enter = enter_program(self.cgroups) if self.cgroups and entering else None
         self.gpus = gpus
         self.gpu_memory = dict(gpu_memory or {})  # device -> bytes, where NVML told
         self.mps = mps  # an MPS control daemon runs: a share's limits are set for it
@@ -479,7 +486,7 @@ class Runner:
             tty = att.order.interactive
             try:
                 argv = _launch(command, att.cwd, env, att.directory / RECORD, att.cgroup, ["--tty"] if tty else [],
-                               att.account)
+                               att.account, self.enter)
                 if att.cgroup is not None:  # a successor finds it by its name (cgroup_prefix)
                     att.cgroup.mkdir(exist_ok=True)
                 if tty:  # the terminal is read until no process holds its slave side, even if none starts
@@ -764,7 +771,8 @@ class _Place:
         att.forget_ended_execs()
         lifeline: int | None = None
         if att.cgroup is not None:
-            argv = _launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup, account=att.account)
+            argv = _launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup, account=att.account,
+                           enter=self.runner.enter)
             process = spawn(argv, att.cwd, att.env, stdin, stdout, stderr, preexec_fn=take_terminal if tty else None)
         else:
             record = att.directory / "execs" / name / RECORD

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import logging
 import os
@@ -541,6 +542,7 @@ async def run(options: WorkerOptions, stop: asyncio.Event) -> None:
     timeout = httpx.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT)
     async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:  # each request names its controller
         agent = Agent(options, http)
+        gc.freeze()  # what start-up made (modules, the runner, the client) lives on: collections skip it
         serving = asyncio.create_task(agent.serve())
         stopping = asyncio.create_task(stop.wait())
         try:

@@ -40,17 +40,16 @@ def enter_program(cgroup: Path, cache: Path | None = None) -> str | None:
         source = SOURCE.read_bytes()
     except OSError:
         return None
-    cache = cache or cache_dir()
     digest = hashlib.sha256(source + b"\0" + " ".join(FLAGS).encode() + platform.machine().encode()).hexdigest()
-    program = cache / f"corral-enter-{digest[:16]}"
     try:
+        program = (cache or cache_dir()) / f"corral-enter-{digest[:16]}"
         if not os.access(program, os.X_OK):
             _build(program)
         tried = subprocess.run([str(program), str(cgroup), "/bin/sh", "-c", "exit 0"], stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=TRY_TIMEOUT)
         if tried.returncode != 0:
             raise OSError(f"its try exited {tried.returncode}: {tried.stderr.decode(errors='replace').strip()}")
-    except (OSError, subprocess.SubprocessError) as error:
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:  # RuntimeError: no home directory
         log.info("tasks enter their cgroups by the shell (%s)", error)
         return None
     log.info("tasks enter their cgroups by %s", program)

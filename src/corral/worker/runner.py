@@ -300,7 +300,7 @@ class Runner:
                  task_env: dict[str, str] | None = None, memory: CgroupMemory | None = None,
                  log_limit: int = DEFAULT_LOG_LIMIT, containment: str = "auto", filesystem: str | None = None,
                  shared_fs: Sequence[str] = (), environments: EnvironmentCache | None = None,
-                 dial: Dial | None = None, name: str = "", as_root: bool | None = None, entering: bool = True) -> None:
+                 dial: Dial | None = None, name: str = "", as_root: bool | None = None) -> None:
         self.work_dir = work_dir
         self.name = name or socket.gethostname()  # this worker's, as a reason about it says
         # Whether tasks run as their owners (run_as): only a root worker can change user.
@@ -318,7 +318,7 @@ class Runner:
         self.cgroup_prefix = cgroup_prefix(work_dir)  # its attempts' cgroups' names: found once (a path's resolve)
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
         # What a task's processes enter their cgroup by: the built program, or None for the shell.
-        self.enter = enter_program(self.cgroups) if self.cgroups and entering else None
+        self.enter = enter_program(self.cgroups) if self.cgroups else None
         self.gpus = gpus
         self.gpu_memory = dict(gpu_memory or {})  # device -> bytes, where NVML told
         self.mps = mps  # an MPS control daemon runs: a share's limits are set for it

@@ -200,6 +200,20 @@ async def test_a_task_runs_from_order_to_report_with_its_logs_there_before_its_e
     assert controller.logs_at_end[1] == {(1, 0, "stdout"): b"hello\n", (1, 0, "stderr"): b"warn\n"}
 
 
+async def test_a_task_s_lines_at_info_are_its_orders_its_start_with_its_pid_and_its_end(controller, tmp_path,
+                                                                                          caplog):
+    caplog.set_level(logging.INFO, logger="corral.worker")
+    async with running_agent(controller, tmp_path):
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, controller.registrations[0][0], ["true"])
+        await wait_until(lambda: "SUCCEEDED" in controller.states(1), what="the task to succeed")
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "task=1 " in r.getMessage()]
+    orders = [line for line in lines if line.startswith("task=1 attempt=0 order ")]
+    assert orders and lines[:len(orders)] == orders, lines  # each order the worker took (here a build, a start)
+    assert len(lines) == len(orders) + 2 and lines[-2].startswith("task=1 attempt=0 running pid="), lines
+    assert lines[-1] == "task=1 attempt=0 SUCCEEDED exit_code=0 reason=None"
+
+
 async def test_the_pythons_found_after_registering_come_in_one_heartbeat(controller, tmp_path, monkeypatch):
     """Finding interpreters takes uv seconds: registration does not wait for it."""
     found = asyncio.Event()

@@ -388,7 +388,10 @@ class Agent:
             await woken(self._outbox_filled, left)
 
     def _queue(self, report: TaskReport) -> None:
-        log.info("task=%s attempt=%s report %s", report.task_id, report.attempt, report.state)
+        # At DEBUG: the runner's own lines say each state a task reaches that a reader looks for (running, with its
+        # pid; ended, with its code and reason). At INFO these were four of a task's seven lines, each formatted on
+        # the loop and written by the listener's thread.
+        log.debug("task=%s attempt=%s report %s", report.task_id, report.attempt, report.state)
         self._outbox.append(report)
         self._outbox_filled.set()
 
@@ -589,8 +592,8 @@ class _Handover(QueueHandler):
 def logs_written_in_background() -> Iterator[None]:
     """Within the block the root logger's handlers run in a thread of their own, in the order the lines came: a line
     is a write to a file, which on a busy disk waits for its journal (24 us a line on average, up to 8 ms, measured
-    beside a running controller), and the worker logs seven lines per task on its event loop. The block's end writes
-    what is still queued."""
+    beside a running controller), and the worker logs three lines per task (its order, its start, its end) on its
+    event loop. The block's end writes what is still queued."""
     root = logging.getLogger()
     handlers = root.handlers[:]
     queue: SimpleQueue = SimpleQueue()
@@ -609,7 +612,7 @@ def run_worker(options: WorkerOptions) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per heartbeat otherwise
     # Its lines name no caller, thread or process, so no record looks them up (the switches the logging HOWTO
-    # gives for this): the worker logs seven lines a task on its event loop.
+    # gives for this): the worker logs three lines a task on its event loop.
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
 

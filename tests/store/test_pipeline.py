@@ -256,3 +256,24 @@ async def test_waits_seen_again_are_counted_in_one_statement_each_on_its_own_rec
     for job_id in (first, second):
         waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
         assert [(w.repeats, w.last_at) for w in waits] == [(3, NOW + 2)]
+
+
+async def test_a_reason_several_jobs_share_is_counted_by_one_statement_the_others_by_one_of_a_row_each(store):
+    """A queue that finds no room waits for one reason or a few: its jobs' records are found by one statement per
+    handler and reason. A pipeline's reasons name the job each waits for, one job a reason: those stay rows of one
+    statement, so a pipeline costs no statement a job."""
+    await add_worker(store, cpu=1)
+    alike = [await submit(store, resources={"cpu": 2}) for _ in range(3)]  # the only worker is too small
+    first = await submit(store, resources={"cpu": 1}, after=[alike[0]])  # one job a reason: waiting for another
+    second = await submit(store, resources={"cpu": 1}, after=[first])
+    await run_handler(store, ScheduleJobs(), NOW)
+    counted: list[tuple[bool, object]] = []
+    event.listen(store.writer.sync_engine, "before_cursor_execute",
+                 lambda _c, _cursor, statement, parameters, _context, many:
+                 counted.append((many, parameters)) if statement.lstrip().startswith("UPDATE history") else None)
+    await run_handler(store, ScheduleJobs(), NOW + 1)
+    assert sorted(many for many, _ in counted) == [False, True]  # the shared reason's run, the singles' rows
+    assert [len(parameters) for many, parameters in counted if many] == [2]
+    for job_id in (*alike, first, second):
+        waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
+        assert [(w.repeats, w.last_at) for w in waits] == [(2, NOW + 1)]

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import event, insert, select
 
 from corral.controller.webhooks import HANDLER, LEASE, Webhooks, guarded_client
 from corral.core.estimates import moved_message
@@ -337,3 +337,27 @@ async def test_the_guarded_client_connects_to_the_address_it_checked(local_recei
     async with guarded_client([parse_network("10.0.0.0/8")]) as client:
         with pytest.raises(httpx.ConnectError, match="loopback"):
             await client.post(f"{local_receiver}/x", content=b"{}")
+
+
+async def test_rows_of_jobs_that_name_no_url_in_a_cluster_with_no_default_move_the_cursor_unread(store):
+    """Most clusters name no URL: a pass then reads the ids of the page of job rows alone, not each row's columns, its
+    task and deployment joined and a view made of it, nor the jobs' specs; the cursor moves where it moved."""
+    webhooks, receiver, now = Webhooks(store, "1", 86400.0), Receiver(), time.time()
+    async with receiver.client() as client:
+        await webhooks.run_pass(client, now)
+        quiet = [await submit(store) for _ in range(3)]
+        for job_id in quiet:
+            await _moved(store, job_id, "RUNNING", now - 10)
+            await _moved(store, job_id, "SUCCEEDED", now - 10)
+        statements: list[str] = []
+        event.listen(store.writer.sync_engine, "before_cursor_execute",
+                     lambda _c, _cursor, statement, *_rest: statements.append(statement))
+        assert await webhooks.run_pass(client, now) is False
+        async with store.read() as connection:
+            assert await read_cursor(connection) == await latest_id(connection)
+        assert not [s for s in statements if "JOIN tasks" in s or "jobs.owner" in s]  # the rows' read, the specs'
+        named = await submit(store, notify=HOOK)  # one job that names a URL: its rows are read as before
+        await _moved(store, named, "RUNNING", now - 10)
+        await webhooks.run_pass(client, now)
+    assert receiver.events() == [(named, "job.started")]
+    assert await _deliveries(store) and len(await _deliveries(store)) == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -66,6 +65,7 @@ from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
 from corral.controller.wakeups import on_change_elsewhere
 from corral.controller.webhooks import Webhooks
+from corral.core.collector import settle
 from corral.core.relay import CLOSE_UNAVAILABLE
 from corral.engine.estimates import Estimator
 from corral.engine.loop import Engine, WorkerSignals
@@ -152,7 +152,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
             app.state.services.submit_settings.announce = notifier.settings_changed
             loop_tasks.append(asyncio.create_task(notifier.run(), name="notify"))
         write_cluster_file(settings, tokens, [settings.url, *other_holders(settings)])
-        gc.freeze()  # what startup made lives on: collections skip it, which the router's request path feels
+        settle()  # what startup made lives on, frozen; collections less often (core.collector)
         try:
             yield
         finally:

@@ -37,7 +37,7 @@ from corral.core.webhooks import (
     retry_delay,
 )
 from corral.metrics import NOTIFICATIONS_DELIVERED, NOTIFICATIONS_FAILED, NOTIFICATIONS_GAVE_UP
-from corral.store.events import PAGE, job_events, latest_id, read_horizon
+from corral.store.events import PAGE, job_event_ids, job_events, latest_id, read_horizon
 from corral.store.handler_locks import HandlerBusy
 from corral.store.store import Store
 from corral.store.webhooks import (
@@ -45,6 +45,7 @@ from corral.store.webhooks import (
     add_deliveries,
     anything_due,
     claim_due,
+    may_notify,
     prune_deliveries,
     read_cursor,
     record_delivered,
@@ -176,6 +177,13 @@ class Webhooks:
         workers and of deployments are none, and the cursor moves past them unread."""
         after = await read_cursor(connection)
         upto = (await read_horizon(connection, after, now, GAP_SETTLE_SECONDS)).reach
+        page = await job_event_ids(connection, after, upto)  # the rows below, without their columns: a few per job
+        if not page or not await may_notify(connection, {job_id for _, job_id in page}):
+            # No job of them has a URL, its own or its project's (most clusters name none): no row is a delivery.
+            moved = page[-1][0] if len(page) == PAGE else max(after, upto)
+            if moved != after:
+                await write_cursor(connection, moved)
+            return len(page) == PAGE
         events = await job_events(connection, after, upto)
         moments = [(event, kind) for event in events if event.job_id is not None
                    and (kind := notification(subject(event.job_id, event.task_id, event.deployment_id,

@@ -349,13 +349,37 @@ _COUNT_WAIT = (
            history.c.message == bindparam("_reason"))
     .values(repeats=history.c.repeats + 1, last_at=bindparam("_now"))
 )
+_COUNT_WAITS_ALIKE = (
+    update(history)
+    .where(history.c.id.in_(select(func.max(_latest.c.id))
+                            .where(_latest.c.job_id.in_(bindparam("_jobs", expanding=True)),
+                                   _latest.c.handler == bindparam("_handler"), _latest.c.result == "SKIPPED",
+                                   _latest.c.task_id.is_(None))
+                            .group_by(_latest.c.job_id)),
+           history.c.message == bindparam("_reason"))
+    .values(repeats=history.c.repeats + 1, last_at=bindparam("_now"))
+)
+WAITS_CHUNK = 5000  # job ids a statement of alike waits, under every driver's parameter limit
 
 
 async def _count_waits(connection: AsyncConnection, waits: dict[tuple[int, str], str], now: float) -> None:
-    """One more sighting on each job's latest wait record of the handler (when its reason is still the same): one
-    statement, each row finding its record by the latest id of the job's waits of the handler."""
-    await connection.execute(_COUNT_WAIT, [{"_job": job_id, "_handler": handler, "_reason": reason, "_now": now}
-                                           for (job_id, handler), reason in waits.items()])
+    """One more sighting on each job's latest wait record of the handler (when its reason is still the same), found
+    by the latest id of the job's waits of the handler. A reason several jobs share (a queue that finds no room
+    waits for one or a few) is counted by one statement for them all; the reasons of one job each (a pipeline's
+    "waiting for job N" names the job waited for) by one statement of a row each, as before."""
+    alike: dict[tuple[str, str], list[int]] = {}
+    for (job_id, handler), reason in waits.items():
+        alike.setdefault((handler, reason), []).append(job_id)
+    single = []
+    for (handler, reason), job_ids in alike.items():
+        if len(job_ids) == 1:
+            single.append({"_job": job_ids[0], "_handler": handler, "_reason": reason, "_now": now})
+            continue
+        for start in range(0, len(job_ids), WAITS_CHUNK):
+            await connection.execute(_COUNT_WAITS_ALIKE, {"_jobs": job_ids[start:start + WAITS_CHUNK],
+                                                          "_handler": handler, "_reason": reason, "_now": now})
+    if single:
+        await connection.execute(_COUNT_WAIT, single)
 
 
 async def _verify(connection: AsyncConnection, table, rows: list[dict]) -> None:

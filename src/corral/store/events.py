@@ -103,6 +103,20 @@ _JOB_EVENTS = _events().where(history.c.id > bindparam("after"), history.c.id <=
                               history.c.deployment_id.is_(None)).limit(bindparam("limit"))
 
 
+async def job_event_ids(connection: AsyncConnection, after: int, upto: int, limit: int = PAGE) -> list[tuple[int, int]]:
+    """The ids and job ids of the rows `job_events` reads (the same rows, the same page), without their columns,
+    joins or views: what the notification pass needs to know that none of them can be a delivery."""
+    return [tuple(row) for row in (await connection.execute(_JOB_EVENT_IDS, {"after": after, "upto": upto,
+                                                                             "limit": limit})).all()]
+
+
+_JOB_EVENT_IDS = (select(history.c.id, history.c.job_id)
+                  .where(history.c.id > bindparam("after"), history.c.id <= bindparam("upto"),
+                         history.c.job_id.is_not(None), history.c.task_id.is_(None),
+                         history.c.deployment_id.is_(None))
+                  .order_by(history.c.id).limit(bindparam("limit")))
+
+
 async def latest_by_deployment(connection: AsyncConnection, names: list[str], count: int) -> dict[str, list[EventView]]:
     """The last `count` events of every deployment ever named each of `names`, oldest first: one query for all."""
     ranked = (select(history.c.id, func.row_number().over(partition_by=deployments.c.name,

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import bindparam, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.webhooks import JobFacts, chosen_url
@@ -82,6 +82,19 @@ async def targets(connection: AsyncConnection, job_ids: set[int]) -> dict[int, T
         found[row.id] = Target(JobFacts(row.id, row.name, row.state, project, row.owner),
                                chosen_url(row.spec.get("notify"), defaults.get(project)))
     return found
+
+
+_ANY_DEFAULT = select(project_notify.c.project).limit(1)
+_NAMING_A_URL = (select(jobs.c.id).where(jobs.c.id.in_(bindparam("ids", expanding=True)),
+                                         jobs.c.spec["notify"].as_string().is_not(None)).limit(1))
+
+
+async def may_notify(connection: AsyncConnection, job_ids: set[int]) -> bool:
+    """Whether any of these jobs may have a notify URL (`targets` would find one): some project has a default, or
+    one of them names a URL of its own (or opts out: `targets` tells). False: none of their rows is a delivery."""
+    if (await connection.execute(_ANY_DEFAULT)).first() is not None:
+        return True
+    return (await connection.execute(_NAMING_A_URL, {"ids": sorted(job_ids)})).first() is not None
 
 
 async def add_deliveries(connection: AsyncConnection, rows: list[dict[str, Any]], now: float) -> None:

@@ -9,7 +9,7 @@ from corral.core.states import TaskState
 from corral.engine.cancel import AlreadyEnded, cancel_job
 from corral.engine.coordinator import run_handler
 from corral.engine.handlers import ScheduleJobs
-from corral.store.changes import ChangeSet, StaleWrite, TaskRow
+from corral.store.changes import ALIKE_FROM, ChangeSet, StaleWrite, TaskRow
 from corral.store.database import migrate
 from corral.store.schema import tasks
 from tests.store.helpers import (
@@ -258,22 +258,23 @@ async def test_waits_seen_again_are_counted_in_one_statement_each_on_its_own_rec
         assert [(w.repeats, w.last_at) for w in waits] == [(3, NOW + 2)]
 
 
-async def test_a_reason_several_jobs_share_is_counted_by_one_statement_the_others_by_one_of_a_row_each(store):
+async def test_a_reason_many_jobs_share_is_counted_by_one_statement_the_others_by_one_of_a_row_each(store):
     """A queue that finds no room waits for one reason or a few: its jobs' records are found by one statement per
-    handler and reason. A pipeline's reasons name the job each waits for, one job a reason: those stay rows of one
-    statement, so a pipeline costs no statement a job."""
+    handler and reason. A pipeline's reasons name the job each waits for, and a fan-out's name it for a few jobs:
+    those stay rows of one statement, so a graph of jobs costs no statement a reason."""
     await add_worker(store, cpu=1)
-    alike = [await submit(store, resources={"cpu": 2}) for _ in range(3)]  # the only worker is too small
+    alike = [await submit(store, resources={"cpu": 2}) for _ in range(ALIKE_FROM)]  # the only worker is too small
     first = await submit(store, resources={"cpu": 1}, after=[alike[0]])  # one job a reason: waiting for another
     second = await submit(store, resources={"cpu": 1}, after=[first])
+    fanned = [await submit(store, resources={"cpu": 1}, after=[alike[1]]) for _ in range(ALIKE_FROM - 1)]
     await run_handler(store, ScheduleJobs(), NOW)
     counted: list[tuple[bool, object]] = []
     event.listen(store.writer.sync_engine, "before_cursor_execute",
                  lambda _c, _cursor, statement, parameters, _context, many:
                  counted.append((many, parameters)) if statement.lstrip().startswith("UPDATE history") else None)
     await run_handler(store, ScheduleJobs(), NOW + 1)
-    assert sorted(many for many, _ in counted) == [False, True]  # the shared reason's run, the singles' rows
-    assert [len(parameters) for many, parameters in counted if many] == [2]
-    for job_id in (*alike, first, second):
+    assert sorted(many for many, _ in counted) == [False, True]  # the shared reason's run, the others' rows
+    assert [len(parameters) for many, parameters in counted if many] == [2 + len(fanned)]
+    for job_id in (*alike, first, second, *fanned):
         waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
         assert [(w.repeats, w.last_at) for w in waits] == [(2, NOW + 1)]

@@ -360,20 +360,22 @@ _COUNT_WAITS_ALIKE = (
     .values(repeats=history.c.repeats + 1, last_at=bindparam("_now"))
 )
 WAITS_CHUNK = 5000  # job ids a statement of alike waits, under every driver's parameter limit
+ALIKE_FROM = 8  # jobs sharing a reason that make a statement of their own: fewer ride as rows of the one executemany
 
 
 async def _count_waits(connection: AsyncConnection, waits: dict[tuple[int, str], str], now: float) -> None:
     """One more sighting on each job's latest wait record of the handler (when its reason is still the same), found
-    by the latest id of the job's waits of the handler. A reason several jobs share (a queue that finds no room
-    waits for one or a few) is counted by one statement for them all; the reasons of one job each (a pipeline's
-    "waiting for job N" names the job waited for) by one statement of a row each, as before."""
+    by the latest id of the job's waits of the handler. A reason many jobs share (a queue that finds no room
+    waits for one or a few) is counted by one statement for them all; the reasons of one job or a few each (a
+    pipeline's "waiting for job N" names the job waited for, a fan-out's names it for its few children) by one
+    statement of a row each, as before, so a graph of many small fan-outs costs no statement a reason."""
     alike: dict[tuple[str, str], list[int]] = {}
     for (job_id, handler), reason in waits.items():
         alike.setdefault((handler, reason), []).append(job_id)
     single = []
     for (handler, reason), job_ids in alike.items():
-        if len(job_ids) == 1:
-            single.append({"_job": job_ids[0], "_handler": handler, "_reason": reason, "_now": now})
+        if len(job_ids) < ALIKE_FROM:
+            single.extend({"_job": job_id, "_handler": handler, "_reason": reason, "_now": now} for job_id in job_ids)
             continue
         for start in range(0, len(job_ids), WAITS_CHUNK):
             await connection.execute(_COUNT_WAITS_ALIKE, {"_jobs": job_ids[start:start + WAITS_CHUNK],

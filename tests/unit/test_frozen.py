@@ -32,8 +32,9 @@ EXAMPLES = [
     Outcome(TARGET, SchedulingResult.SKIPPED, None, 0, "waiting for room"),
     Place(job_id=3, task_id=7, worker_id="w1", gpu_ids=(0,)),
 ]
-# A task's view, target, unit and assignment, a job's facts and a target's outcome: their fields in slots.
-SLOTTED = EXAMPLES[:6]
+# A task's view, target, unit and assignment, a job's facts, a target's outcome and a placed task's Place: their
+# fields in slots (a Place's base, Effect, keeps no fields and no dictionary of its own).
+SLOTTED = EXAMPLES
 
 
 def test_task_targets_made_of_rows_by_position_are_each_their_own():
@@ -72,6 +73,22 @@ def test_maker_makes_what_the_constructor_makes(example):
 def test_maker_refuses_a_class_with_a_post_init():
     with pytest.raises(TypeError, match="__post_init__"):
         maker(Request)
+
+
+def test_maker_refuses_a_slotted_class_whose_base_sets_its_own_attributes():
+    """The maker's plain class shares a slotted class's bases (Python changes the class only between classes adding
+    the same slots to the same base): a base's own `__setattr__` (a frozen dataclass's) would be the plain class's."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        pass
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Child(Frozen):
+        value: int
+
+    with pytest.raises(TypeError, match="__setattr__"):
+        maker(Child)
 
 
 @pytest.mark.parametrize("example", SLOTTED, ids=lambda example: type(example).__name__)

@@ -26,6 +26,12 @@ def maker(cls: type[F]) -> Callable[..., F]:
     namespace: dict[str, Any] = {"made_class": cls}
     exec(source, namespace)  # as dataclasses writes its own __init__
     members = {"__init__": namespace["__init__"], "__module__": __name__}
+    bases: tuple[type, ...] = ()
     if "__slots__" in vars(cls):  # its fields in slots: the plain class has the same, or Python refuses the change
         members["__slots__"] = cls.__slots__
-    return type(f"Made{cls.__name__}", (), members)
+        # And the same bases (Python changes the class only between classes adding the same slots to the same base),
+        # which must keep no `__setattr__` of their own: the plain class's stores would go through it.
+        bases = cls.__bases__
+        if any(base.__setattr__ is not object.__setattr__ for base in bases):
+            raise TypeError(f"{cls.__name__} has a base with a __setattr__ of its own: a maker's stores would call it")
+    return type(f"Made{cls.__name__}", bases, members)

@@ -16,12 +16,16 @@ from corral.core.states import JobState
 from corral.scheduling.placement import RunningTask
 
 
-@dataclass(frozen=True)
 class Effect:
+    """The base of every effect: frozen dataclasses, each of its own fields. A plain class keeping nothing (no fields,
+    no `__dict__`), so that an effect made in bulk can keep its fields in slots and be made by a maker
+    (core.frozen.maker): a frozen base's `__setattr__` would be the maker's too."""
+
+    __slots__ = ()
     moves: ClassVar[Mapping[str, frozenset[str]]] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per placed task a pass (made by core.frozen.maker)
 class Place(Effect):
     """A task placed: the worker and GPUs its move to ASSIGNED reserves, and its new attempt."""
 

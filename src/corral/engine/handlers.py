@@ -242,6 +242,9 @@ class ScheduleJobs(Handler):
 
 
 NOTHING: frozenset[str] = frozenset()
+# An enum member read from its class costs some ten times a plain class's attribute (Python 3.11's enum metaclass has
+# a `__getattr__`, which sends every look-up on the class through a slower path): read once here for `pending_unit`.
+PENDING = T.PENDING
 _place = maker(Place)  # a Place per placed task (some ten thousand a pass), made by position
 
 
@@ -260,9 +263,9 @@ def pending_unit(target: Target, shared: UnitFields, snapshot: Snapshot, since: 
     `unit_fields`, passed by position with the unit's own (a third less than a copy of a dictionary of them)."""
     tasks = target.tasks
     if len(tasks) == 1:  # a task of an independent job, most of a large pass: no generator made for it
-        pending = (tasks[0].id,) if tasks[0].state is T.PENDING else ()
+        pending = (tasks[0].id,) if tasks[0].state is PENDING else ()
     else:
-        pending = tuple(task.id for task in tasks if task.state is T.PENDING)
+        pending = tuple(task.id for task in tasks if task.state is PENDING)
     failed_on = snapshot.cluster.avoid
     avoid = frozenset().union(*(failed_on.get(t, ()) for t in pending)) if failed_on else NOTHING
     request, pool, constraints, spread, priority, project, max_running = shared

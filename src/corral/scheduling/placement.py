@@ -56,6 +56,10 @@ from corral.scheduling.reasons import (
 from corral.scheduling.rooms import EPS, RANKED, SHARES, Group, Request, RoomBook, WorkerRoom
 from corral.scheduling.sequencing import Queue
 
+# Read from the enum once: a member read from its class costs some ten times a plain attribute (Python 3.11's enum
+# metaclass has a `__getattr__`), and these are asked at every offer.
+ROUND_ROBIN = Strategy.ROUND_ROBIN
+
 __all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place", "place_over"]
 
 
@@ -507,7 +511,7 @@ class _Pass:
     def _turns_after(self, pool: str) -> str | None:
         """The worker a round-robin pool's turns go on after; asked of the index only where turns are taken (finding
         it may walk every running task)."""
-        if self.strategies[pool] is not Strategy.ROUND_ROBIN:
+        if self.strategies[pool] is not ROUND_ROBIN:
             return None
         if self.last_placed is None:
             self.last_placed = self.index.last_placed()

@@ -29,6 +29,9 @@ from corral.scheduling.policy import DEFAULT_POOL
 if TYPE_CHECKING:
     from corral.scheduling.fragmentation import Fragmentation
 
+# Read from the enum once: a member read from its class costs some ten times a plain attribute (Python 3.11's enum
+# metaclass has a `__getattr__`), and a placing asks at each run of alike tasks.
+FRAGMENTATION_AWARE, ROUND_ROBIN, DISPERSED = Strategy.FRAGMENTATION_AWARE, Strategy.ROUND_ROBIN, Strategy.DISPERSED
 EPS = 1e-9  # fractional cores add up with rounding errors
 SHARES = 100  # a device is shared in hundredths
 RANKED = ("gpu", "cpu", "memory")  # whole GPUs, cores, memory: kept ranked by how much each worker has free
@@ -436,18 +439,6 @@ def stated(measure: Fragmentation, room: WorkerRoom, memo: dict[tuple, int]) -> 
     return state
 
 
-def _bucket(group: Group, state: int, i: int) -> None:
-    members = group.by_state.get(state)
-    if members is None:
-        members = group.by_state[state] = set()
-    if not members:
-        group.revived.append(state)
-    members.add(i)
-    firsts = group.firsts.get(state)
-    if firsts is not None:
-        heappush(firsts, i)
-
-
 def _unbucket(by_state: dict[int, set[int]], state: int, i: int) -> None:
     members = by_state[state]
     members.discard(i)
@@ -556,7 +547,7 @@ class RoomBook:
         """Tasks of one request placed one at a time in a group: each step chooses the room the strategy gives the
         task, takes its room there and answers (the room, the devices taken), or None when none fits now (taking
         nothing). What a choice looks up is found once for a run of alike tasks (some thousand in a pass)."""
-        if strategy is not Strategy.FRAGMENTATION_AWARE or group.pool not in self.measures or exclude:
+        if strategy is not FRAGMENTATION_AWARE or group.pool not in self.measures or exclude:
             choose, take = self._chooser(group, strategy), self.take
             while True:
                 i = choose(group, request, exclude)
@@ -605,11 +596,11 @@ class RoomBook:
 
     def _chooser(self, group: Group, strategy: Strategy) -> Callable[[Group, Request, Collection[int]], int | None]:
         """How the strategy chooses a room in the group (the fragmentation-aware one here only with rooms excluded)."""
-        if strategy is Strategy.FRAGMENTATION_AWARE and group.pool in self.measures:
+        if strategy is FRAGMENTATION_AWARE and group.pool in self.measures:
             return self._least_fragmenting_but
-        if strategy is Strategy.ROUND_ROBIN:
+        if strategy is ROUND_ROBIN:
             return self._next_in_turn
-        if strategy is Strategy.DISPERSED:
+        if strategy is DISPERSED:
             return self._emptiest
         return self._fullest
 
@@ -680,9 +671,22 @@ class RoomBook:
             if group.sorted is not None:
                 group.sorted.pop(bisect_left(group.sorted, old))
                 insort(group.sorted, new)
-            if group.by_state is not None:
-                _unbucket(group.by_state, old_state, i)
-                _bucket(group, new_state, i)
+            by_state = group.by_state
+            if by_state is not None:  # out of its old state's bucket and into its new one's, written out: a pass
+                # moves a room for each task it places (some ten thousand), two calls each where written apart
+                members = by_state[old_state]
+                members.discard(i)
+                if not members:
+                    del by_state[old_state]
+                members = by_state.get(new_state)
+                if members is None:
+                    members = by_state[new_state] = set()
+                if not members:  # a state that gains members again: each request's heap takes it in
+                    group.revived.append(new_state)
+                members.add(i)
+                firsts = group.firsts.get(new_state)
+                if firsts is not None:
+                    heappush(firsts, i)
 
     def _state(self, i: int) -> int | None:
         """Room `i`'s state id now, or None when nothing stated it."""

@@ -28,6 +28,7 @@ class Queue:
                  usage: Mapping[str, Mapping[str, float]] | None = None,
                  capacity: Mapping[str, float] | None = None) -> None:
         self.sequencer = sequencer
+        self.fair = sequencer is Sequencer.FAIR_SHARE  # asked at each charge (reading the enum's member is slow)
         # The units in the order they come, where that order is fixed ahead (not under fair share, where each
         # placement moves its project's turn): the caller may take several off its head at once.
         self.plain: deque | None = None
@@ -43,7 +44,7 @@ class Queue:
 
     def charge(self, unit) -> None:
         """The unit was placed: under fair share, its project's share grows by what it took."""
-        if self.sequencer is Sequencer.FAIR_SHARE:
+        if self.fair:
             self._fair.charge(unit.project, unit.request.amounts(len(unit.task_ids)))
 
 

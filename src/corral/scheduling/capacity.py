@@ -30,7 +30,6 @@ from corral.scheduling.rooms import (
     WorkerRoom,
     plain_states,
     rank_keys,
-    room_key,
     stated,
 )
 
@@ -169,8 +168,10 @@ class CapacityIndex:
         (a forecast starts every assignment of each pass); the rest as `add_all`."""
         moved, own = self._moved, self.rooms
         for i, room in rooms.items():
-            if i not in moved:  # its room_key and plainness before, as `_count` notes them
-                moved[i] = (room_key(own[i], i), _plain(own[i]))
+            if i not in moved:  # its room_key and plainness before, as `_count` notes them (unrolled: no call per room)
+                before = own[i]
+                moved[i] = ((len(before.free_gpu_ids), before.free_cpu, before.free_memory, i), not (
+                    before.gpu_memory or before.gpu_shared or before.gpu_memory_shared or before.free_custom))
             own[i] = room
         self._count(tasks, 1, rooms)
 

@@ -30,6 +30,7 @@ from corral.scheduling.rooms import (
     WorkerRoom,
     plain_states,
     rank_keys,
+    room_key,
     stated,
 )
 
@@ -168,10 +169,8 @@ class CapacityIndex:
         (a forecast starts every assignment of each pass); the rest as `add_all`."""
         moved, own = self._moved, self.rooms
         for i, room in rooms.items():
-            if i not in moved:  # its room_key and plainness before, as `_count` notes them (unrolled: no call per room)
-                before = own[i]
-                moved[i] = ((len(before.free_gpu_ids), before.free_cpu, before.free_memory, i), not (
-                    before.gpu_memory or before.gpu_shared or before.gpu_memory_shared or before.free_custom))
+            if i not in moved:  # its room_key and plainness before, as `_count` notes them
+                moved[i] = (room_key(own[i], i), _plain(own[i]))
             own[i] = room
         self._count(tasks, 1, rooms)
 
@@ -359,10 +358,9 @@ class CapacityIndex:
                         _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
         state_of, rooms, measures = self._state_of, self.rooms, self._measures
         restated: dict[int, tuple[int, int]] = {}  # room -> (its state before, its state now), where they differ
-        # The pool's measure, its plain_states and its `admitted` memo, found again only where the pool changes from
-        # the room before (a forecast's rooms are most often of one pool); a plain room's state looked up as `stated`
-        # looks it up, with no call.
-        pool = measure = memo = admitted_of = None
+        # The pool's measure and its plain_states, found again only where the pool changes from the room before (a
+        # forecast's rooms are most often of one pool).
+        pool = measure = memo = None
         for i in restate:
             old_state = state_of.get(i)
             if old_state is not None:
@@ -370,36 +368,18 @@ class CapacityIndex:
                 if room.pool != pool:
                     pool = room.pool
                     measure = measures[pool][1]
-                    memo, admitted_of = plain_states(measure), measure.admitted_of
-                if room.gpu_memory or room.gpu_shared or room.gpu_memory_shared or room.free_custom:
-                    new_state = measure.state(room)
-                else:  # `stated`, unrolled
-                    admitted = admitted_of.get(room.id)
-                    if admitted is None:
-                        admitted = measure.admitted(room)
-                    plain = (admitted, len(room.free_gpu_ids), room.free_cpu, room.free_memory)
-                    new_state = memo.get(plain)
-                    if new_state is None:
-                        new_state = memo[plain] = measure.state(room)
+                    memo = plain_states(measure)
+                new_state = stated(measure, room, memo)
                 state_of[i] = new_state
                 if new_state != old_state:
                     restated[i] = (old_state, new_state)
         if restated:
             # Each bucketed group's restated members found by one set intersection (in C), rather than each room's
-            # groups looked up in turn, every look-up hashing a group key and its constraints; each moved from
-            # its old state's bucket (dropped once empty) to its new one's, with no call.
+            # groups looked up in turn, every look-up hashing a group key and its constraints.
             for key, by_state in self._buckets.items():
                 for i in self._groups[key].member_set.intersection(restated):
                     old_state, new_state = restated[i]
-                    members = by_state[old_state]
-                    members.discard(i)
-                    if not members:
-                        del by_state[old_state]
-                    members = by_state.get(new_state)
-                    if members is None:
-                        by_state[new_state] = {i}
-                    else:
-                        members.add(i)
+                    _move(by_state, old_state, new_state, i)
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)
@@ -536,6 +516,14 @@ def _rank_of(key: tuple, resource: str) -> tuple[float, int]:
     """The rank_key of a room for a RANKED resource, from its room_key."""
     gpus, cpu, memory, i = key
     return (-(gpus if resource == "gpu" else cpu if resource == "cpu" else memory), i)
+
+
+def _move(by_state: dict[int, set[int]], old: int, new: int, i: int) -> None:
+    """Move a room from one state's bucket to another's."""
+    by_state[old].discard(i)
+    if not by_state[old]:
+        del by_state[old]
+    by_state.setdefault(new, set()).add(i)
 
 
 def _charge(use: Use, counts: Counter, count_key, project: str, request: Request, change: int) -> None:

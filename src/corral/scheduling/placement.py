@@ -53,12 +53,8 @@ from corral.scheduling.reasons import (
     free_for,
     share_room,
 )
-from corral.scheduling.rooms import EPS, RANKED, SHARES, Group, Request, RoomBook, WorkerRoom
+from corral.scheduling.rooms import EPS, RANKED, ROUND_ROBIN, SHARES, Group, Request, RoomBook, WorkerRoom
 from corral.scheduling.sequencing import Queue
-
-# Read from the enum once: a member read from its class costs some ten times a plain attribute (Python 3.11's enum
-# metaclass has a `__getattr__`), and these are asked at every offer.
-ROUND_ROBIN = Strategy.ROUND_ROBIN
 
 __all__ = ["Assignment", "Placement", "Request", "RunningTask", "Unit", "WorkerRoom", "place", "place_over"]
 

@@ -50,11 +50,13 @@ def scenario(n_pending: int, n_workers: int) -> tuple[list[Waiting], list[Worker
                                since=NOW - 60)
             ending.append(Ending(task, NOW + rng.uniform(60, 7200)))
             task_id += 1
-    waiting, zone_a = [], (parse_constraint("zone=a"),)
+    # The pending units' equal requests are one object, as the engine hands them (engine.estimates); the running
+    # tasks' each their own, as the store reads them.
+    waiting, zone_a, request = [], (parse_constraint("zone=a"),), Request(1, 0, 1)
     for j in range(n_pending // TASKS_PER_JOB):
         for i in range(TASKS_PER_JOB):
             task_id = 10**6 + j * TASKS_PER_JOB + i
-            unit = Unit((j + 1, task_id), (task_id,), Request(1, 0, 1), constraints=zone_a if j % 10 == 0 else (),
+            unit = Unit((j + 1, task_id), (task_id,), request, constraints=zone_a if j % 10 == 0 else (),
                         priority=(j % 3) * 100)
             waiting.append(Waiting(unit, rng.uniform(60, 3600)))
     return waiting, rooms, ending

@@ -223,3 +223,15 @@ async def test_the_situation_is_made_off_the_event_loop(store, monkeypatch):
     situation, pending, _ = await estimator.situation(store, NOW + 100)
     assert situation.waiting and situation.ending and pending
     assert looked_up_on and threading.get_ident() not in looked_up_on
+
+
+async def test_the_situations_equal_requests_are_one_object(store):
+    """The simulation tells a unit alike the one before by identity first: equal requests, read per job, are handed
+    to it as one object, and unequal ones stay apart."""
+    await add_worker(store, cpu=1)
+    first, second = await submit(store, resources={"cpu": 2}), await submit(store, resources={"cpu": 2})
+    other = await submit(store, resources={"cpu": 3})
+    await settle(store)
+    situation, _, _ = await Estimator().situation(store, NOW)
+    request = {item.unit.job_id: item.unit.request for item in situation.waiting}
+    assert request[first] is request[second] and request[first] != request[other]

@@ -3,6 +3,7 @@ placement over it decides as placement over the rooms and tasks read afresh."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from itertools import count
@@ -411,3 +412,13 @@ def test_the_rooms_a_pass_leaves_kept_are_those_holding_its_tasks_gives():
     assert kept.group("default", ()) == held.group("default", ())
     more = [Unit((5, 51), (51,), Request(0.2, 0, 1)), Unit((6, None), (61, 62), Request(0.1, 0, 1), pool="a")]
     assert place_over(more, kept) == place_over(more, held)
+
+
+def test_a_rooms_copy_keeps_its_fields_in_a_dictionary_of_its_own_keys():
+    """A copy's fields are read by a pass some twenty times a placed task: held in a dictionary that shares the
+    class's keys (as `__dict__.copy()` makes one), no read of them is specialised; in one of its own keys, they are."""
+    original = worker(3)
+    copied = original.copy()
+    shared_keys = original.__dict__.copy()
+    assert sys.getsizeof(copied.__dict__) == sys.getsizeof(dict(shared_keys)) != sys.getsizeof(shared_keys)
+    assert copied == original and copied.free_gpu_ids is not original.free_gpu_ids

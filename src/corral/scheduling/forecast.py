@@ -18,8 +18,7 @@ What keeps it cheap enough to run every few seconds over 10k pending units and 1
     take, the index's counts, the next settle's restating of its room), kept low by look-ups
     that do not hash what they can number or find by identity (kinds are numbered; alike tasks
     in a row choose with one request object), by tasks made without the dataclass constructor
-    (`_start` fills their dictionaries itself), by rooms whose attributes the interpreter's caches can read
-    (`_combined`), and by the garbage collector being off while the simulation runs: its
+    (`_start` fills their dictionaries itself), and by the garbage collector being off while the simulation runs: its
     full collections walked every object the caller holds, and the simulation leaves no
     cycles behind.
 """

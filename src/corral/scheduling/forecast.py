@@ -121,7 +121,7 @@ class _Simulation:
         self.pool_of = {room.id: room.pool for room in rooms}
         # The index keeps only what the simulation reads: its workers never change, caps and turns may be asked of none.
         self.index = CapacityIndex(
-            [_combined(room) for room in rooms], [e.task for e in ending], quotas=frozenset(policy.quotas),
+            rooms, [e.task for e in ending], quotas=frozenset(policy.quotas),
             capped=frozenset(item.unit.job_id for item in waiting if item.unit.max_running is not None),
             workers_change=False,
             turns=any(policy.pool(pool).strategy is Strategy.ROUND_ROBIN for pool in set(self.pool_of.values())))
@@ -562,17 +562,6 @@ class _Simulation:
         for pool, runs in seen.items():
             mixes[pool].add_all(runs)
         return mixes
-
-
-def _combined(room: WorkerRoom) -> WorkerRoom:
-    """The room, its attributes in a dictionary of its own keys (a combined table), which its copies keep: the index's
-    rooms and the pass's copies of them. A room made by its constructor keeps its attributes in the class's shared
-    keys; its `__dict__`, and every copy of that, is then a split table, which CPython 3.11's attribute caches cannot
-    read (an attribute load on one falls back to the generic look-up every time): some 800,000 loads of a forecast
-    over 10k pending, a tenth of its instructions."""
-    twin = object.__new__(WorkerRoom)
-    twin.__dict__ = dict(room.__dict__)  # built key by key: a combined table, where `copy` would keep it split
-    return twin
 
 
 class _Ends:

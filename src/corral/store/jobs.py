@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import groupby
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from sqlalchemy import Column, insert

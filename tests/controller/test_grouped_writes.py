@@ -70,7 +70,7 @@ async def test_concurrent_submissions_are_written_by_one_set_of_statements_in_th
     grouped = GroupedWrites(store, write_submissions)
     calls = [_submission(f"j{i}", 100.0 + i, replicas=1 + i % 2) for i in range(8)]
     written = await asyncio.wait_for(asyncio.gather(*(grouped.write(call) for call in calls)), 30)
-    ids = [own[0] for _, own in written]
+    ids = [own[0]["id"] for _, own in written]
     assert ids == sorted(ids) and [new[0].spec.name for new, _ in written] == [f"j{i}" for i in range(8)]
     inserts = [words[2] for words in statements if words[:2] == ["INSERT", "INTO"]]
     assert inserts.count("jobs") == inserts.count("tasks") == inserts.count("history") < 8
@@ -93,7 +93,7 @@ async def test_a_submission_whose_key_is_taken_fails_alone_and_writes_nothing(st
         *(grouped.write(_submission(f"j{i}", 2.0, key="taken" if i == 3 else None)) for i in range(8)),
         return_exceptions=True), 30)
     assert isinstance(results[3], Conflict)
-    made = [result[1][0] for i, result in enumerate(results) if i != 3]
+    made = [result[1][0]["id"] for i, result in enumerate(results) if i != 3]
     async with store.read() as connection:
         assert await existing_job_ids(connection, made) == set(made)
         counts = [(await connection.execute(text(f"SELECT count(*) FROM {table}"))).scalar()  # noqa: S608

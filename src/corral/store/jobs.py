@@ -54,11 +54,19 @@ async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: f
 
 async def insert_jobs_at(connection: AsyncConnection, dated: Sequence[tuple[NewJob, float]]) -> list[int]:
     """As `insert_jobs`, each job created at its own time: the jobs of several calls written together."""
-    if not dated:
-        return []
+    return [row["id"] for row in await insert_job_rows_at(connection, dated)]
+
+
+async def insert_job_rows_at(connection: AsyncConnection,
+                             dated: Sequence[tuple[NewJob, float]]) -> list[dict[str, Any]]:
+    """As `insert_jobs_at`: the columns written for each job, its id among them (what `written_job_row` completes
+    for a reply, rather than made again)."""
+    rows = [new_job_columns(job, now) for job, now in dated]
     ids = []
-    for run in _same_columns([new_job_columns(job, now) for job, now in dated]):
+    for run in _same_columns(rows):
         ids += await _job_ids(connection, run)
+    if not ids:
+        return []
     await connection.execute(insert(tasks), [
         dict(job_id=job_id, index=i, state=TaskState.PENDING, state_since=now, attempt=0, tries=0, failures=0,
              preemptions=0, gpu_ids=[], cpu=job.spec.resources.cpu, memory=job.spec.resources.memory,
@@ -70,7 +78,7 @@ async def insert_jobs_at(connection: AsyncConnection, dated: Sequence[tuple[NewJ
              event="job.submitted", message=job.note or _submitted(job))
         for job_id, (job, now) in zip(ids, dated, strict=True)
     ])
-    return ids
+    return [{**row, "id": job_id} for row, job_id in zip(rows, ids, strict=True)]
 
 
 def _same_columns(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -96,10 +104,10 @@ def new_job_columns(job: NewJob, now: float) -> dict[str, Any]:
         created_at=now, state_since=now, launched_by=job.launched_by, **job.columns)
 
 
-def written_job_row(job: NewJob, job_id: int, now: float) -> dict[str, Any]:
-    """The job's row as `insert_jobs` just wrote it, every column there (the schema's defaults where it wrote
-    none), without reading it back."""
-    return {**NEW_ROW_DEFAULTS, **new_job_columns(job, now), "id": job_id}
+def written_job_row(written: dict[str, Any]) -> dict[str, Any]:
+    """A job's row as `insert_job_rows_at` just wrote it (given what it returned), every column there (the schema's
+    defaults where it wrote none), without reading it back."""
+    return {**NEW_ROW_DEFAULTS, **written}
 
 
 def _default(column: Column) -> Any:

@@ -63,21 +63,23 @@ def _submission(name: str, now: float, key: str | None = None, replicas: int = 1
 
 async def test_concurrent_submissions_are_written_by_one_set_of_statements_in_their_calls_order(store) -> None:
     """Each table's rows in the calls' order, each job's rows at its own call's time, as one call after the other
-    would write them; three statements for the group's tasks, history and audit, not three a call."""
+    would write them; four statements for the group's jobs, tasks, history and audit, not four a call."""
     statements = []
     event.listen(store.writer.sync_engine, "before_cursor_execute",
                  lambda *args: statements.append(args[2].split()[0:3]))
     grouped = GroupedWrites(store, write_submissions)
     calls = [_submission(f"j{i}", 100.0 + i, replicas=1 + i % 2) for i in range(8)]
     written = await asyncio.wait_for(asyncio.gather(*(grouped.write(call) for call in calls)), 30)
-    ids = [own[0] for _, own in written]
+    ids = [own[0]["id"] for _, own in written]
     assert ids == sorted(ids) and [new[0].spec.name for new, _ in written] == [f"j{i}" for i in range(8)]
     inserts = [words[2] for words in statements if words[:2] == ["INSERT", "INTO"]]
-    assert inserts.count("jobs") == 8 and inserts.count("tasks") == inserts.count("history") < 8
+    assert inserts.count("jobs") == inserts.count("tasks") == inserts.count("history") < 8
     async with store.read() as connection:
+        made = (await connection.execute(text("SELECT id, name, created_at FROM jobs ORDER BY id"))).all()
         tasks = (await connection.execute(text("SELECT job_id, state_since FROM tasks ORDER BY id"))).all()
         history = (await connection.execute(text("SELECT job_id, at FROM history ORDER BY id"))).all()
         audit = (await connection.execute(text("SELECT job_id, object FROM audit ORDER BY id"))).all()
+    assert [tuple(row) for row in made] == [(job_id, f"j{i}", 100.0 + i) for i, job_id in enumerate(ids)]
     assert [tuple(row) for row in tasks] == [(job_id, 100.0 + i) for i, job_id in enumerate(ids)
                                              for _ in range(1 + i % 2)]
     assert [tuple(row) for row in history] == [(job_id, 100.0 + i) for i, job_id in enumerate(ids)]
@@ -91,7 +93,7 @@ async def test_a_submission_whose_key_is_taken_fails_alone_and_writes_nothing(st
         *(grouped.write(_submission(f"j{i}", 2.0, key="taken" if i == 3 else None)) for i in range(8)),
         return_exceptions=True), 30)
     assert isinstance(results[3], Conflict)
-    made = [result[1][0] for i, result in enumerate(results) if i != 3]
+    made = [result[1][0]["id"] for i, result in enumerate(results) if i != 3]
     async with store.read() as connection:
         assert await existing_job_ids(connection, made) == set(made)
         counts = [(await connection.execute(text(f"SELECT count(*) FROM {table}"))).scalar()  # noqa: S608

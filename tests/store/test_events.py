@@ -107,6 +107,7 @@ async def test_a_streams_start_is_one_statement_of_one_moment(store):
 
 
 async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):
+    """On PostgreSQL only: on SQLite a row commits after every row of a lower id, so no gap is filled later."""
     await submit(store)
     async with store.read() as connection:
         newest = await latest_id(connection)
@@ -114,10 +115,14 @@ async def test_a_young_row_after_a_gap_is_held_at_the_horizon(store):
     async with store.write() as connection:
         await connection.execute(insert(history).values(
             id=newest + 2, at=NOW, job_id=None, handler="Test", result="SUCCESS"))
+    sqlite = store.engine.dialect.name == "sqlite"
     with statements_run(store) as statements:
         async with store.read() as connection:
-            assert await read_horizon(connection, 0, NOW + 1, 5.0) == Horizon(newest, newest + 2)
-    assert len(statements) == 1  # the young rows, the id below them and the newest: one round trip at every commit
+            assert await read_horizon(connection, 0, NOW + 1, 5.0) == Horizon(None if sqlite else newest, newest + 2)
+    # PostgreSQL: the young rows, the id below them and the newest, one round trip at every commit; SQLite: the newest
+    assert len(statements) == 1
+    if sqlite:
+        assert "WHERE" not in statements[0]  # not the young rows: the newest id alone
     async with store.read() as connection:
         assert (await read_horizon(connection, 0, NOW + 10, 5.0)).safe is None  # settled: the gap is skipped
 

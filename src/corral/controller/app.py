@@ -61,6 +61,7 @@ from corral.controller.settings import (
     private_dir,
     write_cluster_file,
 )
+from corral.controller.submit_lane import SubmitLane
 from corral.controller.submit_settings import SubmitSettings
 from corral.controller.tickets import Tickets
 from corral.controller.wakeups import on_change_elsewhere
@@ -172,6 +173,7 @@ def create_app(settings: ControllerSettings) -> FastAPI:
     app = Controller(title="corral", version="0.1.0", lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.add_middleware(HeartbeatLane)  # innermost: sees a body BodyLimit let through, whole
+    app.add_middleware(SubmitLane)  # as HeartbeatLane
     app.add_middleware(BodyLimit)
     app.add_middleware(AuditCalls)  # a row for each of people's mutating calls
     app.add_exception_handler(RequestValidationError, refuse_invalid)

@@ -24,8 +24,12 @@ async def cluster_layers(connection: AsyncConnection, config_default: RetryPolic
 
 def retry_columns(spec: JobSpec, layers: list[RetryPolicy | None]) -> dict:
     """The job columns of a new job's effective policy, its own over the `layers` (SubmitSettings.retry_layers);
-    none when it is not to be retried."""
-    policy = effective_policy([spec.retry_policy, *layers])
+    none when it is not to be retried. Whether it is comes from `max_retries` alone, the first layer's that sets it:
+    most jobs are not, and are spared the merge of every field."""
+    own = [spec.retry_policy, *layers]
+    if not next((layer.max_retries for layer in own if layer is not None and layer.max_retries is not None), 0):
+        return {}
+    policy = effective_policy(own)
     if not policy.max_retries:
         return {}
     return {"max_retries": policy.max_retries, "retry_policy": policy.model_dump(mode="json"),

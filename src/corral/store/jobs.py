@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from sqlalchemy import Column, insert
@@ -36,22 +37,36 @@ async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key
     return (await insert_jobs(connection, [new], now))[0]
 
 
-# A job's row, its values bound at each execution: building the statement of its thirty values and its cache key
-# cost five times what running it does (a submission's, or each job's of a batch).
-_INSERT_JOB = insert(jobs).returning(jobs.c.id)
+# Jobs' rows, their values bound at each execution: building the statement of its thirty values and its cache key
+# cost five times what running it does. Rows of the same columns go in one INSERT ... RETURNING (SQLAlchemy's
+# "insertmanyvalues"). On PostgreSQL SQLAlchemy returns their ids in the rows' order; on SQLite, asked for that order,
+# it would run one statement a row, so there the ids are taken unordered and sorted: SQLite numbers the rows of a
+# multi-row VALUES one after the other in their order, each the largest id so far plus one.
+_INSERT_JOBS = insert(jobs).returning(jobs.c.id)
+_INSERT_JOBS_IN_ORDER = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
 
 
 async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: float) -> list[int]:
     """The jobs' rows (their ids, in order), then every task row of them in one statement and every first
-    history record in another: a batch costs a statement per job, not three."""
+    history record in another: a batch costs three statements, not three a job."""
     return await insert_jobs_at(connection, [(job, now) for job in new])
 
 
 async def insert_jobs_at(connection: AsyncConnection, dated: Sequence[tuple[NewJob, float]]) -> list[int]:
     """As `insert_jobs`, each job created at its own time: the jobs of several calls written together."""
-    if not dated:
+    return [row["id"] for row in await insert_job_rows_at(connection, dated)]
+
+
+async def insert_job_rows_at(connection: AsyncConnection,
+                             dated: Sequence[tuple[NewJob, float]]) -> list[dict[str, Any]]:
+    """As `insert_jobs_at`: the columns written for each job, its id among them (what `written_job_row` completes
+    for a reply, rather than made again)."""
+    rows = [new_job_columns(job, now) for job, now in dated]
+    ids = []
+    for run in _same_columns(rows):
+        ids += await _job_ids(connection, run)
+    if not ids:
         return []
-    ids = [(await connection.execute(_INSERT_JOB, new_job_columns(job, now))).scalar_one() for job, now in dated]
     await connection.execute(insert(tasks), [
         dict(job_id=job_id, index=i, state=TaskState.PENDING, state_since=now, attempt=0, tries=0, failures=0,
              preemptions=0, gpu_ids=[], cpu=job.spec.resources.cpu, memory=job.spec.resources.memory,
@@ -63,7 +78,19 @@ async def insert_jobs_at(connection: AsyncConnection, dated: Sequence[tuple[NewJ
              event="job.submitted", message=job.note or _submitted(job))
         for job_id, (job, now) in zip(ids, dated, strict=True)
     ])
-    return ids
+    return [{**row, "id": job_id} for row, job_id in zip(rows, ids, strict=True)]
+
+
+def _same_columns(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """The rows in runs of alike columns (a job under a retry policy has columns the others leave out), in order."""
+    return (list(run) for _, run in groupby(rows, key=dict.keys))
+
+
+async def _job_ids(connection: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
+    """The rows (all of the same columns) inserted, their ids in the rows' order."""
+    if connection.dialect.name == "sqlite":
+        return sorted((await connection.execute(_INSERT_JOBS, rows)).scalars())
+    return list((await connection.execute(_INSERT_JOBS_IN_ORDER, rows)).scalars())
 
 
 def new_job_columns(job: NewJob, now: float) -> dict[str, Any]:
@@ -77,10 +104,10 @@ def new_job_columns(job: NewJob, now: float) -> dict[str, Any]:
         created_at=now, state_since=now, launched_by=job.launched_by, **job.columns)
 
 
-def written_job_row(job: NewJob, job_id: int, now: float) -> dict[str, Any]:
-    """The job's row as `insert_jobs` just wrote it, every column there (the schema's defaults where it wrote
-    none), without reading it back."""
-    return {**NEW_ROW_DEFAULTS, **new_job_columns(job, now), "id": job_id}
+def written_job_row(written: dict[str, Any]) -> dict[str, Any]:
+    """A job's row as `insert_job_rows_at` just wrote it (given what it returned), every column there (the schema's
+    defaults where it wrote none), without reading it back."""
+    return {**NEW_ROW_DEFAULTS, **written}
 
 
 def _default(column: Column) -> Any:

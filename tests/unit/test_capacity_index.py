@@ -422,3 +422,27 @@ def test_a_rooms_copy_keeps_its_fields_in_a_dictionary_of_its_own_keys():
     shared_keys = original.__dict__.copy()
     assert sys.getsizeof(copied.__dict__) == sys.getsizeof(dict(shared_keys)) != sys.getsizeof(shared_keys)
     assert copied == original and copied.free_gpu_ids is not original.free_gpu_ids
+
+
+def test_rooms_restated_alike_in_one_settle_move_between_buckets_together():
+    """Most rooms of a group moved at once between the same two states, as a forecast's pass moves them (the settle
+    moves them a pair of states at a time), a few between others: the kept buckets and the count of members with no
+    GPU free are those an index built afresh finds."""
+    def rooms() -> list[WorkerRoom]:
+        return [WorkerRoom(f"w{n}", f"w{n}", 8.0, 16 * GiB, 2, 8.0, 16 * GiB, [0, 1], pool="a") for n in range(8)]
+    weights = RequestMix.of([(Request(1.0, 0, 1), ())]).weights()
+    index = CapacityIndex(rooms())
+    index.fragmentation("a", weights)
+    index.buckets("a", ())
+    assert index.group("a", ()).gpuless == 0
+    taken = [(n, Request(1.0, 0, 2 if n < 5 else 1)) for n in range(7)]
+    after = rooms()
+    for task_id, (n, request) in enumerate(taken, start=1):
+        index.add(RunningTask(task_id, 1, f"w{n}", request, tuple(after[n].take(request)), 0))
+    fresh = CapacityIndex(after)
+    kept, afresh = index.fragmentation("a", weights), fresh.fragmentation("a", weights)
+    assert by_state(kept, index.buckets("a", ())) == by_state(afresh, fresh.buckets("a", ()))
+    assert index.group("a", ()).gpuless == fresh.group("a", ()).gpuless == 5
+    for task_id in (1, 2, 6):
+        index.remove(task_id)
+    assert index.group("a", ()).gpuless == 3

@@ -327,22 +327,24 @@ class CapacityIndex:
         changes, self._moved = self._moved, {}
         moved: dict[int, tuple[tuple, tuple]] = {}  # room -> (its key before, its key now)
         restate: list[int] = []  # rooms back to the same key, plain before and after, are in the same state
+        became_gpuless: set[int] = set()  # rooms with no GPU free now that had some, and the other way
+        ceased_gpuless: set[int] = set()
         for i, (old, plain) in changes.items():
             room = self.rooms[i]
             new = (len(room.free_gpu_ids), room.free_cpu, room.free_memory, i)  # room_key, unrolled: every room moved
             if new != old:
                 moved[i] = (old, new)
                 restate.append(i)
+                if (not old[0]) is not (not new[0]):
+                    (became_gpuless if not new[0] else ceased_gpuless).add(i)
             elif not (plain and _plain(room)):
                 restate.append(i)
         for key, members in self._groups.items():
             changed = members.member_set.intersection(moved)
             if not changed:
                 continue
-            for i in changed:  # the members with no GPU free, kept
-                old, new = moved[i]
-                if (not old[0]) is not (not new[0]):
-                    members.gpuless += 1 if not new[0] else -1
+            # The members with no GPU free, kept: counted by set intersections (in C), not by a walk of the changed.
+            members.gpuless += len(changed.intersection(became_gpuless)) - len(changed.intersection(ceased_gpuless))
             if len(changed) * 8 > len(members.members):  # sorted again when read
                 members.unsort()
                 for resource in RANKED:
@@ -357,7 +359,9 @@ class CapacityIndex:
                     if ranked is not None:
                         _resort(ranked, _rank_of(old, resource), _rank_of(new, resource))
         state_of, rooms, measures = self._state_of, self.rooms, self._measures
-        restated: dict[int, tuple[int, int]] = {}  # room -> (its state before, its state now), where they differ
+        # (a state before, a state now) -> the rooms restated so: a forecast's thousands of rooms move between some
+        # tens of pairs of states, so each bucketed group moves its members a pair at a time, by set operations.
+        restated: dict[tuple[int, int], set[int]] = {}
         # The pool's measure and its plain_states, found again only where the pool changes from the room before (a
         # forecast's rooms are most often of one pool).
         pool = measure = memo = None
@@ -372,14 +376,21 @@ class CapacityIndex:
                 new_state = stated(measure, room, memo)
                 state_of[i] = new_state
                 if new_state != old_state:
-                    restated[i] = (old_state, new_state)
+                    pair = (old_state, new_state)
+                    rooms_so = restated.get(pair)
+                    if rooms_so is None:
+                        restated[pair] = {i}
+                    else:
+                        rooms_so.add(i)
         if restated:
-            # Each bucketed group's restated members found by one set intersection (in C), rather than each room's
+            # Each bucketed group's restated members found by set intersections (in C), rather than each room's
             # groups looked up in turn, every look-up hashing a group key and its constraints.
             for key, by_state in self._buckets.items():
-                for i in self._groups[key].member_set.intersection(restated):
-                    old_state, new_state = restated[i]
-                    _move(by_state, old_state, new_state, i)
+                member_set = self._groups[key].member_set
+                for (old_state, new_state), rooms_so in restated.items():
+                    moving = member_set.intersection(rooms_so)
+                    if moving:
+                        _move(by_state, old_state, new_state, moving)
 
     def _pool(self, task: RunningTask) -> str | None:
         i = self.position.get(task.worker_id)
@@ -518,12 +529,17 @@ def _rank_of(key: tuple, resource: str) -> tuple[float, int]:
     return (-(gpus if resource == "gpu" else cpu if resource == "cpu" else memory), i)
 
 
-def _move(by_state: dict[int, set[int]], old: int, new: int, i: int) -> None:
-    """Move a room from one state's bucket to another's."""
-    by_state[old].discard(i)
-    if not by_state[old]:
+def _move(by_state: dict[int, set[int]], old: int, new: int, moving: set[int]) -> None:
+    """Move rooms from one state's bucket to another's (`moving` becomes the new bucket where it had none)."""
+    left = by_state[old]
+    left -= moving
+    if not left:
         del by_state[old]
-    by_state.setdefault(new, set()).add(i)
+    bucket = by_state.get(new)
+    if bucket is None:
+        by_state[new] = moving
+    else:
+        bucket |= moving
 
 
 def _charge(use: Use, counts: Counter, count_key, project: str, request: Request, change: int) -> None:

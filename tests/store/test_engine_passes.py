@@ -82,13 +82,13 @@ async def test_a_pass_runs_only_the_handlers_with_targets_and_still_settles_the_
 def reads(monkeypatch) -> list[int]:
     """One entry per read of which handlers may have targets."""
     taken: list[int] = []
-    present = loop.present_states
+    present = loop.present_and_retries
 
-    async def counted(connection, job_states):
+    async def counted(connection, job_states, now):
         taken.append(1)
-        return await present(connection, job_states)
+        return await present(connection, job_states, now)
 
-    monkeypatch.setattr(loop, "present_states", counted)
+    monkeypatch.setattr(loop, "present_and_retries", counted)
     return taken
 
 

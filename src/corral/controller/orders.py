@@ -19,7 +19,7 @@ from corral.core.states import JobState, TaskState
 from corral.scheduling.rooms import SHARES, gpu_share
 from corral.store.attachments import fresh_openings
 from corral.store.off_loop import converted
-from corral.store.orders import gang_masters, ordered_tasks
+from corral.store.orders import gang_masters, job_specs, ordered_tasks
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -97,18 +97,19 @@ async def orders_of(connection: AsyncConnection, worker_ids: Collection[str],
 def _orders(worker_ids: Collection[str], rows: list, builds: list, masters: dict[int, str],
             job_token: Callable[[int], str] | None) -> dict[str, list[Order]]:
     orders: dict[str, list[Order]] = {worker_id: [] for worker_id in worker_ids}
+    specs = job_specs([*builds, *(row for row in rows if row.state in (T.TERMINATING, T.PREEMPTING))])
     for row in rows:
         if row.state == T.STARTING:
             orders[row.worker_id].append(StartOrder(task_id=row.id, attempt=row.attempt))
         elif row.state == T.TERMINATING:
             orders[row.worker_id].append(StopOrder(task_id=row.id, attempt=row.attempt,
-                                                   grace_period=row.spec.get("grace_period", 15.0),
+                                                   grace_period=specs[row.job_id].get("grace_period", 15.0),
                                                    reason="cancelled" if row.cancelled else "job is ending"))
         elif row.state == T.PREEMPTING:
             orders[row.worker_id].append(PreemptOrder(task_id=row.id, attempt=row.attempt, epoch=row.preempt_epoch,
-                                                      grace_period=row.spec.get("grace_period", 15.0)))
+                                                      grace_period=specs[row.job_id].get("grace_period", 15.0)))
     for row in builds:
-        spec = row.spec
+        spec = specs[row.job_id]
         share = gpu_share(row.gpu) / SHARES or None
         orders[row.worker_id].append(BuildOrder(
             task_id=row.id, attempt=row.attempt, job_id=row.job_id, task_index=row.index,

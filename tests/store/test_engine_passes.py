@@ -8,13 +8,16 @@ import time
 from contextlib import asynccontextmanager
 
 import pytest
+from sqlalchemy import event
 
 from corral.core.lifecycle import Target
+from corral.core.retries import RetryState
 from corral.engine import loop
 from corral.engine.cancel import cancel_job
 from corral.engine.coordinator import run_handler
 from corral.engine.handlers import PrepareJobs, ScheduleJobs
 from corral.engine.loop import Engine, WorkerSignals
+from corral.store.schema import jobs
 from corral.store.worker_state import silent_workers
 from tests.store.helpers import NOW, add_worker, job, job_tasks, report, submit
 from tests.store.test_launches import launch
@@ -82,13 +85,13 @@ async def test_a_pass_runs_only_the_handlers_with_targets_and_still_settles_the_
 def reads(monkeypatch) -> list[int]:
     """One entry per read of which handlers may have targets."""
     taken: list[int] = []
-    present = loop.present_states
+    present = loop.present_and_retries
 
-    async def counted(connection, job_states):
+    async def counted(connection, job_states, now):
         taken.append(1)
-        return await present(connection, job_states)
+        return await present(connection, job_states, now)
 
-    monkeypatch.setattr(loop, "present_states", counted)
+    monkeypatch.setattr(loop, "present_and_retries", counted)
     return taken
 
 
@@ -230,3 +233,28 @@ async def test_a_jobs_passes_and_reports_make_no_statement_the_first_job_made(en
         assert (await job(engine.store, job_id)).state == "SUCCEEDED"
         made_here = [made for made in statements_made if made.split(":")[0] in MADE_ONCE]
         assert bool(made_here) is first, made_here
+
+
+async def test_a_passs_read_of_what_is_present_and_of_retries_due_is_one_statement(engine):
+    """It is read at every pass's start and after each run that moves something: one round trip, not two."""
+    statements: list[str] = []
+    engines = {engine.store.engine.sync_engine, engine.store.writer.sync_engine}
+
+    def listener(connection, cursor, statement, *args) -> None:
+        statements.append(statement)
+
+    for each in engines:
+        event.listen(each, "before_cursor_execute", listener)
+    try:
+        assert (await engine._present()).retries is False
+        assert len(statements) == 1
+        job_id = await submit(engine.store, now=time.time())
+        async with engine.store.write() as connection:  # the job ended, armed for a retry
+            await connection.execute(jobs.update().where(jobs.c.id == job_id)
+                                     .values(state="FAILED", retry_state=RetryState.ARMED))
+        statements.clear()
+        assert (await engine._present()).retries is True
+        assert len(statements) == 1
+    finally:
+        for each in engines:
+            event.remove(each, "before_cursor_execute", listener)

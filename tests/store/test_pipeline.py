@@ -9,6 +9,7 @@ from corral.core.states import TaskState
 from corral.engine.cancel import AlreadyEnded, cancel_job
 from corral.engine.coordinator import run_handler
 from corral.engine.handlers import ScheduleJobs
+from corral.store import changes
 from corral.store.changes import ALIKE_FROM, ChangeSet, StaleWrite, TaskRow
 from corral.store.database import migrate
 from corral.store.schema import tasks
@@ -276,5 +277,22 @@ async def test_a_reason_many_jobs_share_is_counted_by_one_statement_the_others_b
     assert sorted(many for many, _ in counted) == [False, True]  # the shared reason's run, the others' rows
     assert [len(parameters) for many, parameters in counted if many] == [2 + len(fanned)]
     for job_id in (*alike, first, second, *fanned):
+        waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
+        assert [(w.repeats, w.last_at) for w in waits] == [(2, NOW + 1)]
+
+
+async def test_alike_waits_of_more_jobs_than_a_statement_takes_are_each_counted(store, monkeypatch):
+    """A reason shared by more jobs than WAITS_CHUNK ids is counted by a statement a chunk, every job's wait on it."""
+    monkeypatch.setattr(changes, "WAITS_CHUNK", 5)
+    await add_worker(store, cpu=1)
+    alike = [await submit(store, resources={"cpu": 2}) for _ in range(ALIKE_FROM)]  # the only worker is too small
+    await run_handler(store, ScheduleJobs(), NOW)
+    counts: list[str] = []
+    event.listen(store.writer.sync_engine, "before_cursor_execute",
+                 lambda _c, _cursor, statement, *_rest:
+                 counts.append(statement) if statement.lstrip().startswith("UPDATE history") else None)
+    await run_handler(store, ScheduleJobs(), NOW + 1)
+    assert len(counts) == 3  # of 5, 5 and 2 job ids
+    for job_id in alike:
         waits = [h for h in await job_history(store, job_id) if h.result == "SKIPPED"]
         assert [(w.repeats, w.last_at) for w in waits] == [(2, NOW + 1)]

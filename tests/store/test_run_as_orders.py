@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import update
 
 from corral.controller.orders import orders_of
@@ -28,3 +30,27 @@ async def test_a_build_runs_as_its_owners_local_account_and_as_the_worker_otherw
     # the admin token's jobs run as the worker, even where a user named "admin" has an account
     assert run_as == {job_of["alice"]: "alice_unix", job_of["bob"]: None, job_of["admin"]: None,
                       job_of["gone"]: None}
+
+
+async def test_a_reads_builds_parse_each_jobs_spec_once_and_held_builds_none(store, monkeypatch):
+    """Every task row of a wave carries its job's spec: it is parsed once a job, and only for orders that carry it."""
+    worker = await add_worker(store, cpu=8.0)
+    first, second = await submit(store, replicas=3), await submit(store, replicas=2, env={"WHICH": "second"})
+    await settle(store)
+    parsed: list[str] = []
+    loads = json.loads
+
+    def counted(text, *args, **kwargs):
+        if '"command"' in str(text):  # a spec (SQLAlchemy's JSON columns are parsed by json.loads too)
+            parsed.append(text)
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counted)
+    async with store.read() as connection:
+        orders = (await orders_of(connection, [worker]))[worker]
+        assert len(parsed) == 2  # five builds, two jobs
+        assert {order.job_id: order.env.get("WHICH") for order in orders} == {first: None, second: "second"}
+        parsed.clear()
+        held = {worker: {(order.task_id, order.attempt) for order in orders}}
+        assert (await orders_of(connection, [worker], holding=held))[worker] == []
+    assert parsed == []  # every build held: no spec needed

@@ -21,8 +21,8 @@ from corral.engine.target_errors import TargetErrors
 from corral.metrics import ENGINE_PASSES
 from corral.store.estimates import ESTIMATOR
 from corral.store.handler_locks import HandlerBusy
-from corral.store.reads import TASK_TARGET_JOB_STATES, present_states
-from corral.store.retries import next_due, retries_wanted
+from corral.store.reads import TASK_TARGET_JOB_STATES, present_and_retries
+from corral.store.retries import next_due
 from corral.store.store import Store
 from corral.store.worker_state import reaping_due
 from corral.waiting import woken
@@ -40,7 +40,7 @@ TARGET_JOB_STATES = frozenset(TASK_TARGET_JOB_STATES).union(*(h.job_states for h
 class Present:
     """A pass's read of what there is to do, and how many commits this store had made when it began."""
 
-    states: set[tuple[str, bool, str, bool]]  # (job state, gang, task state, launched by a job): present_states
+    states: set[tuple[str, bool, str, bool]]  # (job state, gang, task state, launched by a job): present_and_retries
     retries: bool  # whether RetryJobs has a target
     commits: int
 
@@ -165,10 +165,10 @@ class Engine:
         commits = self.commits  # before the read: a commit that ends during it makes the read stale
         async with self.store.read() as connection:
             now = time.time()
-            wanted = await retries_wanted(connection, now)
+            states, wanted = await present_and_retries(connection, TARGET_JOB_STATES, now)
             if not wanted and self.retry_due is not None and self.retry_due <= now:
                 self.retry_due = await next_due(connection)  # it went (cancelled): wake for the next one only
-            return Present(await present_states(connection, TARGET_JOB_STATES), wanted, commits)
+            return Present(states, wanted, commits)
 
     async def _first_read(self, woken: bool) -> Present:
         """What a pass starts from: the last read of the changed pass before it, where nothing was committed here

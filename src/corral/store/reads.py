@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.states import JobState, TaskState
 from corral.store.changes import TaskRow
+from corral.store.retries import RETRY_WANTED
 from corral.store.schema import jobs, tasks
 
 BATCH_ROWS = 10_000  # a handler run fetches at most this many task rows; the rest wait a pass
@@ -172,6 +173,27 @@ def _present_statement(job_states: frozenset[JobState]):
                    jobs.c.launched_by.is_not(None).label("launched")).distinct()
             .select_from(tasks.join(jobs, tasks.c.job_id == jobs.c.id))
             .where(jobs.c.state.in_([str(s) for s in job_states])))
+
+
+async def present_and_retries(connection: AsyncConnection, job_states: Collection[JobState],
+                              now: float) -> tuple[set[tuple[str, bool, str, bool]], bool]:
+    """`present_states`, and whether RetryJobs has a target at `now` (`RETRY_WANTED`), in one statement: an engine
+    pass reads both before it runs anything, and again after each run that moved something; two statements were
+    two round trips through the connection's thread, a good part of a statement's cost."""
+    states, wanted = set(), False
+    for row in (await connection.execute(_present_and_retries(frozenset(job_states)), {"now": now})).all():
+        if row.state is None:  # the marker row: some job wants a retry
+            wanted = True
+        else:
+            states.add((row.state, row.gang, row.task_state, row.launched))
+    return states, wanted
+
+
+@cache
+def _present_and_retries(job_states: frozenset[JobState]):
+    """`present_states`' rows, then one row of NULLs where some job wants a retry (no job row has a NULL state)."""
+    return union_all(_present_statement(job_states),
+                     select(null(), null(), null(), null()).where(exists().where(RETRY_WANTED)))
 
 
 # A task (job) state by its stored name: a dictionary answers in a tenth of the time the enum's own lookup takes, which

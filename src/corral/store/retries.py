@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Mapping
 
-from sqlalchemy import Float, and_, bindparam, delete, exists, func, insert, or_, select
+from sqlalchemy import Float, and_, bindparam, delete, func, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.failure import JobEnd, TaskEnd
@@ -21,18 +21,13 @@ CLUSTER = ("cluster", "")
 
 
 # Jobs RetryJobs has a decision to make about: armed ones that have ended, scheduled ones due by the `now` bound.
-# Made once with `now` a parameter: every engine pass asks whether there are any, and SQLAlchemy neither builds the
-# statement again nor walks it for its cache key (a statement keeps its key once made).
-_RETRY_WANTED = or_(
+# Made once with `now` a parameter: every engine pass asks whether there are any (store.reads.present_and_retries),
+# and SQLAlchemy neither builds the statement again nor walks it for its cache key (a statement keeps its key once
+# made).
+RETRY_WANTED = or_(
     and_(jobs.c.retry_state == RetryState.ARMED, jobs.c.state.in_([str(s) for s in JOB_TERMINAL])),
     and_(jobs.c.retry_state == RetryState.SCHEDULED, jobs.c.retry_due_at <= bindparam("now", type_=Float)),
 )
-_ANY_RETRY_WANTED = select(exists().where(_RETRY_WANTED))
-
-
-async def retries_wanted(connection: AsyncConnection, now: float) -> bool:
-    """Whether RetryJobs has any target now: a pass reads this before it takes the writer for it."""
-    return (await connection.execute(_ANY_RETRY_WANTED, {"now": now})).scalar()
 
 
 async def retry_targets(connection: AsyncConnection, now: float,
@@ -44,7 +39,7 @@ async def retry_targets(connection: AsyncConnection, now: float,
     rows = (await connection.execute(
         select(jobs.c.id, jobs.c.state, jobs.c.cancelled, jobs.c.retry_state, jobs.c.retry_count,
                jobs.c.retry_policy, jobs.c.finished_at, jobs.c.retry_due_at)
-        .where(_RETRY_WANTED)
+        .where(RETRY_WANTED)
         .order_by(jobs.c.id).limit(BATCH_JOBS), {"now": now}
     )).all()
     policies = {}

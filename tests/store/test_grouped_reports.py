@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import event, select, update
 
 from corral.controller.grouped_writes import GroupedWrites
-from corral.controller.orders import Answer, OrderReads, QuietPolls
+from corral.controller.orders import OrderReads
 from corral.core.protocol import TaskReport
 from corral.core.states import Fact
 from corral.engine import reports as reports_module
@@ -111,49 +111,22 @@ async def test_orders_read_together_are_each_worker_s_own(store):
     reads = OrderReads(store)
     answers = await asyncio.wait_for(asyncio.gather(*(reads.read(task.worker_id, None) for task in tasks)), 30)
     assert len(opened) < len(tasks)
-    assert [[(order.action, order.task_id) for order in answer.orders] for answer in answers] == \
+    assert [[(order.action, order.task_id) for order in answer] for answer in answers] == \
         [[("build", task.id)] for task in tasks]
 
 
-async def test_reads_of_one_worker_read_together_are_given_each_build_once(store):
-    """One build is made for all of them unless every one holds it; each came in before the others' answers, so a
-    build goes to the first that lacks it, and the others are answered as having builds left out."""
+async def test_reads_of_one_worker_read_together_each_get_the_builds_they_do_not_hold(store):
+    """One build is made for all of them unless every one holds it; each answer leaves out what its own holds."""
     worker = await add_worker(store, "w", cpu=3.0)
     job_id = await submit(store, replicas=3, resources={"cpu": 1})
     await settle(store)
     first, second, third = [(task.id, task.attempt) for task in await job_tasks(store, job_id)]
     reads = OrderReads(store)
     answers = await asyncio.wait_for(asyncio.gather(
-        reads.read(worker, None, frozenset({first, second})), reads.read(worker, None, frozenset({first})),
-        reads.read(worker, None)), 30)
-    assert [([order.task_id for order in answer.orders], answer.withheld) for answer in answers] == [
-        ([third[0]], False), ([second[0]], True), ([first[0]], True)]
-
-
-async def test_a_build_is_given_again_to_a_heartbeat_that_came_in_after_its_answer_and_lacks_it(store):
-    """An answer lost on its way: the worker's next heartbeat lacks the build and gets it; one that came in before
-    that answer (sent before the worker could have had it) does not."""
-    worker = await add_worker(store, "w", cpu=1.0)
-    await submit(store, resources={"cpu": 1})
-    await settle(store)
-    reads = OrderReads(store)
-    before = reads.arrival()
-    given = await reads.read(worker, None)
-    assert [order.action for order in given.orders] == ["build"] and not given.withheld
-    assert (await reads.read(worker, None, came_in=before)) == ([], True)
-    assert (await reads.read(worker, None)).orders == given.orders
-    build = given.orders[0]
-    assert (await reads.read(worker, None, frozenset({(build.task_id, build.attempt)}))) == ([], False)
-
-
-def test_a_poll_whose_builds_went_to_another_answer_is_not_quiet():
-    """That answer may be lost: the next poll reads, and gets them."""
-    quiet = QuietPolls(clock=lambda: 0.0)
-    quiet.answered("w", quiet.begin("w", rung=False), Answer([], withheld=True))
-    poll = quiet.begin("w", rung=False)
-    assert not poll.skips_read
-    quiet.answered("w", poll, Answer([]))
-    assert quiet.begin("w", rung=False).skips_read
+        reads.read(worker, None), reads.read(worker, None, frozenset({first})),
+        reads.read(worker, None, frozenset({first, second}))), 30)
+    assert [[order.task_id for order in answer] for answer in answers] == [
+        [first[0], second[0], third[0]], [second[0], third[0]], [third[0]]]
 
 
 async def test_a_worker_whose_orders_cannot_be_read_fails_alone(store):
@@ -167,7 +140,7 @@ async def test_a_worker_whose_orders_cannot_be_read_fails_alone(store):
     answers = await asyncio.wait_for(asyncio.gather(*(reads.read(worker, None) for worker in
                                                       [task.worker_id for task in tasks] + [spare]),
                                                     return_exceptions=True), 30)
-    assert [[order.task_id for order in answer.orders] for answer in answers[:-1]] == [[task.id] for task in tasks]
+    assert [[order.task_id for order in answer] for answer in answers[:-1]] == [[task.id] for task in tasks]
     assert isinstance(answers[-1], KeyError)
 
 

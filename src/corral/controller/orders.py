@@ -7,13 +7,11 @@ simply given again; the worker acts on each (task, attempt, action) once.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from corral.core.protocol import BuildOrder, Order, PreemptOrder, RelayOrder, StartOrder, StopOrder
 from corral.core.roles import ADMIN
@@ -70,10 +68,8 @@ class QuietPolls:
         poll = self._latest[worker_id] = Poll(since)
         return poll
 
-    def answered(self, worker_id: str, poll: Poll, answer: Answer) -> None:
-        """A poll answered with nothing is quiet; one whose builds went to another answer is not (that answer may
-        be lost, and the next poll must read them)."""
-        if not answer.orders and not answer.withheld and self._latest.get(worker_id) is poll:
+    def answered(self, worker_id: str, poll: Poll, orders: list[Order]) -> None:
+        if not orders and self._latest.get(worker_id) is poll:
             poll.quiet = True
             if poll.since is None:
                 poll.since = self._clock()
@@ -139,23 +135,16 @@ async def relay_orders(connection: AsyncConnection, worker_id: str, relays_after
             for row in await fresh_openings(connection, worker_id, relays_after)]
 
 
-class Answer(NamedTuple):
-    """A heartbeat's orders, and whether builds it lacks were left out as given to another of its worker's
-    heartbeats after it came in."""
-
-    orders: list[Order]
-    withheld: bool = False
-
-
 @dataclass(frozen=True)
 class _Read:
-    """One heartbeat's wait for its worker's orders: since when channels are waited for, what it holds, when it
-    came in (OrderReads.arrival), the answer."""
+    """One heartbeat's wait for its worker's orders: since when channels are waited for, what it holds, the answer."""
 
     relays_after: float | None
     holding: frozenset[tuple[int, int]]
-    came_in: int
-    answer: asyncio.Future[Answer]
+    answer: asyncio.Future[list[Order]]
+
+    def holds(self, order: Order) -> bool:
+        return isinstance(order, BuildOrder) and (order.task_id, order.attempt) in self.holding
 
 
 class OrderReads:
@@ -163,33 +152,19 @@ class OrderReads:
     one set of statements for them all. A read holds a pooled connection for its statements' round trips through
     the event loop; report heartbeats answered together would each take one at once (at 600 workers a read waited
     0.7 s for a connection). A read asked for after a commit is made after it: it joins only a read not yet begun.
-    A worker whose orders cannot be read fails alone.
-
-    A build is given once to a worker's heartbeats that came in before it was given: each of those was sent before
-    its worker could have had the answer that gave it, so its lacking the build says nothing (a report heartbeat
-    sent while the long poll's answer was on its way got the poll's builds again: 1.6 builds given an attempt in an
-    array). One that came in after is given it again where it lacks it, so an answer lost is made good by the next
-    heartbeat; one of those left out is answered as not quiet (QuietPolls), so the next poll reads."""
+    A worker whose orders cannot be read fails alone."""
 
     def __init__(self, store: Store, job_token: Callable[[int], str] | None = None) -> None:
         self.store, self.job_token = store, job_token
         self._waiting: dict[str, list[_Read]] = defaultdict(list)
         self._reader: asyncio.Task | None = None
-        self._clock = itertools.count()  # heartbeats' arrivals and answers, in order
-        self._given: dict[str, dict[tuple[int, int], int]] = {}  # worker -> build -> when last given
-
-    def arrival(self) -> int:
-        """When a heartbeat came in, on the clock its answers' builds are given by."""
-        return next(self._clock)
 
     async def read(self, worker_id: str, relays_after: float | None,
-                   holding: frozenset[tuple[int, int]] = frozenset(), came_in: int | None = None) -> Answer:
-        """The worker's orders (orders_of) but the builds of what it holds and of those given to its other
-        heartbeats since it came in (`came_in`: its arrival(), now where not given), and the channels waiting for
-        it (relay_orders)."""
+                   holding: frozenset[tuple[int, int]] = frozenset()) -> list[Order]:
+        """The worker's orders (orders_of) but the builds of what it holds, and the channels waiting for it
+        (relay_orders)."""
         read = asyncio.get_running_loop().create_future()
-        self._waiting[worker_id].append(_Read(relays_after, holding, self.arrival() if came_in is None else came_in,
-                                              read))
+        self._waiting[worker_id].append(_Read(relays_after, holding, read))
         if self._reader is None or self._reader.done():
             self._reader = asyncio.create_task(self._read())
         return await read
@@ -216,38 +191,14 @@ class OrderReads:
 
     async def _answers(self, batch: Mapping[str, list[_Read]]) -> list:
         """Each read of the batch with its worker's orders, read through one connection. A build is made once for
-        all of a worker's reads, unless none is to be given it; a read is given those it does not hold and that
-        were not given since it came in, the batch's earlier reads first."""
-        reads_of = {worker_id: sorted(reads, key=attrgetter("came_in")) for worker_id, reads in batch.items()}
-        given = {worker_id: self._given.pop(worker_id, {}) for worker_id in batch}
-        unwanted = {worker_id: [read.holding | {build for build, at in given[worker_id].items() if at > read.came_in}
-                                for read in reads] for worker_id, reads in reads_of.items()}
+        all of a worker's reads, unless every one of them holds its attempt; each read is then given those it lacks."""
+        holding = {worker_id: frozenset.intersection(*(read.holding for read in reads))
+                   for worker_id, reads in batch.items()}
         async with self.store.read() as connection:
-            orders = await orders_of(connection, list(batch), self.job_token,
-                                     {worker_id: frozenset.intersection(*sets) for worker_id, sets in unwanted.items()})
-            answers, now = [], self.arrival()  # read: a heartbeat that came in meanwhile was sent without these
-            for worker_id, reads in reads_of.items():
-                made = {(order.task_id, order.attempt) for order in orders[worker_id] if isinstance(order, BuildOrder)}
-                given_now: dict[tuple[int, int], int] = {}
-                for read, not_given in zip(reads, unwanted[worker_id], strict=True):
-                    answer, withheld = [], bool(not_given - read.holding)  # given to another since it came in
-                    for order in orders[worker_id]:
-                        build = (order.task_id, order.attempt) if isinstance(order, BuildOrder) else None
-                        if build is None:
-                            answer.append(order)
-                        elif build in given_now:  # to an earlier read of the batch
-                            withheld = withheld or build not in read.holding
-                        elif build not in not_given:
-                            answer.append(order)
-                            given_now[build] = now
-                    relays = await relay_orders(connection, worker_id, read.relays_after)
-                    answers.append((read.answer, Answer(answer + relays, withheld)))
-                # What is given matters to the reads that came in before it; one read after it has it again where
-                # it lacks it, as one of an entry let go would.
-                kept = {build: at for build, at in given[worker_id].items() if build in made or at > reads[0].came_in}
-                if kept or given_now:
-                    self._given[worker_id] = {**kept, **given_now}
-            return answers
+            orders = await orders_of(connection, list(batch), self.job_token, holding)
+            return [(read.answer, [order for order in orders[worker_id] if not read.holds(order)]
+                     + await relay_orders(connection, worker_id, read.relays_after))
+                    for worker_id, reads in batch.items() for read in reads]
 
 
 def task_env(row, spec: dict, master_addr: str | None,

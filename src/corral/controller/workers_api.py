@@ -13,10 +13,9 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, sta
 from corral.controller.auth import require_worker
 from corral.controller.files import MAX_OFFSET, Stream
 from corral.controller.identity import allow
-from corral.controller.orders import Answer
 from corral.controller.params import RAW_BODY, PathId
 from corral.controller.services import Services, services_of
-from corral.core.protocol import HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest
+from corral.core.protocol import HeartbeatReply, HeartbeatRequest, Order, RegisterReply, RegisterRequest
 from corral.core.roles import Action
 from corral.core.spec import MAX_GPU
 from corral.core.views import DeviceTask, DeviceView, WorkerView
@@ -80,7 +79,6 @@ async def heartbeat(worker_id: Text, body: HeartbeatRequest, request: Request) -
 async def answer_heartbeat(services: Services, worker_id: str, body: HeartbeatRequest) -> HeartbeatReply:
     """The heartbeat's answer, or an HTTPException (409, 503): the route's work, once its request is checked."""
     answer_by = clock() + body.wait
-    came_in = services.orders.arrival()
     signal = services.signals.event(worker_id)
 
     def relays_after() -> float | None:
@@ -90,11 +88,10 @@ async def answer_heartbeat(services: Services, worker_id: str, body: HeartbeatRe
 
     holding = frozenset(body.holding)
 
-    async def current_orders() -> Answer:
+    async def current_orders() -> list[Order]:
         """Read after the reports are committed, outside the one writer's lock (orders are derived, not written),
-        with other heartbeats' reads that come meanwhile (OrderReads); none built again for what the worker holds,
-        nor given again where another of its heartbeats was given it since this one came in."""
-        return await services.orders.read(worker_id, relays_after(), holding, came_in)
+        with other heartbeats' reads that come meanwhile (OrderReads); none built again for what the worker holds."""
+        return await services.orders.read(worker_id, relays_after(), holding)
 
     poll = services.quiet.begin(worker_id, signal.is_set())
     signal.clear()  # cleared before orders are read, so no order can slip between the read and the wait
@@ -118,11 +115,11 @@ async def answer_heartbeat(services: Services, worker_id: str, body: HeartbeatRe
             "message": f"heartbeat refused, nothing of it applied: {refused}",
             "refused": [{"task_id": r.task_id, "attempt": r.attempt, "state": r.state} for r in refused.refusals],
         }) from None
-    answer = Answer([]) if poll.skips_read and body.only_liveness else await current_orders()
-    if not answer.orders and (left := answer_by - clock()) > 0 and await woken(signal, left):
-        answer = await current_orders()
-    services.quiet.answered(worker_id, poll, answer)
-    return HeartbeatReply(orders=answer.orders, heartbeat_interval=services.settings.heartbeat_interval)
+    orders = [] if poll.skips_read and body.only_liveness else await current_orders()
+    if not orders and (left := answer_by - clock()) > 0 and await woken(signal, left):
+        orders = await current_orders()
+    services.quiet.answered(worker_id, poll, orders)
+    return HeartbeatReply(orders=orders, heartbeat_interval=services.settings.heartbeat_interval)
 
 
 @router.post("/{worker_id}/logs/{task_id}/{attempt}/{stream}", status_code=status.HTTP_204_NO_CONTENT,

@@ -673,8 +673,10 @@ class Runner:
             await self._end(att, TaskState.FAILED, exit_code=exit_code, reason=signalled or f"exit code {exit_code}")
 
     async def _captured(self, att: _Attempt) -> None:
-        """Let the output still in the pipes reach the files; a pipe some escaped process holds open is let go."""
-        if att.captures:
+        """Let the output still in the pipes reach the files; a pipe some escaped process holds open is let go. Most
+        captures have ended by the time their process is reaped (its exit closed their pipes), and a wait on ended
+        tasks still costs a future, a timer and two turns of the loop: only one still reading is waited for."""
+        if not all(capture.done() for capture in att.captures):
             _, pending = await asyncio.wait(att.captures, timeout=CAPTURE_TIMEOUT)
             for task in pending:
                 task.cancel()

@@ -72,6 +72,9 @@ class FakeController:
         self.changed = asyncio.Event()
         self.acks: list[tuple[str, int, PreemptedAck]] = []  # (worker, task, acknowledgement)
         self.ack_status = 200
+        # Orders the next poll is answered with once the event is set, whatever happens meanwhile: a reply read
+        # before the reports that came after it.
+        self.late: tuple[list, asyncio.Event] | None = None
 
     def assign(self, task_id: int, worker: str, command: list[str], start: bool = False) -> None:
         """`start`: an independent task's build, which starts it; without, it waits for a start order (a gang's)."""
@@ -138,6 +141,10 @@ class FakeController:
             return httpx.Response(self.ack_status, json={"detail": "epoch 3 is not current"})
         body = HeartbeatRequest.model_validate_json(request.content)
         self.heartbeats += 1
+        if self.late is not None and not body.reports:
+            (orders, answer), self.late = self.late, None
+            await answer.wait()
+            return httpx.Response(200, json=HeartbeatReply(orders=orders, heartbeat_interval=0.1).model_dump())
         if body.pythons is not None:
             self.pythons.append(body.pythons)
         if body.gpus is not None:
@@ -181,6 +188,16 @@ async def running_agent(controller: FakeController, tmp_path):
 @pytest.fixture
 def controller():
     return FakeController()
+
+
+def remembered(agent: Agent) -> set[tuple[int, int]]:
+    """The attempts the runner keeps orders or an end of."""
+    return set(agent.runner._acted) | agent.runner._ended
+
+
+async def polls_later(controller: FakeController, polls: int = 3) -> None:
+    seen = controller.heartbeats
+    await wait_until(lambda: controller.heartbeats >= seen + polls, what=f"{polls} heartbeats more")
 
 
 def pids_in(path) -> list[int] | None:
@@ -318,6 +335,7 @@ async def test_a_worker_declared_lost_kills_its_tasks_and_registers_again(contro
         # The task's own process has ended; the rest of its cgroup was signalled with it, and may still be dying
         await wait_until(lambda: gone(child) and gone(grandchild), what="every process of the old task to end")
         assert controller.registrations[1][1].running == []
+        assert remembered(agent) == set()  # no order to the lost identity is taken: none can repeat
         controller.assign(2, "w2", ["true"])
         await wait_until(lambda: "SUCCEEDED" in controller.states(2), what="work under the new identity")
     assert controller.states(1) == ["BUILDING", "PREPARED", "RUNNING"]  # no report of the old task's end
@@ -337,7 +355,7 @@ async def test_a_stop_order_reaches_the_running_task(controller, tmp_path):
 @pytest.mark.parametrize("status", [200, 409])
 async def test_a_preempted_task_is_acknowledged_with_its_epoch_and_a_refusal_is_dropped(controller, tmp_path, status):
     controller.ack_status = status
-    async with running_agent(controller, tmp_path):
+    async with running_agent(controller, tmp_path) as (agent, _):
         await wait_until(lambda: controller.registrations, what="registration")
         controller.assign(1, "w1", ["sleep", "100"])
         await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
@@ -345,10 +363,48 @@ async def test_a_preempted_task_is_acknowledged_with_its_epoch_and_a_refusal_is_
         await wait_until(lambda: controller.acks, what="the acknowledgement")
         controller.assign(2, "w1", ["true"])  # the worker carries on: a 409 here is not "you are lost"
         await wait_until(lambda: "SUCCEEDED" in controller.states(2), what="the next task")
+        await polls_later(controller)
+        # A refused acknowledgement leaves the preemption ordered: it is still known, and still not acted on again.
+        assert remembered(agent) == (set() if status == 200 else {(1, 0)})
     (worker, task_id, ack), = controller.acks
     assert (worker, task_id, ack.attempt, ack.epoch, ack.exit_code) == ("w1", 1, 0, 3, 143)
     assert "PREEMPTED" not in controller.states(1)  # an acknowledgement is not a heartbeat report
     assert len(controller.registrations) == 1
+
+
+async def test_the_runner_forgets_each_attempt_once_the_controller_has_its_end(controller, tmp_path):
+    """What marks an attempt's orders acted on would otherwise stay for the worker's life: an attempt's worth for
+    every attempt it ran."""
+    async with running_agent(controller, tmp_path) as (agent, _):
+        await wait_until(lambda: controller.registrations, what="registration")
+        for task_id in range(1, 31):
+            controller.assign(task_id, "w1", ["true"], start=task_id % 2 == 0)  # built and started, or started too
+        controller.stop(30)  # one ended by a stop, perhaps before its build
+        await wait_until(lambda: all(set(controller.states(t)) & TASK_TERMINAL for t in range(1, 31)),
+                         what="every task to end")
+        await polls_later(controller)
+        assert remembered(agent) == set()
+    assert all(len(set(controller.states(t)) & TASK_TERMINAL) == 1 for t in range(1, 31))
+
+
+async def test_an_order_read_before_an_end_was_delivered_is_not_acted_on_when_answered_after_it(controller,
+                                                                                              tmp_path):
+    """The poll outstanding as an end is delivered may carry an order the controller gave before it had the end."""
+    go = tmp_path / "go"
+    async with running_agent(controller, tmp_path) as (agent, _):
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done"], start=True)
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        answer = asyncio.Event()
+        controller.late = ([StopOrder(task_id=1, attempt=0, grace_period=0.5)], answer)
+        controller.changed.set()  # the poll waiting now is answered, and the next one is the late one
+        await wait_until(lambda: controller.late is None, what="the late poll")
+        go.touch()
+        await wait_until(lambda: "SUCCEEDED" in controller.states(1), what="the task's end")
+        answer.set()
+        await polls_later(controller)
+        assert remembered(agent) == set()
+    assert controller.states(1) == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
 
 
 def test_the_address_on_a_loopback_controller_is_loopback():

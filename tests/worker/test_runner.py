@@ -278,6 +278,21 @@ async def test_the_attempt_directory_is_made_while_the_loop_goes_on(tmp_path, mo
     assert harness.attempt_dir().stat().st_mode & 0o777 == 0o700
 
 
+async def test_an_attempt_s_ended_captures_are_not_waited_for(tmp_path, monkeypatch):
+    """Most captures end with their process (its exit closes their pipes): a wait on ended ones would cost every
+    task's end a future, a timer and two turns of the loop."""
+    harness = Harness(tmp_path)
+
+    async def read_to_its_end() -> None:
+        pass
+
+    att = runner_module._Attempt(build_order(["true"]), tmp_path, asyncio.Lock())
+    att.captures = [asyncio.create_task(read_to_its_end()) for _ in range(2)]
+    await asyncio.wait(att.captures)
+    monkeypatch.setattr(runner_module.asyncio, "wait", lambda *args, **kwargs: pytest.fail("waited for ended captures"))
+    await harness.runner._captured(att)
+
+
 @pytest.mark.skipif(runner_module.cgroup_parent() is None, reason="no writable cgroup v2 hierarchy on this machine")
 async def test_a_task_s_cgroup_is_named_without_a_look_at_the_file_system(tmp_path, monkeypatch):
     harness = Harness(tmp_path, containment="cgroup")

@@ -8,6 +8,8 @@ its previous request was in flight. A report leaves the outbox only once
 a reply confirms it arrived, so an unreachable controller delays reports but loses none.
 The end of a preempted attempt is an acknowledgement with its epoch: it goes, in its turn
 among the reports, to its own endpoint, which refuses (409) one from a stale epoch.
+The runner remembers each attempt's orders, to act on each once, until the controller has the attempt's end and
+no reply read before it had it can still come: then the poller has it forget them (Runner.forget).
 A relay order (a client attached to a task here) is the one exception to outbound HTTP: the worker dials a
 WebSocket back to the controller named in the order (corral.worker.channels), still outbound.
 Given several controllers (one database), it talks to one; when that one stops answering (no connection, a
@@ -53,7 +55,7 @@ from corral.core.protocol import (
     RelayOrder,
     TaskReport,
 )
-from corral.core.states import TaskState
+from corral.core.states import TASK_TERMINAL, TaskState
 from corral.filesystem import filesystem_id
 from corral.waiting import woken
 from corral.worker.accounts import read_no_follow
@@ -235,6 +237,7 @@ class Agent:
         self._outbox_generation = 0  # bumped when the outbox is dropped, so a late reply removes nothing
         self._outbox_filled = asyncio.Event()
         self._delivered = asyncio.Event()  # set when a heartbeat carrying reports is answered
+        self._ends_delivered: list[tuple[int, int]] = []  # attempts whose end the controller has, for the poller
         self.linger = LINGER
         self.settle = SETTLE
 
@@ -296,6 +299,7 @@ class Agent:
             log.warning("controller declared worker_id=%s lost: killing its tasks and registering again", stale_id)
             self._registered.clear()
             await self.runner.shutdown()
+            self.runner.forget_all()  # the orders of the lost identity are dropped (_dispatch): none can repeat
             self._outbox.clear()
             self._outbox_generation += 1
             await self._register()
@@ -305,12 +309,18 @@ class Agent:
     async def _poll(self) -> None:
         """Keep one long-poll outstanding, so orders arrive as soon as the controller has them; after new ones,
         only once their reports are delivered (or `settle` passes): that heartbeat's reply brings any newer ones,
-        and the controller repeats a start, a stop or a preemption until its report is in."""
+        and the controller repeats a start, a stop or a preemption until its report is in.
+
+        As a poll begins the runner forgets the attempts whose end was delivered before it: the poll outstanding
+        then may have been read before the controller had their ends (and carry an order for them again), but it
+        has been answered and its orders taken, and every reply still to come is read after."""
         backoff = _Backoff("heartbeat", cap=1.0)
         pace = PACE_FIRST
         while True:
             await self._registered.wait()
             worker_id = self.worker_id
+            self.runner.forget(self._ends_delivered)
+            self._ends_delivered = []
             try:
                 reply = await self._heartbeat(worker_id, [], self.interval)
             except _Unreachable as error:
@@ -350,10 +360,11 @@ class Agent:
                 batch = batch[:ack] or batch[:1]  # the reports before it first, then it alone
             try:
                 if batch[0].state is TaskState.PREEMPTED:
-                    await self._acknowledge(worker_id, batch[0])
+                    ends = batch if await self._acknowledge(worker_id, batch[0]) else []
                     reply = None
                 else:
                     reply = await self._heartbeat(worker_id, batch, 0.0)
+                    ends = [report for report in batch if report.state in TASK_TERMINAL]
             except _Unreachable as error:
                 self._outbox_filled.set()
                 await backoff.wait(error)
@@ -372,6 +383,7 @@ class Agent:
             self._delivered.set()
             if generation == self._outbox_generation:
                 del self._outbox[:len(batch)]
+                self._ends_delivered += [(report.task_id, report.attempt) for report in ends]
             if self._outbox:
                 self._outbox_filled.set()
             if reply is not None:
@@ -438,8 +450,9 @@ class Agent:
         cached = sorted(self.environments.listing(), key=lambda e: -e.last_used)
         return {"environments": cached[:MAX_ENVIRONMENTS]}
 
-    async def _acknowledge(self, worker_id: str, report: TaskReport) -> None:
-        """Confirm a preempted attempt is gone; a refusal (another epoch, a task moved on) is logged and dropped."""
+    async def _acknowledge(self, worker_id: str, report: TaskReport) -> bool:
+        """Confirm a preempted attempt is gone; a refusal (another epoch, a task moved on) is logged and dropped.
+        Whether the controller took it: after a refusal it may order the attempt's preemption again."""
         body = PreemptedAck(attempt=report.attempt, epoch=report.epoch or 0, exit_code=report.exit_code,
                             reason=report.reason)
         response = await self._request(f"{API}/workers/{worker_id}/tasks/{report.task_id}/preempted",
@@ -447,6 +460,8 @@ class Agent:
         if response.status_code >= 400:
             log.warning("task=%s attempt=%s acknowledgement of epoch %s refused: HTTP %s %s", report.task_id,
                         report.attempt, report.epoch, response.status_code, response.text)
+            return False
+        return True
 
     async def _save_checkpoint(self, task_id: int, attempt: int, epoch: int, path: Path) -> str | None:
         """Upload a preempted attempt's checkpoint; returns why it was not stored, or None."""

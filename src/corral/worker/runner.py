@@ -1,7 +1,8 @@
 """Runs task attempts as real processes: one directory per attempt.
 
 Orders repeat on every heartbeat until the reports show them done, so the runner acts on
-each (task, attempt, action) once and ignores the repeats. Every process an attempt starts
+each (task, attempt, action) once and ignores the repeats; what it remembers of an attempt goes
+once the controller has its end (Runner.forget). Every process an attempt starts
 is contained (docs/processes.md): in a cgroup of its own, which the worker kills when the
 attempt ends and the worker's warden kills if the worker dies; or, without cgroups, under a
 shim (corral.worker.shim) that is their subreaper: SIGTERM to the shim passes it on to all of
@@ -39,7 +40,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,9 +218,9 @@ def _exit_status(returncode: int) -> tuple[int, str | None]:
     return 128 - returncode, f"killed by signal {signal.Signals(-returncode).name}"
 
 
-def _order_key(order: Order) -> tuple[int, int, str]:
-    """What makes an order a repeat: its attempt and action, and a relay's session."""
-    return order.task_id, order.attempt, f"relay {order.session}" if order.action == "relay" else order.action
+def _order_action(order: Order) -> str:
+    """What makes an order a repeat within its attempt: its action, and a relay's session."""
+    return f"relay {order.session}" if order.action == "relay" else order.action
 
 
 @dataclass(eq=False)
@@ -335,8 +336,10 @@ class Runner:
         self._watch_logs = watch_logs
         self._dial = dial
         self._attempts: dict[tuple[int, int], _Attempt] = {}
+        # Attempts that ended here (or were stopped before their build), and the actions acted on, by attempt: what
+        # makes a repeated order a repeat. Each is kept until the controller has the attempt's end (forget).
         self._ended: set[tuple[int, int]] = set()
-        self._acted: set[tuple[int, int, str]] = set()
+        self._acted: dict[tuple[int, int], set[str]] = {}
         self._tasks: set[asyncio.Task] = set()
 
     def _start_warden(self) -> int:
@@ -369,6 +372,20 @@ class Runner:
         """The (task id, attempt) of `running`, as every heartbeat carries them."""
         return [ref for ref, att in self._attempts.items() if not att.ended]
 
+    def forget(self, refs: Iterable[tuple[int, int]]) -> None:
+        """Let go of what these ended attempts' repeated orders are known by: the controller has their ends, so it
+        orders nothing for them any more, and the caller (corral.worker.agent) has no reply still to come that was
+        read before it had them. Without it a worker would keep an attempt's worth for every attempt it ran."""
+        for ref in refs:
+            self._ended.discard(ref)
+            self._acted.pop(ref, None)
+
+    def forget_all(self) -> None:
+        """Let go of every attempt's orders and end: the worker has a new identity, and no order for the old one
+        is taken (corral.worker.agent)."""
+        self._ended.clear()
+        self._acted.clear()
+
     async def shutdown(self) -> None:
         """Stop every attempt (SIGTERM, its grace period, SIGKILL) without reporting them.
 
@@ -388,12 +405,15 @@ class Runner:
     # the actions -------------------------------------------------------------------------
 
     def _claim(self, order: Order) -> bool:
-        key = _order_key(order)
-        if key in self._acted:
+        ref, action = (order.task_id, order.attempt), _order_action(order)
+        acted = self._acted.get(ref)
+        if acted is not None and action in acted:
             return False
-        if order.action == "start" and (order.task_id, order.attempt) not in self._attempts:
+        if action == "start" and ref not in self._attempts:
             return False  # not built here: not claimed, so a start repeated after a build still counts
-        self._acted.add(key)
+        if acted is None:
+            acted = self._acted[ref] = set()
+        acted.add(action)
         return True
 
     async def _build(self, order: BuildOrder) -> None:
@@ -404,8 +424,9 @@ class Runner:
         att = self._attempts[ref] = _Attempt(order, directory, asyncio.Lock())
         att.build = self._spawn(self._prepare(att))  # its own task, so a stop can cancel it alone
         await asyncio.wait([att.build])
-        if order.start:  # an independent task: no start order comes, and one that does is a repeat
-            self._acted.add((*ref, "start"))
+        # An independent task: no start order comes, and one that does is a repeat. One its build ended is gone.
+        if order.start and ref in self._attempts:
+            self._acted[ref].add("start")
             await self._start(StartOrder(task_id=order.task_id, attempt=order.attempt))
 
     async def _prepare(self, att: _Attempt) -> None:
@@ -585,8 +606,8 @@ class Runner:
         except Exception as error:
             log.warning("task=%s attempt=%s relay %s %s: %r", order.task_id, order.attempt, order.kind,
                         "ended in error" if dialed else "not dialed, will try again when the order repeats", error)
-            if not dialed:
-                self._acted.discard(_order_key(order))
+            if not dialed and (acted := self._acted.get((order.task_id, order.attempt))) is not None:
+                acted.discard(_order_action(order))
 
     async def _halt(self, att: _Attempt, reason: str, grace: float, state: TaskState = TaskState.KILLED) -> None:
         """Bring an attempt to its end (`state`) for `reason`, whatever it is doing; returns once it has ended."""
@@ -673,8 +694,10 @@ class Runner:
             await self._end(att, TaskState.FAILED, exit_code=exit_code, reason=signalled or f"exit code {exit_code}")
 
     async def _captured(self, att: _Attempt) -> None:
-        """Let the output still in the pipes reach the files; a pipe some escaped process holds open is let go."""
-        if att.captures:
+        """Let the output still in the pipes reach the files; a pipe some escaped process holds open is let go. Most
+        captures have ended by the time their process is reaped (its exit closed their pipes), and a wait on ended
+        tasks still costs a future, a timer and two turns of the loop: only one still reading is waited for."""
+        if not all(capture.done() for capture in att.captures):
             _, pending = await asyncio.wait(att.captures, timeout=CAPTURE_TIMEOUT)
             for task in pending:
                 task.cancel()

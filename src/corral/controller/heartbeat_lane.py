@@ -19,9 +19,10 @@ from fastapi.exception_handlers import http_exception_handler
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral.controller.auth import is_worker_token
+from corral.controller.lanes import JSON, replaying, whole_body
 from corral.controller.services import services_of
 from corral.controller.settings import Tokens
 from corral.controller.workers_api import answer_heartbeat
@@ -29,7 +30,6 @@ from corral.core.protocol import API, HeartbeatRequest
 from corral.core.wire import CLEAN_JSON, clean_json, clean_text
 
 PATH = re.compile(re.escape(f"{API}/workers/") + r"([^/]+)/heartbeat")  # the route's, `{worker_id}` as Starlette's
-JSON = b"application/json"
 
 
 class HeartbeatLane:
@@ -43,15 +43,15 @@ class HeartbeatLane:
                 or not (path := PATH.fullmatch(scope["path"]))):
             await self.app(scope, receive, send)
             return
-        body, rest = await _body(receive)
+        body, rest = await whole_body(receive)
         if body is None:  # the client went away, or sent more than one message: the app's own way
-            await self.app(scope, _replay(rest, receive), send)
+            await self.app(scope, replaying(rest, receive), send)
             return
         request = Request(scope, receive)
         services = services_of(request)
         checked = _checked(scope, path[1], body, services.tokens)
         if checked is None:
-            await self.app(scope, _replay(rest, receive), send)
+            await self.app(scope, replaying(rest, receive), send)
             return
         try:
             reply = await answer_heartbeat(services, *checked)
@@ -83,21 +83,3 @@ def _checked(scope: Scope, worker_id: str, body: bytes, tokens: Tokens) -> tuple
         return clean_text(worker_id), heartbeat
     except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
-
-
-async def _body(receive: Receive) -> tuple[bytes | None, list[Message]]:
-    """The body, where it came in one message (as `BodyLimit` hands it on), and the messages read."""
-    message = await receive()
-    if message["type"] != "http.request" or message.get("more_body", False):
-        return None, [message]
-    return message.get("body", b""), [message]
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    """The messages already read, then whatever the server says next."""
-    left = list(messages)
-
-    async def replayed() -> Message:
-        return left.pop(0) if left else await receive()
-
-    return replayed

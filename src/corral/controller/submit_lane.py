@@ -23,9 +23,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from corral.controller.heartbeat_lane import JSON, _body, _replay
 from corral.controller.identity import authenticate
 from corral.controller.jobs_api import router, submit
+from corral.controller.lanes import JSON, replaying, whole_body
 from corral.core.protocol import API
 from corral.core.spec import JobSpec
 from corral.core.wire import CLEAN_JSON, clean_json
@@ -45,16 +45,16 @@ class SubmitLane:
                 or scope.get("query_string") or not _plain_headers(scope)):
             await self.app(scope, receive, send)
             return
-        body, rest = await _body(receive)
+        body, rest = await whole_body(receive)
         spec = _spec(body) if body else None
         if spec is None:  # the client went away, several messages, no JSON or no valid spec: the route's answer
-            await self.app(scope, _replay(rest, receive), send)
+            await self.app(scope, replaying(rest, receive), send)
             return
         request = Request(scope, receive)
         try:
             await authenticate(request)
         except HTTPException:  # a token refused: the route refuses it (naming the caller reads, writes nothing)
-            await self.app(scope, _replay(rest, receive), send)
+            await self.app(scope, replaying(rest, receive), send)
             return
         scope["route"] = ROUTE  # where routing leaves it: the audit's name of the call
         try:

@@ -19,7 +19,7 @@ import pytest
 import corral.worker.runner as runner_module
 from corral.core.attempt_world import AttemptWorld
 from corral.core.log_limits import truncation_marker
-from corral.core.protocol import StartOrder, StopOrder
+from corral.core.protocol import RelayOrder, StartOrder, StopOrder
 from corral.core.spec import Workdir
 from tests.waiting import wait_until
 from tests.worker.support import CONTAINMENTS, Harness, build_order, daemonizing_task, gone, written_pids
@@ -144,6 +144,24 @@ async def test_repeated_orders_are_acted_on_once(harness):
     assert not harness.runner.submit(StopOrder(task_id=1, attempt=0))
     assert harness.states() == ["BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"]
     assert count.read_text() == "run\n"
+
+
+async def test_the_attempts_held_are_every_build_taken_until_forgotten_and_no_build_given_for_one_is_acted_on(harness):
+    """A heartbeat says which builds the worker holds, so that the controller gives them no more. A build counts from
+    the moment it is taken, before its task's first turn (the heartbeat after the reply that brought it is often made
+    in the same turn), and an attempt stays held after its end, until the controller has it (Runner.forget): both
+    times a build given again would be a repeat. Which is all `holding` says: one given anyway is not acted on."""
+    assert harness.runner.submit(build_order(["true"], start=True))
+    assert harness.runner.holding() == [(1, 0)] and harness.runner.running() == []
+    await harness.ended()
+    assert harness.runner.holding() == [(1, 0)] and harness.runner.running() == []
+    for held in harness.runner.holding():
+        assert not harness.runner.submit(build_order(["true"], task_id=held[0], attempt=held[1]))
+    harness.runner.forget([(1, 0)])
+    assert harness.runner.holding() == []
+    await harness.act(StopOrder(task_id=7, attempt=2))  # ended here before its build came: no build taken
+    await harness.act(RelayOrder(session="s" * 16, task_id=8, attempt=0, kind="exec", command=["true"]))
+    assert harness.runner.holding() == []
 
 
 async def test_a_start_before_its_build_is_ignored_and_counts_once_built(harness):

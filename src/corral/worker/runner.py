@@ -366,11 +366,14 @@ class Runner:
 
     def running(self) -> list[TaskRef]:
         """Attempts that hold something on this machine: building, prepared or with a live process."""
-        return [TaskRef(task_id=t, attempt=a) for t, a in self.holding()]
+        return [TaskRef(task_id=t, attempt=a) for (t, a), att in self._attempts.items() if not att.ended]
 
     def holding(self) -> list[tuple[int, int]]:
-        """The (task id, attempt) of `running`, as every heartbeat carries them."""
-        return [ref for ref, att in self._attempts.items() if not att.ended]
+        """The (task id, attempt) of every build taken and still remembered, as every heartbeat carries them: the
+        controller need not give those builds again, which `submit` would ignore. That is more than `running`: a build
+        whose task has not yet had its first turn (the heartbeat that follows the reply that brought it is often sent
+        first), and an attempt that has ended but whose end the controller may not have yet (until `forget`)."""
+        return [ref for ref, acted in self._acted.items() if "build" in acted]
 
     def forget(self, refs: Iterable[tuple[int, int]]) -> None:
         """Let go of what these ended attempts' repeated orders are known by: the controller has their ends, so it

@@ -62,6 +62,7 @@ from corral.core.protocol import (
 )
 from corral.core.relay import CLOSE_CONFLICT
 from corral.core.states import TaskState
+from corral.core.wire import CLEAN_JSON
 from corral.core.workdir import choose_start
 from corral.worker.accounts import Account, NoAccount, worker_user
 from corral.worker.bundles import extract
@@ -756,8 +757,13 @@ class Runner:
     def _emit(self, ref: tuple[int, int], state: TaskState, *, exit_code: int | None = None,
               reason: str | None = None, epoch: int | None = None, oom_killed: bool = False,
               port: int | None = None, world: AttemptWorld | None = None) -> None:
-        self._report(TaskReport(task_id=ref[0], attempt=ref[1], state=state, exit_code=exit_code, reason=reason,
-                                at=time.time(), epoch=epoch, oom_killed=oom_killed, port=port, world=world))
+        # Validated without the walk of its strings (WireModel), which could refuse none of them: they are the field
+        # names, a TaskState and a reason made storable first (protocol._told); `world` is a model checked when made.
+        # The walk was half of a report's making, four reports a task.
+        self._report(TaskReport.model_validate(
+            {"task_id": ref[0], "attempt": ref[1], "state": state, "exit_code": exit_code, "reason": reason,
+             "at": time.time(), "epoch": epoch, "oom_killed": oom_killed, "port": port, "world": world},
+            context=CLEAN_JSON))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.create_task(coroutine)

@@ -134,3 +134,16 @@ async def test_a_refusal_does_not_echo_a_large_input_back(api) -> None:
         assert answer.status_code == 422
         assert len(answer.content) < 2000, len(answer.content)
         assert "command argument 1" in answer.text
+
+
+async def test_a_stored_job_over_a_cap_lowered_since_is_still_read(api, monkeypatch) -> None:
+    """A spec is judged by its size when it comes in; a cap lowered after it was stored must not make the job, nor
+    the job list holding it, unreadable (nor is a view of it judged again by a dump of its spec)."""
+    async with api.admin() as admin:
+        job = (await admin.post("/api/v1/jobs", json={"command": ["true"], "env": {"A": "x" * 500}})).json()
+        monkeypatch.setattr(limits, "MAX_SPEC", 100)
+        read = await admin.get(f"/api/v1/jobs/{job['id']}")
+        assert read.status_code == 200 and read.json()["spec"] == job["spec"]
+        assert [j["id"] for j in (await admin.get("/api/v1/jobs")).json()["items"]] == [job["id"]]
+        refused = await admin.post("/api/v1/jobs", json={"command": ["true"], "env": {"A": "x" * 500}})
+        assert refused.status_code == 422 and "bytes in all" in refused.text

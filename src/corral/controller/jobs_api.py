@@ -338,12 +338,15 @@ async def job_views(request: Request, ids: list[int]) -> list[JobView]:
 def job_view(r: Any, spec: JobSpec, task_counts: dict[str, int], retry: dict,
              estimate: StartEstimate | None = None) -> JobView:
     """The one place a JobView is made, from a job's row (read, or as just written), its parsed spec, its tasks'
-    counts by state, its retry fields and its start estimate."""
-    return JobView(id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas,
-                   spec=spec, pending_reason=r.pending_reason, created_at=r.created_at, state_since=r.state_since,
-                   finished_at=r.finished_at, task_counts=task_counts, idempotency_key=r.idempotency_key,
-                   preemption_epoch=r.preemption_epoch, drain_trigger=r.drain_trigger, launched_by=r.launched_by,
-                   owner=r.owner, estimate=estimate, **retry)
+    counts by state, its retry fields and its start estimate. Validated as what is stored (`STORED`): the spec was
+    judged when it came in (its size among the rest, by a dump to JSON), not again for each view of it, and a cap
+    lowered since must not make a stored job unreadable."""
+    return JobView.model_validate(dict(
+        id=r.id, name=r.name, state=r.state, gang=r.gang, priority=r.priority, replicas=r.replicas, spec=spec,
+        pending_reason=r.pending_reason, created_at=r.created_at, state_since=r.state_since, finished_at=r.finished_at,
+        task_counts=task_counts, idempotency_key=r.idempotency_key, preemption_epoch=r.preemption_epoch,
+        drain_trigger=r.drain_trigger, launched_by=r.launched_by, owner=r.owner, estimate=estimate, **retry),
+        context=STORED)
 
 
 def estimate_view(stored: StoredEstimate | None, now: float) -> StartEstimate | None:

@@ -22,9 +22,12 @@ class AuditFilter:
     until: float | None = None  # before
 
 
+_INSERT_AUDIT = insert(audit)  # made once: a statement made anew has its cache key worked out at each execution
+
+
 async def add_audit(connection: AsyncConnection, records: list[dict]) -> None:
     if records:
-        await connection.execute(insert(audit), records)
+        await connection.execute(_INSERT_AUDIT, records)
 
 
 async def audit_rows(connection: AsyncConnection, wanted: AuditFilter, limit: int) -> Sequence[Row]:

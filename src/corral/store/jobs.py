@@ -44,6 +44,9 @@ async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key
 # multi-row VALUES one after the other in their order, each the largest id so far plus one.
 _INSERT_JOBS = insert(jobs).returning(jobs.c.id)
 _INSERT_JOBS_IN_ORDER = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
+# Their tasks' and first history records' statements, made once: a statement made anew at each execution has its
+# cache key worked out again each time.
+_INSERT_TASKS, _INSERT_HISTORY = insert(tasks), insert(history)
 
 
 async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: float) -> list[int]:
@@ -67,13 +70,13 @@ async def insert_job_rows_at(connection: AsyncConnection,
         ids += await _job_ids(connection, run)
     if not ids:
         return []
-    await connection.execute(insert(tasks), [
+    await connection.execute(_INSERT_TASKS, [
         dict(job_id=job_id, index=i, state=TaskState.PENDING, state_since=now, attempt=0, tries=0, failures=0,
              preemptions=0, gpu_ids=[], cpu=job.spec.resources.cpu, memory=job.spec.resources.memory,
              gpu=job.spec.resources.gpu)
         for job_id, (job, now) in zip(ids, dated, strict=True) for i in range(job.spec.replicas)
     ])
-    await connection.execute(insert(history), [
+    await connection.execute(_INSERT_HISTORY, [
         dict(at=now, job_id=job_id, handler=job.created_by, result="SUCCESS", to_state=JobState.PENDING,
              event="job.submitted", message=job.note or _submitted(job))
         for job_id, (job, now) in zip(ids, dated, strict=True)

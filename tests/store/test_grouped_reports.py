@@ -12,12 +12,11 @@ from sqlalchemy import event, select, update
 
 from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.orders import OrderReads
-from corral.core.attempt_world import AttemptWorld
 from corral.core.protocol import TaskReport
 from corral.core.states import Fact
 from corral.engine import reports as reports_module
 from corral.engine.reports import Heartbeat, Refused, UnknownWorker, ingest_group, ingest_heartbeats
-from corral.store.schema import attempts, jobs, workers
+from corral.store.schema import jobs, workers
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, settle, submit
 
 WORKERS = 6
@@ -185,36 +184,3 @@ async def test_a_heartbeat_that_leaves_its_job_as_it_was_writes_no_job_row(store
         async with store.write() as connection:
             await ingest_heartbeats(connection, [heartbeat(task, *states)], NOW + 2)
     assert (await job(store, job_id)).state == "SUCCEEDED"
-
-
-async def test_attempts_and_tasks_moved_in_several_sets_of_columns_are_each_updated_by_one_statement(store):
-    """A start, an end, a start and end together and a world: four sets of columns of attempts and two of tasks, one
-    UPDATE each, every row with the columns its own reports set and the others as they were."""
-    _, tasks = await placed(store)
-    async with store.write() as connection:
-        await ingest_heartbeats(connection, [heartbeat(tasks[0], "BUILDING", "PREPARED", "RUNNING")], NOW)
-    world = AttemptWorld(start="empty", directory="/srv/task")
-    group = [heartbeat(tasks[0], "SUCCEEDED"),  # its end: exit code, reason, finished_at
-             heartbeat(tasks[1], "BUILDING", "PREPARED", "RUNNING"),  # a start: started_at
-             heartbeat(tasks[2], "BUILDING", "PREPARED", "RUNNING", "SUCCEEDED"),  # both
-             heartbeat(tasks[3], "BUILDING"),  # its state alone
-             Heartbeat(tasks[4].worker_id, [TaskReport(task_id=tasks[4].id, attempt=tasks[4].attempt, state=state,
-                                                       world=world if state == "PREPARED" else None, at=NOW + 1)
-                                            for state in ("BUILDING", "PREPARED")])]
-    statements = counted_statements(store)
-    async with store.write() as connection:
-        await ingest_heartbeats(connection, group, NOW + 2)
-    assert [s.split()[1] for s in statements if s.lstrip().startswith("UPDATE")] == ["workers", "tasks", "attempts"]
-    async with store.read() as connection:
-        rows = {row.task_id: row for row in (await connection.execute(
-            select(attempts).where(attempts.c.task_id.in_([task.id for task in tasks])))).all()}
-    ended, started, both, building, prepared = (rows[task.id] for task in tasks[:5])
-    assert (ended.state, ended.started_at, ended.exit_code, ended.finished_at) == ("SUCCEEDED", NOW, 0, NOW)
-    assert (started.state, started.started_at, started.exit_code, started.finished_at) == ("RUNNING", NOW, None, None)
-    assert (both.state, both.started_at, both.exit_code, both.finished_at) == ("SUCCEEDED", NOW, 0, NOW)
-    assert (building.state, building.started_at, building.world) == ("BUILDING", None, None)
-    assert (prepared.state, prepared.started_at, prepared.world) == ("PREPARED", None, world.model_dump(mode="json"))
-    assert rows[tasks[5].id].state == "ASSIGNED"
-    states = {task.id: task.state for task in await job_tasks(store, tasks[0].job_id)}
-    assert [states[task.id] for task in tasks] == ["SUCCEEDED", "RUNNING", "SUCCEEDED", "BUILDING", "PREPARED",
-                                                   "ASSIGNED"]

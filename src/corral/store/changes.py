@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Boolean, Table, Update, and_, bindparam, case, func, insert, select, update
+from sqlalchemy import Table, Update, and_, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -288,8 +288,8 @@ class ChangeSet:
         """Write everything in bulk, one statement per shape of update."""
         for (table, pending) in ((tasks, self._tasks), (jobs, self._jobs), (deployments, self._deployments),
                                  (replicas, self._replicas)):
-            for columns, kept, rows in _merged(_group_by_columns(pending)):
-                result = await connection.execute(_fenced_update(table, columns, kept), rows)
+            for columns, rows in _group_by_columns(pending).items():
+                result = await connection.execute(_fenced_update(table, columns), rows)
                 if result.rowcount == -1:  # the driver does not count executemany rows: read them back
                     await _verify(connection, table, rows)
                 elif result.rowcount != len(rows):
@@ -299,8 +299,8 @@ class ChangeSet:
                 await connection.execute(_INSERT_ATTEMPTS, self._attempts_new)
             except IntegrityError as error:  # another controller's run placed the same attempt first
                 raise StaleWrite(f"attempts: {_first_line(error.orig)}") from None
-        for columns, kept, rows in _merged(_group_attempts(self._attempts_upd)):
-            await connection.execute(_attempt_update(columns, kept), rows)
+        for columns, rows in _group_attempts(self._attempts_upd).items():
+            await connection.execute(_attempt_update(columns), rows)
         if self._history:
             columns = set().union(*self._history)  # one statement needs every row to name every column
             await connection.execute(_INSERT_HISTORY, [dict.fromkeys(columns) | row for row in self._history])
@@ -325,30 +325,18 @@ _INSERT_ATTEMPTS, _INSERT_HISTORY, _INSERT_AUDIT = insert(attempts), insert(hist
 
 
 @cache
-def _fenced_update(table: Table, columns: tuple[str, ...], kept: tuple[str, ...] = ()) -> Update:
-    """An update of these columns of a row still in its expected state (`kept`: those a row may leave as they are,
-    `_merged`)."""
+def _fenced_update(table: Table, columns: tuple[str, ...]) -> Update:
+    """An update of these columns of a row still in its expected state."""
     return (update(table)
             .where(and_(table.c.id == bindparam("_id"), table.c.state == bindparam("_expected")))
-            .values(_values(table, columns, kept)))
+            .values({name: bindparam(f"v_{name}") for name in columns}))
 
 
 @cache
-def _attempt_update(columns: tuple[str, ...], kept: tuple[str, ...] = ()) -> Update:
+def _attempt_update(columns: tuple[str, ...]) -> Update:
     return (update(attempts)
             .where(and_(attempts.c.task_id == bindparam("_task"), attempts.c.attempt == bindparam("_attempt")))
-            .values(_values(attempts, columns, kept)))
-
-
-def _values(table: Table, columns: tuple[str, ...], kept: tuple[str, ...]) -> dict[str, Any]:
-    """Each column set from its row's `v_` parameter; one in `kept` only where the row's `s_` flag says it is set
-    (the column's own type given, which a CASE does not pass on to its parameters)."""
-    values: dict[str, Any] = {name: bindparam(f"v_{name}") for name in columns}
-    for name in kept:
-        column = table.c[name]
-        values[name] = case((bindparam(f"s_{name}", type_=Boolean), bindparam(f"v_{name}", type_=column.type)),
-                            else_=column)
-    return values
+            .values({name: bindparam(f"v_{name}") for name in columns}))
 
 
 _latest = history.alias("latest")
@@ -417,23 +405,6 @@ def _group_by_columns(pending: dict[int, tuple[Any, dict[str, Any]]]) -> dict[tu
             {"_id": row_id, "_expected": str(expected), **{f"v_{k}": v for k, v in values.items()}}
         )
     return grouped
-
-
-def _merged(grouped: dict[tuple[str, ...], list[dict]]) -> list[tuple[tuple[str, ...], tuple[str, ...], list[dict]]]:
-    """The rows of several shapes of update as one statement: (columns every row sets, columns some rows set, rows).
-    A heartbeat's attempts and tasks are updated in two to five sets of columns (a start, an end, both, a world), and
-    a statement's execution costs the controller more than a row's flag: the columns some rows leave are set from
-    their own value where a row's `s_` flag is false. One shape stays a plain statement."""
-    if len(grouped) < 2:
-        return [(columns, (), rows) for columns, rows in grouped.items()]
-    common = frozenset.intersection(*map(frozenset, grouped))
-    kept = tuple(sorted(set().union(*grouped) - common))
-    merged = []
-    for columns, rows in grouped.items():
-        unset = {f"v_{name}": None for name in kept if name not in columns}
-        flags = {f"s_{name}": name in columns for name in kept}
-        merged += ({**unset, **row, **flags} for row in rows)
-    return [(tuple(sorted(common)), kept, merged)]
 
 
 def _group_attempts(pending: dict[tuple[int, int], dict[str, Any]]) -> dict[tuple[str, ...], list[dict]]:

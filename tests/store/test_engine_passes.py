@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 import pytest
 from sqlalchemy import event
 
+from corral.core import lifecycle
 from corral.core.lifecycle import Target
 from corral.core.retries import RetryState
 from corral.engine import loop
@@ -17,9 +18,10 @@ from corral.engine.cancel import cancel_job
 from corral.engine.coordinator import run_handler
 from corral.engine.handlers import PrepareJobs, ScheduleJobs
 from corral.engine.loop import Engine, WorkerSignals
+from corral.metrics import TRANSITIONS
 from corral.store.schema import jobs
 from corral.store.worker_state import silent_workers
-from tests.store.helpers import NOW, add_worker, job, job_tasks, report, submit
+from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, report, submit
 from tests.store.test_launches import launch
 
 REPORTED = ("BUILDING", "PREPARED", "RUNNING", "SUCCEEDED")  # a task's way on its worker, in one heartbeat
@@ -202,6 +204,30 @@ async def test_a_placing_run_s_waiting_targets_are_gone_when_it_returns(store):
     # Targets keep their fields in slots (no weak references): the live ones are found among the collector's objects.
     alive = [o for o in gc.get_objects() if type(o) is Target and o.job_id == job_id]
     assert len(alive) == 2  # the placed ones, in the report
+
+
+async def test_a_placing_run_makes_no_outcome_for_a_task_that_waits_yet_counts_and_records_its_wait(store, monkeypatch):
+    """A task that finds no room needs no outcome object: its job's wait is recorded (then counted again) and the
+    skipped result counted in `corral_handler_outcomes` as one per waiting task, as when each had its outcome."""
+    made = []
+
+    def counted(*fields, _make=lifecycle._outcome):
+        made.append(fields[1])
+        return _make(*fields)
+
+    monkeypatch.setattr(lifecycle, "_outcome", counted)
+    await add_worker(store, cpu=2.0)
+    job_id = await submit(store, replicas=6, resources={"cpu": 1})
+    skipped = TRANSITIONS.labels("ScheduleJobs", "SKIPPED")
+    before = skipped._value.get()
+    await run_handler(store, ScheduleJobs(), NOW)
+    await run_handler(store, ScheduleJobs(), NOW + 1)
+    assert made == ["SUCCESS", "SUCCESS"]  # the two placed; none for the four that wait, in either run
+    assert skipped._value.get() - before == 8
+    waits = [(h.message, h.repeats, h.last_at) for h in await job_history(store, job_id)
+             if h.result == "SKIPPED" and h.task_id is None]
+    assert len(waits) == 1 and waits[0][1:] == (2, NOW + 1)
+    assert (await job(store, job_id)).pending_reason == waits[0][0]
 
 
 async def test_the_run_that_releases_a_gangs_builds_wakes_its_workers(store):

@@ -38,7 +38,7 @@ from corral.core.states import (
 )
 from corral.engine.attempts import end_attempt, requeue
 from corral.engine.effects import Doom, Effect, Place, Preempt
-from corral.engine.handlers import Decision, Handler, JobFacts, Launcher, Snapshot
+from corral.engine.handlers import Decision, Handler, HandlerResult, JobFacts, Launcher, Snapshot
 from corral.engine.priority_preemption import preempt_victims
 from corral.engine.settle import settle_jobs
 from corral.engine.target_errors import TargetError, TargetErrors, decide_apart
@@ -143,8 +143,8 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors)
         undeclared = [e for e in decision.effects if not isinstance(e, handler.effects)]
         if undeclared:
             raise TypeError(f"{handler.name} does not declare the effects {undeclared}")
-        outcomes = judge(targets, decision.result, handler.transitions, now=now, max_tries=handler.max_tries)
-        changes = _work_out(outcomes, decision, handler, job_info, task_rows, failed, now)
+        outcomes, waiting = _judged(targets, decision.result, handler, now)
+        changes = _work_out(outcomes, decision, handler, job_info, task_rows, failed, now, waiting)
         outcomes = [outcome for outcome in outcomes if outcome.target.job_id not in failed]
         for job_id, error in errors.report(handler.name, failed).items():
             _set_aside(job_id, error, handler, changes, read_states[job_id])
@@ -162,6 +162,27 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors)
         held = {task.worker_id for target in targets if target.job_id in changes.touched_jobs
                 for task in target.tasks if task.worker_id}
         return RunReport(changes.moved, changes.touched_workers | held, _acted_on(outcomes))
+
+
+def _judged(targets: list[Target], result: HandlerResult, handler: Handler,
+            now: float) -> tuple[list[Outcome], list[tuple[int, str | None]]]:
+    """`judge`'s outcomes but for the skipped ones, and those as (job id, note) in the targets' order: what a skipped
+    outcome does is count and, the first of its job's, note the job's wait, so a placing run's hundreds of waiting
+    tasks need no outcome each. Only where no target can expire (no timeout), which would interleave EXPIRED
+    outcomes among the skipped ones; otherwise every outcome is judged as before."""
+    if any(target.timeout is not None for target in targets):
+        return judge(targets, result, handler.transitions, now=now, max_tries=handler.max_tries), []
+    acted = set(result.successes)
+    acted.update(result.failures)
+    skipped, notes = set(result.skipped), result.notes
+    acting, waiting = [], []
+    for target in targets:
+        key = target.key
+        if key in acted:
+            acting.append(target)
+        elif key in skipped:
+            waiting.append((target.job_id, notes.get(key)))
+    return judge(acting, result, handler.transitions, now=now, max_tries=handler.max_tries), waiting
 
 
 def _acted_on(outcomes: list[Outcome]) -> list[Outcome]:
@@ -200,10 +221,12 @@ def may_have_targets(handler: Handler, present: set[tuple[str, bool, str, bool]]
 
 
 def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job_info: dict[int, _Job],
-              task_rows: dict[int, TaskRow], failed: dict, now: float) -> ChangeSet:
+              task_rows: dict[int, TaskRow], failed: dict, now: float,
+              waiting: list[tuple[int, str | None]] = ()) -> ChangeSet:
     """The run's changes, worked out job by job: a job whose changes raise goes to `failed` with none of them.
 
-    A job's effects come first (a placement's worker is on its move's record), then its outcomes' moves.
+    A job's effects come first (a placement's worker is on its move's record), then its outcomes' moves, then the
+    waits of `waiting` (`_judged`'s skipped targets, in order), each as its skipped outcome would have.
     """
     per_job: dict[int, ChangeSet] = {}
     moves: Counter[SchedulingResult] = Counter()  # counted here, added to the metric once per result
@@ -226,6 +249,22 @@ def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job
             if STRICT and isinstance(error, IllegalTransition):
                 raise
             failed[job_id] = error
+    for job_id, note in waiting:
+        if job_id in failed:
+            continue
+        changes = per_job.get(job_id)
+        if changes is None:
+            changes = per_job[job_id] = ChangeSet(now)
+        job = job_info[job_id]
+        if note and not job.waited:
+            try:
+                _wait(job_id, note, job, handler, changes)
+            except Exception as error:
+                if STRICT and isinstance(error, IllegalTransition):
+                    raise
+                failed[job_id] = error
+                continue
+        moves[SchedulingResult.SKIPPED] += 1
     for result, count in moves.items():
         TRANSITIONS.labels(handler.name, result).inc(count)
     changes = ChangeSet(now)
@@ -313,14 +352,8 @@ def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dic
     target, transition = outcome.target, outcome.transition
     job = job_info[target.job_id]
     if outcome.result is SchedulingResult.SKIPPED:
-        # Every wait is on record, once per job and run: a new reason is a new record, the same one is counted.
         if outcome.note and not job.waited:
-            job.waited = True
-            repeated = outcome.note == job.pending_reason
-            if not repeated:
-                job.pending_reason = outcome.note
-                changes.job_columns(target.job_id, job.state, pending_reason=outcome.note)
-            changes.wait(target.job_id, handler.name, job.state, outcome.note, repeated=repeated)
+            _wait(target.job_id, outcome.note, job, handler, changes)
         return
     if transition is None:
         changes.record(target.job_id, handler.name, outcome.result, target.state, None, outcome.note)
@@ -351,6 +384,16 @@ def _apply(outcome: Outcome, handler: Handler, changes: ChangeSet, job_info: dic
     elif not target.whole_job and transition.task is TaskState.UNSCHEDULABLE and outcome.note:
         job.pending_reason = outcome.note
         changes.job_columns(target.job_id, job.state, pending_reason=outcome.note)
+
+
+def _wait(job_id: int, note: str, job: _Job, handler: Handler, changes: ChangeSet) -> None:
+    """Every wait is on record, once per job and run: a new reason is a new record, the same one is counted."""
+    job.waited = True
+    repeated = note == job.pending_reason
+    if not repeated:
+        job.pending_reason = note
+        changes.job_columns(job_id, job.state, pending_reason=note)
+    changes.wait(job_id, handler.name, job.state, note, repeated=repeated)
 
 
 def _move_task(row: TaskRow, new: TaskState, outcome: Outcome, handler: Handler, changes: ChangeSet,

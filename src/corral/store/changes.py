@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.core.retries import RETRY_TRANSITIONS, RetryState
 from corral.core.serving import DEPLOYMENT_TRANSITIONS, REPLICA_TRANSITIONS, DeploymentState, ReplicaState
 from corral.core.states import JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState, Transitions
-from corral.store.schema import attempts, audit, deployments, history, jobs, replicas, tasks
+from corral.store.schema import attempts, audit, deployments, history, jobs, replicas, tasks, wait_record
 
 
 class StaleWrite(RuntimeError):
@@ -344,7 +344,7 @@ _COUNT_WAIT = (
     update(history)
     .where(history.c.id == select(func.max(_latest.c.id))
            .where(_latest.c.job_id == bindparam("_job"), _latest.c.handler == bindparam("_handler"),
-                  _latest.c.result == "SKIPPED", _latest.c.task_id.is_(None))
+                  wait_record(_latest))
            .scalar_subquery(),
            history.c.message == bindparam("_reason"))
     .values(repeats=history.c.repeats + 1, last_at=bindparam("_now"))
@@ -353,8 +353,7 @@ _COUNT_WAITS_ALIKE = (
     update(history)
     .where(history.c.id.in_(select(func.max(_latest.c.id))
                             .where(_latest.c.job_id.in_(bindparam("_jobs", expanding=True)),
-                                   _latest.c.handler == bindparam("_handler"), _latest.c.result == "SKIPPED",
-                                   _latest.c.task_id.is_(None))
+                                   _latest.c.handler == bindparam("_handler"), wait_record(_latest))
                             .group_by(_latest.c.job_id)),
            history.c.message == bindparam("_reason"))
     .values(repeats=history.c.repeats + 1, last_at=bindparam("_now"))

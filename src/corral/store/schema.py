@@ -16,8 +16,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     false,
+    literal_column,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 metadata = MetaData()
 
@@ -171,6 +174,20 @@ history = Table(
     Index("ix_history_deployment", "deployment_id", "id"),
     Index("ix_history_at", "at"),
 )
+
+
+def wait_record(table) -> ColumnElement[bool]:
+    """A job's own wait record (a SKIPPED row of no task) in `history` or an alias of it: the rows a wait seen again
+    is counted on. The result is written into the statement, not bound, so that both stores' planners see it imply
+    the partial index below (a generic plan of PostgreSQL's could not use it for a parameter)."""
+    return and_(table.c.result == literal_column("'SKIPPED'"), table.c.task_id.is_(None))
+
+
+# The wait records of each job and handler, latest last: a wait seen again finds the record it counts on at once,
+# where `ix_history_job` walked the job's whole history (an array's task rows among it). Only the wait records are
+# in it, so the other history rows cost no entry.
+Index("ix_history_waits", history.c.job_id, history.c.handler, history.c.id,
+      sqlite_where=wait_record(history), postgresql_where=wait_record(history))
 
 # Channels clients opened into running tasks through the controller's relay (corral.core.relay): a terminal, an
 # exec or a forwarded TCP connection. A row is written when the client connects (opening), marked open when the

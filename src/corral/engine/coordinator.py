@@ -232,7 +232,7 @@ def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job
     moves: Counter[SchedulingResult] = Counter()  # counted here, added to the metric once per result
     run = _Run(handler, job_info, task_rows)
     effects = [e for e in decision.effects if type(e) in JOB_APPLIERS]
-    work = [(e.job_id, e) for e in effects] + [(o.target.job_id, o) for o in outcomes]
+    work = [(e.job_id, e) for e in effects] + [(o.target.job_id, o) for o in outcomes] + list(waiting)
     for job_id, item in work:
         if job_id in failed:
             continue
@@ -242,29 +242,17 @@ def _work_out(outcomes: list[Outcome], decision: Decision, handler: Handler, job
         try:
             if isinstance(item, Effect):
                 JOB_APPLIERS[type(item)](item, changes, run)
-            else:
+            elif isinstance(item, Outcome):
                 _apply(item, handler, changes, job_info, task_rows)
                 moves[item.result] += 1
+            else:  # a waiting task's note, as its skipped outcome would have been applied
+                if item and not job_info[job_id].waited:
+                    _wait(job_id, item, job_info[job_id], handler, changes)
+                moves[SchedulingResult.SKIPPED] += 1
         except Exception as error:
             if STRICT and isinstance(error, IllegalTransition):
                 raise
             failed[job_id] = error
-    for job_id, note in waiting:
-        if job_id in failed:
-            continue
-        changes = per_job.get(job_id)
-        if changes is None:
-            changes = per_job[job_id] = ChangeSet(now)
-        job = job_info[job_id]
-        if note and not job.waited:
-            try:
-                _wait(job_id, note, job, handler, changes)
-            except Exception as error:
-                if STRICT and isinstance(error, IllegalTransition):
-                    raise
-                failed[job_id] = error
-                continue
-        moves[SchedulingResult.SKIPPED] += 1
     for result, count in moves.items():
         TRANSITIONS.labels(handler.name, result).inc(count)
     changes = ChangeSet(now)

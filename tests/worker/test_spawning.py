@@ -34,3 +34,17 @@ async def test_a_task_runs_without_an_asyncio_subprocess_transport(tmp_path, con
     await harness.act(StartOrder(task_id=1, attempt=0))
     report = await harness.ended()
     assert (report.state, report.exit_code) == ("FAILED", 3)
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+async def test_a_working_directory_gone_before_the_start_is_named_as_a_path(tmp_path, containment):
+    """A start whose directory vanished after its build fails as a missing program does (127), and its reason names the
+    directory as written, not as the repr of a Path object (PosixPath('...'))."""
+    harness = Harness(tmp_path, containment=containment)
+    await harness.act(build_order(["true"]))
+    harness.attempt_dir().rmdir()
+    await harness.act(StartOrder(task_id=1, attempt=0))
+    report = await harness.ended()
+    assert (report.state, report.exit_code) == ("FAILED", 127)
+    assert report.reason == f"cannot start ['true']: [Errno 2] No such file or directory: '{harness.attempt_dir()}'"
+

@@ -89,9 +89,10 @@ def cgroup_prefix(work_dir: Path) -> str:
     return f"corral-{hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]}-"
 
 
-def attempt_cgroup(parent: Path, prefix: str, task_id: int, attempt: int) -> Path:
-    """The cgroup of one attempt, of the work directory whose cgroup_prefix is `prefix`."""
-    return parent / f"{prefix}{task_id}-{attempt}"
+def attempt_cgroup(parent: Path, prefix: str, task_id: int, attempt: int) -> str:
+    """The cgroup of one attempt, of the work directory whose cgroup_prefix is `prefix`: a plain string, which every
+    start makes and a Path would cost microseconds to."""
+    return os.path.join(parent, f"{prefix}{task_id}-{attempt}")
 
 
 # a successor's sweep ---------------------------------------------------------------------

@@ -32,7 +32,7 @@ CHUNK = 1 << 20
 READ_SIZE = 1 << 18  # what one read of a task's pipe takes at most
 
 
-async def capture(pipe: int, path: Path, limit: int) -> None:
+async def capture(pipe: int, path: str | Path, limit: int) -> None:
     """Append what the task prints into the pipe's read end (which this closes) to `path`, until `limit` bytes,
     then the truncation marker; the rest is read and dropped, so the task never blocks on a full pipe and the
     file never grows past the cap. Appended, so that an `exec --detach`'s output can join a running task's.
@@ -82,7 +82,7 @@ def _wake(waiter: asyncio.Future) -> None:
         waiter.set_result(None)
 
 
-def open_log(path: Path) -> BinaryIO:
+def open_log(path: str | Path) -> BinaryIO:
     """`path` opened to append, created if missing. It may be opened after the task has run for a while, in a
     directory a task run as its owner may write: a symbolic link put there is refused (ELOOP) rather than followed
     to one of root's files, and anything but a plain file (a FIFO would block the open) is refused too."""
@@ -96,7 +96,7 @@ def open_log(path: Path) -> BinaryIO:
 
 @dataclass
 class _Attempt:
-    directory: Path
+    directory: str | Path
     offsets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one sender per attempt: offsets stay ordered
     final: bool = False  # flushed already: forget it once everything has arrived
@@ -111,7 +111,7 @@ class LogShipper:
         self.flush_timeout = flush_timeout
         self._attempts: dict[tuple[int, int], _Attempt] = {}
 
-    def watch(self, task_id: int, attempt: int, directory: Path) -> None:
+    def watch(self, task_id: int, attempt: int, directory: str | Path) -> None:
         """Start shipping `directory/stdout` and `directory/stderr` of this attempt."""
         self._attempts.setdefault((task_id, attempt), _Attempt(directory))
 
@@ -159,7 +159,7 @@ class LogShipper:
             for stream in STREAMS:
                 if stream not in present:
                     continue
-                path = entry.directory / stream
+                path = os.path.join(entry.directory, stream)
                 try:
                     with open(path, "rb", opener=no_follow) as file:
                         end = file.seek(0, 2)  # what exists now: a chatty task cannot keep a round going

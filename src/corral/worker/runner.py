@@ -92,7 +92,7 @@ log = logging.getLogger("corral.worker.runner")
 Report = Callable[[TaskReport], None]
 FetchBundle = Callable[[str], Awaitable[Path]]
 FlushLogs = Callable[[int, int], Awaitable[None]]
-WatchLogs = Callable[[int, int, Path], None]
+WatchLogs = Callable[[int, int, str], None]
 FetchCheckpoint = Callable[[int, Path], Awaitable[None]]  # (task, destination)
 SaveCheckpoint = Callable[[int, int, int, Path], Awaitable[str | None]]  # (task, attempt, epoch, file) -> error
 Dial = Callable[[RelayOrder], AbstractAsyncContextManager[Socket]]  # the WebSocket back to the relay of an order
@@ -122,7 +122,7 @@ _SHIM = _lean("shim")
 _WARDEN = _lean("warden")
 
 
-def _launch(command: list[str], cwd: Path, env: dict[str, str], record: Path, cgroup: Path | None,
+def _launch(command: list[str], cwd: str | Path, env: dict[str, str], record: str | Path, cgroup: str | Path | None,
             shim_options: Sequence[str] = (), account: Account | None = None, enter: str | None = None) -> list[str]:
     """The argv that runs `command`, as `account` when given: in its cgroup (which then holds every process it
     starts), through a shell that moves itself there and execs the command (through setpriv, which changes user),
@@ -163,11 +163,11 @@ _FOUND: dict[tuple[str, str], str] = {}
 _FOUND_KEPT = 256
 
 
-def _check_executable(program: str, cwd: Path, path: str) -> None:
+def _check_executable(program: str, cwd: str | Path, path: str) -> None:
     """Raise what exec would raise for a program that is missing or not executable."""
     if os.sep in program:
-        candidate = cwd / program
-        if not candidate.exists():
+        candidate = os.path.join(cwd, program)
+        if not os.path.exists(candidate):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
         if not os.access(candidate, os.X_OK):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
@@ -189,12 +189,12 @@ def _runnable(file: str) -> bool:
     return os.access(file, os.X_OK) and not os.path.isdir(file)
 
 
-def _private_directory(directory: Path) -> None:
+def _private_directory(directory: str) -> None:
     """Make `directory` (and its parents), open to its owner alone. Called in a thread: a mkdir on a busy disk waits
     for the file system's journal, for a millisecond or, at worst, a hundred, and the worker's loop would wait with
     it, every other task's start, end and report too."""
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o700)
+    os.makedirs(directory, exist_ok=True)
+    os.chmod(directory, 0o700)
 
 
 def _stat(path: Path) -> tuple[int, int] | None:
@@ -227,12 +227,14 @@ def _order_action(order: Order) -> str:
 @dataclass(eq=False)
 class _Attempt:
     order: BuildOrder
-    directory: Path
+    # Its directory, as a plain string: a task's start and end join a few names to it, and a Path costs microseconds
+    # to make where a string's join costs nothing (`directory` makes the Path for what needs one).
+    path: str
     lock: asyncio.Lock  # build, start and the end of a stop happen one at a time
     prepared: bool = False
     build: asyncio.Task | None = None
     process: Child | None = None  # the task, or its shim
-    cgroup: Path | None = None  # where the task runs in a cgroup of its own (no shim)
+    cgroup: str | None = None  # where the task runs in a cgroup of its own (no shim)
     captures: list[asyncio.Task] = field(default_factory=list)  # stdout and stderr, from pipes to files
     lifeline: int | None = None  # the write end of the shim's stdin: closing it kills the attempt
     supervisor: asyncio.Task | None = None
@@ -260,10 +262,13 @@ class _Attempt:
         return self.order.task_id, self.order.attempt
 
     @functools.cached_property
-    def cwd(self) -> Path:
-        """Made once: a start asks for it a few times, and a Path costs microseconds to make."""
+    def directory(self) -> Path:
+        return Path(self.path)
+
+    @property
+    def cwd(self) -> str:
         assert self.world is not None, "an attempt has a working directory once prepared"
-        return Path(self.world.directory)
+        return self.world.directory
 
     @property
     def checkpoint(self) -> Path:
@@ -318,6 +323,7 @@ class Runner:
         self.log_limit = log_limit  # bytes kept per stream per attempt
         self.cgroups = cgroup_parent(containment)  # None: processes are tracked by the shim alone
         self.cgroup_prefix = cgroup_prefix(work_dir)  # its attempts' cgroups' names: found once (a path's resolve)
+        self._tasks_dir = os.path.join(work_dir, "tasks")  # where the attempts' directories are, as a string
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
         # What a task's processes enter their cgroup by: the built program, or None for the shell.
         self.enter = enter_program(self.cgroups) if self.cgroups else None
@@ -424,8 +430,8 @@ class Runner:
         ref = (order.task_id, order.attempt)
         if ref in self._ended or ref in self._attempts:
             return  # stopped before it was built
-        directory = self.work_dir / "tasks" / f"{order.task_id}-{order.attempt}"
-        att = self._attempts[ref] = _Attempt(order, directory, asyncio.Lock())
+        att = self._attempts[ref] = _Attempt(order, f"{self._tasks_dir}/{order.task_id}-{order.attempt}",
+                                             asyncio.Lock())
         att.build = self._spawn(self._prepare(att))  # its own task, so a stop can cancel it alone
         await asyncio.wait([att.build])
         # An independent task: no start order comes, and one that does is a repeat. One its build ended is gone.
@@ -439,18 +445,18 @@ class Runner:
             try:
                 if self.run_as_owners and att.order.run_as:
                     att.account = Account.named(att.order.run_as, self.name)
-                await asyncio.to_thread(_private_directory, att.directory)
-                att.world = self._world(att.order, att.directory)
+                await asyncio.to_thread(_private_directory, att.path)
+                att.world = self._world(att.order, att.path)
                 if att.world.start == "bundle":
                     archive = await self._fetch_bundle(att.order.bundle)
-                    await asyncio.to_thread(extract, archive, att.cwd)
+                    await asyncio.to_thread(extract, archive, Path(att.cwd))
                 if att.order.checkpoint and self._fetch_checkpoint is not None:
                     await self._restore_checkpoint(att)
                 if att.account is not None:
                     await asyncio.to_thread(att.account.give, att.directory)
                 if att.order.pip or att.order.python:
-                    self._watch_logs(*att.ref, att.directory)  # its build log is shipped like its output
-                    att.environment = await self.environments.acquire(att.order.python, att.order.pip, att.cwd,
+                    self._watch_logs(*att.ref, att.path)  # its build log is shipped like its output
+                    att.environment = await self.environments.acquire(att.order.python, att.order.pip, Path(att.cwd),
                                                                       att.directory / "build")
             except EnvironmentBuildError as error:
                 log.warning("task=%s attempt=%s environment build failed: %s", *att.ref, error)
@@ -467,13 +473,13 @@ class Runner:
             att.prepared = True
             self._emit(att.ref, TaskState.PREPARED, world=self._reported_world(att))
 
-    def _world(self, order: BuildOrder, directory: Path) -> AttemptWorld:
+    def _world(self, order: BuildOrder, directory: str) -> AttemptWorld:
         """Where the attempt starts, by the rule of corral.core.workdir: the submission directory itself, an
         unpacked copy of its bundle, or its own empty directory. Raises WorkdirUnavailable when it can be none."""
         start = choose_start(order.workdir, order.bundle, self.filesystem, self.shared_fs, os.path.isdir)
-        cwd = Path(order.workdir.path) if start == "shared" and order.workdir else \
-            directory / "work" if start == "bundle" else directory
-        return AttemptWorld(start=start, directory=str(cwd))
+        cwd = str(Path(order.workdir.path)) if start == "shared" and order.workdir else \
+            f"{directory}/work" if start == "bundle" else directory
+        return AttemptWorld(start=start, directory=cwd)
 
     @staticmethod
     def _reported_world(att: _Attempt) -> AttemptWorld:
@@ -500,7 +506,7 @@ class Runner:
                 env.update(gpu_env(att.order, self.gpu_memory, self.mps))
             if att.account is not None:
                 env.update(att.account.env())
-            env["CORRAL_CHECKPOINT_PATH"] = str(att.checkpoint)
+            env["CORRAL_CHECKPOINT_PATH"] = f"{att.path}/checkpoint"  # att.checkpoint, without making its Path
             att.memory_at_start = self.memory.read()
             port = free_port() if att.order.allocate_port else None
             if port is not None:
@@ -510,10 +516,11 @@ class Runner:
             lifeline, att.lifeline = os.pipe() if att.cgroup is None else (subprocess.DEVNULL, None)
             tty = att.order.interactive
             try:
-                argv = _launch(command, att.cwd, env, att.directory / RECORD, att.cgroup, ["--tty"] if tty else [],
+                argv = _launch(command, att.cwd, env, f"{att.path}/{RECORD}", att.cgroup, ["--tty"] if tty else [],
                                att.account, self.enter)
                 if att.cgroup is not None:  # a successor finds it by its name (cgroup_prefix)
-                    att.cgroup.mkdir(exist_ok=True)
+                    with contextlib.suppress(FileExistsError):  # a name under a cgroup is a cgroup, or a kernel file
+                        os.mkdir(att.cgroup)
                 if tty:  # the terminal is read until no process holds its slave side, even if none starts
                     master, slave = open_pty(*TERMINAL_SIZE)
                     att.terminal = Terminal(master, att.directory / "stdout", self.log_limit)
@@ -524,7 +531,7 @@ class Runner:
                     # Pipes of our own, not the process's: its exit is seen even while a leftover child holds them.
                     # Their captures end when every writer has gone, or at once if the process does not start.
                     (out_read, stdout), (err_read, stderr) = os.pipe(), os.pipe()
-                    att.captures = [self._spawn(capture(fd, att.directory / name, self.log_limit))
+                    att.captures = [self._spawn(capture(fd, f"{att.path}/{name}", self.log_limit))
                                     for name, fd in (("stdout", out_read), ("stderr", err_read))]
                     stdin, child_ends = lifeline, (stdout, stderr)
                 try:
@@ -543,7 +550,7 @@ class Runner:
             finally:
                 if att.cgroup is None:
                     os.close(lifeline)
-            self._watch_logs(*att.ref, att.directory)
+            self._watch_logs(*att.ref, att.path)
             log.info("task=%s attempt=%s running pid=%s", *att.ref, att.process.pid)
             self._emit(att.ref, TaskState.RUNNING, port=port)
             att.supervisor = self._spawn(self._supervise(att))
@@ -803,7 +810,7 @@ class _Place:
         att.forget_ended_execs()
         lifeline: int | None = None
         if att.cgroup is not None:
-            argv = _launch(command, att.cwd, att.env, att.directory / RECORD, att.cgroup, account=att.account,
+            argv = _launch(command, att.cwd, att.env, f"{att.path}/{RECORD}", att.cgroup, account=att.account,
                            enter=self.runner.enter)
             process = spawn(argv, att.cwd, att.env, stdin, stdout, stderr, preexec_fn=take_terminal if tty else None)
         else:
@@ -835,7 +842,7 @@ class _Place:
         ends = []
         for name in ("stdout", "stderr"):
             read, write = os.pipe()
-            self.att.captures.append(self.runner._spawn(capture(read, self.att.directory / name,
+            self.att.captures.append(self.runner._spawn(capture(read, f"{self.att.path}/{name}",
                                                                 self.runner.log_limit)))
             ends.append(write)
         return ends[0], ends[1]

@@ -309,3 +309,30 @@ async def test_settling_reads_its_jobs_and_their_task_counts_in_one_statement_on
     assert len(settling) == (1 if store.is_sqlite else 2), settling
     assert (await job(store, first)).state == "SUCCEEDED"
     assert (await job(store, second)).state == "RUNNING"
+
+
+async def test_after_a_run_that_moved_something_the_pass_reads_what_is_present_in_that_runs_transaction(
+        engine, reads, monkeypatch):
+    """Not in a read transaction of its own after the commit: the run's own transaction reads it last."""
+    opened: list[int] = []
+    read = engine.store.read
+
+    @asynccontextmanager
+    async def counted(handler=None):
+        opened.append(1)
+        async with read(handler) as connection:
+            yield connection
+
+    monkeypatch.setattr(engine.store, "read", counted)
+    engine.reap_after = time.time() + 3600  # the reaper's own read is not this test's
+    worker = await add_worker(engine.store, now=time.time())
+    job_id = await submit(engine.store, now=time.time())
+    opened.clear()
+    reads.clear()
+    assert await engine.run_pass()
+    assert reads == [1, 1]  # at the start, and once the placing run moved something
+    assert opened == [1]  # the first only: the second was the placing run's
+    assert {task.worker_id for task in await job_tasks(engine.store, job_id)} == {worker}
+    opened.clear()
+    assert not await engine.run_pass()  # starts from that read: nothing committed since
+    assert opened == []

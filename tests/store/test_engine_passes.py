@@ -144,9 +144,9 @@ async def test_a_pass_runs_the_cascade_only_where_a_job_was_launched_by_another(
     ran: list[str] = []
     run = loop.run_handler
 
-    async def recorded(store, handler, now, errors=None):
+    async def recorded(store, handler, now, errors=None, **rest):
         ran.append(handler.name)
-        return await run(store, handler, now, errors)
+        return await run(store, handler, now, errors, **rest)
 
     monkeypatch.setattr(loop, "run_handler", recorded)
     await add_worker(engine.store, cpu=8, now=time.time())
@@ -284,3 +284,55 @@ async def test_a_passs_read_of_what_is_present_and_of_retries_due_is_one_stateme
     finally:
         for each in engines:
             event.remove(each, "before_cursor_execute", listener)
+
+
+async def test_settling_reads_its_jobs_and_their_task_counts_in_one_statement_on_sqlite(store):
+    """SQLite has one writer, so there is nothing to lock: the jobs' rows and their tasks' counts are one read. On
+    PostgreSQL the rows are read locked (FOR UPDATE), which a grouped read cannot be: two."""
+    worker = await add_worker(store, now=time.time())
+    first = await submit(store, now=time.time(), replicas=2)
+    second = await submit(store, now=time.time())
+    await run_handler(store, ScheduleJobs(), time.time())
+    statements: list[str] = []
+
+    def listener(connection, cursor, statement, *args) -> None:
+        statements.append(statement)
+
+    event.listen(store.writer.sync_engine, "before_cursor_execute", listener)
+    try:
+        tasks = [task for job_id in (first, second) for task in await job_tasks(store, job_id)]
+        await report(store, worker, *[(task.id, task.attempt, state, 0) for task in tasks[:2] for state in REPORTED],
+                     *[(task.id, task.attempt, "RUNNING", 0) for task in tasks[2:]], now=time.time())
+    finally:
+        event.remove(store.writer.sync_engine, "before_cursor_execute", listener)
+    settling = [s for s in statements if "count(" in s.lower() or "jobs.max_task_failures" in s]
+    assert len(settling) == (1 if store.is_sqlite else 2), settling
+    assert (await job(store, first)).state == "SUCCEEDED"
+    assert (await job(store, second)).state == "RUNNING"
+
+
+async def test_after_a_run_that_moved_something_the_pass_reads_what_is_present_in_that_runs_transaction(
+        engine, reads, monkeypatch):
+    """Not in a read transaction of its own after the commit: the run's own transaction reads it last."""
+    opened: list[int] = []
+    read = engine.store.read
+
+    @asynccontextmanager
+    async def counted(handler=None):
+        opened.append(1)
+        async with read(handler) as connection:
+            yield connection
+
+    monkeypatch.setattr(engine.store, "read", counted)
+    engine.reap_after = time.time() + 3600  # the reaper's own read is not this test's
+    worker = await add_worker(engine.store, now=time.time())
+    job_id = await submit(engine.store, now=time.time())
+    opened.clear()
+    reads.clear()
+    assert await engine.run_pass()
+    assert reads == [1, 1]  # at the start, and once the placing run moved something
+    assert opened == [1]  # the first only: the second was the placing run's
+    assert {task.worker_id for task in await job_tasks(engine.store, job_id)} == {worker}
+    opened.clear()
+    assert not await engine.run_pass()  # starts from that read: nothing committed since
+    assert opened == []

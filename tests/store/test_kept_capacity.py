@@ -192,3 +192,34 @@ async def test_an_update_that_fails_midway_leaves_the_index_to_be_built_afresh(s
             await kept_now(store, kept)
     assert facts(await kept_now(store, kept)) == facts(await rebuilt(store))
     assert kept.rebuilds == 2
+
+
+async def test_on_sqlite_the_capacity_fence_reads_its_workers_with_the_tasks_holding_room_in_one_statement(store):
+    """SQLite has one writer: nothing to lock before the flush, so the workers and what they hold are one read after
+    it, judged as before (here over-booked). PostgreSQL locks the workers first, then reads what they hold: two."""
+    worker = await add_worker(store, cpu=1.0)
+    await submit(store)
+    await run_handler(store, ScheduleJobs(), NOW)  # placed on `worker`, the only one: it is full
+    idle = await add_worker(store, "w1", cpu=1.0)
+    late, other = await submit(store), await submit(store)
+    statements: list[str] = []
+    listen = lambda *args: statements.append(args[2])  # noqa: E731
+    event.listen(store.writer.sync_engine, "before_cursor_execute", listen)
+    try:
+        with pytest.raises(StaleWrite, match="over-booked"):
+            async with store.write() as connection:
+                changes = ChangeSet(NOW)
+                for job_id, on in ((late, worker), (other, idle)):  # a second worker that holds nothing
+                    task = (await job_tasks(store, job_id))[0]
+                    row = TaskRow(task.id, job_id, 0, TaskState.PENDING, 0, None)
+                    row.worker_id = on
+                    changes.task_columns(row, worker_id=on, gpu_ids=[])
+                    changes.task(row, TaskState.ASSIGNED, handler="ScheduleJobs")
+                    changes.new_attempt(row, on)
+                statements.clear()
+                async with capacity_fence(connection, changes.placed_workers):
+                    await changes.flush(connection)
+    finally:
+        event.remove(store.writer.sync_engine, "before_cursor_execute", listen)
+    fence = [s for s in statements if s.lstrip().startswith("SELECT") and ("FROM workers" in s or "tasks.gpu_ids" in s)]
+    assert len(fence) == (1 if store.is_sqlite else 2), [s[:70] for s in fence]

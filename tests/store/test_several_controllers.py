@@ -140,7 +140,7 @@ async def test_an_engine_finding_a_handler_busy_counts_it_and_looks_again_soon(t
 async def test_a_fenced_off_run_is_one_info_line_and_counted(store, monkeypatch, caplog):
     await submit(store)
 
-    async def fenced(*_args):
+    async def fenced(*_args, **_rest):
         raise StaleWrite("tasks: 1 rows changed under us")
 
     monkeypatch.setattr(loop, "run_handler", fenced)

@@ -84,6 +84,7 @@ class RunReport:
     changed: bool = False
     workers: set[str] = field(default_factory=set)
     outcomes: list[Outcome] = field(default_factory=list)  # all but the skipped ones (_acted_on)
+    after: Any = None  # what `then` read at the end of a run that changed something
 
 
 @dataclass(slots=True)  # one per target job a pass
@@ -110,17 +111,21 @@ class _Job:
         return self.facts.max_retries_preemption
 
 
-async def run_handler(store: Store, handler: Handler, now: float, errors: TargetErrors | None = None) -> RunReport:
+async def run_handler(store: Store, handler: Handler, now: float, errors: TargetErrors | None = None,
+                      then: Callable[[AsyncConnection], Awaitable[Any]] | None = None) -> RunReport:
     """One run. A job the handler raises about is left out and reported to `errors` (kept across runs by the
-    engine: that is how a streak is seen); the run goes on for the others and commits."""
+    engine: that is how a streak is seen); the run goes on for the others and commits. A run that changed something
+    ends its transaction with `then`'s read (its report's `after`): what is there once it commits, without a
+    transaction of its own."""
     errors = errors or TargetErrors()
     # A placing run reads and decides over some hundred thousand short-lived objects (every pending task's row,
     # target and unit): the collector's full collections would walk them and every long-lived object besides.
     with paused() if handler.needs_rooms else nullcontext():
-        return await _run(store, handler, now, errors)
+        return await _run(store, handler, now, errors, then)
 
 
-async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors) -> RunReport:
+async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors,
+               then: Callable[[AsyncConnection], Awaitable[Any]] | None) -> RunReport:
     async with store.write(handler.name) as connection:
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
                                  handler.launcher_states, handler.batch_rows or BATCH_ROWS)
@@ -161,7 +166,8 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors)
         # workers are woken with those whose tasks moved.
         held = {task.worker_id for target in targets if target.job_id in changes.touched_jobs
                 for task in target.tasks if task.worker_id}
-        return RunReport(changes.moved, changes.touched_workers | held, _acted_on(outcomes))
+        after = await then(connection) if then is not None and changes.moved else None
+        return RunReport(changes.moved, changes.touched_workers | held, _acted_on(outcomes), after)
 
 
 def _judged(targets: list[Target], result: HandlerResult, handler: Handler,

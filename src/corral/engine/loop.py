@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from corral.core.retries import NAME as RETRY_JOBS
 from corral.core.states import Fact
@@ -26,6 +27,9 @@ from corral.store.retries import next_due
 from corral.store.store import Store
 from corral.store.worker_state import reaping_due
 from corral.waiting import woken
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 log = logging.getLogger("corral.engine")
 
@@ -164,11 +168,21 @@ class Engine:
         with no target in them is not run: it would take the writer for a read that finds nothing."""
         commits = self.commits  # before the read: a commit that ends during it makes the read stale
         async with self.store.read() as connection:
-            now = time.time()
-            states, wanted = await present_and_retries(connection, TARGET_JOB_STATES, now)
-            if not wanted and self.retry_due is not None and self.retry_due <= now:
-                self.retry_due = await next_due(connection)  # it went (cancelled): wake for the next one only
-            return Present(states, wanted, commits)
+            return await self._read_present(connection, commits)
+
+    async def _read_present(self, connection: AsyncConnection, commits: int) -> Present:
+        now = time.time()
+        states, wanted = await present_and_retries(connection, TARGET_JOB_STATES, now)
+        if not wanted and self.retry_due is not None and self.retry_due <= now:
+            self.retry_due = await next_due(connection)  # it went (cancelled): wake for the next one only
+        return Present(states, wanted, commits)
+
+    async def _present_once_committed(self, connection: AsyncConnection) -> Present:
+        """`_present` read at the end of a handler run's write transaction that changed something: what there is
+        once it commits (that commit counted), without a read transaction of its own after it. A commit here by
+        another transaction meanwhile (none can come between on this store's one writer) makes it stale, as a
+        read's."""
+        return await self._read_present(connection, self.commits + 1)
 
     async def _first_read(self, woken: bool) -> Present:
         """What a pass starts from: the last read of the changed pass before it, where nothing was committed here
@@ -205,7 +219,8 @@ class Engine:
                 self.target_errors.report(handler.name, {})
                 continue
             try:
-                report = await run_handler(self.store, handler, time.time(), self.target_errors)
+                report = await run_handler(self.store, handler, time.time(), self.target_errors,
+                                           then=self._present_once_committed)
             except HandlerBusy:
                 self.busy = True
                 continue
@@ -221,7 +236,7 @@ class Engine:
             if report.changed:
                 changed = True
                 self.signals.notify(report.workers)
-                read = await self._present()
+                read = report.after
         if await self._reap():
             return True
         if changed:

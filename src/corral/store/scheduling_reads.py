@@ -161,19 +161,29 @@ async def capacity_fence(connection: AsyncConnection, worker_ids: Collection[str
     flush their room is worked out again from the task rows as they are now, which a transaction that waited reads
     with the first one's commit. StaleWrite when one is over-booked, no longer alive or gone: another controller's
     pass booked it first, and this transaction commits nothing. The placement facts of the jobs holding room come
-    from `kept` where it has them (a job's spec never changes once stored); the others are read."""
+    from `kept` where it has them (a job's spec never changes once stored); the others are read. On SQLite, with
+    one writer, no row needs a lock: the workers are read after the flush with the tasks holding room on them, in
+    one statement, and judged alike."""
     ids = sorted(worker_ids)
     if not ids:
         yield
         return
-    rows = []
-    for start in range(0, len(ids), CHUNK):
-        rows += (await connection.execute(_LOCK_WORKERS, {"ids": ids[start:start + CHUNK]})).all()
-    yield
-    held = []
-    for start in range(0, len(ids), CHUNK):
-        held += (await connection.execute(_HELD_ON, {"ids": ids[start:start + CHUNK]})).all()
-    facts = await (kept or KeptCapacity()).placements(connection, {row.job_id for row in held})
+    rows, held = [], []
+    if connection.dialect.name == "sqlite":  # one writer: nothing to lock, so the workers are read with their tasks
+        yield
+        for start in range(0, len(ids), CHUNK):
+            for row in (await connection.execute(_WORKERS_HOLDING, {"ids": ids[start:start + CHUNK]})).all():
+                if not rows or rows[-1].id != row.id:
+                    rows.append(row)
+                if row.job_id is not None:
+                    held.append(row[-6:])
+    else:
+        for start in range(0, len(ids), CHUNK):
+            rows += (await connection.execute(_LOCK_WORKERS, {"ids": ids[start:start + CHUNK]})).all()
+        yield
+        for start in range(0, len(ids), CHUNK):
+            held += (await connection.execute(_HELD_ON, {"ids": ids[start:start + CHUNK]})).all()
+    facts = await (kept or KeptCapacity()).placements(connection, {job_id for _, job_id, *_ in held})
     # What each task holds, a request and its devices; equal requests are one object (a pass may place thousands
     # of tasks of a few kinds), and the rows are unpacked by position (a row answers a name some twenty times slower).
     requests: dict[tuple, Request] = {}
@@ -200,6 +210,11 @@ _LOCK_WORKERS = (select(*ROOM_COLUMNS).where(workers.c.id.in_(bindparam("ids", e
                  .order_by(workers.c.id).with_for_update())
 _HELD_ON = (select(tasks.c.worker_id, tasks.c.job_id, tasks.c.cpu, tasks.c.memory, tasks.c.gpu, tasks.c.gpu_ids)
             .where(_HOLDS_ROOM, tasks.c.worker_id.in_(bindparam("ids", expanding=True))))
+# On SQLite, both read once the changes are flushed, in one statement: each worker's row on each task holding room
+# on it (its last six columns those of `_HELD_ON`), one row of NULL task columns for a worker that holds none.
+_WORKERS_HOLDING = (select(*ROOM_COLUMNS, *_HELD_ON.selected_columns)
+                    .select_from(workers.outerjoin(tasks, and_(tasks.c.worker_id == workers.c.id, _HOLDS_ROOM)))
+                    .where(workers.c.id.in_(bindparam("ids", expanding=True))).order_by(workers.c.id))
 
 
 async def file_systems_in_pool(connection: AsyncConnection, pool: str) -> list[tuple[str | None, list[str]]]:

@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState
-from corral.store.schema import history, jobs, tasks
+from corral.store.inserts import INSERT_HISTORY
+from corral.store.schema import jobs, tasks
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,9 @@ async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key
 # multi-row VALUES one after the other in their order, each the largest id so far plus one.
 _INSERT_JOBS = insert(jobs).returning(jobs.c.id)
 _INSERT_JOBS_IN_ORDER = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
-# Their tasks' and first history records' statements, made once: a statement made anew at each execution has its
-# cache key worked out again each time.
-_INSERT_TASKS, _INSERT_HISTORY = insert(tasks), insert(history)
+# Their tasks' statement, made once (and their first history records' in `inserts`): a statement made anew at each
+# execution has its cache key worked out again each time.
+_INSERT_TASKS = insert(tasks)
 
 
 async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: float) -> list[int]:
@@ -82,7 +83,7 @@ def write_job_rows(connection: Connection, dated: Sequence[tuple[NewJob, float]]
              gpu=job.spec.resources.gpu)
         for job_id, (job, now) in zip(ids, dated, strict=True) for i in range(job.spec.replicas)
     ])
-    connection.execute(_INSERT_HISTORY, [
+    connection.execute(INSERT_HISTORY, [
         dict(at=now, job_id=job_id, handler=job.created_by, result="SUCCESS", to_state=JobState.PENDING,
              event="job.submitted", message=job.note or _submitted(job))
         for job_id, (job, now) in zip(ids, dated, strict=True)

@@ -187,3 +187,19 @@ async def test_admin_changes_name_their_object_and_a_retry_policy_is_kept_in_the
                     ("quota.set", "project vision", 200, {"limits": {"gpu": 4}}),
                     ("retry_policy.delete", "cluster", 200, {}),
                     ("retry_policy.set", "project vision", 200, {"policy": {"max_retries": 2}})]
+
+
+async def test_an_object_template_is_parsed_once_not_for_every_row(api, monkeypatch) -> None:
+    """The rows name their objects as ever, the template's fields worked out once (not a parse of it per row)."""
+    import string
+
+    parsed = []
+    parse = string.Formatter.parse
+    monkeypatch.setattr(string.Formatter, "parse", lambda self, text: parsed.append(text) or parse(self, text))
+    async with api.admin() as admin:
+        ids = [(await admin.post("/api/v1/jobs", json={"command": ["true"]})).json()["id"] for _ in range(3)]
+        for job_id in ids:
+            assert (await admin.post(f"/api/v1/jobs/{job_id}/cancel")).status_code == 200
+    rows = await _log(api, action="job.cancel")
+    assert sorted(row["object"] for row in rows) == sorted(f"job {job_id}" for job_id in ids)
+    assert parsed.count("job {job_id}") <= 1

@@ -101,3 +101,36 @@ async def test_every_other_call_reaches_the_route(api, served, headers, body, st
         reply = await admin.post("/api/v1/jobs", content=body, headers={"content-type": "application/json", **headers})
     assert reply.status_code == status, reply.text
     assert served == []
+
+
+@pytest.mark.parametrize("body", [
+    b'{"command": ["true"], "command": ["false"], "labels": {"a": "b", "a": "c"}}',  # duplicate keys: the last
+    b'{"command": ["true"], "replicas": "3", "gang": "1", "priority": " High "}',  # strings the fields read
+    b'{"command": ["true"], "replicas": 2.0, "max_task_failures": 1e0, "grace_period": 1E2, "time_limit": "2h"}',
+    '{"command": ["true"], "name": "Jöb", "env": {"A": "ünï \U0001f600"}, "resources": {"memory": "1GiB"}}'.encode(),
+    b'{"command": ["true"], "after_any": [], "begin": "1.7e9", "retry_policy": {"max_retries": 2}}',
+])
+async def test_a_body_validated_from_its_bytes_is_answered_as_the_route_answers_it(api, served, monkeypatch,
+                                                                                 body) -> None:
+    """A body with no string to walk is validated by pydantic from its bytes, without `json.loads`: the same spec,
+    so the same answer and row, as the route's (which parses the JSON, then validates the objects)."""
+    def refused(*args, **kwargs):
+        raise AssertionError("the lane parsed the body with json.loads")
+
+    monkeypatch.setattr(submit_lane.json, "loads", refused)  # the lane's module's json is the json module
+    async with api.admin() as admin:
+        laned = await admin.post("/api/v1/jobs", content=body, headers={"content-type": "application/json"})
+        monkeypatch.undo()
+        routed = await admin.post(ROUTED, content=body, headers={"content-type": "application/json"})
+    assert laned.status_code == 201, laned.text
+    _same(laned, routed)
+    assert len(served) == 1
+
+
+async def test_a_body_json_mode_refuses_reaches_the_route(api, served) -> None:
+    """A UTF-8 BOM: `json.loads` (the route's parse) skips it, pydantic's JSON mode refuses it: the route answers."""
+    async with api.admin() as admin:
+        reply = await admin.post("/api/v1/jobs", content=b"\xef\xbb\xbf" + json.dumps(JOB).encode(),
+                                 headers={"content-type": "application/json"})
+    assert reply.status_code == 201, reply.text
+    assert served == []

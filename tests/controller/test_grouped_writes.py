@@ -99,3 +99,28 @@ async def test_a_submission_whose_key_is_taken_fails_alone_and_writes_nothing(st
         counts = [(await connection.execute(text(f"SELECT count(*) FROM {table}"))).scalar()  # noqa: S608
                   for table in ("jobs", "history", "audit")]
     assert counts == [8, 8, 8]  # the first, and the seven others: nothing of the refused one
+
+
+async def test_a_groups_four_statements_run_in_one_greenlet(store, monkeypatch) -> None:
+    """SQLAlchemy's asyncio layer spawns a greenlet for each statement executed on its own; the group's jobs, tasks,
+    history and audit statements run inside one `run_sync`: one spawn, not four."""
+    from sqlalchemy.ext.asyncio import engine as asyncio_engine
+
+    spawned = []
+    spawn = asyncio_engine.greenlet_spawn
+
+    async def counted(fn, *args, **kwargs):
+        spawned.append(fn)
+        return await spawn(fn, *args, **kwargs)
+
+    statements = []
+    event.listen(store.writer.sync_engine, "before_cursor_execute",
+                 lambda *args: statements.append(args[2].split()[0:3]))
+    async with store.write() as connection:
+        monkeypatch.setattr(asyncio_engine, "greenlet_spawn", counted)
+        written = await write_submissions(connection, [_submission("a", 1.0, replicas=2), _submission("b", 2.0)])
+        monkeypatch.undo()
+    assert [[row["name"] for row in own] for _, own in written] == [["a"], ["b"]]
+    assert [words[2] for words in statements if words[:2] == ["INSERT", "INTO"]] == ["jobs", "tasks", "history",
+                                                                                      "audit"]
+    assert len(spawned) == 1

@@ -11,6 +11,7 @@ Workers' and routers' own calls (registration, heartbeats, logs, results, load r
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import string
@@ -224,10 +225,15 @@ def _principal(connection: HTTPConnection, outcome: int) -> Principal | None:
 def _object(named: Named, fields: Mapping[str, Any]) -> str | None:
     if named.object is None:
         return None
-    wanted = [name for _, name, _, _ in string.Formatter().parse(named.object) if name]
-    if any(name not in fields for name in wanted):
+    if any(name not in fields for name in _wanted(named.object)):
         return None  # a refused creation: nothing was created to name
     return storable(named.object.format_map(fields))[:200]
+
+
+@functools.cache
+def _wanted(template: str) -> tuple[str, ...]:
+    """The fields an object template names, parsed once a template (ACTIONS's are few), not for every row."""
+    return tuple(name for _, name, _, _ in string.Formatter().parse(template) if name)
 
 
 def _reply_fields(reply: bytes) -> dict[str, Any]:

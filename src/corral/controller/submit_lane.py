@@ -80,9 +80,16 @@ def _plain_headers(scope: Scope) -> bool:
 
 
 def _spec(body: bytes) -> JobSpec | None:
-    """The body as FastAPI validates it for the route (the parsed JSON, from attributes); None where it fails."""
+    """The body as FastAPI validates it for the route (the parsed JSON, from attributes); None where it fails.
+
+    A body whose bytes hold no string to walk (`clean_json`) is validated by pydantic from its bytes, in one pass
+    (JSON mode), rather than parsed by `json.loads` and validated from the objects made: half the cost. Where JSON
+    mode accepts such a body it makes the spec the route would (the same values and fields set: JSON's types are
+    what the objects parsed are, and a duplicate key keeps its last value either way); what it refuses (a UTF-8 BOM
+    that `json.loads` skips, say) goes to the route, whose answer it then is."""
     try:
-        return JobSpec.model_validate(json.loads(body), from_attributes=True,
-                                      context=CLEAN_JSON if clean_json(body) else None)
+        if clean_json(body):
+            return JobSpec.model_validate_json(body, context=CLEAN_JSON)
+        return JobSpec.model_validate(json.loads(body), from_attributes=True)
     except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None

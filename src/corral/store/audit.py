@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Row, delete, func, insert, select
+from sqlalchemy import Connection, Row, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.store.inserts import INSERT_AUDIT
 from corral.store.schema import audit
 
 
@@ -22,12 +23,15 @@ class AuditFilter:
     until: float | None = None  # before
 
 
-_INSERT_AUDIT = insert(audit)  # made once: a statement made anew has its cache key worked out at each execution
-
-
 async def add_audit(connection: AsyncConnection, records: list[dict]) -> None:
     if records:
-        await connection.execute(_INSERT_AUDIT, records)
+        await connection.execute(INSERT_AUDIT, records)
+
+
+def write_audit(connection: Connection, records: list[dict]) -> None:
+    """As `add_audit`, on a connection's synchronous side (inside `run_sync`, with the statements beside it)."""
+    if records:
+        connection.execute(INSERT_AUDIT, records)
 
 
 async def audit_rows(connection: AsyncConnection, wanted: AuditFilter, limit: int) -> Sequence[Row]:

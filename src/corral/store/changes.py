@@ -23,7 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.core.retries import RETRY_TRANSITIONS, RetryState
 from corral.core.serving import DEPLOYMENT_TRANSITIONS, REPLICA_TRANSITIONS, DeploymentState, ReplicaState
 from corral.core.states import JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState, Transitions
-from corral.store.schema import attempts, audit, deployments, history, jobs, replicas, tasks, wait_record
+from corral.store.inserts import INSERT_AUDIT as _INSERT_AUDIT
+from corral.store.inserts import INSERT_HISTORY as _INSERT_HISTORY
+from corral.store.schema import attempts, deployments, history, jobs, replicas, tasks, wait_record
 
 
 class StaleWrite(RuntimeError):
@@ -321,7 +323,7 @@ def _first_line(error: BaseException | None) -> str:
 
 # The flush's statements, each made once (for its shape of columns): every handler run and report flushes, and a
 # statement made afresh cost more to build and to walk for SQLAlchemy's cache key than to run.
-_INSERT_ATTEMPTS, _INSERT_HISTORY, _INSERT_AUDIT = insert(attempts), insert(history), insert(audit)
+_INSERT_ATTEMPTS = insert(attempts)
 
 
 @cache

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Column, insert
+from sqlalchemy import Column, Connection, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.spec import JobSpec
 from corral.core.states import JobState, TaskState
-from corral.store.schema import history, jobs, tasks
+from corral.store.inserts import INSERT_HISTORY
+from corral.store.schema import jobs, tasks
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,9 @@ async def insert_job(connection: AsyncConnection, spec: JobSpec, idempotency_key
 # multi-row VALUES one after the other in their order, each the largest id so far plus one.
 _INSERT_JOBS = insert(jobs).returning(jobs.c.id)
 _INSERT_JOBS_IN_ORDER = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
-# Their tasks' and first history records' statements, made once: a statement made anew at each execution has its
-# cache key worked out again each time.
-_INSERT_TASKS, _INSERT_HISTORY = insert(tasks), insert(history)
+# Their tasks' statement, made once (and their first history records' in `inserts`): a statement made anew at each
+# execution has its cache key worked out again each time.
+_INSERT_TASKS = insert(tasks)
 
 
 async def insert_jobs(connection: AsyncConnection, new: Sequence[NewJob], now: float) -> list[int]:
@@ -64,19 +65,25 @@ async def insert_job_rows_at(connection: AsyncConnection,
                              dated: Sequence[tuple[NewJob, float]]) -> list[dict[str, Any]]:
     """As `insert_jobs_at`: the columns written for each job, its id among them (what `written_job_row` completes
     for a reply, rather than made again)."""
+    return await connection.run_sync(write_job_rows, dated)
+
+
+def write_job_rows(connection: Connection, dated: Sequence[tuple[NewJob, float]]) -> list[dict[str, Any]]:
+    """As `insert_job_rows_at`, on the connection's synchronous side: its statements run in the one greenlet
+    SQLAlchemy's asyncio layer spawns for `run_sync`, rather than one spawned for each statement."""
     rows = [new_job_columns(job, now) for job, now in dated]
     ids = []
     for run in _same_columns(rows):
-        ids += await _job_ids(connection, run)
+        ids += _job_ids(connection, run)
     if not ids:
         return []
-    await connection.execute(_INSERT_TASKS, [
+    connection.execute(_INSERT_TASKS, [
         dict(job_id=job_id, index=i, state=TaskState.PENDING, state_since=now, attempt=0, tries=0, failures=0,
              preemptions=0, gpu_ids=[], cpu=job.spec.resources.cpu, memory=job.spec.resources.memory,
              gpu=job.spec.resources.gpu)
         for job_id, (job, now) in zip(ids, dated, strict=True) for i in range(job.spec.replicas)
     ])
-    await connection.execute(_INSERT_HISTORY, [
+    connection.execute(INSERT_HISTORY, [
         dict(at=now, job_id=job_id, handler=job.created_by, result="SUCCESS", to_state=JobState.PENDING,
              event="job.submitted", message=job.note or _submitted(job))
         for job_id, (job, now) in zip(ids, dated, strict=True)
@@ -89,11 +96,11 @@ def _same_columns(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
     return (list(run) for _, run in groupby(rows, key=dict.keys))
 
 
-async def _job_ids(connection: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
+def _job_ids(connection: Connection, rows: list[dict[str, Any]]) -> list[int]:
     """The rows (all of the same columns) inserted, their ids in the rows' order."""
     if connection.dialect.name == "sqlite":
-        return sorted((await connection.execute(_INSERT_JOBS, rows)).scalars())
-    return list((await connection.execute(_INSERT_JOBS_IN_ORDER, rows)).scalars())
+        return sorted(connection.execute(_INSERT_JOBS, rows).scalars())
+    return list(connection.execute(_INSERT_JOBS_IN_ORDER, rows).scalars())
 
 
 def new_job_columns(job: NewJob, now: float) -> dict[str, Any]:

@@ -5,6 +5,14 @@ thread: the cursor made, the statement run, its rows fetched, the cursor closed.
 thread and a wake-up of the loop after it, and an array's tasks cost the controller a few statements each. Here the
 cursor is made, run, emptied and closed in one trip; SQLAlchemy reads the rows, the row count and the last row id
 from what that trip kept. Server-side cursors (streamed results) keep aiosqlite's own.
+
+The writer's statements make no trip at all (`on_loop`): they run on the event loop, where the trip cost more CPU
+than most of them (the thread's wake-up, the loop's, the GIL handed over twice). Its DELETEs (the prunes'), its
+commits and its rollbacks still go to the thread, so that a prune's many rows, the WAL's write and any checkpoint
+(an fsync) never hold up the loop. The store is this controller's alone (sqlite_lock.py) and its writes one at a
+time (Store.write), so the writer waits for no lock: its busy timeout is 0 on the loop, and a statement that finds
+the database locked all the same (another process on the file) is run again in the thread, where it waits
+BUSY_TIMEOUT as every statement did before.
 """
 
 from __future__ import annotations
@@ -37,6 +45,31 @@ class _Ran:
 
     async def close(self) -> None:
         """The sqlite3 cursor was closed in its trip."""
+
+
+BUSY_TIMEOUT = 30.0  # seconds a statement waits for a lock held by another connection (make_engine's `timeout`)
+
+
+def _locked(error: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY (or one of its extended codes): a lock another connection holds; the statement did nothing."""
+    return (getattr(error, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
+
+
+def _bulk(operation: Any) -> bool:
+    """A DELETE: the retention passes' prunes remove a minute's rows or more at once (some 100,000 history rows,
+    a second of SQLite's work on a loaded machine), which the loop must not wait for. It keeps its trip."""
+    return operation[:6].upper() == "DELETE"
+
+
+def _waited_trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operation: Any,
+                 parameters: Any) -> list[Any] | None:
+    """In the connection's thread: `_trip`, waiting up to BUSY_TIMEOUT for another connection's lock."""
+    set_timeout = connection._conn.execute
+    set_timeout(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}").close()
+    try:
+        return _trip(connection, ran, run, operation, parameters)
+    finally:
+        set_timeout("PRAGMA busy_timeout=0").close()
 
 
 def _trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operation: Any,
@@ -74,9 +107,22 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
         return await self._run("executemany", operation, seq_of_parameters)
 
     async def _run(self, run: str, operation: Any, parameters: Any) -> _Ran:
-        async with self._adapt_connection._execute_mutex:
-            rows = await self._connection._execute(_trip, self._connection, self._cursor, run, operation,
-                                                   parameters)
+        adapted = self._adapt_connection
+        rows = None
+        trip = _trip
+        # On the loop: the writer's statements but a DELETE, none while a trip of the connection is under way.
+        if adapted.on_loop and not _bulk(operation) and not adapted._execute_mutex.locked():
+            try:
+                rows = _trip(self._connection, self._cursor, run, operation, parameters)
+                trip = None
+            except sqlite3.OperationalError as error:
+                if not _locked(error):
+                    raise
+                trip = _waited_trip
+        if trip is not None:
+            async with adapted._execute_mutex:
+                rows = await self._connection._execute(trip, self._connection, self._cursor, run, operation,
+                                                       parameters)
         if rows is not None:
             self._rows = collections.deque(rows)
         return self._cursor
@@ -86,8 +132,12 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
     """Its statements one trip each; a commit or rollback with no transaction open none (the pool rolls back each
     connection it is given back, most of them after reads alone, which in SQLite open none)."""
 
-    __slots__ = ()
+    __slots__ = ("on_loop",)
     _cursor_cls = OneTripCursor
+
+    def __init__(self, dbapi: Any, connection: aiosqlite.Connection, *, on_loop: bool = False) -> None:
+        super().__init__(dbapi, connection)
+        self.on_loop = on_loop
 
     def _idle(self) -> bool:
         """No transaction open, so sqlite3's commit and rollback would do nothing. Read from the loop: the flag is
@@ -106,11 +156,12 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
 
 class OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):
     """aiosqlite as SQLAlchemy's adapter wraps it, its connections' statements one trip each (`module=` of
-    `create_async_engine`)."""
+    `create_async_engine`); with `on_loop`, their statements run on the event loop (see above)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_loop: bool = False) -> None:
         super().__init__(aiosqlite, sqlite3)
+        self.on_loop = on_loop
 
     def connect(self, *arg: Any, **kw: Any) -> OneTripConnection:
         adapted = super().connect(*arg, **kw)
-        return OneTripConnection(self, adapted._connection)
+        return OneTripConnection(self, adapted._connection, on_loop=self.on_loop)

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from corral.store import sqlite_trips
 from corral.store.database import ONE_CONNECTION, make_engine, sqlite_url
 
 things = Table("things", MetaData(), Column("id", Integer, primary_key=True), Column("name", String, unique=True))
@@ -186,3 +187,71 @@ async def test_the_writers_deletes_keep_their_trip(writer, trips):
         assert trips == ["_trip"]
     async with writer.connect() as connection:
         assert (await connection.execute(select(things))).all() == []
+
+
+async def _ticking(ticks: list[int]) -> None:
+    while True:
+        ticks[0] += 1
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(("budget", "turns"), [(0.0, 5), (60.0, 0)])
+async def test_a_long_transaction_on_the_loop_yields_to_it_between_statements(writer, trips, monkeypatch, budget,
+                                                                              turns):
+    """Past YIELD_AFTER since the loop last turned the writer lets it turn before its next statement (other requests
+    are served meanwhile), its statements still on the loop; within it, it runs on without a turn."""
+    monkeypatch.setattr(sqlite_trips, "YIELD_AFTER", budget)
+    await _insert(writer, "a")
+    ticks = [0]
+    ticking = asyncio.create_task(_ticking(ticks))
+    try:
+        await asyncio.sleep(0)
+        del trips[:]
+        async with writer.begin() as connection:
+            before = ticks[0]
+            for name in "bcdef":
+                await connection.execute(insert(things).values(name=name))
+            await connection.execute(update(things).where(things.c.name == "a").values(name="z"))
+            during = ticks[0] - before
+            assert trips == []
+        assert trips == ["commit"]
+    finally:
+        ticking.cancel()
+    assert during >= turns if turns else during == 0
+    async with writer.connect() as connection:
+        assert (await connection.execute(select(things.c.name).order_by(things.c.id))).scalars().all() == list("zbcdef")
+
+
+async def test_the_writers_statements_of_many_rows_keep_their_trip(writer, trips):
+    """An executemany of many rows and a statement of many bound values go to the thread; the rows are as before."""
+    await _insert(writer, "a")
+    many = [{"name": f"n{i}"} for i in range(sqlite_trips.MANY_ROWS + 3)]
+    async with writer.begin() as connection:
+        del trips[:]
+        await connection.execute(insert(things), many[:2])
+        assert trips == []
+        await connection.execute(insert(things), many[2:])
+        assert trips == ["_trip"]
+        ids = list(range(sqlite_trips.MANY_VALUES + 1))
+        counted = (await connection.execute(select(things.c.id).where(things.c.id.in_(ids)))).scalars().all()
+        assert trips == ["_trip", "_trip"]
+        assert (await connection.execute(select(things.c.id).where(things.c.id.in_(ids[:3])))).scalars().all() == [
+            1, 2]
+        assert trips == ["_trip", "_trip"]
+    assert counted == list(range(1, len(many) + 2))
+
+
+async def test_a_statement_that_held_the_loop_long_keeps_its_trip_from_then_on(writer, trips, monkeypatch):
+    """A statement whose text took SLOW_STATEMENT of the loop's CPU (a large read inside a write) is learned and
+    sent to the thread the next times; other statements stay on the loop."""
+    await _insert(writer, "a")
+    monkeypatch.setattr(sqlite_trips, "SLOW_STATEMENT", -1.0)
+    async with writer.begin() as connection:
+        del trips[:]
+        assert (await connection.execute(select(things.c.name))).scalars().all() == ["a"]
+        assert trips == []
+        monkeypatch.setattr(sqlite_trips, "SLOW_STATEMENT", 60.0)
+        assert (await connection.execute(select(things.c.name))).scalars().all() == ["a"]
+        assert trips == ["_trip"]
+        assert (await connection.execute(select(things.c.id))).scalars().all() == [1]
+        assert trips == ["_trip"]

@@ -7,18 +7,24 @@ cursor is made, run, emptied and closed in one trip; SQLAlchemy reads the rows, 
 from what that trip kept. Server-side cursors (streamed results) keep aiosqlite's own.
 
 The writer's statements make no trip at all (`on_loop`): they run on the event loop, where the trip cost more CPU
-than most of them (the thread's wake-up, the loop's, the GIL handed over twice). Its DELETEs (the prunes'), its
-commits and its rollbacks still go to the thread, so that a prune's many rows, the WAL's write and any checkpoint
-(an fsync) never hold up the loop. The store is this controller's alone (sqlite_lock.py) and its writes one at a
-time (Store.write), so the writer waits for no lock: its busy timeout is 0 on the loop, and a statement that finds
+than most of them (the thread's wake-up, the loop's, the GIL handed over twice). Its commits and rollbacks still go
+to the thread, so that the WAL's write and any checkpoint (an fsync) never hold up the loop, and so do its statements
+of many rows (`_bulk`: a DELETE, a prune's; an executemany or a statement of many bound values; a statement that
+once took the loop SLOW_STATEMENT of CPU, such as a large read inside a write, learned by its text). A transaction
+on the loop yields to it (`asyncio.sleep(0)`) before a statement once it has held it YIELD_AFTER since the loop last
+turned, so that heartbeats and other requests are served while a long transaction is under way; its statements run
+one at a time as before, and nothing else writes meanwhile (Store.write). The store is this controller's alone
+(sqlite_lock.py), so the writer waits for no lock: its busy timeout is 0 on the loop, and a statement that finds
 the database locked all the same (another process on the file) is run again in the thread, where it waits
 BUSY_TIMEOUT as every statement did before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import sqlite3
+import time
 from typing import Any
 
 import aiosqlite
@@ -55,10 +61,22 @@ def _locked(error: sqlite3.OperationalError) -> bool:
     return (getattr(error, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
 
 
-def _bulk(operation: Any) -> bool:
-    """A DELETE: the retention passes' prunes remove a minute's rows or more at once (some 100,000 history rows,
-    a second of SQLite's work on a loaded machine), which the loop must not wait for. It keeps its trip."""
-    return operation[:6].upper() == "DELETE"
+YIELD_AFTER = 0.002  # seconds a transaction on the loop holds it before it yields, between two statements
+SLOW_STATEMENT = 0.002  # seconds of CPU a statement on the loop took that send its text to the thread from then on
+MANY_ROWS = 64  # an executemany of more rows keeps its trip
+MANY_VALUES = 512  # so does a statement of more bound values (a multi-row INSERT, an IN of many ids)
+
+
+def _bulk(run: str, operation: Any, parameters: Any, slow: set[Any]) -> bool:
+    """A statement of many rows, which keeps its trip so that the loop does not wait for it: a DELETE (the retention
+    passes' prunes remove a minute's rows or more at once, some 100,000 history rows, a second of SQLite's work on
+    a loaded machine), an executemany of more than MANY_ROWS rows, a statement of more than MANY_VALUES bound values,
+    or one whose text took SLOW_STATEMENT on the loop before (`slow`)."""
+    if operation[:6].upper() == "DELETE" or operation in slow:
+        return True
+    if parameters is None:
+        return False
+    return len(parameters) > (MANY_ROWS if run == "executemany" else MANY_VALUES)
 
 
 def _waited_trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operation: Any,
@@ -110,15 +128,21 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
         adapted = self._adapt_connection
         rows = None
         trip = _trip
-        # On the loop: the writer's statements but a DELETE, none while a trip of the connection is under way.
-        if adapted.on_loop and not _bulk(operation) and not adapted._execute_mutex.locked():
-            try:
-                rows = _trip(self._connection, self._cursor, run, operation, parameters)
-                trip = None
-            except sqlite3.OperationalError as error:
-                if not _locked(error):
-                    raise
-                trip = _waited_trip
+        # On the loop: the writer's statements but those of many rows, none while a trip of the connection is
+        # under way.
+        if adapted.on_loop and not _bulk(run, operation, parameters, adapted.slow):
+            await adapted.turn()
+            if not adapted._execute_mutex.locked():
+                started = time.thread_time()
+                try:
+                    rows = _trip(self._connection, self._cursor, run, operation, parameters)
+                    trip = None
+                except sqlite3.OperationalError as error:
+                    if not _locked(error):
+                        raise
+                    trip = _waited_trip
+                if time.thread_time() - started > SLOW_STATEMENT:
+                    adapted.slow.add(operation)
         if trip is not None:
             async with adapted._execute_mutex:
                 rows = await self._connection._execute(trip, self._connection, self._cursor, run, operation,
@@ -132,12 +156,33 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
     """Its statements one trip each; a commit or rollback with no transaction open none (the pool rolls back each
     connection it is given back, most of them after reads alone, which in SQLite open none)."""
 
-    __slots__ = ("on_loop",)
+    __slots__ = ("on_loop", "slow", "_held_since", "_turned")
     _cursor_cls = OneTripCursor
 
     def __init__(self, dbapi: Any, connection: aiosqlite.Connection, *, on_loop: bool = False) -> None:
         super().__init__(dbapi, connection)
         self.on_loop = on_loop
+        self.slow: set[Any] = set()  # the texts of statements that took the loop SLOW_STATEMENT: theirs is the thread
+        self._held_since = 0.0
+        self._turned = True
+
+    def _mark_turn(self) -> None:
+        self._turned = True
+
+    async def turn(self) -> None:
+        """Before a statement on the loop: yield to the loop if this connection's statements have held it for more
+        than YIELD_AFTER since it last turned. A callback put on the loop (`_mark_turn`) tells whether it turned
+        since: it runs only once the task running these statements has let the loop go (an await that waited, a
+        trip to the thread, a yield here)."""
+        now = time.perf_counter()
+        if not self._turned:
+            if now - self._held_since <= YIELD_AFTER:
+                return
+            await asyncio.sleep(0)  # the callback was put on the loop before this task's wake-up: it runs first
+            now = time.perf_counter()
+        self._turned = False
+        self._held_since = now
+        asyncio.get_running_loop().call_soon(self._mark_turn)
 
     def _idle(self) -> bool:
         """No transaction open, so sqlite3's commit and rollback would do nothing. Read from the loop: the flag is

@@ -61,7 +61,10 @@ def _locked(error: sqlite3.OperationalError) -> bool:
     return (getattr(error, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
 
 
-YIELD_AFTER = 0.002  # seconds a transaction on the loop holds it before it yields, between two statements
+# Seconds a transaction on the loop may hold it before it yields, between two statements. 0: before each statement
+# but the first since the loop last turned. A budget of 2 ms let 1,000 workers' long polls run late under load
+# (bench/many_workers.py); a yield each statement kept them on time (docs/performance.md, 2026-11-30).
+YIELD_AFTER = 0.0
 SLOW_STATEMENT = 0.002  # seconds of CPU a statement on the loop took that send its text to the thread from then on
 MANY_ROWS = 64  # an executemany of more rows keeps its trip
 MANY_VALUES = 512  # so does a statement of more bound values (a multi-row INSERT, an IN of many ids)

@@ -3,12 +3,15 @@ through SQLAlchemy's own aiosqlite cursor (corral.store.sqlite_trips)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiosqlite
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from corral.store.database import make_engine, sqlite_url
+from corral.store import sqlite_trips
+from corral.store.database import ONE_CONNECTION, make_engine, sqlite_url
 
 things = Table("things", MetaData(), Column("id", Integer, primary_key=True), Column("name", String, unique=True))
 
@@ -101,3 +104,154 @@ async def test_ending_a_transaction_is_a_trip_only_where_one_is_open(engine, tri
         assert trips == ["rollback"]
     async with engine.connect() as other:
         assert (await other.execute(select(things.c.name))).scalars().all() == ["a"]
+
+
+@pytest.fixture
+async def writer(tmp_path, engine):
+    """The single writer's engine on the same file: its statements run on the loop (`on_loop`)."""
+    made = make_engine(sqlite_url(tmp_path / "trips.db"), ONE_CONNECTION, on_loop=True)
+    yield made
+    await made.dispose()
+
+
+async def test_the_writers_statements_make_no_trip_its_commit_one(writer, trips):
+    async with writer.begin() as connection:
+        await connection.execute(text("SELECT 1"))  # the connection made, its pragmas run
+        del trips[:]
+        await connection.execute(insert(things), [{"name": "a"}, {"name": "b"}])
+        first = await connection.execute(insert(things).values(name="c"))
+        assert first.inserted_primary_key == (3,)
+        assert (await connection.execute(update(things).where(things.c.id > 1).values(name=things.c.name + "!"))
+                ).rowcount == 2
+        rows = (await connection.execute(select(things.c.name).order_by(things.c.id))).scalars().all()
+        with pytest.raises(IntegrityError):
+            await connection.execute(insert(things).values(name="a"))
+        assert trips == []
+    assert trips == ["commit"]
+    assert rows == ["a", "b!", "c!"]
+    async with writer.connect() as connection:
+        assert (await connection.exec_driver_sql("PRAGMA busy_timeout")).scalar() == 0
+        assert (await connection.execute(select(things.c.name).order_by(things.c.id))).scalars().all() == rows
+
+
+async def test_a_writer_that_finds_the_file_locked_waits_in_the_thread_not_on_the_loop(engine, writer, trips):
+    """Another connection holds the write lock: the writer's statement waits for it in its thread (as every
+    statement did before), the loop runs on meanwhile, and the statement goes through once the lock is let go."""
+    async with writer.connect() as connection:
+        await connection.execute(text("SELECT 1"))
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    ticking = asyncio.create_task(tick())
+    try:
+        async with engine.begin() as holder:
+            await holder.execute(insert(things).values(name="held"))  # the write lock, held
+            del trips[:]
+            waiting = asyncio.create_task(_insert(writer, "waited"))
+            await asyncio.sleep(0)  # the writer's statement found the lock taken and went to its thread
+            before = ticks
+            await asyncio.wait_for(_until(lambda: ticks >= before + 5), 10)  # the loop ran on meanwhile
+            assert not waiting.done()
+        await asyncio.wait_for(waiting, 10)
+    finally:
+        ticking.cancel()
+    assert trips == ["_waited_trip", "commit", "commit"]  # the holder's commit, then the writer's
+    async with engine.connect() as connection:
+        assert (await connection.execute(select(things.c.name).order_by(things.c.id))).scalars().all() == [
+            "held", "waited"]
+        async with writer.connect() as again:
+            assert (await again.exec_driver_sql("PRAGMA busy_timeout")).scalar() == 0  # as it was, after the wait
+
+
+async def _insert(engine, name: str) -> None:
+    async with engine.begin() as connection:
+        await connection.execute(insert(things).values(name=name))
+
+
+async def _until(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.001)
+
+
+async def test_the_writers_deletes_keep_their_trip(writer, trips):
+    """A prune removes many rows at once: the loop does not wait for it."""
+    await _insert(writer, "a")
+    del trips[:]
+    async with writer.begin() as connection:
+        assert (await connection.execute(things.delete().where(things.c.name == "a"))).rowcount == 1
+        assert trips == ["_trip"]
+    async with writer.connect() as connection:
+        assert (await connection.execute(select(things))).all() == []
+
+
+async def _ticking(ticks: list[int]) -> None:
+    while True:
+        ticks[0] += 1
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(("budget", "turns"), [(0.0, 5), (60.0, 0)])
+async def test_a_long_transaction_on_the_loop_yields_to_it_between_statements(writer, trips, monkeypatch, budget,
+                                                                              turns):
+    """Past YIELD_AFTER since the loop last turned the writer lets it turn before its next statement (other requests
+    are served meanwhile), its statements still on the loop; within it, it runs on without a turn."""
+    monkeypatch.setattr(sqlite_trips, "YIELD_AFTER", budget)
+    await _insert(writer, "a")
+    ticks = [0]
+    ticking = asyncio.create_task(_ticking(ticks))
+    try:
+        await asyncio.sleep(0)
+        del trips[:]
+        async with writer.begin() as connection:
+            before = ticks[0]
+            for name in "bcdef":
+                await connection.execute(insert(things).values(name=name))
+            await connection.execute(update(things).where(things.c.name == "a").values(name="z"))
+            during = ticks[0] - before
+            assert trips == []
+        assert trips == ["commit"]
+    finally:
+        ticking.cancel()
+    assert during >= turns if turns else during == 0
+    async with writer.connect() as connection:
+        assert (await connection.execute(select(things.c.name).order_by(things.c.id))).scalars().all() == list("zbcdef")
+
+
+async def test_the_writers_statements_of_many_rows_keep_their_trip(writer, trips):
+    """An executemany of many rows and a statement of many bound values go to the thread; the rows are as before."""
+    await _insert(writer, "a")
+    many = [{"name": f"n{i}"} for i in range(sqlite_trips.MANY_ROWS + 3)]
+    async with writer.begin() as connection:
+        del trips[:]
+        await connection.execute(insert(things), many[:2])
+        assert trips == []
+        await connection.execute(insert(things), many[2:])
+        assert trips == ["_trip"]
+        ids = list(range(sqlite_trips.MANY_VALUES + 1))
+        counted = (await connection.execute(select(things.c.id).where(things.c.id.in_(ids)))).scalars().all()
+        assert trips == ["_trip", "_trip"]
+        assert (await connection.execute(select(things.c.id).where(things.c.id.in_(ids[:3])))).scalars().all() == [
+            1, 2]
+        assert trips == ["_trip", "_trip"]
+    assert counted == list(range(1, len(many) + 2))
+
+
+async def test_a_statement_that_held_the_loop_long_keeps_its_trip_from_then_on(writer, trips, monkeypatch):
+    """A statement whose text took SLOW_STATEMENT of the loop's CPU (a large read inside a write) is learned and
+    sent to the thread the next times; other statements stay on the loop."""
+    await _insert(writer, "a")
+    monkeypatch.setattr(sqlite_trips, "SLOW_STATEMENT", -1.0)
+    async with writer.begin() as connection:
+        del trips[:]
+        assert (await connection.execute(select(things.c.name))).scalars().all() == ["a"]
+        assert trips == []
+        monkeypatch.setattr(sqlite_trips, "SLOW_STATEMENT", 60.0)
+        assert (await connection.execute(select(things.c.name))).scalars().all() == ["a"]
+        assert trips == ["_trip"]
+        assert (await connection.execute(select(things.c.id))).scalars().all() == [1]
+        assert trips == ["_trip"]

@@ -16,7 +16,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from corral.store.handler_locks import hold_migration_lock, release_migration_lock
-from corral.store.sqlite_trips import OneTripDBAPI
+from corral.store.sqlite_trips import BUSY_TIMEOUT, OneTripDBAPI
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 CONNECT_TIMEOUT = 10.0  # seconds to reach PostgreSQL: an unreachable host is reported, not waited on for a minute
@@ -74,11 +74,13 @@ POOL = {"pool_size": 10, "max_overflow": 10}  # PostgreSQL's readers; SQLite's a
 ONE_CONNECTION = {"pool_size": 1, "max_overflow": 0}  # the writer's: one transaction at a time (Store.write)
 
 
-def make_engine(url: str, pool: dict[str, int] | None = None) -> AsyncEngine:
-    """An engine of `pool` connections (by default, POOL on PostgreSQL and SQLAlchemy's default on SQLite)."""
+def make_engine(url: str, pool: dict[str, int] | None = None, *, on_loop: bool = False) -> AsyncEngine:
+    """An engine of `pool` connections (by default, POOL on PostgreSQL and SQLAlchemy's default on SQLite). With
+    `on_loop`, a SQLite engine's statements run on the event loop (sqlite_trips.py: the single writer's)."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, module=OneTripDBAPI(), connect_args={"timeout": 30}, **(pool or {}))
+        engine = create_async_engine(url, module=OneTripDBAPI(on_loop=on_loop), connect_args={"timeout": BUSY_TIMEOUT},
+                                     **(pool or {}))
 
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_connection, _record):  # WAL: readers never block the writer
@@ -86,6 +88,8 @@ def make_engine(url: str, pool: dict[str, int] | None = None) -> AsyncEngine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
+            if on_loop:  # waits for another connection's lock in the connection's thread, never on the loop
+                cursor.execute("PRAGMA busy_timeout=0")
             cursor.close()
 
         return engine

@@ -5,12 +5,26 @@ thread: the cursor made, the statement run, its rows fetched, the cursor closed.
 thread and a wake-up of the loop after it, and an array's tasks cost the controller a few statements each. Here the
 cursor is made, run, emptied and closed in one trip; SQLAlchemy reads the rows, the row count and the last row id
 from what that trip kept. Server-side cursors (streamed results) keep aiosqlite's own.
+
+The writer's statements make no trip at all (`on_loop`): they run on the event loop, where the trip cost more CPU
+than most of them (the thread's wake-up, the loop's, the GIL handed over twice). Its commits and rollbacks still go
+to the thread, so that the WAL's write and any checkpoint (an fsync) never hold up the loop, and so do its statements
+of many rows (`_bulk`: a DELETE, a prune's; an executemany or a statement of many bound values; a statement that
+once took the loop SLOW_STATEMENT of CPU, such as a large read inside a write, learned by its text). A transaction
+on the loop yields to it (`asyncio.sleep(0)`) before a statement once it has held it YIELD_AFTER since the loop last
+turned, so that heartbeats and other requests are served while a long transaction is under way; its statements run
+one at a time as before, and nothing else writes meanwhile (Store.write). The store is this controller's alone
+(sqlite_lock.py), so the writer waits for no lock: its busy timeout is 0 on the loop, and a statement that finds
+the database locked all the same (another process on the file) is run again in the thread, where it waits
+BUSY_TIMEOUT as every statement did before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import sqlite3
+import time
 from typing import Any
 
 import aiosqlite
@@ -37,6 +51,46 @@ class _Ran:
 
     async def close(self) -> None:
         """The sqlite3 cursor was closed in its trip."""
+
+
+BUSY_TIMEOUT = 30.0  # seconds a statement waits for a lock held by another connection (make_engine's `timeout`)
+
+
+def _locked(error: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY (or one of its extended codes): a lock another connection holds; the statement did nothing."""
+    return (getattr(error, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
+
+
+# Seconds a transaction on the loop may hold it before it yields, between two statements. 0: before each statement
+# but the first since the loop last turned. A budget of 2 ms let 1,000 workers' long polls run late under load
+# (bench/many_workers.py); a yield each statement kept them on time (docs/performance.md, 2026-11-30).
+YIELD_AFTER = 0.0
+SLOW_STATEMENT = 0.002  # seconds of CPU a statement on the loop took that send its text to the thread from then on
+MANY_ROWS = 64  # an executemany of more rows keeps its trip
+MANY_VALUES = 512  # so does a statement of more bound values (a multi-row INSERT, an IN of many ids)
+
+
+def _bulk(run: str, operation: Any, parameters: Any, slow: set[Any]) -> bool:
+    """A statement of many rows, which keeps its trip so that the loop does not wait for it: a DELETE (the retention
+    passes' prunes remove a minute's rows or more at once, some 100,000 history rows, a second of SQLite's work on
+    a loaded machine), an executemany of more than MANY_ROWS rows, a statement of more than MANY_VALUES bound values,
+    or one whose text took SLOW_STATEMENT on the loop before (`slow`)."""
+    if operation[:6].upper() == "DELETE" or operation in slow:
+        return True
+    if parameters is None:
+        return False
+    return len(parameters) > (MANY_ROWS if run == "executemany" else MANY_VALUES)
+
+
+def _waited_trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operation: Any,
+                 parameters: Any) -> list[Any] | None:
+    """In the connection's thread: `_trip`, waiting up to BUSY_TIMEOUT for another connection's lock."""
+    set_timeout = connection._conn.execute
+    set_timeout(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}").close()
+    try:
+        return _trip(connection, ran, run, operation, parameters)
+    finally:
+        set_timeout("PRAGMA busy_timeout=0").close()
 
 
 def _trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operation: Any,
@@ -74,9 +128,28 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
         return await self._run("executemany", operation, seq_of_parameters)
 
     async def _run(self, run: str, operation: Any, parameters: Any) -> _Ran:
-        async with self._adapt_connection._execute_mutex:
-            rows = await self._connection._execute(_trip, self._connection, self._cursor, run, operation,
-                                                   parameters)
+        adapted = self._adapt_connection
+        rows = None
+        trip = _trip
+        # On the loop: the writer's statements but those of many rows, none while a trip of the connection is
+        # under way.
+        if adapted.on_loop and not _bulk(run, operation, parameters, adapted.slow):
+            await adapted.turn()
+            if not adapted._execute_mutex.locked():
+                started = time.thread_time()
+                try:
+                    rows = _trip(self._connection, self._cursor, run, operation, parameters)
+                    trip = None
+                except sqlite3.OperationalError as error:
+                    if not _locked(error):
+                        raise
+                    trip = _waited_trip
+                if time.thread_time() - started > SLOW_STATEMENT:
+                    adapted.slow.add(operation)
+        if trip is not None:
+            async with adapted._execute_mutex:
+                rows = await self._connection._execute(trip, self._connection, self._cursor, run, operation,
+                                                       parameters)
         if rows is not None:
             self._rows = collections.deque(rows)
         return self._cursor
@@ -86,8 +159,33 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
     """Its statements one trip each; a commit or rollback with no transaction open none (the pool rolls back each
     connection it is given back, most of them after reads alone, which in SQLite open none)."""
 
-    __slots__ = ()
+    __slots__ = ("on_loop", "slow", "_held_since", "_turned")
     _cursor_cls = OneTripCursor
+
+    def __init__(self, dbapi: Any, connection: aiosqlite.Connection, *, on_loop: bool = False) -> None:
+        super().__init__(dbapi, connection)
+        self.on_loop = on_loop
+        self.slow: set[Any] = set()  # the texts of statements that took the loop SLOW_STATEMENT: theirs is the thread
+        self._held_since = 0.0
+        self._turned = True
+
+    def _mark_turn(self) -> None:
+        self._turned = True
+
+    async def turn(self) -> None:
+        """Before a statement on the loop: yield to the loop if this connection's statements have held it for more
+        than YIELD_AFTER since it last turned. A callback put on the loop (`_mark_turn`) tells whether it turned
+        since: it runs only once the task running these statements has let the loop go (an await that waited, a
+        trip to the thread, a yield here)."""
+        now = time.perf_counter()
+        if not self._turned:
+            if now - self._held_since <= YIELD_AFTER:
+                return
+            await asyncio.sleep(0)  # the callback was put on the loop before this task's wake-up: it runs first
+            now = time.perf_counter()
+        self._turned = False
+        self._held_since = now
+        asyncio.get_running_loop().call_soon(self._mark_turn)
 
     def _idle(self) -> bool:
         """No transaction open, so sqlite3's commit and rollback would do nothing. Read from the loop: the flag is
@@ -106,11 +204,12 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
 
 class OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):
     """aiosqlite as SQLAlchemy's adapter wraps it, its connections' statements one trip each (`module=` of
-    `create_async_engine`)."""
+    `create_async_engine`); with `on_loop`, their statements run on the event loop (see above)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_loop: bool = False) -> None:
         super().__init__(aiosqlite, sqlite3)
+        self.on_loop = on_loop
 
     def connect(self, *arg: Any, **kw: Any) -> OneTripConnection:
         adapted = super().connect(*arg, **kw)
-        return OneTripConnection(self, adapted._connection)
+        return OneTripConnection(self, adapted._connection, on_loop=self.on_loop)

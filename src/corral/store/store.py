@@ -53,7 +53,7 @@ class Store:
 
     @classmethod
     async def open(cls, url: str) -> Store:
-        return cls(await open_engine(url), make_engine(url, ONE_CONNECTION))
+        return cls(await open_engine(url), make_engine(url, ONE_CONNECTION, on_loop=True))
 
     @asynccontextmanager
     async def write(self, handler: str | None = None, *, moves_state: bool = True,

@@ -11,7 +11,7 @@ than most of them (the thread's wake-up, the loop's, the GIL handed over twice).
 to the thread, so that the WAL's write and any checkpoint (an fsync) never hold up the loop, and so do its statements
 of many rows (`_bulk`: a DELETE, a prune's; an executemany or a statement of many bound values; a statement that
 once took the loop SLOW_STATEMENT of CPU, such as a large read inside a write, learned by its text). A transaction
-on the loop yields to it (`asyncio.sleep(0)`) before a statement once it has held it YIELD_AFTER since the loop last
+on the loop yields to it (`_loop_turn`) before a statement once it has held it YIELD_AFTER since the loop last
 turned, so that heartbeats and other requests are served while a long transaction is under way; its statements run
 one at a time as before, and nothing else writes meanwhile (Store.write). The store is this controller's alone
 (sqlite_lock.py), so the writer waits for no lock: its busy timeout is 0 on the loop, and a statement that finds
@@ -25,6 +25,8 @@ import asyncio
 import collections
 import sqlite3
 import time
+import types
+from collections.abc import Generator
 from typing import Any
 
 import aiosqlite
@@ -68,6 +70,13 @@ YIELD_AFTER = 0.0
 SLOW_STATEMENT = 0.002  # seconds of CPU a statement on the loop took that send its text to the thread from then on
 MANY_ROWS = 64  # an executemany of more rows keeps its trip
 MANY_VALUES = 512  # so does a statement of more bound values (a multi-row INSERT, an IN of many ids)
+
+
+@types.coroutine
+def _loop_turn() -> Generator[None, None, None]:
+    """One turn of the loop: what `asyncio.sleep(0)` does (a bare yield), apart from it, so that a test that fakes
+    time through `asyncio.sleep` does not count the writer's turns as its pauses."""
+    yield
 
 
 def _bulk(run: str, operation: Any, parameters: Any, slow: set[Any]) -> bool:
@@ -181,7 +190,7 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
         if not self._turned:
             if now - self._held_since <= YIELD_AFTER:
                 return
-            await asyncio.sleep(0)  # the callback was put on the loop before this task's wake-up: it runs first
+            await _loop_turn()  # the callback was put on the loop before this task's wake-up: it runs first
             now = time.perf_counter()
         self._turned = False
         self._held_since = now

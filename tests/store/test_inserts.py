@@ -6,5 +6,5 @@ from corral.store import audit, changes, inserts, jobs
 
 
 def test_the_history_and_audit_inserts_are_one_statement_each() -> None:
-    assert changes._INSERT_HISTORY is jobs.INSERT_HISTORY is inserts.INSERT_HISTORY
-    assert changes._INSERT_AUDIT is audit.INSERT_AUDIT is inserts.INSERT_AUDIT
+    assert changes.INSERT_HISTORY is jobs.INSERT_HISTORY is inserts.INSERT_HISTORY
+    assert changes.INSERT_AUDIT is audit.INSERT_AUDIT is inserts.INSERT_AUDIT

@@ -25,11 +25,11 @@ class AuditFilter:
 
 async def add_audit(connection: AsyncConnection, records: list[dict]) -> None:
     if records:
-        await connection.execute(INSERT_AUDIT, records)
+        await connection.run_sync(write_audit, records)
 
 
 def write_audit(connection: Connection, records: list[dict]) -> None:
-    """As `add_audit`, on a connection's synchronous side (inside `run_sync`, with the statements beside it)."""
+    """The records written, on a connection's synchronous side (inside `run_sync`, with the statements beside it)."""
     if records:
         connection.execute(INSERT_AUDIT, records)
 

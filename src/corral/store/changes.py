@@ -23,8 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.core.retries import RETRY_TRANSITIONS, RetryState
 from corral.core.serving import DEPLOYMENT_TRANSITIONS, REPLICA_TRANSITIONS, DeploymentState, ReplicaState
 from corral.core.states import JOB_TERMINAL, JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState, Transitions
-from corral.store.inserts import INSERT_AUDIT as _INSERT_AUDIT
-from corral.store.inserts import INSERT_HISTORY as _INSERT_HISTORY
+from corral.store.inserts import INSERT_AUDIT, INSERT_HISTORY
 from corral.store.schema import attempts, deployments, history, jobs, replicas, tasks, wait_record
 
 
@@ -305,14 +304,14 @@ class ChangeSet:
             await connection.execute(_attempt_update(columns), rows)
         if self._history:
             columns = set().union(*self._history)  # one statement needs every row to name every column
-            await connection.execute(_INSERT_HISTORY, [dict.fromkeys(columns) | row for row in self._history])
+            await connection.execute(INSERT_HISTORY, [dict.fromkeys(columns) | row for row in self._history])
         for job_id, (expected, values) in self._retries.items():
             moved = await connection.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state.in_(expected))
                                              .values(**values))
             if moved.rowcount != 1:
                 raise StaleWrite(f"job {job_id}: its retry state changed under us")
         if self._audits:
-            await connection.execute(_INSERT_AUDIT, self._audits)
+            await connection.execute(INSERT_AUDIT, self._audits)
         if self._waits:
             await _count_waits(connection, self._waits, self.now)
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from sqlalchemy import event
+
 from corral.controller.admission import refusal
 from corral.controller.submit_settings import SubmitSettings
 from corral.core.config import CorralConfig, PoolPolicy, ProjectQuota
 from corral.core.spec import JobSpec
+from corral.engine.coordinator import run_handler
+from corral.engine.handlers import ScheduleJobs
 from corral.store.policy import apply_policy_file, put_quota, read_policy
 from corral.store.scheduling_reads import read_cluster
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, report, run_task, settle, submit
+
+SCHEDULE = ScheduleJobs()
 
 
 async def test_after_waits_for_success_then_starts(store):
@@ -116,6 +122,33 @@ async def test_a_retried_task_goes_to_another_worker(store):
     await settle(store)
     (task,) = await job_tasks(store, job_id)
     assert (task.state, task.worker_id) == ("ASSIGNED", second)
+
+
+async def test_only_a_run_with_a_retried_task_reads_where_attempts_failed(store):
+    """A task's attempt counts up as it goes back to the queue, so only a pending task past its first attempt can have
+    failed on a worker: a placing run of new tasks reads no attempts; one with a retried task reads its own."""
+    first = await add_worker(store, "w1", cpu=1)
+    second = await add_worker(store, "w2", cpu=1)
+    statements: list[str] = []
+    listen = lambda conn, cursor, statement, *rest: statements.append(" ".join(statement.split()))  # noqa: E731
+    event.listen(store.writer.sync_engine, "before_cursor_execute", listen)
+    try:
+        job_id = await submit(store, max_retries_failure=1)
+        statements.clear()
+        await run_handler(store, SCHEDULE, NOW)
+        assert statements and not [s for s in statements if s.startswith("SELECT") and "FROM attempts" in s]
+        (task,) = await job_tasks(store, job_id)
+        assert task.worker_id == first
+        await report(store, first, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"))
+        await settle(store)
+        await report(store, first, (task.id, task.attempt, "RUNNING"), (task.id, task.attempt, "FAILED", 1))
+        statements.clear()
+        await settle(store)
+        assert [s for s in statements if s.startswith("SELECT") and "FROM attempts" in s]
+    finally:
+        event.remove(store.writer.sync_engine, "before_cursor_execute", listen)
+    (task,) = await job_tasks(store, job_id)
+    assert (task.state, task.attempt, task.worker_id) == ("ASSIGNED", 1, second)
 
 
 async def test_admission_refuses_over_a_pool_maximum_and_unknown_dependencies(store):

@@ -138,7 +138,7 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors,
         started = time.perf_counter()
         failed: dict[int, BaseException | str] = {}
         if handler.needs_rooms:
-            snapshot.cluster = await read_cluster(connection, handler.kept, job_info.keys())
+            snapshot.cluster = await read_cluster(connection, handler.kept, job_info.keys(), _retried(rows))
             failed.update((job_id, cause) for job_id, cause in snapshot.cluster.unreadable.items()
                           if job_id in job_info)
         decision, targets = decide_apart(lambda some: handler.execute(some, snapshot),
@@ -207,7 +207,7 @@ async def pending_work(connection: AsyncConnection, handler: Handler, now: float
                              handler.launcher_states, handler.batch_rows or BATCH_ROWS)
     targets, job_info, _ = _targets(rows, handler)
     snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
-    snapshot.cluster = await read_cluster(connection, kept, job_info.keys())
+    snapshot.cluster = await read_cluster(connection, kept, job_info.keys(), _retried(rows))
     return targets, snapshot, {job_id: info.state for job_id, info in job_info.items()}
 
 
@@ -334,6 +334,13 @@ def _targets(found: list[tuple[TargetJob, list]],
             append(make_target(job_id, False, r[T_STATE], r[T_SINCE], r[T_TRIES], (task_view(
                 r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES], r[T_PREEMPTIONS]),), timeout))
     return targets, job_info, _TaskRows(found)
+
+
+def _retried(found: list[tuple[TargetJob, list]]) -> list[int]:
+    """The pending tasks read past their first attempt (a task's attempt counts up as it goes back to the queue): the
+    only ones whose earlier attempts may have failed on a worker (read_cluster's `retried`)."""
+    pending = str(TaskState.PENDING)
+    return [r[T_ID] for _, rows in found for r in rows if r[T_ATTEMPT] and r[T_STATE] == pending]
 
 
 def _launcher(row) -> Launcher:

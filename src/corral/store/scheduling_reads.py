@@ -33,14 +33,17 @@ MAX_GAPS = 10_000  # more ids missing at once than this: rebuilt instead of look
 
 
 async def read_cluster(connection: AsyncConnection, kept: KeptCapacity | None = None,
-                       job_ids: Collection[int] = ()) -> ClusterSnapshot:
+                       job_ids: Collection[int] = (), retried: Collection[int] | None = None) -> ClusterSnapshot:
     """The whole cluster read afresh; with `kept`, its index brought up to date instead, and the placement facts
-    of `job_ids` only (the pass's targets)."""
+    of `job_ids` only (the pass's targets). With `retried` (the targets' pending tasks past their first attempt, the
+    only pending tasks an attempt can have failed of: a task's attempt counts up as it goes back to the queue),
+    the workers only those failed on are read, and none where there are none (a run of new tasks)."""
     if kept is not None:
         unreadable: dict[int, str] = {}
         index = await kept.refresh(connection)
         job_facts = await kept.facts(connection, job_ids, unreadable)
-        return ClusterSnapshot(unreadable=unreadable, jobs=job_facts, index=index, avoid=await _failed_on(connection),
+        avoid = await _failed_on(connection) if retried is None else await _failed_on_tasks(connection, retried)
+        return ClusterSnapshot(unreadable=unreadable, jobs=job_facts, index=index, avoid=avoid,
                                dependencies=await _dependencies(connection, job_facts),
                                policy=await read_policy(connection))
     unreadable = {}
@@ -245,6 +248,21 @@ async def _failed_on(connection: AsyncConnection) -> dict[int, frozenset[str]]:
     failed: dict[int, set[str]] = defaultdict(set)
     for row in rows:
         failed[row.task_id].add(row.worker_id)
+    return {task_id: frozenset(ids) for task_id, ids in failed.items()}
+
+
+_FAILED_OF = (select(attempts.c.task_id, attempts.c.worker_id)
+              .where(attempts.c.task_id.in_(bindparam("ids", expanding=True)), attempts.c.state == TaskState.FAILED,
+                     attempts.c.worker_id.is_not(None)))
+
+
+async def _failed_on_tasks(connection: AsyncConnection, task_ids: Collection[int]) -> dict[int, frozenset[str]]:
+    """Workers each of these (pending) tasks already failed on: `_failed_on` of these tasks alone."""
+    ids = sorted(task_ids)
+    failed: dict[int, set[str]] = defaultdict(set)
+    for start in range(0, len(ids), CHUNK):
+        for task_id, worker_id in (await connection.execute(_FAILED_OF, {"ids": ids[start:start + CHUNK]})).all():
+            failed[task_id].add(worker_id)
     return {task_id: frozenset(ids) for task_id, ids in failed.items()}
 
 

@@ -11,7 +11,7 @@ from corral.core.spec import JobSpec
 from corral.engine.coordinator import run_handler
 from corral.engine.handlers import ScheduleJobs
 from corral.store.policy import apply_policy_file, put_quota, read_policy
-from corral.store.scheduling_reads import read_cluster
+from corral.store.scheduling_reads import KeptCapacity, read_cluster
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, report, run_task, settle, submit
 
 SCHEDULE = ScheduleJobs()
@@ -176,6 +176,9 @@ async def test_the_config_file_wins_for_what_it_names_and_keeps_the_rest(store):
     assert policy.pool("a100").strategy == "dispersed" and policy.pool("a100").reservation_time == 600
     assert policy.pool("other") == PoolPolicy()
     assert policy.quotas == {"kept": {"cpu": 4}, "vision": {"gpu": 4}}
+    async with store.read() as connection:  # a placing run reads them in one statement: the same policy
+        assert (await read_cluster(connection)).policy == policy
+        assert (await read_cluster(connection, KeptCapacity())).policy == policy
 
 
 async def test_custom_slots_held_by_placed_tasks_are_not_offered_again(store):

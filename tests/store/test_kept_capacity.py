@@ -4,6 +4,7 @@ with other capacity, finding Pythons), and the engine sees room freed or added w
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -15,6 +16,7 @@ from corral.engine.coordinator import run_handler
 from corral.engine.handlers import JOB_HANDLERS, ScheduleJobs
 from corral.engine.reports import ingest_heartbeat
 from corral.scheduling.capacity import CapacityIndex
+from corral.store import scheduling_reads
 from corral.store.changes import ChangeSet, StaleWrite, TaskRow
 from corral.store.off_loop import ON_LOOP
 from corral.store.scheduling_reads import KeptCapacity, capacity_fence, read_cluster
@@ -176,6 +178,29 @@ async def test_many_tasks_moved_at_once_are_taken_in_as_a_rebuild_reads_them(sto
         await report(store, worker, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"),
                      (task.id, task.attempt, "RUNNING"), (task.id, task.attempt, "SUCCEEDED", 0))
     assert facts(await kept_now(store, kept)) == facts(await rebuilt(store))
+    assert kept.rebuilds == 1
+
+
+async def test_a_few_hundred_history_rows_are_read_on_the_loop_and_more_past_it(store, monkeypatch):
+    """History rows are five plain columns: up to PLAIN_ON_LOOP of them are read and named on the loop, with no hop
+    to a thread (which waits for a core on a busy machine, the writer held); past that, in a thread. The index is
+    right either way."""
+    await add_worker(store, cpu=64.0)
+    kept = KeptCapacity()
+    await kept_now(store, kept)
+    hops = []
+    to_thread = asyncio.to_thread
+    monkeypatch.setattr(asyncio, "to_thread", lambda call, *args: hops.append(call) or to_thread(call, *args))
+    for many in (False, True):
+        for _ in range(ON_LOOP // 2):  # each job some 3 history rows by now, more than ON_LOOP; fewer tasks
+            await submit(store, resources={"cpu": 1})
+        await settle(store)
+        if many:
+            monkeypatch.setattr(scheduling_reads, "PLAIN_ON_LOOP", 4)
+        hops.clear()
+        index = await kept_now(store, kept)
+        assert (len(hops) >= 2) is many  # the rows past the first PLAIN_ON_LOOP, and naming them
+        assert facts(index) == facts(await rebuilt(store))
     assert kept.rebuilds == 1
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from sqlalchemy import event
+
 from corral.controller.admission import refusal
 from corral.controller.submit_settings import SubmitSettings
 from corral.core.config import CorralConfig, PoolPolicy, ProjectQuota
 from corral.core.spec import JobSpec
+from corral.engine.coordinator import run_handler
+from corral.engine.handlers import ScheduleJobs
 from corral.store.policy import apply_policy_file, put_quota, read_policy
-from corral.store.scheduling_reads import read_cluster
+from corral.store.scheduling_reads import KeptCapacity, read_cluster
 from tests.store.helpers import NOW, add_worker, job, job_history, job_tasks, report, run_task, settle, submit
+
+SCHEDULE = ScheduleJobs()
 
 
 async def test_after_waits_for_success_then_starts(store):
@@ -118,6 +124,57 @@ async def test_a_retried_task_goes_to_another_worker(store):
     assert (task.state, task.worker_id) == ("ASSIGNED", second)
 
 
+async def test_only_a_run_with_a_retried_task_reads_where_attempts_failed(store):
+    """A task's attempt counts up as it goes back to the queue, so only a pending task past its first attempt can have
+    failed on a worker: a placing run of new tasks reads no attempts; one with a retried task reads its own."""
+    first = await add_worker(store, "w1", cpu=1)
+    second = await add_worker(store, "w2", cpu=1)
+    statements: list[str] = []
+    listen = lambda conn, cursor, statement, *rest: statements.append(" ".join(statement.split()))  # noqa: E731
+    event.listen(store.writer.sync_engine, "before_cursor_execute", listen)
+    try:
+        job_id = await submit(store, max_retries_failure=1)
+        statements.clear()
+        await run_handler(store, SCHEDULE, NOW)
+        assert statements and not [s for s in statements if s.startswith("SELECT") and "FROM attempts" in s]
+        (task,) = await job_tasks(store, job_id)
+        assert task.worker_id == first
+        await report(store, first, (task.id, task.attempt, "BUILDING"), (task.id, task.attempt, "PREPARED"))
+        await settle(store)
+        await report(store, first, (task.id, task.attempt, "RUNNING"), (task.id, task.attempt, "FAILED", 1))
+        statements.clear()
+        await settle(store)
+        assert [s for s in statements if s.startswith("SELECT") and "FROM attempts" in s]
+    finally:
+        event.remove(store.writer.sync_engine, "before_cursor_execute", listen)
+    (task,) = await job_tasks(store, job_id)
+    assert (task.state, task.attempt, task.worker_id) == ("ASSIGNED", 1, second)
+
+
+async def test_on_sqlite_a_placing_run_settles_jobs_of_new_tasks_from_its_own_read(store):
+    """A job whose tasks are all pending has every task read as a target, with the job's row and its count of tasks:
+    on SQLite (one writer: nothing moves them meanwhile) settling reads nothing more of it; PostgreSQL reads and locks
+    the job rows. The jobs end alike, a job with tasks left waiting among them."""
+    await add_worker(store, cpu=4)
+    ids = [await submit(store), await submit(store, replicas=2), await submit(store, replicas=3)]
+    statements: list[str] = []
+    listen = lambda conn, cursor, statement, *rest: statements.append(" ".join(statement.split()))  # noqa: E731
+    event.listen(store.writer.sync_engine, "before_cursor_execute", listen)
+    try:
+        await run_handler(store, SCHEDULE, NOW)
+    finally:
+        event.remove(store.writer.sync_engine, "before_cursor_execute", listen)
+    settling = [s for s in statements if s.startswith("SELECT jobs.id, jobs.state, jobs.gang, jobs.outcome")]
+    assert bool(settling) is not store.is_sqlite
+    assert [(await job(store, job_id)).state for job_id in ids] == ["RUNNING", "RUNNING", "RUNNING"]
+    assert [[t.state for t in await job_tasks(store, job_id)] for job_id in ids] == [
+        ["ASSIGNED"], ["ASSIGNED", "ASSIGNED"], ["ASSIGNED", "PENDING", "PENDING"]]
+    (task,) = await job_tasks(store, ids[0])  # room freed: the job of tasks placed and pending is read in part
+    await run_task(store, task.worker_id, task)
+    assert [t.state for t in await job_tasks(store, ids[2])] == ["ASSIGNED", "ASSIGNED", "PENDING"]
+    assert [(await job(store, job_id)).state for job_id in ids] == ["SUCCEEDED", "RUNNING", "RUNNING"]
+
+
 async def test_admission_refuses_over_a_pool_maximum_and_unknown_dependencies(store):
     settings = SubmitSettings()
     async with store.write() as connection:
@@ -143,6 +200,9 @@ async def test_the_config_file_wins_for_what_it_names_and_keeps_the_rest(store):
     assert policy.pool("a100").strategy == "dispersed" and policy.pool("a100").reservation_time == 600
     assert policy.pool("other") == PoolPolicy()
     assert policy.quotas == {"kept": {"cpu": 4}, "vision": {"gpu": 4}}
+    async with store.read() as connection:  # a placing run reads them in one statement: the same policy
+        assert (await read_cluster(connection)).policy == policy
+        assert (await read_cluster(connection, KeptCapacity())).policy == policy
 
 
 async def test_custom_slots_held_by_placed_tasks_are_not_offered_again(store):

@@ -63,6 +63,7 @@ from corral.store.reads import (
     T_WORKER_ID,
     TASK_STATES,
     TASK_TARGET_JOB_STATES,
+    SettleJob,
     TargetJob,
     target_rows,
 )
@@ -95,6 +96,7 @@ class _Job:
     pending_reason: str | None
     outcome: str | None
     cancelled: bool
+    rows: list | None = None  # its task rows read, where they are all its tasks (settling counts them)
     waited: bool = False  # its wait is on record in this run
 
     # What `end_attempt` reads of a job.
@@ -138,7 +140,7 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors,
         started = time.perf_counter()
         failed: dict[int, BaseException | str] = {}
         if handler.needs_rooms:
-            snapshot.cluster = await read_cluster(connection, handler.kept, job_info.keys())
+            snapshot.cluster = await read_cluster(connection, handler.kept, job_info.keys(), _retried(rows))
             failed.update((job_id, cause) for job_id, cause in snapshot.cluster.unreadable.items()
                           if job_id in job_info)
         decision, targets = decide_apart(lambda some: handler.execute(some, snapshot),
@@ -159,7 +161,8 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors,
             return RunReport(outcomes=_acted_on(outcomes))
         # Workers locked before jobs, as reports do; the jobs' placement facts are those kept by the cluster read.
         async with capacity_fence(connection, changes.placed_workers, handler.kept):
-            await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
+            await settle_jobs(connection, changes, changes.touched_jobs, handler.name,
+                              _settle_read(connection, changes.touched_jobs, job_info, read_states))
             await changes.flush(connection)
         handler.observe(outcomes, snapshot)
         # A job's move alone can change its placed tasks' orders (a gang's builds are released by PrepareJobs): their
@@ -207,7 +210,7 @@ async def pending_work(connection: AsyncConnection, handler: Handler, now: float
                              handler.launcher_states, handler.batch_rows or BATCH_ROWS)
     targets, job_info, _ = _targets(rows, handler)
     snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
-    snapshot.cluster = await read_cluster(connection, kept, job_info.keys())
+    snapshot.cluster = await read_cluster(connection, kept, job_info.keys(), _retried(rows))
     return targets, snapshot, {job_id: info.state for job_id, info in job_info.items()}
 
 
@@ -278,6 +281,25 @@ def _set_aside(job_id: int, error: TargetError, handler: Handler, changes: Chang
         changes.wait(job_id, handler.name, state, error.note(handler.name), repeated=not error.first)
 
 
+def _settle_read(connection: AsyncConnection, job_ids: set[int], job_info: dict[int, _Job],
+                 read_states: dict[int, JobState]) -> dict[int, tuple[SettleJob, Counter]] | None:
+    """What settling would read of the touched jobs whose every task the run read (a job of new tasks, all pending),
+    from the run's own reads: each one's row and its tasks' states, read in this transaction. Only on SQLite, whose
+    one writer leaves them as read (on PostgreSQL settle_rows locks the job rows, which orders two transactions
+    settling one job)."""
+    if connection.dialect.name != "sqlite":
+        return None
+    read = {}
+    states = TASK_STATES
+    for job_id in job_ids:
+        job = job_info.get(job_id)
+        if job is None or job.rows is None:
+            continue
+        read[job_id] = (SettleJob(job_id, read_states[job_id], job.gang, job.outcome, job.cancelled,
+                                  job.facts.max_task_failures), Counter(states[r[T_STATE]] for r in job.rows))
+    return read
+
+
 class _TaskRows(dict[int, TaskRow]):
     """The run's task rows by id, each made on first use: most targets of a run are skipped (a queue that waits
     for room), and only a task the run moves needs its row; once made, a row is the one every later use changes.
@@ -323,7 +345,7 @@ def _targets(found: list[tuple[TargetJob, list]],
                            job.max_retries_preemption, job.grace_period, job.preemption_epoch,
                            _launcher(job) if with_launcher else None)
         job_info[job_id] = _Job(JOB_STATES[job.job_state], job.gang, facts, job.pending_reason, job.outcome,
-                                job.cancelled)
+                                job.cancelled, rows if job.task_count == len(rows) else None)
         timeout = handler.timeout(facts)
         if job.job_state in handler.job_states and (job.gang or not handler.gang_only):
             views = tuple(task_view(r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES],
@@ -334,6 +356,13 @@ def _targets(found: list[tuple[TargetJob, list]],
             append(make_target(job_id, False, r[T_STATE], r[T_SINCE], r[T_TRIES], (task_view(
                 r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES], r[T_PREEMPTIONS]),), timeout))
     return targets, job_info, _TaskRows(found)
+
+
+def _retried(found: list[tuple[TargetJob, list]]) -> list[int]:
+    """The pending tasks read past their first attempt (a task's attempt counts up as it goes back to the queue): the
+    only ones whose earlier attempts may have failed on a worker (read_cluster's `retried`)."""
+    pending = str(TaskState.PENDING)
+    return [r[T_ID] for _, rows in found for r in rows if r[T_ATTEMPT] and r[T_STATE] == pending]
 
 
 def _launcher(row) -> Launcher:

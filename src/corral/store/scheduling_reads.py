@@ -5,24 +5,26 @@ and the capacity index the engine keeps across passes, brought up to date from t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 
-from sqlalchemy import and_, bindparam, func, or_, select
+from sqlalchemy import Integer, and_, bindparam, func, literal_column, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.core.config import PoolPolicy
 from corral.core.spec import MAX_GPU
 from corral.core.states import JOB_ACTIVE, TASK_HOLDS_RESOURCES, TaskState, WorkerState
 from corral.scheduling.capacity import CapacityIndex
+from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request, WorkerRoom, overbooking
 from corral.scheduling.snapshot import NO_FACTS, ClusterSnapshot, JobEnd, JobPlacement
 from corral.store.changes import StaleWrite
 from corral.store.off_loop import converted, rows_of
-from corral.store.policy import read_policy
-from corral.store.schema import attempts, history, jobs, tasks, workers
+from corral.store.schema import attempts, history, jobs, pools, quotas, tasks, workers
 
 CHUNK = 5000  # ids per IN (...) list, under every driver's parameter limit
 STOPPING = frozenset({TaskState.PREEMPTING, TaskState.TERMINATING})
@@ -32,16 +34,19 @@ MAX_GAPS = 10_000  # more ids missing at once than this: rebuilt instead of look
 
 
 async def read_cluster(connection: AsyncConnection, kept: KeptCapacity | None = None,
-                       job_ids: Collection[int] = ()) -> ClusterSnapshot:
+                       job_ids: Collection[int] = (), retried: Collection[int] | None = None) -> ClusterSnapshot:
     """The whole cluster read afresh; with `kept`, its index brought up to date instead, and the placement facts
-    of `job_ids` only (the pass's targets)."""
+    of `job_ids` only (the pass's targets). With `retried` (the targets' pending tasks past their first attempt, the
+    only pending tasks an attempt can have failed of: a task's attempt counts up as it goes back to the queue),
+    the workers only those failed on are read, and none where there are none (a run of new tasks)."""
     if kept is not None:
         unreadable: dict[int, str] = {}
         index = await kept.refresh(connection)
         job_facts = await kept.facts(connection, job_ids, unreadable)
-        return ClusterSnapshot(unreadable=unreadable, jobs=job_facts, index=index, avoid=await _failed_on(connection),
+        avoid = await _failed_on(connection) if retried is None else await _failed_on_tasks(connection, retried)
+        return ClusterSnapshot(unreadable=unreadable, jobs=job_facts, index=index, avoid=avoid,
                                dependencies=await _dependencies(connection, job_facts),
-                               policy=await read_policy(connection))
+                               policy=await _policy(connection))
     unreadable = {}
     job_facts = await _active_jobs(connection, unreadable)
     running = await _running_tasks(connection, job_facts)
@@ -52,7 +57,7 @@ async def read_cluster(connection: AsyncConnection, kept: KeptCapacity | None = 
         jobs=job_facts,
         avoid=await _failed_on(connection),
         dependencies=await _dependencies(connection, job_facts),
-        policy=await read_policy(connection),
+        policy=await _policy(connection),
     )
 
 
@@ -247,6 +252,35 @@ async def _failed_on(connection: AsyncConnection) -> dict[int, frozenset[str]]:
     return {task_id: frozenset(ids) for task_id, ids in failed.items()}
 
 
+# The pool policies and project quotas (store.policy's read_policy), in one statement: every placing run reads them.
+_POLICY_ROWS = union_all(select(literal_column("0", Integer), pools.c.name, pools.c.policy),
+                         select(literal_column("1", Integer), quotas.c.project, quotas.c.limits))
+
+
+async def _policy(connection: AsyncConnection) -> Policy:
+    """`read_policy`'s Policy, in one statement rather than two (its pools' rows first, then its quotas')."""
+    pool_rows, quota_rows = {}, {}
+    for quota, name, value in (await connection.execute(_POLICY_ROWS)).all():
+        (quota_rows if quota else pool_rows)[name] = value
+    return Policy(pools={name: PoolPolicy.model_validate(policy) for name, policy in pool_rows.items()},
+                  quotas={project: dict(limits) for project, limits in quota_rows.items()})
+
+
+_FAILED_OF = (select(attempts.c.task_id, attempts.c.worker_id)
+              .where(attempts.c.task_id.in_(bindparam("ids", expanding=True)), attempts.c.state == TaskState.FAILED,
+                     attempts.c.worker_id.is_not(None)))
+
+
+async def _failed_on_tasks(connection: AsyncConnection, task_ids: Collection[int]) -> dict[int, frozenset[str]]:
+    """Workers each of these (pending) tasks already failed on: `_failed_on` of these tasks alone."""
+    ids = sorted(task_ids)
+    failed: dict[int, set[str]] = defaultdict(set)
+    for start in range(0, len(ids), CHUNK):
+        for task_id, worker_id in (await connection.execute(_FAILED_OF, {"ids": ids[start:start + CHUNK]})).all():
+            failed[task_id].add(worker_id)
+    return {task_id: frozenset(ids) for task_id, ids in failed.items()}
+
+
 async def _dependencies(connection: AsyncConnection, job_facts: dict[int, JobPlacement]) -> dict[int, JobEnd]:
     wanted = sorted({j for job in job_facts.values() for j in (*job.after, *job.after_any)})
     ends: dict[int, JobEnd] = {}
@@ -291,11 +325,12 @@ class KeptCapacity:
         gaps = [i for i, since in self.gaps.items() if now - since < GAP_SECONDS]
         statement, parameters = ((_HISTORY_PAST_GAPS, {"seen": self.seen, "gaps": gaps}) if gaps
                                  else (_HISTORY_PAST, {"seen": self.seen}))
-        rows = await rows_of(await connection.execute(statement, parameters))
+        rows = await _plain_rows(await connection.execute(statement, parameters))
         if not rows and await _latest_id(connection) < self.seen:
             return await self._build(connection, now)  # the ids went back: another database
         self.gaps = {i: self.gaps[i] for i in gaps}
-        ids, task_ids, worker_ids = await converted(len(rows), _named, rows)
+        ids, task_ids, worker_ids = (_named(rows) if len(rows) <= PLAIN_ON_LOOP
+                                     else await asyncio.to_thread(_named, rows))
         if not self._note_gaps(ids, now):
             return await self._build(connection, now)
         if not await self._workers_changed(connection, worker_ids):
@@ -413,6 +448,20 @@ _ROOMS_OF_TASKS = (_TASK_ROOMS.where(tasks.c.id.in_(bindparam("ids", expanding=T
 _PLACEMENT_FACTS = (select(jobs.c.id, jobs.c.spec, jobs.c.priority, jobs.c.gang)
                     .where(jobs.c.id.in_(bindparam("ids", expanding=True))))
 _LATEST_ID = select(func.max(history.c.id))
+
+
+# History rows (five plain columns) read and named on the loop: a pass's few hundred cost it less than a hop to a
+# thread and back, which on a busy machine waits for a core while the writer is held (off_loop's ON_LOOP, 32, is for
+# rows of parsed JSON; a placing run of 8 new jobs reads some 64 history rows, and took two hops for them).
+PLAIN_ON_LOOP = 512
+
+
+async def _plain_rows(result) -> list:
+    """All the result's rows, those past the first PLAIN_ON_LOOP read in a thread (as off_loop.rows_of)."""
+    rows = result.fetchmany(PLAIN_ON_LOOP)
+    if len(rows) < PLAIN_ON_LOOP:
+        return rows
+    return rows + await asyncio.to_thread(result.all)
 
 
 async def _latest_id(connection: AsyncConnection) -> int:

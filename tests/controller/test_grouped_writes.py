@@ -41,6 +41,43 @@ async def test_concurrent_writes_share_commits_and_each_gets_its_own_result(stor
         assert await existing_job_ids(connection, ids) == set(ids)
 
 
+async def test_the_writes_that_come_while_a_group_waits_for_the_writer_go_in_that_group(store) -> None:
+    """A group is taken once the writer is held: a write that comes while another transaction holds the writer (a
+    placing run) goes in the same transaction as the writes that came before it, not in one after theirs."""
+    grouped = GroupedWrites(store)
+    commits = []
+    async with store.write():  # another transaction holds the writer
+        first = asyncio.ensure_future(grouped.write(_job("k0")))
+        for _ in range(5):
+            await asyncio.sleep(0)  # the group's writer is started and waits for the writer
+        rest = [asyncio.ensure_future(grouped.write(_job(f"k{i}"))) for i in range(1, 5)]
+    store.on_commit.append(lambda: commits.append(1))  # the holder's commit is done; nothing else ran since
+    ids = await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+    assert len(set(ids)) == 5
+    assert len(commits) == 1
+
+
+async def test_a_group_whose_writer_fails_before_it_is_taken_fails_alone(store, monkeypatch) -> None:
+    """Where the writer itself fails (before the group is taken), the calls waiting then are its group: each is
+    answered, a lone one with the failure, several by writing each alone."""
+    grouped = GroupedWrites(store)
+    write = store.write
+    calls = []
+
+    def failing_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("no writer")
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(store, "write", failing_once)
+    with pytest.raises(OSError):
+        await asyncio.wait_for(grouped.write(_job("alone")), 30)
+    calls.clear()
+    ids = await asyncio.wait_for(asyncio.gather(*(grouped.write(_job(f"k{i}")) for i in range(3))), 30)
+    assert len(set(ids)) == 3 and len(calls) == 4  # the failed group's, then one each
+
+
 async def test_a_failing_write_fails_alone_and_the_others_of_its_group_are_committed(store) -> None:
     grouped = GroupedWrites(store)
     first = await grouped.write(_job("taken"))

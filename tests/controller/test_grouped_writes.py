@@ -78,6 +78,38 @@ async def test_a_group_whose_writer_fails_before_it_is_taken_fails_alone(store, 
     assert len(set(ids)) == 3 and len(calls) == 4  # the failed group's, then one each
 
 
+async def test_the_waiting_writes_of_a_stores_grouped_writes_share_one_transaction(store) -> None:
+    """Submissions and reports (two GroupedWrites of one store) waiting when the writer is taken are written in one
+    transaction, each kind by its own write_group; a failing one fails alone, the others committed."""
+    async def tagged(connection, items):
+        return [("tagged", await item(connection)) for item in items]
+
+    plain, other = GroupedWrites(store), GroupedWrites(store, tagged)
+    commits = []
+    async with store.write():  # another transaction holds the writer
+        calls = [asyncio.ensure_future(plain.write(_job(f"p{i}"))) for i in range(3)]
+        calls += [asyncio.ensure_future(other.write(_job(f"o{i}"))) for i in range(3)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+    store.on_commit.append(lambda: commits.append(1))
+    results = await asyncio.wait_for(asyncio.gather(*calls), 30)
+    assert all(isinstance(r, int) for r in results[:3]) and all(tag == "tagged" for tag, _ in results[3:])
+    assert len(commits) == 1
+    taken = await plain.write(_job("taken"))
+    async with store.write():
+        calls = [asyncio.ensure_future(plain.write(_job("taken")))]
+        calls += [asyncio.ensure_future(other.write(_job(f"o{i}"))) for i in range(3, 5)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+    commits.clear()
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 30)
+    assert isinstance(results[0], Conflict) and [tag for tag, _ in results[1:]] == ["tagged", "tagged"]
+    assert len(commits) == 2  # the failed group's rolled back, then the two others alone
+    async with store.read() as connection:
+        assert await existing_job_ids(connection, [taken, *(i for _, i in results[1:])]) == {
+            taken, *(i for _, i in results[1:])}
+
+
 async def test_a_failing_write_fails_alone_and_the_others_of_its_group_are_committed(store) -> None:
     grouped = GroupedWrites(store)
     first = await grouped.write(_job("taken"))

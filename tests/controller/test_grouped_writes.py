@@ -15,13 +15,20 @@ from corral.store.database import Conflict, sqlite_url
 from corral.store.job_views import existing_job_ids
 from corral.store.jobs import insert_job
 from corral.store.store import Store
+from tests.postgres import scratch_database
 
 
-@pytest.fixture
-async def store(tmp_path):
-    opened = await Store.open(sqlite_url(tmp_path / "corral.db"))
-    yield opened
-    await opened.close()
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request, tmp_path):
+    if request.param == "sqlite":
+        opened = await Store.open(sqlite_url(tmp_path / "corral.db"))
+        yield opened
+        await opened.close()
+        return
+    async with scratch_database() as url:
+        opened = await Store.open(url)
+        yield opened
+        await opened.close()
 
 
 def _job(key: str):

@@ -15,13 +15,20 @@ from corral.store.database import Conflict, sqlite_url
 from corral.store.job_views import existing_job_ids
 from corral.store.jobs import insert_job
 from corral.store.store import Store
+from tests.postgres import scratch_database
 
 
-@pytest.fixture
-async def store(tmp_path):
-    opened = await Store.open(sqlite_url(tmp_path / "corral.db"))
-    yield opened
-    await opened.close()
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request, tmp_path):
+    if request.param == "sqlite":
+        opened = await Store.open(sqlite_url(tmp_path / "corral.db"))
+        yield opened
+        await opened.close()
+        return
+    async with scratch_database() as url:
+        opened = await Store.open(url)
+        yield opened
+        await opened.close()
 
 
 def _job(key: str):
@@ -39,6 +46,75 @@ async def test_concurrent_writes_share_commits_and_each_gets_its_own_result(stor
     assert len(commits) < 20  # those that came while one was written went in the next, together
     async with store.read() as connection:
         assert await existing_job_ids(connection, ids) == set(ids)
+
+
+async def test_the_writes_that_come_while_a_group_waits_for_the_writer_go_in_that_group(store) -> None:
+    """A group is taken once the writer is held: a write that comes while another transaction holds the writer (a
+    placing run) goes in the same transaction as the writes that came before it, not in one after theirs."""
+    grouped = GroupedWrites(store)
+    commits = []
+    async with store.write():  # another transaction holds the writer
+        first = asyncio.ensure_future(grouped.write(_job("k0")))
+        for _ in range(5):
+            await asyncio.sleep(0)  # the group's writer is started and waits for the writer
+        rest = [asyncio.ensure_future(grouped.write(_job(f"k{i}"))) for i in range(1, 5)]
+    store.on_commit.append(lambda: commits.append(1))  # the holder's commit is done; nothing else ran since
+    ids = await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+    assert len(set(ids)) == 5
+    assert len(commits) == 1
+
+
+async def test_a_group_whose_writer_fails_before_it_is_taken_fails_alone(store, monkeypatch) -> None:
+    """Where the writer itself fails (before the group is taken), the calls waiting then are its group: each is
+    answered, a lone one with the failure, several by writing each alone."""
+    grouped = GroupedWrites(store)
+    write = store.write
+    calls = []
+
+    def failing_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("no writer")
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(store, "write", failing_once)
+    with pytest.raises(OSError):
+        await asyncio.wait_for(grouped.write(_job("alone")), 30)
+    calls.clear()
+    ids = await asyncio.wait_for(asyncio.gather(*(grouped.write(_job(f"k{i}")) for i in range(3))), 30)
+    assert len(set(ids)) == 3 and len(calls) == 4  # the failed group's, then one each
+
+
+async def test_the_waiting_writes_of_a_stores_grouped_writes_share_one_transaction(store) -> None:
+    """Submissions and reports (two GroupedWrites of one store) waiting when the writer is taken are written in one
+    transaction, each kind by its own write_group; a failing one fails alone, the others committed."""
+    async def tagged(connection, items):
+        return [("tagged", await item(connection)) for item in items]
+
+    plain, other = GroupedWrites(store), GroupedWrites(store, tagged)
+    commits = []
+    async with store.write():  # another transaction holds the writer
+        calls = [asyncio.ensure_future(plain.write(_job(f"p{i}"))) for i in range(3)]
+        calls += [asyncio.ensure_future(other.write(_job(f"o{i}"))) for i in range(3)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+    store.on_commit.append(lambda: commits.append(1))
+    results = await asyncio.wait_for(asyncio.gather(*calls), 30)
+    assert all(isinstance(r, int) for r in results[:3]) and all(tag == "tagged" for tag, _ in results[3:])
+    assert len(commits) == 1
+    taken = await plain.write(_job("taken"))
+    async with store.write():
+        calls = [asyncio.ensure_future(plain.write(_job("taken")))]
+        calls += [asyncio.ensure_future(other.write(_job(f"o{i}"))) for i in range(3, 5)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+    commits.clear()
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 30)
+    assert isinstance(results[0], Conflict) and [tag for tag, _ in results[1:]] == ["tagged", "tagged"]
+    assert len(commits) == 2  # the failed group's rolled back, then the two others alone
+    async with store.read() as connection:
+        assert await existing_job_ids(connection, [taken, *(i for _, i in results[1:])]) == {
+            taken, *(i for _, i in results[1:])}
 
 
 async def test_a_failing_write_fails_alone_and_the_others_of_its_group_are_committed(store) -> None:

@@ -7,7 +7,7 @@ import asyncio
 
 import aiosqlite
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select, text, update
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from corral.store import sqlite_trips
@@ -114,7 +114,7 @@ async def writer(tmp_path, engine):
     await made.dispose()
 
 
-async def test_the_writers_statements_make_no_trip_its_commit_one(writer, trips):
+async def test_the_writers_statements_and_commit_make_no_trip(writer, trips):
     async with writer.begin() as connection:
         await connection.execute(text("SELECT 1"))  # the connection made, its pragmas run
         del trips[:]
@@ -127,7 +127,7 @@ async def test_the_writers_statements_make_no_trip_its_commit_one(writer, trips)
         with pytest.raises(IntegrityError):
             await connection.execute(insert(things).values(name="a"))
         assert trips == []
-    assert trips == ["commit"]
+    assert trips == []  # the commit too: on the loop, the WAL's append alone (WalCheckpoints)
     assert rows == ["a", "b!", "c!"]
     async with writer.connect() as connection:
         assert (await connection.exec_driver_sql("PRAGMA busy_timeout")).scalar() == 0
@@ -160,7 +160,7 @@ async def test_a_writer_that_finds_the_file_locked_waits_in_the_thread_not_on_th
         await asyncio.wait_for(waiting, 10)
     finally:
         ticking.cancel()
-    assert trips == ["_waited_trip", "commit", "commit"]  # the holder's commit, then the writer's
+    assert trips == ["_waited_trip", "commit"]  # the holder's commit; the writer's on the loop
     async with engine.connect() as connection:
         assert (await connection.execute(select(things.c.name).order_by(things.c.id))).scalars().all() == [
             "held", "waited"]
@@ -214,7 +214,7 @@ async def test_a_long_transaction_on_the_loop_yields_to_it_between_statements(wr
             await connection.execute(update(things).where(things.c.name == "a").values(name="z"))
             during = ticks[0] - before
             assert trips == []
-        assert trips == ["commit"]
+        assert trips == []  # its commit too
     finally:
         ticking.cancel()
     assert during >= turns if turns else during == 0
@@ -255,3 +255,62 @@ async def test_a_statement_that_held_the_loop_long_keeps_its_trip_from_then_on(w
         assert trips == ["_trip"]
         assert (await connection.execute(select(things.c.id))).scalars().all() == [1]
         assert trips == ["_trip"]
+
+
+def _wal_frames(path) -> int:
+    """The WAL's size in frames now (the wal-index's mxFrame), as WalCheckpoints reads it."""
+    with open(f"{path}-shm", "rb") as file:
+        return sqlite_trips.MX_FRAME.unpack_from(file.read(64), sqlite_trips.MX_FRAME_OFFSET)[0]
+
+
+async def test_the_writers_wal_is_checkpointed_in_its_thread_where_sqlite_would_have(tmp_path, engine, writer, trips,
+                                                                                    monkeypatch):
+    """The writer's connection does not checkpoint in its commit on the loop (wal_autocheckpoint=0); after a commit
+    that leaves the WAL at CHECKPOINT_PAGES or more, the checkpoint runs in the connection's thread, and the WAL
+    starts over: it stays bounded."""
+    monkeypatch.setattr(sqlite_trips, "CHECKPOINT_PAGES", 20)
+    path = tmp_path / "trips.db"
+    async with writer.connect() as connection:
+        await connection.execute(text("SELECT 1"))  # the connection made, its pragmas run
+        assert (await connection.exec_driver_sql("PRAGMA wal_autocheckpoint")).scalar() == 0
+    del trips[:]
+    most = 0
+    checkpointed = []
+    for i in range(200):
+        async with writer.begin() as connection:
+            await connection.execute(insert(things).values(name=f"{i:04d}" + "x" * 3000))  # a page or more each
+        frames = _wal_frames(path)
+        most = max(most, frames)
+        checkpointed.append((frames >= 20, trips.count("_checkpoint")))
+        del trips[:]
+    assert all(count == (1 if due else 0) for due, count in checkpointed)  # a trip only where SQLite's was due
+    assert sum(count for _, count in checkpointed) >= 10
+    assert 20 <= most < 20 + 10  # without the checkpoints, some 600 frames
+    async with engine.connect() as connection:
+        assert (await connection.execute(select(func.count()).select_from(things))).scalar() == 200
+
+
+async def test_closing_the_writer_last_removes_the_wal_as_before(tmp_path, engine, writer):
+    await engine.dispose()
+    await _insert(writer, "a")
+    assert (tmp_path / "trips.db-wal").exists()
+    await writer.dispose()
+    assert not (tmp_path / "trips.db-wal").exists()
+
+
+async def test_a_commit_that_fails_on_the_loop_rolls_back_and_leaves_the_writer_usable(tmp_path, writer):
+    """A deferred foreign key broken at the commit: the commit fails, nothing of the transaction is kept, and the
+    writer's next transaction goes through on the loop."""
+    async with writer.begin() as connection:
+        await connection.exec_driver_sql("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        await connection.exec_driver_sql(
+            "CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY "
+            "DEFERRED)")
+    with pytest.raises(IntegrityError):
+        async with writer.begin() as connection:
+            await connection.exec_driver_sql("INSERT INTO child (parent) VALUES (7)")
+    async with writer.begin() as connection:
+        await connection.exec_driver_sql("INSERT INTO parent (id) VALUES (1)")
+        await connection.exec_driver_sql("INSERT INTO child (parent) VALUES (1)")
+    async with writer.connect() as connection:
+        assert (await connection.exec_driver_sql("SELECT parent FROM child")).scalars().all() == [1]

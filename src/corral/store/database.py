@@ -16,7 +16,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from corral.store.handler_locks import hold_migration_lock, release_migration_lock
-from corral.store.sqlite_trips import BUSY_TIMEOUT, OneTripDBAPI
+from corral.store.sqlite_trips import BUSY_TIMEOUT, OneTripDBAPI, WalSize
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 CONNECT_TIMEOUT = 10.0  # seconds to reach PostgreSQL: an unreachable host is reported, not waited on for a minute
@@ -79,6 +79,7 @@ def make_engine(url: str, pool: dict[str, int] | None = None, *, on_loop: bool =
     `on_loop`, a SQLite engine's statements run on the event loop (sqlite_trips.py: the single writer's)."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
+        database = make_url(url).database
         engine = create_async_engine(url, module=OneTripDBAPI(on_loop=on_loop), connect_args={"timeout": BUSY_TIMEOUT},
                                      **(pool or {}))
 
@@ -86,10 +87,14 @@ def make_engine(url: str, pool: dict[str, int] | None = None, *, on_loop: bool =
         def _pragmas(dbapi_connection, _record):  # WAL: readers never block the writer
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
+            wal = cursor.fetchone()[0] == "wal"  # not for a database in memory
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             if on_loop:  # waits for another connection's lock in the connection's thread, never on the loop
                 cursor.execute("PRAGMA busy_timeout=0")
+                if wal and database:  # its commits on the loop, its checkpoints in its thread (sqlite_trips.py)
+                    cursor.execute("PRAGMA wal_autocheckpoint=0")
+                    dbapi_connection.wal = WalSize(Path(database).absolute())
             cursor.close()
 
         return engine

@@ -7,10 +7,14 @@ cursor is made, run, emptied and closed in one trip; SQLAlchemy reads the rows, 
 from what that trip kept. Server-side cursors (streamed results) keep aiosqlite's own.
 
 The writer's statements make no trip at all (`on_loop`): they run on the event loop, where the trip cost more CPU
-than most of them (the thread's wake-up, the loop's, the GIL handed over twice). Its commits and rollbacks still go
-to the thread, so that the WAL's write and any checkpoint (an fsync) never hold up the loop, and so do its statements
-of many rows (`_bulk`: a DELETE, a prune's; an executemany or a statement of many bound values; a statement that
-once took the loop SLOW_STATEMENT of CPU, such as a large read inside a write, learned by its text). A transaction
+than most of them (the thread's wake-up, the loop's, the GIL handed over twice). So do its commits where the file is
+in WAL mode (`wal`): the writer's connection does not checkpoint in its commit (wal_autocheckpoint=0), so a commit is
+the WAL's append alone, with no fsync (synchronous=NORMAL); after a commit that leaves the WAL at CHECKPOINT_PAGES or
+more (`WalSize`) the checkpoint that SQLite's automatic checkpoint would have run in that commit (PASSIVE, on this
+connection, with its fsyncs) runs in the connection's thread before the commit returns, so that the fsyncs never
+hold up the loop. Its rollbacks still go to the thread, and so do its statements of many rows (`_bulk`: a DELETE,
+a prune's; an executemany or a statement of many bound values; a statement that once took the loop SLOW_STATEMENT
+of CPU, such as a large read inside a write, learned by its text). A transaction
 on the loop yields to it (`_loop_turn`) before a statement once it has held it YIELD_AFTER since the loop last
 turned, so that heartbeats and other requests are served while a long transaction is under way; its statements run
 one at a time as before, and nothing else writes meanwhile (Store.write). The store is this controller's alone
@@ -23,10 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+import mmap
 import sqlite3
+import struct
 import time
 import types
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -35,6 +43,9 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
     AsyncAdapt_aiosqlite_cursor,
     AsyncAdapt_aiosqlite_dbapi,
 )
+from sqlalchemy.util.concurrency import await_
+
+log = logging.getLogger("corral.store")
 
 
 class _Ran:
@@ -100,6 +111,59 @@ def _waited_trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operatio
         return _trip(connection, ran, run, operation, parameters)
     finally:
         set_timeout("PRAGMA busy_timeout=0").close()
+
+
+def _waited_commit(connection: aiosqlite.Connection) -> None:
+    """In the connection's thread: its commit, waiting up to BUSY_TIMEOUT for another connection's lock."""
+    set_timeout = connection._conn.execute
+    set_timeout(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}").close()
+    try:
+        connection._conn.commit()
+    finally:
+        set_timeout("PRAGMA busy_timeout=0").close()
+
+
+CHECKPOINT_PAGES = 1000  # the WAL's frames (pages) past which it is checkpointed: SQLite's wal_autocheckpoint default
+# Where the WAL's size in frames is read: mxFrame, a native 32-bit integer at this offset of the wal-index (the
+# "-shm" file), in the first copy of its header (https://www.sqlite.org/walformat.html, "The WAL-Index Header").
+MX_FRAME = struct.Struct("=I")
+MX_FRAME_OFFSET = 16
+
+
+class WalSize:
+    """The size in frames (pages) of a database's WAL, read from its wal-index (the "-shm" file, mapped read-only):
+    no statement, no trip. After the writer's commit on the loop, what tells whether SQLite's automatic checkpoint
+    would have run at the end of that commit (the WAL at wal_autocheckpoint pages or more)."""
+
+    def __init__(self, database: Path) -> None:
+        self._database = database
+        self._index: mmap.mmap | None = None
+
+    def frames(self) -> int:
+        """The WAL's frames; CHECKPOINT_PAGES where its wal-index cannot be read (then a checkpoint runs, as it
+        could have in the commit)."""
+        try:
+            if self._index is None:
+                with open(f"{self._database}-shm", "rb") as file:
+                    self._index = mmap.mmap(file.fileno(), MX_FRAME_OFFSET + MX_FRAME.size, access=mmap.ACCESS_READ)
+            return MX_FRAME.unpack_from(self._index, MX_FRAME_OFFSET)[0]
+        except (OSError, ValueError):
+            return CHECKPOINT_PAGES
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+
+def _checkpoint(connection: aiosqlite.Connection) -> None:
+    """In the connection's thread: what SQLite's automatic checkpoint runs at the end of a commit that takes the
+    WAL past wal_autocheckpoint pages (a PASSIVE checkpoint: it waits for no reader and no lock). As there, the
+    commit stands whatever becomes of its checkpoint: a failed one is logged and tried again after the next commit."""
+    try:
+        connection._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").close()
+    except sqlite3.Error as error:
+        log.warning("the WAL's checkpoint after a commit failed: %s", error)
 
 
 def _trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operation: Any,
@@ -168,7 +232,7 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
     """Its statements one trip each; a commit or rollback with no transaction open none (the pool rolls back each
     connection it is given back, most of them after reads alone, which in SQLite open none)."""
 
-    __slots__ = ("on_loop", "slow", "_held_since", "_turned")
+    __slots__ = ("on_loop", "slow", "_held_since", "_turned", "wal")
     _cursor_cls = OneTripCursor
 
     def __init__(self, dbapi: Any, connection: aiosqlite.Connection, *, on_loop: bool = False) -> None:
@@ -177,6 +241,9 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
         self.slow: set[Any] = set()  # the texts of statements that took the loop SLOW_STATEMENT: theirs is the thread
         self._held_since = 0.0
         self._turned = True
+        # The writer's WAL, where its file is in WAL mode and it does not checkpoint in its commits (make_engine):
+        # its commits then run on the loop.
+        self.wal: WalSize | None = None
 
     def _mark_turn(self) -> None:
         self._turned = True
@@ -203,12 +270,36 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
         return connection is not None and not connection.in_transaction
 
     def commit(self) -> None:
-        if not self._idle():
+        if self._idle():
+            return
+        if self.wal is None or self._execute_mutex.locked():
             super().commit()
+            return
+        try:
+            try:
+                self._connection._conn.commit()  # the WAL's append alone: no checkpoint in it (wal_autocheckpoint=0)
+            except sqlite3.OperationalError as error:
+                if not _locked(error):
+                    raise
+                await_(self._in_thread(_waited_commit))
+        except Exception as error:
+            self._handle_exception(error)
+        if self.wal.frames() >= CHECKPOINT_PAGES:  # where SQLite's own would have checkpointed in the commit
+            await_(self._in_thread(_checkpoint))
+
+    async def _in_thread(self, function: Callable[[aiosqlite.Connection], None]) -> None:
+        async with self._execute_mutex:
+            await self._connection._execute(function, self._connection)
 
     def rollback(self) -> None:
         if not self._idle():
             super().rollback()
+
+    def close(self) -> None:
+        if self.wal is not None:
+            self.wal.close()
+            self.wal = None
+        super().close()
 
 
 class OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):

@@ -476,6 +476,51 @@ async def test_a_task_with_nothing_to_build_reports_building_prepared_and_runnin
     assert controller.batches[0] == [(1, "BUILDING"), (1, "PREPARED"), (1, "RUNNING")]
 
 
+async def test_a_wave_s_start_reports_go_together(controller, tmp_path):
+    async with running_agent(controller, tmp_path) as (agent, _):
+        agent.linger, agent.starts_linger = 1.0, 30.0
+        await wait_until(lambda: controller.registrations, what="registration")
+        for task_id in range(1, 9):
+            controller.assign(task_id, "w1", ["sleep", "60"], start=True)
+        await wait_until(lambda: all("RUNNING" in controller.states(t) for t in range(1, 9)), what="the tasks to run")
+    assert sorted(controller.batches[0]) == sorted((t, s) for t in range(1, 9) for s in ("BUILDING", "PREPARED",
+                                                                                        "RUNNING"))
+
+
+def _report(task_id: int, state: TaskState) -> TaskReport:
+    return TaskReport(task_id=task_id, attempt=0, state=state, at=0.0)
+
+
+async def test_reports_wait_while_attempts_are_being_started_and_while_an_end_is_on_its_way(controller, tmp_path):
+    """A RUNNING report waits, though it is not of a PASSING state, while the runner is starting attempts (each report
+    coming within `linger` of the one before, up to `starts_linger`) and then while an exited attempt's end is being
+    made; with neither it goes at once."""
+    options = WorkerOptions(controller_url=URL, token="secret", work_dir=tmp_path, cpus=1, memory=2**30, gpus=0)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(controller.handle), base_url=URL) as http:
+        agent = Agent(options, http)
+        agent.linger, agent.starts_linger = 1.0, 30.0
+        now = {"starting": True, "ending": False}
+        agent.runner.starting = lambda: now["starting"]
+        agent.runner.ending = lambda: now["ending"]
+        agent._queue(_report(1, TaskState.RUNNING))
+        lingering = asyncio.create_task(agent._linger())
+        for task_id in range(2, 6):
+            await asyncio.sleep(0.05)
+            agent._queue(_report(task_id, TaskState.RUNNING))
+        await asyncio.sleep(0.05)
+        assert not lingering.done()
+        now["starting"], now["ending"] = False, True
+        agent._queue(_report(6, TaskState.RUNNING))
+        await asyncio.sleep(0.05)
+        assert not lingering.done()
+        now["ending"] = False
+        agent._queue(_report(1, TaskState.SUCCEEDED))
+        async with asyncio.timeout(0.5):
+            await lingering
+        async with asyncio.timeout(0.5):
+            await agent._linger()  # a RUNNING report waiting, nothing being started or ending: at once
+
+
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 waits for children through pidfds by itself")
 async def test_the_worker_waits_for_its_tasks_through_a_pidfd_not_a_thread_each():
     before = asyncio.get_child_watcher()

@@ -83,6 +83,8 @@ SETTLE = PACE_FIRST
 # that one heartbeat, one commit on the controller, carries them all rather than one each.
 PASSING = frozenset({TaskState.BUILDING, TaskState.PREPARED})
 LINGER = 0.02
+# The longest a report waits while a wave of orders is being started (Agent._linger).
+STARTS_LINGER = 0.25
 
 
 def route_address(controller_url: str) -> str:
@@ -239,6 +241,7 @@ class Agent:
         self._delivered = asyncio.Event()  # set when a heartbeat carrying reports is answered
         self._ends_delivered: list[tuple[int, int]] = []  # attempts whose end the controller has, for the poller
         self.linger = LINGER
+        self.starts_linger = STARTS_LINGER
         self.settle = SETTLE
 
     async def serve(self) -> None:
@@ -390,10 +393,25 @@ class Agent:
                 self._dispatch(worker_id, reply)
 
     async def _linger(self) -> None:
-        """While every report waiting is of a PASSING state, wait up to `linger` for the reports that follow."""
-        deadline = asyncio.get_running_loop().time() + self.linger
-        while all(r.state in PASSING for r in self._outbox):
-            left = deadline - asyncio.get_running_loop().time()
+        """Wait for the reports that follow those waiting, where they follow within turns of the loop: up to `linger`
+        while every report waiting is of a PASSING state or an attempt's end is on its way (its process has exited,
+        its report not yet made), and for as long as `starts_linger` while attempts are being started (a wave of
+        orders: its reports go together, the starts' and the ends' of tasks that exit meanwhile). Two turns of the
+        loop first, so that the exits it has not yet read are reaped.
+
+        A wave's starts run in few long turns of the loop: a heartbeat sent in the middle of them left only after,
+        and the wave's ends then waited for its answer."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        deadline = began + self.linger
+        for _ in range(2):
+            await asyncio.sleep(0)
+        while True:
+            if self.runner.starting():
+                deadline = max(deadline, min(loop.time() + self.linger, began + self.starts_linger))
+            elif not (all(r.state in PASSING for r in self._outbox) or self.runner.ending()):
+                return
+            left = deadline - loop.time()
             if left <= 0:
                 return
             self._outbox_filled.clear()

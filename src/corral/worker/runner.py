@@ -382,6 +382,17 @@ class Runner:
         first), and an attempt that has ended but whose end the controller may not have yet (until `forget`)."""
         return [ref for ref, acted in self._acted.items() if "build" in acted]
 
+    def ending(self) -> bool:
+        """Whether an attempt's process has exited and its end is not yet reported: the report follows within a few
+        turns of the loop (its cgroup removed, its captures ended, its logs flushed)."""
+        return any(att.process is not None and att.process.returncode is not None for att in self._attempts.values())
+
+    def starting(self) -> bool:
+        """Whether an attempt that starts as soon as it is built, with nothing to fetch or build (no bundle, no
+        Python environment), is not yet started: its start follows within turns of the loop."""
+        return any(att.process is None and not att.ended and att.order.start and not att.order.bundle
+                   and not att.order.pip and not att.order.python for att in self._attempts.values())
+
     def forget(self, refs: Iterable[tuple[int, int]]) -> None:
         """Let go of what these ended attempts' repeated orders are known by: the controller has their ends, so it
         orders nothing for them any more, and the caller (corral.worker.agent) has no reply still to come that was

@@ -3,8 +3,8 @@
 Everything goes over the worker's outbound HTTP. Two loops share one client: a poller that
 keeps a long-poll heartbeat outstanding, so orders arrive as soon as the controller has them
 (after new orders it waits for their reports' heartbeat, whose reply carries any newer), and a
-reporter that sends state changes as soon as they happen, batching whatever accumulated while
-its previous request was in flight. A report leaves the outbox only once
+reporter that sends state changes as soon as they happen (waiting only for those that follow within turns of
+the loop: Agent._linger), batching whatever accumulated while its previous request was in flight. A report leaves the outbox only once
 a reply confirms it arrived, so an unreachable controller delays reports but loses none.
 The end of a preempted attempt is an acknowledgement with its epoch: it goes, in its turn
 among the reports, to its own endpoint, which refuses (409) one from a stale epoch.

@@ -2,10 +2,10 @@
 
 Everything goes over the worker's outbound HTTP. Two loops share one client: a poller that
 keeps a long-poll heartbeat outstanding, so orders arrive as soon as the controller has them
-(after new orders it waits for their reports' heartbeat, whose reply carries any newer), and a
-reporter that sends state changes as soon as they happen (waiting only for those that follow within turns of
-the loop: Agent._linger), batching whatever accumulated while its previous request was in flight. A report leaves the outbox only once
-a reply confirms it arrived, so an unreachable controller delays reports but loses none.
+(after new orders other than builds it waits for their reports' heartbeat, whose reply carries any newer), and a
+reporter that sends state changes as soon as they happen (waiting only for those that follow within turns of the
+loop: Agent._linger), batching whatever accumulated while its previous request was in flight. A report leaves the
+outbox only once a reply confirms it arrived, so an unreachable controller delays reports but loses none.
 The end of a preempted attempt is an acknowledgement with its epoch: it goes, in its turn
 among the reports, to its own endpoint, which refuses (409) one from a stale epoch.
 The runner remembers each attempt's orders, to act on each once, until the controller has the attempt's end and
@@ -46,6 +46,7 @@ from corral.core.protocol import (
     MAX_ENVIRONMENTS,
     MAX_PYTHONS,
     MAX_REPORTS,
+    BuildOrder,
     CachedEnvironment,
     HeartbeatReply,
     HeartbeatRequest,
@@ -310,9 +311,10 @@ class Agent:
     # the two heartbeat loops -------------------------------------------------------------
 
     async def _poll(self) -> None:
-        """Keep one long-poll outstanding, so orders arrive as soon as the controller has them; after new ones,
-        only once their reports are delivered (or `settle` passes): that heartbeat's reply brings any newer ones,
-        and the controller repeats a start, a stop or a preemption until its report is in.
+        """Keep one long-poll outstanding, so orders arrive as soon as the controller has them; after new ones other
+        than builds, only once their reports are delivered (or `settle` passes): that heartbeat's reply brings any
+        newer ones, and the controller repeats a start, a stop or a preemption until its report is in. A build it
+        gives no heartbeat that holds it, so after builds alone the next poll goes at once.
 
         As a poll begins the runner forgets the attempts whose end was delivered before it: the poll outstanding
         then may have been read before the controller had their ends (and carry an order for them again), but it
@@ -335,6 +337,10 @@ class Agent:
             backoff.reset()
             if self._dispatch(worker_id, reply):
                 pace = PACE_FIRST
+                if all(isinstance(order, BuildOrder) for order in reply.orders):
+                    # Builds only: the controller gives none of them again to a heartbeat that holds them (holding),
+                    # so the next poll waits for newer orders: it is outstanding when they come (a wave's next).
+                    continue
                 # Poll again once their reports are delivered (that heartbeat's reply brings any newer orders).
                 self._delivered.clear()
                 await woken(self._delivered, self.settle)

@@ -348,6 +348,9 @@ class Runner:
         self._ended: set[tuple[int, int]] = set()
         self._acted: dict[tuple[int, int], set[str]] = {}
         self._tasks: set[asyncio.Task] = set()
+        # Attempts that start once built with nothing to fetch or build, until started (`starting`): a worker running
+        # a thousand tasks is not walked for each report of a wave.
+        self._unstarted: set[tuple[int, int]] = set()
 
     def _start_warden(self) -> int:
         """The process that kills this worker's cgroups if the worker dies; it lives as long as the pipe returned."""
@@ -390,8 +393,13 @@ class Runner:
     def starting(self) -> bool:
         """Whether an attempt that starts as soon as it is built, with nothing to fetch or build (no bundle, no
         Python environment), is not yet started: its start follows within turns of the loop."""
-        return any(att.process is None and not att.ended and att.order.start and not att.order.bundle
-                   and not att.order.pip and not att.order.python for att in self._attempts.values())
+        for ref in list(self._unstarted):  # let go of those started, ended or gone since, and stop at one that is not
+            att = self._attempts.get(ref)
+            if att is None or att.ended or att.process is not None:
+                self._unstarted.discard(ref)
+            else:
+                return True
+        return False
 
     def forget(self, refs: Iterable[tuple[int, int]]) -> None:
         """Let go of what these ended attempts' repeated orders are known by: the controller has their ends, so it
@@ -443,6 +451,8 @@ class Runner:
             return  # stopped before it was built
         att = self._attempts[ref] = _Attempt(order, f"{self._tasks_dir}/{order.task_id}-{order.attempt}",
                                              asyncio.Lock())
+        if order.start and not order.bundle and not order.pip and not order.python:
+            self._unstarted.add(ref)
         att.build = self._spawn(self._prepare(att))  # its own task, so a stop can cancel it alone
         await asyncio.wait([att.build])
         # An independent task: no start order comes, and one that does is a repeat. One its build ended is gone.

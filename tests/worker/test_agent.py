@@ -66,6 +66,7 @@ class FakeController:
         self.pythons: list[list[str]] = []  # the Python versions heartbeats brought
         self.gpu_readings: list[list[GpuUse]] = []  # the devices' use heartbeats brought
         self.holdings: list[set[tuple[int, int]]] = []  # the attempts each heartbeat said its worker holds
+        self.kinds: list[str] = []  # "poll" or "report", each heartbeat in turn
         self.heartbeats = 0
         self.polls_with_orders = 0  # heartbeats without reports answered with orders
         self.status: int | None = None  # answer everything with this status
@@ -91,12 +92,15 @@ class FakeController:
         self.tasks[task_id]["state"] = "PREEMPTING"
         self.changed.set()
 
-    def orders(self, worker: str) -> list:
+    def orders(self, worker: str, holding: frozenset = frozenset()) -> list:
+        """As the controller's: none of a build the heartbeat says its worker holds."""
         orders = []
         for task_id, task in self.tasks.items():
             if task["worker"] != worker:
                 continue
             if task["state"] == "ASSIGNED":
+                if (task_id, task["build"].attempt) in holding:
+                    continue
                 orders.append(task["build"])
             elif task["state"] == "STARTING":
                 orders.append(StartOrder(task_id=task_id, attempt=0))
@@ -150,6 +154,7 @@ class FakeController:
         if body.gpus is not None:
             self.gpu_readings.append(body.gpus)
         self.holdings.append(set(body.holding))
+        self.kinds.append("report" if body.reports else "poll")
         if body.reports:
             self.batches.append([(r.task_id, r.state) for r in body.reports])
         for report in body.reports:
@@ -158,14 +163,16 @@ class FakeController:
             task["state"] = "STARTING" if report.state == "PREPARED" else report.state
             if report.state in TASK_TERMINAL:
                 self.logs_at_end[report.task_id] = dict(self.logs)
-        orders = self.orders(worker)
+        holding = frozenset(body.holding)
+        orders = self.orders(worker, holding)
         if not orders and body.wait:
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), body.wait)
-            orders = self.orders(worker)
+            orders = self.orders(worker, holding)
         self.polls_with_orders += bool(orders and not body.reports)
-        self.down = self.down_after_orders and bool(orders)
+        if self.down_after_orders and orders:  # a long poll outstanding when the test went down leaves it down
+            self.down = True
         return httpx.Response(200, json=HeartbeatReply(orders=orders, heartbeat_interval=0.1).model_dump())
 
 
@@ -476,6 +483,51 @@ async def test_a_task_with_nothing_to_build_reports_building_prepared_and_runnin
     assert controller.batches[0] == [(1, "BUILDING"), (1, "PREPARED"), (1, "RUNNING")]
 
 
+async def test_a_wave_s_start_reports_go_together(controller, tmp_path):
+    async with running_agent(controller, tmp_path) as (agent, _):
+        agent.linger, agent.starts_linger = 1.0, 30.0
+        await wait_until(lambda: controller.registrations, what="registration")
+        for task_id in range(1, 9):
+            controller.assign(task_id, "w1", ["sleep", "60"], start=True)
+        await wait_until(lambda: all("RUNNING" in controller.states(t) for t in range(1, 9)), what="the tasks to run")
+    assert sorted(controller.batches[0]) == sorted((t, s) for t in range(1, 9) for s in ("BUILDING", "PREPARED",
+                                                                                        "RUNNING"))
+
+
+def _report(task_id: int, state: TaskState) -> TaskReport:
+    return TaskReport(task_id=task_id, attempt=0, state=state, at=0.0)
+
+
+async def test_reports_wait_while_attempts_are_being_started_and_while_an_end_is_on_its_way(controller, tmp_path):
+    """A RUNNING report waits, though it is not of a PASSING state, while the runner is starting attempts (each report
+    coming within `linger` of the one before, up to `starts_linger`) and then while an exited attempt's end is being
+    made; with neither it goes at once."""
+    options = WorkerOptions(controller_url=URL, token="secret", work_dir=tmp_path, cpus=1, memory=2**30, gpus=0)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(controller.handle), base_url=URL) as http:
+        agent = Agent(options, http)
+        agent.linger, agent.starts_linger = 1.0, 30.0
+        now = {"starting": True, "ending": False}
+        agent.runner.starting = lambda: now["starting"]
+        agent.runner.ending = lambda: now["ending"]
+        agent._queue(_report(1, TaskState.RUNNING))
+        lingering = asyncio.create_task(agent._linger())
+        for task_id in range(2, 6):
+            await asyncio.sleep(0.05)
+            agent._queue(_report(task_id, TaskState.RUNNING))
+        await asyncio.sleep(0.05)
+        assert not lingering.done()
+        now["starting"], now["ending"] = False, True
+        agent._queue(_report(6, TaskState.RUNNING))
+        await asyncio.sleep(0.05)
+        assert not lingering.done()
+        now["ending"] = False
+        agent._queue(_report(1, TaskState.SUCCEEDED))
+        async with asyncio.timeout(0.5):
+            await lingering
+        async with asyncio.timeout(0.5):
+            await agent._linger()  # a RUNNING report waiting, nothing being started or ending: at once
+
+
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 waits for children through pidfds by itself")
 async def test_the_worker_waits_for_its_tasks_through_a_pidfd_not_a_thread_each():
     before = asyncio.get_child_watcher()
@@ -500,6 +552,21 @@ async def test_after_new_orders_the_poller_waits_for_their_reports_rather_than_b
         seen = controller.heartbeats
         await wait_until(lambda: controller.heartbeats > seen, what="a poll after the reports")
     assert controller.polls_with_orders == 1
+
+
+async def test_after_builds_alone_the_poller_polls_again_at_once_holding_them(controller, tmp_path):
+    """The controller gives no build to a heartbeat that holds it: the poll after a wave's builds waits for newer
+    orders rather than for the wave's reports, and is outstanding when they come."""
+    async with running_agent(controller, tmp_path) as (agent, _):
+        agent.settle = 30.0
+        await wait_until(lambda: controller.registrations, what="registration")
+        controller.assign(1, "w1", ["sleep", "60"], start=True)
+        await wait_until(lambda: "RUNNING" in controller.states(1), what="the task to run")
+        controller.assign(2, "w1", ["sleep", "60"], start=True)
+        await wait_until(lambda: "RUNNING" in controller.states(2), what="the second task to run")
+    first = controller.kinds.index("report")
+    assert controller.kinds[first - 1] == "poll" and (1, 0) in controller.holdings[first - 1]
+    assert controller.polls_with_orders == 2  # one for each build, none again
 
 
 def test_the_worker_s_log_lines_are_written_by_a_thread_of_their_own_in_order_and_whole():

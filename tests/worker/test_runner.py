@@ -449,3 +449,26 @@ def test_a_program_found_on_path_before_is_looked_for_again_once_gone_or_not_exe
     program.unlink()
     with pytest.raises(FileNotFoundError):
         runner_module._check_executable("tool", tmp_path, path)
+
+
+async def test_starting_and_ending_say_when_a_report_follows_within_turns_of_the_loop(harness):
+    """What the agent's reporter waits for (Agent._linger): an attempt to be started that starts once built with
+    nothing to fetch, and an attempt whose process has exited and whose end is not yet reported."""
+    flushing = asyncio.Event()
+
+    async def flush(task_id: int, attempt: int) -> None:
+        await flushing.wait()
+
+    harness.runner._flush_logs = flush
+    harness.runner.submit(build_order(["true"], start=True))
+    await asyncio.sleep(0)  # the build's first turn
+    assert harness.runner.starting() and not harness.runner.ending()
+    await wait_until(harness.runner.ending, what="the exit to be reaped")
+    assert not harness.runner.starting()
+    flushing.set()
+    await harness.ended()
+    assert not harness.runner.ending() and not harness.runner.starting()
+    harness.runner.submit(build_order(["true"], task_id=2))  # a gang's: it waits for its start order
+    harness.runner.submit(build_order(["true"], task_id=3, start=True, pip=["nothing"]))  # builds an environment
+    await asyncio.sleep(0)
+    assert not harness.runner.starting()

@@ -2,10 +2,10 @@
 
 Everything goes over the worker's outbound HTTP. Two loops share one client: a poller that
 keeps a long-poll heartbeat outstanding, so orders arrive as soon as the controller has them
-(after new orders it waits for their reports' heartbeat, whose reply carries any newer), and a
-reporter that sends state changes as soon as they happen, batching whatever accumulated while
-its previous request was in flight. A report leaves the outbox only once
-a reply confirms it arrived, so an unreachable controller delays reports but loses none.
+(after new orders other than builds it waits for their reports' heartbeat, whose reply carries any newer), and a
+reporter that sends state changes as soon as they happen (waiting only for those that follow within turns of the
+loop: Agent._linger), batching whatever accumulated while its previous request was in flight. A report leaves the
+outbox only once a reply confirms it arrived, so an unreachable controller delays reports but loses none.
 The end of a preempted attempt is an acknowledgement with its epoch: it goes, in its turn
 among the reports, to its own endpoint, which refuses (409) one from a stale epoch.
 The runner remembers each attempt's orders, to act on each once, until the controller has the attempt's end and
@@ -46,6 +46,7 @@ from corral.core.protocol import (
     MAX_ENVIRONMENTS,
     MAX_PYTHONS,
     MAX_REPORTS,
+    BuildOrder,
     CachedEnvironment,
     HeartbeatReply,
     HeartbeatRequest,
@@ -83,6 +84,8 @@ SETTLE = PACE_FIRST
 # that one heartbeat, one commit on the controller, carries them all rather than one each.
 PASSING = frozenset({TaskState.BUILDING, TaskState.PREPARED})
 LINGER = 0.02
+# The longest a report waits while a wave of orders is being started (Agent._linger).
+STARTS_LINGER = 0.25
 
 
 def route_address(controller_url: str) -> str:
@@ -239,6 +242,7 @@ class Agent:
         self._delivered = asyncio.Event()  # set when a heartbeat carrying reports is answered
         self._ends_delivered: list[tuple[int, int]] = []  # attempts whose end the controller has, for the poller
         self.linger = LINGER
+        self.starts_linger = STARTS_LINGER
         self.settle = SETTLE
 
     async def serve(self) -> None:
@@ -307,9 +311,10 @@ class Agent:
     # the two heartbeat loops -------------------------------------------------------------
 
     async def _poll(self) -> None:
-        """Keep one long-poll outstanding, so orders arrive as soon as the controller has them; after new ones,
-        only once their reports are delivered (or `settle` passes): that heartbeat's reply brings any newer ones,
-        and the controller repeats a start, a stop or a preemption until its report is in.
+        """Keep one long-poll outstanding, so orders arrive as soon as the controller has them; after new ones other
+        than builds, only once their reports are delivered (or `settle` passes): that heartbeat's reply brings any
+        newer ones, and the controller repeats a start, a stop or a preemption until its report is in. A build it
+        gives no heartbeat that holds it, so after builds alone the next poll goes at once.
 
         As a poll begins the runner forgets the attempts whose end was delivered before it: the poll outstanding
         then may have been read before the controller had their ends (and carry an order for them again), but it
@@ -332,6 +337,10 @@ class Agent:
             backoff.reset()
             if self._dispatch(worker_id, reply):
                 pace = PACE_FIRST
+                if all(isinstance(order, BuildOrder) for order in reply.orders):
+                    # Builds only: the controller gives none of them again to a heartbeat that holds them (holding),
+                    # so the next poll waits for newer orders: it is outstanding when they come (a wave's next).
+                    continue
                 # Poll again once their reports are delivered (that heartbeat's reply brings any newer orders).
                 self._delivered.clear()
                 await woken(self._delivered, self.settle)
@@ -390,10 +399,25 @@ class Agent:
                 self._dispatch(worker_id, reply)
 
     async def _linger(self) -> None:
-        """While every report waiting is of a PASSING state, wait up to `linger` for the reports that follow."""
-        deadline = asyncio.get_running_loop().time() + self.linger
-        while all(r.state in PASSING for r in self._outbox):
-            left = deadline - asyncio.get_running_loop().time()
+        """Wait for the reports that follow those waiting, where they follow within turns of the loop: up to `linger`
+        while every report waiting is of a PASSING state or an attempt's end is on its way (its process has exited,
+        its report not yet made), and for as long as `starts_linger` while attempts are being started (a wave of
+        orders: its reports go together, the starts' and the ends' of tasks that exit meanwhile). Two turns of the
+        loop first, so that the exits it has not yet read are reaped.
+
+        A wave's starts run in few long turns of the loop: a heartbeat sent in the middle of them left only after,
+        and the wave's ends then waited for its answer."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        deadline = began + self.linger
+        for _ in range(2):
+            await asyncio.sleep(0)
+        while True:
+            if self.runner.starting():
+                deadline = max(deadline, min(loop.time() + self.linger, began + self.starts_linger))
+            elif not (all(r.state in PASSING for r in self._outbox) or self.runner.ending()):
+                return
+            left = deadline - loop.time()
             if left <= 0:
                 return
             self._outbox_filled.clear()

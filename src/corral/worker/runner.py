@@ -348,6 +348,9 @@ class Runner:
         self._ended: set[tuple[int, int]] = set()
         self._acted: dict[tuple[int, int], set[str]] = {}
         self._tasks: set[asyncio.Task] = set()
+        # Attempts that start once built with nothing to fetch or build, until started (`starting`): a worker running
+        # a thousand tasks is not walked for each report of a wave.
+        self._unstarted: set[tuple[int, int]] = set()
 
     def _start_warden(self) -> int:
         """The process that kills this worker's cgroups if the worker dies; it lives as long as the pipe returned."""
@@ -381,6 +384,22 @@ class Runner:
         whose task has not yet had its first turn (the heartbeat that follows the reply that brought it is often sent
         first), and an attempt that has ended but whose end the controller may not have yet (until `forget`)."""
         return [ref for ref, acted in self._acted.items() if "build" in acted]
+
+    def ending(self) -> bool:
+        """Whether an attempt's process has exited and its end is not yet reported: the report follows within a few
+        turns of the loop (its cgroup removed, its captures ended, its logs flushed)."""
+        return any(att.process is not None and att.process.returncode is not None for att in self._attempts.values())
+
+    def starting(self) -> bool:
+        """Whether an attempt that starts as soon as it is built, with nothing to fetch or build (no bundle, no
+        Python environment), is not yet started: its start follows within turns of the loop."""
+        for ref in list(self._unstarted):  # let go of those started, ended or gone since, and stop at one that is not
+            att = self._attempts.get(ref)
+            if att is None or att.ended or att.process is not None:
+                self._unstarted.discard(ref)
+            else:
+                return True
+        return False
 
     def forget(self, refs: Iterable[tuple[int, int]]) -> None:
         """Let go of what these ended attempts' repeated orders are known by: the controller has their ends, so it
@@ -432,6 +451,8 @@ class Runner:
             return  # stopped before it was built
         att = self._attempts[ref] = _Attempt(order, f"{self._tasks_dir}/{order.task_id}-{order.attempt}",
                                              asyncio.Lock())
+        if order.start and not order.bundle and not order.pip and not order.python:
+            self._unstarted.add(ref)
         att.build = self._spawn(self._prepare(att))  # its own task, so a stop can cancel it alone
         await asyncio.wait([att.build])
         # An independent task: no start order comes, and one that does is a repeat. One its build ended is gone.

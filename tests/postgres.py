@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
+
+from corral.store.database import sqlite_url
+from corral.store.store import Store
 
 POSTGRES_URL = os.environ.get("CORRAL_TEST_POSTGRES", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 
@@ -39,3 +43,17 @@ async def scratch_database() -> AsyncIterator[str]:
         async with admin.connect() as connection:
             await connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         await admin.dispose()
+
+
+
+@asynccontextmanager
+async def opened_store(backend: str, directory: Path) -> AsyncIterator[Store]:
+    """A Store on `backend`: "sqlite" (a file in `directory`) or "postgresql" (a database of its own); closed after."""
+    async with AsyncExitStack() as stack:
+        url = (sqlite_url(directory / "corral.db") if backend == "sqlite"
+               else await stack.enter_async_context(scratch_database()))
+        opened = await Store.open(url)
+        try:
+            yield opened
+        finally:
+            await opened.close()

@@ -11,24 +11,16 @@ from sqlalchemy import event, text
 from corral.controller.grouped_writes import GroupedWrites
 from corral.controller.jobs_api import Submission, write_submissions
 from corral.core.spec import JobSpec
-from corral.store.database import Conflict, sqlite_url
+from corral.store.database import Conflict
 from corral.store.job_views import existing_job_ids
 from corral.store.jobs import insert_job
-from corral.store.store import Store
-from tests.postgres import scratch_database
+from tests.postgres import opened_store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def store(request, tmp_path):
-    if request.param == "sqlite":
-        opened = await Store.open(sqlite_url(tmp_path / "corral.db"))
+    async with opened_store(request.param, tmp_path) as opened:
         yield opened
-        await opened.close()
-        return
-    async with scratch_database() as url:
-        opened = await Store.open(url)
-        yield opened
-        await opened.close()
 
 
 def _job(key: str):

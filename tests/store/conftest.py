@@ -10,22 +10,13 @@ import sys
 import pytest
 from sqlalchemy import Delete, Insert, Select, Update
 
-from corral.store.database import sqlite_url
-from corral.store.store import Store
-from tests.postgres import scratch_database
+from tests.postgres import opened_store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def store(request, tmp_path):
-    if request.param == "sqlite":
-        opened = await Store.open(sqlite_url(tmp_path / "corral.db"))
+    async with opened_store(request.param, tmp_path) as opened:
         yield opened
-        await opened.close()
-        return
-    async with scratch_database() as url:
-        opened = await Store.open(url)
-        yield opened
-        await opened.close()
 
 
 @pytest.fixture

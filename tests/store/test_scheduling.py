@@ -151,30 +151,6 @@ async def test_only_a_run_with_a_retried_task_reads_where_attempts_failed(store)
     assert (task.state, task.attempt, task.worker_id) == ("ASSIGNED", 1, second)
 
 
-async def test_on_sqlite_a_placing_run_settles_jobs_of_new_tasks_from_its_own_read(store):
-    """A job whose tasks are all pending has every task read as a target, with the job's row and its count of tasks:
-    on SQLite (one writer: nothing moves them meanwhile) settling reads nothing more of it; PostgreSQL reads and locks
-    the job rows. The jobs end alike, a job with tasks left waiting among them."""
-    await add_worker(store, cpu=4)
-    ids = [await submit(store), await submit(store, replicas=2), await submit(store, replicas=3)]
-    statements: list[str] = []
-    listen = lambda conn, cursor, statement, *rest: statements.append(" ".join(statement.split()))  # noqa: E731
-    event.listen(store.writer.sync_engine, "before_cursor_execute", listen)
-    try:
-        await run_handler(store, SCHEDULE, NOW)
-    finally:
-        event.remove(store.writer.sync_engine, "before_cursor_execute", listen)
-    settling = [s for s in statements if s.startswith("SELECT jobs.id, jobs.state, jobs.gang, jobs.outcome")]
-    assert bool(settling) is not store.is_sqlite
-    assert [(await job(store, job_id)).state for job_id in ids] == ["RUNNING", "RUNNING", "RUNNING"]
-    assert [[t.state for t in await job_tasks(store, job_id)] for job_id in ids] == [
-        ["ASSIGNED"], ["ASSIGNED", "ASSIGNED"], ["ASSIGNED", "PENDING", "PENDING"]]
-    (task,) = await job_tasks(store, ids[0])  # room freed: the job of tasks placed and pending is read in part
-    await run_task(store, task.worker_id, task)
-    assert [t.state for t in await job_tasks(store, ids[2])] == ["ASSIGNED", "ASSIGNED", "PENDING"]
-    assert [(await job(store, job_id)).state for job_id in ids] == ["SUCCEEDED", "RUNNING", "RUNNING"]
-
-
 async def test_admission_refuses_over_a_pool_maximum_and_unknown_dependencies(store):
     settings = SubmitSettings()
     async with store.write() as connection:

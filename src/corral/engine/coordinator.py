@@ -63,7 +63,6 @@ from corral.store.reads import (
     T_WORKER_ID,
     TASK_STATES,
     TASK_TARGET_JOB_STATES,
-    SettleJob,
     TargetJob,
     target_rows,
 )
@@ -96,7 +95,6 @@ class _Job:
     pending_reason: str | None
     outcome: str | None
     cancelled: bool
-    rows: list | None = None  # its task rows read, where they are all its tasks (settling counts them)
     waited: bool = False  # its wait is on record in this run
 
     # What `end_attempt` reads of a job.
@@ -161,8 +159,7 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors,
             return RunReport(outcomes=_acted_on(outcomes))
         # Workers locked before jobs, as reports do; the jobs' placement facts are those kept by the cluster read.
         async with capacity_fence(connection, changes.placed_workers, handler.kept):
-            await settle_jobs(connection, changes, changes.touched_jobs, handler.name,
-                              _settle_read(connection, changes.touched_jobs, job_info, read_states))
+            await settle_jobs(connection, changes, changes.touched_jobs, handler.name)
             await changes.flush(connection)
         handler.observe(outcomes, snapshot)
         # A job's move alone can change its placed tasks' orders (a gang's builds are released by PrepareJobs): their
@@ -281,25 +278,6 @@ def _set_aside(job_id: int, error: TargetError, handler: Handler, changes: Chang
         changes.wait(job_id, handler.name, state, error.note(handler.name), repeated=not error.first)
 
 
-def _settle_read(connection: AsyncConnection, job_ids: set[int], job_info: dict[int, _Job],
-                 read_states: dict[int, JobState]) -> dict[int, tuple[SettleJob, Counter]] | None:
-    """What settling would read of the touched jobs whose every task the run read (a job of new tasks, all pending),
-    from the run's own reads: each one's row and its tasks' states, read in this transaction. Only on SQLite, whose
-    one writer leaves them as read (on PostgreSQL settle_rows locks the job rows, which orders two transactions
-    settling one job)."""
-    if connection.dialect.name != "sqlite":
-        return None
-    read = {}
-    states = TASK_STATES
-    for job_id in job_ids:
-        job = job_info.get(job_id)
-        if job is None or job.rows is None:
-            continue
-        read[job_id] = (SettleJob(job_id, read_states[job_id], job.gang, job.outcome, job.cancelled,
-                                  job.facts.max_task_failures), Counter(states[r[T_STATE]] for r in job.rows))
-    return read
-
-
 class _TaskRows(dict[int, TaskRow]):
     """The run's task rows by id, each made on first use: most targets of a run are skipped (a queue that waits
     for room), and only a task the run moves needs its row; once made, a row is the one every later use changes.
@@ -345,7 +323,7 @@ def _targets(found: list[tuple[TargetJob, list]],
                            job.max_retries_preemption, job.grace_period, job.preemption_epoch,
                            _launcher(job) if with_launcher else None)
         job_info[job_id] = _Job(JOB_STATES[job.job_state], job.gang, facts, job.pending_reason, job.outcome,
-                                job.cancelled, rows if job.task_count == len(rows) else None)
+                                job.cancelled)
         timeout = handler.timeout(facts)
         if job.job_state in handler.job_states and (job.gang or not handler.gang_only):
             views = tuple(task_view(r[T_ID], r[T_INDEX], states[r[T_STATE]], r[T_WORKER_ID], r[T_FAILURES],

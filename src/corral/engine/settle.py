@@ -13,15 +13,14 @@ fenced update (`WHERE state = :expected`) would otherwise check at the price of 
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Collection, Mapping
-from operator import attrgetter
+from collections import Counter
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from corral.core.outcomes import derived_job_state
 from corral.core.states import JOB_TERMINAL, Fact, JobState, TaskState
 from corral.store.changes import ChangeSet
-from corral.store.reads import SettleJob, pending_tasks, settle_rows
+from corral.store.reads import pending_tasks, settle_rows
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,26 +28,12 @@ if TYPE_CHECKING:
 T = TaskState
 
 
-async def settle_jobs(connection: AsyncConnection, changes: ChangeSet, job_ids: Collection[int], cause: str,
-                      read: Mapping[int, tuple[SettleJob, Counter]] | None = None) -> None:
-    """Add to `changes` what their tasks' moves in it make of these jobs (recorded under `cause`).
-
-    `read`: of some of them, the row and task state counts `settle_rows` would read, read already in this transaction
-    where nothing else writes meanwhile (SQLite's one writer): those are not read again (a placing run reads every
-    task of the jobs whose tasks are all pending). Their counts are changed here."""
+async def settle_jobs(connection: AsyncConnection, changes: ChangeSet, job_ids: Collection[int], cause: str) -> None:
+    """Add to `changes` what their tasks' moves in it make of these jobs (recorded under `cause`)."""
     if not job_ids:
         return
     ids = set(job_ids)
-    known = {job_id: read[job_id] for job_id in ids if job_id in read} if read else None
-    if known:
-        rest = ids - known.keys()
-        job_rows, counts = await settle_rows(connection, rest) if rest else ([], defaultdict(Counter))
-        for job_id, (row, states) in known.items():
-            job_rows.append(row)
-            counts[job_id] = states
-        job_rows.sort(key=attrgetter("id"))  # in id order, as settle_rows reads them
-    else:
-        job_rows, counts = await settle_rows(connection, ids)
+    job_rows, counts = await settle_rows(connection, ids)
     for row, read in changes.moved_tasks(ids):
         counts[row.job_id][read] -= 1
         counts[row.job_id][row.state] += 1

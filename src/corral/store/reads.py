@@ -62,7 +62,6 @@ class TargetJob(NamedTuple):
     max_retries_preemption: int
     grace_period: float
     preemption_epoch: int
-    task_count: int | None = None  # every task of the job, read or not (settling needs no read where all were)
     launcher_id: int | None = None
     launcher_state: str | None = None
     launcher_cancelled: bool | None = None
@@ -134,15 +133,14 @@ def _target_statements(job_states: frozenset[JobState], gang_only: bool, task_st
         where = and_(where, launcher.c.state.in_([str(s) for s in launcher_states]))
         launcher_columns = (launcher.c.id, launcher.c.state, cast(launcher.c.cancelled, Integer), launcher.c.outcome)
     task_rows = select(
-        *(tasks.c[name].label(name) for name in TASK_SLOTS), null(), null(), null(),
-        *(null() for _ in launcher_columns),
+        *(tasks.c[name].label(name) for name in TASK_SLOTS), null(), null(), *(null() for _ in launcher_columns),
     ).select_from(source).where(where)
     # The jobs that have a task row above (`where` of each job's tasks, found by the job's own index).
     job_rows = select(
         jobs.c.id, literal_column("-1", Integer), jobs.c.tries, jobs.c.state, jobs.c.state_since,
         jobs.c.max_task_failures, jobs.c.max_retries_failure, jobs.c.pending_reason, jobs.c.max_retries_preemption,
         jobs.c.preemption_epoch, jobs.c.scheduling_timeout, cast(jobs.c.gang, Integer), jobs.c.grace_period,
-        jobs.c.outcome, cast(jobs.c.cancelled, Integer), _TASK_COUNT, *launcher_columns,
+        jobs.c.outcome, cast(jobs.c.cancelled, Integer), *launcher_columns,
     ).select_from(job_source).where(jobs_where, exists().where(tasks.c.job_id == jobs.c.id, where))
     both = union_all(task_rows, job_rows)
     # Each job row comes before its first task row, so the first `limit` task rows lie within twice as many rows.
@@ -150,18 +148,14 @@ def _target_statements(job_states: frozenset[JobState], gang_only: bool, task_st
             both.order_by(both.selected_columns.job_id, both.selected_columns.index).limit(2 * limit))
 
 
-# How many tasks a target job has, read with its row (by its tasks' (job_id, index) index).
-_TASK_COUNT = select(func.count()).select_from(tasks).where(tasks.c.job_id == jobs.c.id).scalar_subquery()
-
-
 def _target_job(row) -> TargetJob:
     (job_id, _, tries, state, since, max_task_failures, max_retries_failure, pending_reason, max_retries_preemption,
-     epoch, scheduling_timeout, gang, grace_period, outcome, cancelled, task_count, *launcher) = row
+     epoch, scheduling_timeout, gang, grace_period, outcome, cancelled, *launcher) = row
     if launcher:
         launcher[2] = bool(launcher[2])
     return TargetJob(job_id, state, bool(gang), tries, since, max_task_failures, scheduling_timeout, pending_reason,
                      outcome, bool(cancelled), max_retries_failure, max_retries_preemption, grace_period, epoch,
-                     task_count, *launcher)
+                     *launcher)
 
 
 async def present_states(connection: AsyncConnection,
@@ -217,17 +211,6 @@ def task_columns():
     """The task columns a TaskRow is made of."""
     return (tasks.c.id, tasks.c.job_id, tasks.c.index, tasks.c.state, tasks.c.attempt, tasks.c.worker_id,
             tasks.c.failures, tasks.c.preemptions)
-
-
-class SettleJob(NamedTuple):
-    """A job's columns settling reads (`settle_rows`' job rows), where they were read already."""
-
-    id: int
-    state: str
-    gang: bool
-    outcome: str | None
-    cancelled: bool
-    max_task_failures: int
 
 
 async def settle_rows(connection: AsyncConnection, job_ids: Collection[int]) -> tuple[list, dict[int, Counter]]:

@@ -3,8 +3,6 @@ nothing, and what a pass does is still done (placement, the reaper, the order of
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
 import time
 from contextlib import asynccontextmanager
@@ -377,59 +375,3 @@ async def test_a_pass_whose_only_change_was_placing_asks_for_no_pass_after_it(en
     assert engine.again  # PrepareJobs moved the gang: what handlers before it act on may have changed
     del worker
 
-
-async def test_a_pass_without_placing_runs_every_other_handler_and_the_loop_wakes_when_the_pace_is_over(
-        engine, monkeypatch):
-    ran: list[str] = []
-    run = loop.run_handler
-
-    async def recorded(store, handler, now, errors=None, **rest):
-        ran.append(handler.name)
-        return await run(store, handler, now, errors, **rest)
-
-    monkeypatch.setattr(loop, "run_handler", recorded)
-    worker = await add_worker(engine.store, cpu=8, now=time.time())
-    cancelled = await submit(engine.store, now=time.time())
-    await run_to_idle(engine)
-    assert engine._placed_at > time.monotonic() - loop.PACE  # it just placed
-    assert not engine._may_place()
-    waiting = await submit(engine.store, now=time.time())
-    async with engine.store.write() as connection:
-        await cancel_job(connection, cancelled, time.time())
-    ran.clear()
-    assert await engine.run_pass(place=False)
-    assert "ScheduleJobs" not in ran and "TerminateJobs" in ran  # the cancel is not held up
-    assert {task.state for task in await job_tasks(engine.store, waiting)} == {"PENDING"}
-    assert 0.0 <= engine._idle_timeout() <= loop.PACE  # the loop wakes for placing once the pace is over
-    engine._placed_at -= loop.PACE
-    assert engine._may_place()
-    await engine.run_pass(place=engine._may_place())
-    assert {task.worker_id for task in await job_tasks(engine.store, waiting)} == {worker}
-    assert engine._idle_timeout() > loop.PACE  # nothing held: the period's timeout
-
-
-async def test_the_loop_places_a_lone_job_at_once_and_a_second_one_after_the_pace(engine, monkeypatch):
-    monkeypatch.setattr(loop, "PACE", 0.5)
-    engine._placed_at = -loop.PACE
-    worker = await add_worker(engine.store, cpu=8, now=time.time())
-
-    async def placed(job_id: int, within: float) -> float:
-        started = time.monotonic()
-        while time.monotonic() - started < within:
-            if {task.worker_id for task in await job_tasks(engine.store, job_id)} == {worker}:
-                return time.monotonic() - started
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"job {job_id} was not placed within {within} s")
-
-    running = asyncio.create_task(engine.run())
-    try:
-        first = await submit(engine.store, now=time.time())
-        engine.wake()
-        assert await placed(first, 0.4) < 0.4  # an idle cluster: at once
-        second = await submit(engine.store, now=time.time())
-        engine.wake()
-        assert await placed(second, 5.0) >= 0.2  # within the pace of the first one's run: held for it
-    finally:
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running

@@ -34,10 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("corral.engine")
 
 PERIOD = 1.0  # with no event, every handler still runs this often (expiry, joins, safety net)
-# A placing run (ScheduleJobs) is not run within this long of the end of the last one that changed something: the
-# loop's passes meanwhile run every other handler at once and leave placing to a pass when it is over, which places
-# what came meanwhile in one run. A placing run costs some 3.3 ms of CPU of its own, and 0.19 ms a job it places.
-PACE = 0.025
 REAPER = str(Fact.REAPER)  # as its history rows name it: its handler lock, and its name among those this one ran
 REAP_PERIOD = 1.0  # the reaper judges by time (silent for the loss timeout): once a second is soon enough
 # The job states any handler's targets can be in: what a pass reads the presence of before running them.
@@ -115,8 +111,6 @@ class Engine:
         store.on_commit.append(self._committed)
         self._carried: Present | None = None  # a changed pass's last read, for the pass that follows it at once
         self.again = False  # the last pass changed what a handler run before it in the order may act on
-        self._placed_at = -PACE  # when (time.monotonic) the last placing run that changed something ended
-        self._placing_held = False  # a pass left placing out for PACE: the loop wakes when it is over
 
     def _committed(self) -> None:
         self.commits += 1
@@ -129,18 +123,11 @@ class Engine:
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._estimating(), name="estimates")
             while True:
-                changed = await self.run_pass(place=self._may_place())
+                changed = await self.run_pass()
                 if changed and self.again:
                     continue  # one handler's successes are the next one's targets
                 self._carried = None  # a pass that does not follow at once reads afresh
                 await woken(self._woken, self._idle_timeout())
-
-    def _may_place(self) -> bool:
-        """Whether a pass now may run the placing handler: not within PACE of its last changing run. An idle cluster's
-        first job is placed at once; under a stream of submissions or reports, the passes they wake meanwhile run the
-        other handlers (a cancel, a drain, a gang's next step are not held up) and one pass at its end places all
-        that came."""
-        return time.monotonic() >= self._placed_at + PACE
 
     async def _estimating(self) -> None:
         while True:
@@ -149,8 +136,6 @@ class Engine:
 
     def _idle_timeout(self) -> float:
         period = BUSY_RETRY if self.busy else PERIOD
-        if self._placing_held:
-            period = min(period, max(0.0, self._placed_at + PACE - time.monotonic()))
         if self.retry_due is None:
             return period
         return min(period, max(0.0, self.retry_due - time.time()))
@@ -204,26 +189,23 @@ class Engine:
     async def _first_read(self, woken: bool) -> Present:
         """What a pass starts from: the last read of the changed pass before it, where nothing was committed here
         since and nothing woke the engine (another controller's commit does); else a read of its own. A pass on the
-        period or at the pace's end, or one that follows a pass that changed nothing or asked for no pass after it
+        period, or one that follows a pass that changed nothing or asked for no pass after it
         (`again`: the loop drops its read), always reads afresh."""
         carried, self._carried = self._carried, None
         if carried is not None and not woken and carried.commits == self.commits:
             return carried
         return await self._present()
 
-    async def run_pass(self, place: bool = True) -> bool:
+    async def run_pass(self) -> bool:
         """Every handler in order, each in its own transaction; only those that may have targets (read once, and
         again after a run that moved something, since one handler's successes are the next one's targets). A
         pass that finds nothing to do commits nothing. Says whether it changed anything; `again`, whether a pass
         should follow at once: not where its only change was a placing run's placements (`RunReport.only_placed`),
-        which every handler after it in this pass saw, and which give another placing run nothing new. Without
-        `place` the placing handler is left out (the loop's PACE), and the loop wakes for it once the pace is over."""
+        which every handler after it in this pass saw, and which give another placing run nothing new."""
         woken = self._woken.is_set()
         self._woken.clear()
         self.busy = False
         self.again = False
-        if place:
-            self._placing_held = False
         self.passes += 1
         self.last_pass_at = time.time()
         ENGINE_PASSES.inc()
@@ -243,9 +225,6 @@ class Engine:
             if not may_have_targets(handler, read.states):
                 self.target_errors.report(handler.name, {})
                 continue
-            if handler.needs_rooms and not place:
-                self._placing_held = True
-                continue
             try:
                 report = await run_handler(self.store, handler, time.time(), self.target_errors,
                                            then=self._present_once_committed)
@@ -264,8 +243,6 @@ class Engine:
             if report.changed:
                 changed = True
                 self.again |= not report.only_placed
-                if handler.needs_rooms:  # a run that found nothing to place holds no later one back
-                    self._placed_at = time.monotonic()
                 self.signals.notify(report.workers)
                 read = report.after
         if await self._reap():

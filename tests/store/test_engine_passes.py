@@ -336,3 +336,42 @@ async def test_after_a_run_that_moved_something_the_pass_reads_what_is_present_i
     opened.clear()
     assert not await engine.run_pass()  # starts from that read: nothing committed since
     assert opened == []
+
+
+async def test_a_placing_run_says_whether_its_changes_were_placements_alone(store, monkeypatch):
+    """`only_placed`: what lets the loop leave out the pass after it. A Doom (a job whose dependency failed) or a run
+    whose targets the batch's limit cut off is not one: the next run may find something to place."""
+    now = time.time()
+    await add_worker(store, cpu=2, now=now)
+    await submit(store, now=now)
+    placed = await run_handler(store, ScheduleJobs(), time.time())
+    assert placed.changed and placed.only_placed
+    first = await submit(store, now=now, resources={"cpu": 64})  # waits for ever: a wait alone is no change
+    assert (await run_handler(store, ScheduleJobs(), time.time())).only_placed
+    async with store.write() as connection:
+        await cancel_job(connection, first, time.time())
+    await run_to_idle(Engine(store, WorkerSignals(), 30.0, 0.5, 3600.0))
+    assert (await job(store, first)).state == "CANCELLED"
+    doomed = await submit(store, now=now, after=[first])
+    report_ = await run_handler(store, ScheduleJobs(), time.time())
+    assert report_.changed and not report_.only_placed
+    assert (await job(store, doomed)).state in ("TERMINATING", "FAILED")
+    await submit(store, now=now, replicas=2)
+    cut = ScheduleJobs()
+    cut.batch_rows = 1  # the first pending task only: the others are left to the next run
+    assert not (await run_handler(store, cut, time.time())).only_placed
+
+
+async def test_a_pass_whose_only_change_was_placing_asks_for_no_pass_after_it(engine, writes):
+    worker = await add_worker(engine.store, now=time.time())
+    await submit(engine.store, now=time.time())
+    assert await engine.run_pass()
+    assert not engine.again  # placements alone: the pass after it would find nothing new
+    writes.clear()
+    assert not await engine.run_pass()
+    assert writes == []
+    await submit(engine.store, now=time.time(), replicas=2, gang=True)
+    assert await engine.run_pass()
+    assert engine.again  # PrepareJobs moved the gang: what handlers before it act on may have changed
+    del worker
+

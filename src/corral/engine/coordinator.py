@@ -85,6 +85,12 @@ class RunReport:
     workers: set[str] = field(default_factory=set)
     outcomes: list[Outcome] = field(default_factory=list)  # all but the skipped ones (_acted_on)
     after: Any = None  # what `then` read at the end of a run that changed something
+    # A placing run (`needs_rooms`) over all its targets whose changes were placements alone (and waits noted): they
+    # take room and free none, and end, doom, requeue or add no job, so that another run of it at once, with nothing
+    # committed between, finds nothing it could not place now. A Doom, a preemption, an expiry or give-up, a job set
+    # aside, or targets cut off at the batch's limit leave it False: each can give the next run something to place
+    # (a Doom or an expiry ends a job, which can free its dependents).
+    only_placed: bool = False
 
 
 @dataclass(slots=True)  # one per target job a pass
@@ -132,6 +138,7 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors,
         if not rows:
             errors.report(handler.name, {})
             return RunReport()
+        complete = sum(len(members) for _, members in rows) < (handler.batch_rows or BATCH_ROWS)
         targets, job_info, task_rows = _targets(rows, handler)
         read_states = {job_id: info.state for job_id, info in job_info.items()}
         snapshot = Snapshot(now, {job_id: info.facts for job_id, info in job_info.items()})
@@ -167,7 +174,11 @@ async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors,
         held = {task.worker_id for target in targets if target.job_id in changes.touched_jobs
                 for task in target.tasks if task.worker_id}
         after = await then(connection) if then is not None and changes.moved else None
-        return RunReport(changes.moved, changes.touched_workers | held, _acted_on(outcomes), after)
+        acted = _acted_on(outcomes)
+        only_placed = (handler.needs_rooms and complete and not failed
+                       and all(type(effect) is Place for effect in decision.effects)
+                       and all(outcome.result is SchedulingResult.SUCCESS for outcome in acted))
+        return RunReport(changes.moved, changes.touched_workers | held, acted, after, only_placed)
 
 
 def _judged(targets: list[Target], result: HandlerResult, handler: Handler,

@@ -110,6 +110,7 @@ class Engine:
         self.commits = 0  # this store's committed writes so far: whether a read of what is present is still current
         store.on_commit.append(self._committed)
         self._carried: Present | None = None  # a changed pass's last read, for the pass that follows it at once
+        self.again = False  # the last pass changed what a handler run before it in the order may act on
 
     def _committed(self) -> None:
         self.commits += 1
@@ -123,8 +124,9 @@ class Engine:
             tasks.create_task(self._estimating(), name="estimates")
             while True:
                 changed = await self.run_pass()
-                if changed:
+                if changed and self.again:
                     continue  # one handler's successes are the next one's targets
+                self._carried = None  # a pass that does not follow at once reads afresh
                 await woken(self._woken, self._idle_timeout())
 
     async def _estimating(self) -> None:
@@ -187,7 +189,8 @@ class Engine:
     async def _first_read(self, woken: bool) -> Present:
         """What a pass starts from: the last read of the changed pass before it, where nothing was committed here
         since and nothing woke the engine (another controller's commit does); else a read of its own. A pass on the
-        period, or one that follows a pass that changed nothing, always reads afresh."""
+        period, or one that follows a pass that changed nothing or asked for no pass after it
+        (`again`: the loop drops its read), always reads afresh."""
         carried, self._carried = self._carried, None
         if carried is not None and not woken and carried.commits == self.commits:
             return carried
@@ -196,10 +199,13 @@ class Engine:
     async def run_pass(self) -> bool:
         """Every handler in order, each in its own transaction; only those that may have targets (read once, and
         again after a run that moved something, since one handler's successes are the next one's targets). A
-        pass that finds nothing to do commits nothing."""
+        pass that finds nothing to do commits nothing. Says whether it changed anything; `again`, whether a pass
+        should follow at once: not where its only change was a placing run's placements (`RunReport.only_placed`),
+        which every handler after it in this pass saw, and which give another placing run nothing new."""
         woken = self._woken.is_set()
         self._woken.clear()
         self.busy = False
+        self.again = False
         self.passes += 1
         self.last_pass_at = time.time()
         ENGINE_PASSES.inc()
@@ -210,10 +216,11 @@ class Engine:
         else:
             self.target_errors.report(RETRY_JOBS, {})  # a run with no target ends every streak, as a run would
         if changed:
+            self.again = True
             read = await self._present()
         for handler in JOB_HANDLERS:
             if self.retry_due is not None and time.time() >= self.retry_due and await self._run_retries():
-                changed = True  # fell due during the pass: it does not wait for the pass
+                changed = self.again = True  # fell due during the pass: it does not wait for the pass
                 read = await self._present()
             if not may_have_targets(handler, read.states):
                 self.target_errors.report(handler.name, {})
@@ -235,9 +242,11 @@ class Engine:
             self.handler_runs[handler.name] = time.time()
             if report.changed:
                 changed = True
+                self.again |= not report.only_placed
                 self.signals.notify(report.workers)
                 read = report.after
         if await self._reap():
+            self.again = True
             return True
         if changed:
             self._carried = read  # read after the pass's last change: the next pass starts from it, if still current

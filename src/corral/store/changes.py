@@ -303,8 +303,7 @@ class ChangeSet:
         for columns, rows in _group_attempts(self._attempts_upd).items():
             await connection.execute(_attempt_update(columns), rows)
         if self._history:
-            columns = set().union(*self._history)  # one statement needs every row to name every column
-            await connection.execute(INSERT_HISTORY, [dict.fromkeys(columns) | row for row in self._history])
+            await connection.execute(INSERT_HISTORY, _alike(self._history))
         for job_id, (expected, values) in self._retries.items():
             moved = await connection.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.retry_state.in_(expected))
                                              .values(**values))
@@ -314,6 +313,16 @@ class ChangeSet:
             await connection.execute(INSERT_AUDIT, self._audits)
         if self._waits:
             await _count_waits(connection, self._waits, self.now)
+
+
+def _alike(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows, each naming every column any of them names (one statement needs it): as they are where they all
+    name the same ones (a report group's records of tasks and jobs), not copied."""
+    first = rows[0].keys()
+    if all(row.keys() == first for row in rows):
+        return rows
+    columns = set().union(*rows)
+    return [dict.fromkeys(columns) | row for row in rows]
 
 
 def _first_line(error: BaseException | None) -> str:
@@ -397,20 +406,33 @@ async def _verify(connection: AsyncConnection, table, rows: list[dict]) -> None:
         raise StaleWrite(f"{table.name}: rows {stale} changed under us")
 
 
+class _ValueNames(dict):
+    """A column's name as its value's parameter (`v_<name>`), made once rather than for each row."""
+
+    def __missing__(self, name: str) -> str:
+        self[name] = f"v_{name}"
+        return self[name]
+
+
+_V = _ValueNames()
+
+
 def _group_by_columns(pending: dict[int, tuple[Any, dict[str, Any]]]) -> dict[tuple[str, ...], list[dict]]:
     grouped: dict[tuple[str, ...], list[dict]] = {}
     for row_id, (expected, values) in pending.items():
         columns = tuple(sorted(values))
-        grouped.setdefault(columns, []).append(
-            {"_id": row_id, "_expected": str(expected), **{f"v_{k}": v for k, v in values.items()}}
-        )
+        row = {"_id": row_id, "_expected": str(expected)}
+        for name, value in values.items():
+            row[_V[name]] = value
+        grouped.setdefault(columns, []).append(row)
     return grouped
 
 
 def _group_attempts(pending: dict[tuple[int, int], dict[str, Any]]) -> dict[tuple[str, ...], list[dict]]:
     grouped: dict[tuple[str, ...], list[dict]] = {}
     for (task_id, attempt), values in pending.items():
-        grouped.setdefault(tuple(sorted(values)), []).append(
-            {"_task": task_id, "_attempt": attempt, **{f"v_{k}": v for k, v in values.items()}}
-        )
+        row = {"_task": task_id, "_attempt": attempt}
+        for name, value in values.items():
+            row[_V[name]] = value
+        grouped.setdefault(tuple(sorted(values)), []).append(row)
     return grouped

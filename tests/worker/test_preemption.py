@@ -94,7 +94,9 @@ async def test_the_checkpoint_goes_up_on_preemption_and_comes_back_to_the_next_a
     await harness.act(build_order(["sh", "-c", script], attempt=1, checkpoint=True))
     await harness.act(StartOrder(task_id=1, attempt=1))
     await wait_until((harness.work_dir / "ready").exists, what="the next attempt")
-    assert (harness.attempt_dir(1, 1) / "stdout").read_text() == "step 7\n"
+    # Its stdout is made by the capture with the first byte, maybe after `ready`: waited for, not looked at once.
+    stdout = harness.attempt_dir(1, 1) / "stdout"
+    await wait_until(lambda: stdout.exists() and stdout.read_text() == "step 7\n", what="the restored checkpoint")
     # Preempted again without writing a new checkpoint: nothing to upload.
     harness.checkpoints[1] = (harness.attempt_dir(1, 1) / "checkpoint").read_bytes()
     script_unchanged = f"touch {harness.work_dir}/ready2; sleep 100"

@@ -40,6 +40,7 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ from corral.worker.containment import attempt_cgroup, cgroup_parent, cgroup_pref
 from corral.worker.entering import enter_program
 from corral.worker.environments import Acquired, EnvironmentBuildError, EnvironmentCache
 from corral.worker.logs import capture
+from corral.worker.offload import offload
 from corral.worker.oom import CgroupMemory, MemoryRecord, killed_for_memory
 from corral.worker.processes import (
     KILL_TIMEOUT,
@@ -192,8 +194,15 @@ def _runnable(file: str) -> bool:
 def _private_directory(directory: str) -> None:
     """Make `directory` (and its parents), open to its owner alone. Called in a thread: a mkdir on a busy disk waits
     for the file system's journal, for a millisecond or, at worst, a hundred, and the worker's loop would wait with
-    it, every other task's start, end and report too."""
-    os.makedirs(directory, exist_ok=True)
+    it, every other task's start, end and report too. Its parent (the work directory's `tasks`) is there but for the
+    first: one mkdir, where makedirs first looks for the parent (a stat) in Python's steps."""
+    try:
+        os.mkdir(directory, 0o700)
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:  # as makedirs takes it: the directory there already, whatever the error said
+        if not os.path.isdir(directory):
+            raise
     os.chmod(directory, 0o700)
 
 
@@ -325,6 +334,10 @@ class Runner:
         self.cgroup_prefix = cgroup_prefix(work_dir)  # its attempts' cgroups' names: found once (a path's resolve)
         self._tasks_dir = os.path.join(work_dir, "tasks")  # where the attempts' directories are, as a string
         self._warden = self._start_warden() if self.cgroups else None  # the write end of its lifeline
+        # A task in a cgroup reads its stdin from /dev/null, opened once (and closed with the runner) rather than by
+        # Popen at each start (subprocess.DEVNULL: an open and a close a task).
+        self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        weakref.finalize(self, os.close, self._devnull)
         # What a task's processes enter their cgroup by: the built program, or None for the shell.
         self.enter = enter_program(self.cgroups) if self.cgroups else None
         self.gpus = gpus
@@ -466,7 +479,7 @@ class Runner:
             try:
                 if self.run_as_owners and att.order.run_as:
                     att.account = Account.named(att.order.run_as, self.name)
-                await asyncio.to_thread(_private_directory, att.path)
+                await offload(_private_directory, att.path)
                 att.world = self._world(att.order, att.path)
                 if att.world.start == "bundle":
                     archive = await self._fetch_bundle(att.order.bundle)
@@ -534,7 +547,7 @@ class Runner:
                 env["PORT"] = str(port)
             att.env = env
             att.cgroup = attempt_cgroup(self.cgroups, self.cgroup_prefix, *att.ref) if self.cgroups else None
-            lifeline, att.lifeline = os.pipe() if att.cgroup is None else (subprocess.DEVNULL, None)
+            lifeline, att.lifeline = os.pipe() if att.cgroup is None else (self._devnull, None)
             tty = att.order.interactive
             try:
                 argv = _launch(command, att.cwd, env, f"{att.path}/{RECORD}", att.cgroup, ["--tty"] if tty else [],

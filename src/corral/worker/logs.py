@@ -21,7 +21,6 @@ from typing import BinaryIO
 
 from corral.core.log_limits import truncation_marker
 from corral.worker.accounts import no_follow
-from corral.worker.offload import offload
 
 log = logging.getLogger("corral.worker.logs")
 
@@ -52,7 +51,7 @@ async def capture(pipe: int, path: str | Path, limit: int) -> None:
             if kept > limit:
                 continue  # cut already
             if file is None:
-                file = await offload(open_log, path)  # a thread's: the open may wait on a busy disk's journal
+                file = await asyncio.to_thread(open_log, path)
             file.write(data[:limit - kept])
             kept += len(data)
             if kept > limit:

@@ -72,7 +72,6 @@ from corral.worker.containment import attempt_cgroup, cgroup_parent, cgroup_pref
 from corral.worker.entering import enter_program
 from corral.worker.environments import Acquired, EnvironmentBuildError, EnvironmentCache
 from corral.worker.logs import capture
-from corral.worker.offload import offload
 from corral.worker.oom import CgroupMemory, MemoryRecord, killed_for_memory
 from corral.worker.processes import (
     KILL_TIMEOUT,
@@ -479,7 +478,7 @@ class Runner:
             try:
                 if self.run_as_owners and att.order.run_as:
                     att.account = Account.named(att.order.run_as, self.name)
-                await offload(_private_directory, att.path)
+                await asyncio.to_thread(_private_directory, att.path)
                 att.world = self._world(att.order, att.path)
                 if att.world.start == "bundle":
                     archive = await self._fetch_bundle(att.order.bundle)

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Integer, delete, insert, literal_column, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.core.config import CorralConfig, PoolPolicy, ProjectQuota
 from corral.scheduling.policy import Policy
 from corral.store.schema import pools, quotas
 
-# Read by every placing run: made once (a statement made afresh cost more to build and key than to run).
-_POOL_ROWS = select(pools.c.name, pools.c.policy)
-_QUOTA_ROWS = select(quotas.c.project, quotas.c.limits)
+# Read by every placing run, in one statement (its pools' rows, then its quotas'): made once (a statement made
+# afresh cost more to build and key than to run).
+_POLICY_ROWS = union_all(select(literal_column("0", Integer), pools.c.name, pools.c.policy),
+                         select(literal_column("1", Integer), quotas.c.project, quotas.c.limits))
 
 
 async def read_policy(connection: AsyncConnection) -> Policy:
-    pool_rows = (await connection.execute(_POOL_ROWS)).all()
-    quota_rows = (await connection.execute(_QUOTA_ROWS)).all()
-    return Policy(
-        pools={row.name: PoolPolicy.model_validate(row.policy) for row in pool_rows},
-        quotas={row.project: dict(row.limits) for row in quota_rows},
-    )
+    pool_rows, quota_rows = {}, {}
+    for quota, name, value in (await connection.execute(_POLICY_ROWS)).all():
+        (quota_rows if quota else pool_rows)[name] = value
+    return Policy(pools={name: PoolPolicy.model_validate(policy) for name, policy in pool_rows.items()},
+                  quotas={project: dict(limits) for project, limits in quota_rows.items()})
 
 
 async def read_pool_policy(connection: AsyncConnection, name: str) -> PoolPolicy:

@@ -11,20 +11,19 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 
-from sqlalchemy import Integer, and_, bindparam, func, literal_column, or_, select, union_all
+from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.core.config import PoolPolicy
 from corral.core.spec import MAX_GPU
 from corral.core.states import JOB_ACTIVE, TASK_HOLDS_RESOURCES, TaskState, WorkerState
 from corral.scheduling.capacity import CapacityIndex
-from corral.scheduling.policy import Policy
 from corral.scheduling.preemption import RunningTask
 from corral.scheduling.rooms import Request, WorkerRoom, overbooking
 from corral.scheduling.snapshot import NO_FACTS, ClusterSnapshot, JobEnd, JobPlacement
 from corral.store.changes import StaleWrite
 from corral.store.off_loop import converted, rows_of
-from corral.store.schema import attempts, history, jobs, pools, quotas, tasks, workers
+from corral.store.policy import read_policy
+from corral.store.schema import attempts, history, jobs, tasks, workers
 
 CHUNK = 5000  # ids per IN (...) list, under every driver's parameter limit
 STOPPING = frozenset({TaskState.PREEMPTING, TaskState.TERMINATING})
@@ -46,7 +45,7 @@ async def read_cluster(connection: AsyncConnection, kept: KeptCapacity | None = 
         avoid = await _failed_on(connection) if retried is None else await _failed_on_tasks(connection, retried)
         return ClusterSnapshot(unreadable=unreadable, jobs=job_facts, index=index, avoid=avoid,
                                dependencies=await _dependencies(connection, job_facts),
-                               policy=await _policy(connection))
+                               policy=await read_policy(connection))
     unreadable = {}
     job_facts = await _active_jobs(connection, unreadable)
     running = await _running_tasks(connection, job_facts)
@@ -57,7 +56,7 @@ async def read_cluster(connection: AsyncConnection, kept: KeptCapacity | None = 
         jobs=job_facts,
         avoid=await _failed_on(connection),
         dependencies=await _dependencies(connection, job_facts),
-        policy=await _policy(connection),
+        policy=await read_policy(connection),
     )
 
 
@@ -250,20 +249,6 @@ async def _failed_on(connection: AsyncConnection) -> dict[int, frozenset[str]]:
     for row in rows:
         failed[row.task_id].add(row.worker_id)
     return {task_id: frozenset(ids) for task_id, ids in failed.items()}
-
-
-# The pool policies and project quotas (store.policy's read_policy), in one statement: every placing run reads them.
-_POLICY_ROWS = union_all(select(literal_column("0", Integer), pools.c.name, pools.c.policy),
-                         select(literal_column("1", Integer), quotas.c.project, quotas.c.limits))
-
-
-async def _policy(connection: AsyncConnection) -> Policy:
-    """`read_policy`'s Policy, in one statement rather than two (its pools' rows first, then its quotas')."""
-    pool_rows, quota_rows = {}, {}
-    for quota, name, value in (await connection.execute(_POLICY_ROWS)).all():
-        (quota_rows if quota else pool_rows)[name] = value
-    return Policy(pools={name: PoolPolicy.model_validate(policy) for name, policy in pool_rows.items()},
-                  quotas={project: dict(limits) for project, limits in quota_rows.items()})
 
 
 _FAILED_OF = (select(attempts.c.task_id, attempts.c.worker_id)

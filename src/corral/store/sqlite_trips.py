@@ -102,25 +102,25 @@ def _bulk(run: str, operation: Any, parameters: Any, slow: set[Any]) -> bool:
     return len(parameters) > (MANY_ROWS if run == "executemany" else MANY_VALUES)
 
 
-def _waited_trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operation: Any,
-                 parameters: Any) -> list[Any] | None:
-    """In the connection's thread: `_trip`, waiting up to BUSY_TIMEOUT for another connection's lock."""
+def _waiting(connection: aiosqlite.Connection, function: Callable[..., Any], *args: Any) -> Any:
+    """In the connection's thread: `function(*args)`, waiting up to BUSY_TIMEOUT for another connection's lock."""
     set_timeout = connection._conn.execute
     set_timeout(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}").close()
     try:
-        return _trip(connection, ran, run, operation, parameters)
+        return function(*args)
     finally:
         set_timeout("PRAGMA busy_timeout=0").close()
+
+
+def _waited_trip(connection: aiosqlite.Connection, ran: _Ran, run: str, operation: Any,
+                 parameters: Any) -> list[Any] | None:
+    """In the connection's thread: `_trip`, waiting for another connection's lock (`_waiting`)."""
+    return _waiting(connection, _trip, connection, ran, run, operation, parameters)
 
 
 def _waited_commit(connection: aiosqlite.Connection) -> None:
-    """In the connection's thread: its commit, waiting up to BUSY_TIMEOUT for another connection's lock."""
-    set_timeout = connection._conn.execute
-    set_timeout(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}").close()
-    try:
-        connection._conn.commit()
-    finally:
-        set_timeout("PRAGMA busy_timeout=0").close()
+    """In the connection's thread: its commit, waiting for another connection's lock (`_waiting`)."""
+    _waiting(connection, connection._conn.commit)
 
 
 CHECKPOINT_PAGES = 1000  # the WAL's frames (pages) past which it is checkpointed: SQLite's wal_autocheckpoint default

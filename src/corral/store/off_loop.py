@@ -16,17 +16,17 @@ T = TypeVar("T")
 ON_LOOP = 32
 
 
-async def rows_of(result: Result) -> list[Row]:
-    """All the result's rows, those past the first ON_LOOP read in a thread: the async drivers fetch every row
+async def rows_of(result: Result, on_loop: int = ON_LOOP) -> list[Row]:
+    """All the result's rows, those past the first `on_loop` read in a thread: the async drivers fetch every row
     before `execute` returns, so the thread touches no connection, only the buffered rows."""
-    rows = result.fetchmany(ON_LOOP)
-    if len(rows) < ON_LOOP:
+    rows = result.fetchmany(on_loop)
+    if len(rows) < on_loop:
         return rows
     return rows + await asyncio.to_thread(result.all)
 
 
-async def converted(count: int, convert: Callable[..., T], *args: object) -> T:
-    """`convert(*args)`, in a thread where it converts more than ON_LOOP items (`count`)."""
-    if count <= ON_LOOP:
+async def converted(count: int, convert: Callable[..., T], *args: object, on_loop: int = ON_LOOP) -> T:
+    """`convert(*args)`, in a thread where it converts more than `on_loop` items (`count`)."""
+    if count <= on_loop:
         return convert(*args)
     return await asyncio.to_thread(convert, *args)

@@ -5,7 +5,6 @@ and the capacity index the engine keeps across passes, brought up to date from t
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Collection
@@ -310,12 +309,11 @@ class KeptCapacity:
         gaps = [i for i, since in self.gaps.items() if now - since < GAP_SECONDS]
         statement, parameters = ((_HISTORY_PAST_GAPS, {"seen": self.seen, "gaps": gaps}) if gaps
                                  else (_HISTORY_PAST, {"seen": self.seen}))
-        rows = await _plain_rows(await connection.execute(statement, parameters))
+        rows = await rows_of(await connection.execute(statement, parameters), PLAIN_ON_LOOP)
         if not rows and await _latest_id(connection) < self.seen:
             return await self._build(connection, now)  # the ids went back: another database
         self.gaps = {i: self.gaps[i] for i in gaps}
-        ids, task_ids, worker_ids = (_named(rows) if len(rows) <= PLAIN_ON_LOOP
-                                     else await asyncio.to_thread(_named, rows))
+        ids, task_ids, worker_ids = await converted(len(rows), _named, rows, on_loop=PLAIN_ON_LOOP)
         if not self._note_gaps(ids, now):
             return await self._build(connection, now)
         if not await self._workers_changed(connection, worker_ids):
@@ -439,14 +437,6 @@ _LATEST_ID = select(func.max(history.c.id))
 # thread and back, which on a busy machine waits for a core while the writer is held (off_loop's ON_LOOP, 32, is for
 # rows of parsed JSON; a placing run of 8 new jobs reads some 64 history rows, and took two hops for them).
 PLAIN_ON_LOOP = 512
-
-
-async def _plain_rows(result) -> list:
-    """All the result's rows, those past the first PLAIN_ON_LOOP read in a thread (as off_loop.rows_of)."""
-    rows = result.fetchmany(PLAIN_ON_LOOP)
-    if len(rows) < PLAIN_ON_LOOP:
-        return rows
-    return rows + await asyncio.to_thread(result.all)
 
 
 async def _latest_id(connection: AsyncConnection) -> int:

@@ -16,17 +16,18 @@ T = TypeVar("T")
 ON_LOOP = 32
 
 
-async def rows_of(result: Result, on_loop: int = ON_LOOP) -> list[Row]:
-    """All the result's rows, those past the first `on_loop` read in a thread: the async drivers fetch every row
-    before `execute` returns, so the thread touches no connection, only the buffered rows."""
+async def rows_of(result: Result, on_loop: int | None = None) -> list[Row]:
+    """All the result's rows, those past the first `on_loop` (ON_LOOP) read in a thread: the async drivers fetch
+    every row before `execute` returns, so the thread touches no connection, only the buffered rows."""
+    on_loop = ON_LOOP if on_loop is None else on_loop
     rows = result.fetchmany(on_loop)
     if len(rows) < on_loop:
         return rows
     return rows + await asyncio.to_thread(result.all)
 
 
-async def converted(count: int, convert: Callable[..., T], *args: object, on_loop: int = ON_LOOP) -> T:
-    """`convert(*args)`, in a thread where it converts more than `on_loop` items (`count`)."""
-    if count <= on_loop:
+async def converted(count: int, convert: Callable[..., T], *args: object, on_loop: int | None = None) -> T:
+    """`convert(*args)`, in a thread where it converts more than `on_loop` (ON_LOOP) items (`count`)."""
+    if count <= (ON_LOOP if on_loop is None else on_loop):
         return convert(*args)
     return await asyncio.to_thread(convert, *args)

@@ -118,26 +118,21 @@ class _Job:
 
 
 async def run_handler(store: Store, handler: Handler, now: float, errors: TargetErrors | None = None,
-                      then: Callable[[AsyncConnection], Awaitable[Any]] | None = None,
-                      opened: Callable[[], Any] | None = None) -> RunReport:
+                      then: Callable[[AsyncConnection], Awaitable[Any]] | None = None) -> RunReport:
     """One run. A job the handler raises about is left out and reported to `errors` (kept across runs by the
     engine: that is how a streak is seen); the run goes on for the others and commits. A run that changed something
     ends its transaction with `then`'s read (its report's `after`): what is there once it commits, without a
-    transaction of its own. `opened` is called once its transaction holds the writer, before it reads: what was
-    committed by then, it sees."""
+    transaction of its own."""
     errors = errors or TargetErrors()
     # A placing run reads and decides over some hundred thousand short-lived objects (every pending task's row,
     # target and unit): the collector's full collections would walk them and every long-lived object besides.
     with paused() if handler.needs_rooms else nullcontext():
-        return await _run(store, handler, now, errors, then, opened)
+        return await _run(store, handler, now, errors, then)
 
 
 async def _run(store: Store, handler: Handler, now: float, errors: TargetErrors,
-               then: Callable[[AsyncConnection], Awaitable[Any]] | None,
-               opened: Callable[[], Any] | None) -> RunReport:
+               then: Callable[[AsyncConnection], Awaitable[Any]] | None) -> RunReport:
     async with store.write(handler.name) as connection:
-        if opened is not None:
-            opened()
         rows = await target_rows(connection, handler.job_states, handler.gang_only, handler.task_states,
                                  handler.launcher_states, handler.batch_rows or BATCH_ROWS)
         if not rows:

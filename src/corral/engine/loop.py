@@ -47,8 +47,8 @@ PROGRESS_HANDLERS = frozenset({"PrepareJobs", "PromoteToPrepared", "StartJobs", 
 
 @dataclass(frozen=True)
 class Placed:
-    """When the last placing run that ended began, holding the writer: this store's commits and other controllers'
-    commits heard by then (it saw them all), and the time."""
+    """The last placing run that ended: this store's commits through its own (it saw those before it, and no other
+    comes between on the one writer), and other controllers' commits heard and the time when it began."""
 
     commits: int = -1
     heard: int = -1
@@ -131,7 +131,6 @@ class Engine:
         self._placing_after = 0  # this store's commits when such a change was last told of (its own among them)
         self._heard = 0  # other controllers' commits heard of (`heard`): those are not counted in `commits`
         self._placed = Placed()
-        self._placing = Placed()  # the placing run under way, once it holds the writer
 
     def _committed(self) -> None:
         self.commits += 1
@@ -153,9 +152,6 @@ class Engine:
         """Wake for reports of progress alone (nothing ended or freed): a placing run only where a pending job
         waits on one of these jobs, since its wait's reason names their states."""
         self.wake(placing=not SCHEDULE.awaited.isdisjoint(jobs))
-
-    def _placing_begins(self) -> None:
-        self._placing = Placed(self.commits, self._heard, time.time())
 
     def _placing_due(self, now: float) -> bool:
         placed = self._placed
@@ -273,10 +269,10 @@ class Engine:
             if not may_have_targets(handler, read.states):
                 self.target_errors.report(handler.name, {})
                 continue
+            heard, begun = self._heard, time.time()
             try:
                 report = await run_handler(self.store, handler, time.time(), self.target_errors,
-                                           then=self._present_once_committed,
-                                           opened=self._placing_begins if handler is SCHEDULE else None)
+                                           then=self._present_once_committed)
             except HandlerBusy:
                 self.busy = True
                 continue
@@ -290,7 +286,7 @@ class Engine:
             self._failing.discard(handler.name)
             self.handler_runs[handler.name] = time.time()
             if handler is SCHEDULE:
-                self._placed = self._placing
+                self._placed = Placed(self.commits, heard, begun)
             if report.changed:
                 changed = True
                 self.again |= not report.only_placed

@@ -432,12 +432,13 @@ async def test_a_report_of_progress_alone_starts_no_placing_run_and_an_ending_do
     assert placing_runs and (await job(engine.store, waiting)).state != "PENDING"  # its room freed: placed
 
 
-async def test_a_report_of_progress_of_a_job_another_waits_on_starts_a_placing_run(engine, placing_runs):
+async def test_a_move_of_a_job_another_waits_on_starts_a_placing_run(engine, placing_runs):
     worker = await add_worker(engine.store, cpu=1, now=time.time())
     first = await submit(engine.store, now=time.time(), resources={"cpu": 1})
     then = await submit(engine.store, now=time.time(), after=[first])
     engine.wake()
     await run_to_idle(engine)
+    assert "(now RUNNING)" in (await job_history(engine.store, then))[-1].message  # placing it was a move too
     [task] = await job_tasks(engine.store, first)
     placing_runs.clear()
     await heartbeat(engine, worker, (task.id, task.attempt, "BUILDING"),

@@ -285,8 +285,9 @@ class Engine:
                 continue
             self._failing.discard(handler.name)
             self.handler_runs[handler.name] = time.time()
-            if handler is SCHEDULE:
-                self._placed = Placed(self.commits, heard, begun)
+            if handler is SCHEDULE:  # a job waited on that it moved leaves it due: the waits' reasons name its state
+                moved_awaited = any(outcome.target.job_id in SCHEDULE.awaited for outcome in report.outcomes)
+                self._placed = Placed(-1 if moved_awaited else self.commits, heard, begun)
             if report.changed:
                 changed = True
                 self.again |= not report.only_placed

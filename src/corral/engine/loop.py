@@ -264,11 +264,11 @@ class Engine:
                 changed = self.again = True  # fell due during the pass: it does not wait for the pass
                 self._placing_after = self.commits
                 read = await self._present()
-            if handler is SCHEDULE and not self._placing_due(time.time()):
-                continue  # nothing that may let pending work place changed since the last placing run began
             if not may_have_targets(handler, read.states):
                 self.target_errors.report(handler.name, {})
                 continue
+            if handler is SCHEDULE and not self._placing_due(time.time()):
+                continue  # nothing that may let pending work place changed since the last placing run
             heard, begun = self._heard, time.time()
             try:
                 report = await run_handler(self.store, handler, time.time(), self.target_errors,

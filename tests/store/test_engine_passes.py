@@ -446,3 +446,19 @@ async def test_a_move_of_a_job_another_waits_on_starts_a_placing_run(engine, pla
     await run_to_idle(engine)
     assert placing_runs  # the wait's reason names the state of the job it waits on
     assert "(now RUNNING)" in (await job_history(engine.store, then))[-1].message
+
+
+async def test_a_placing_run_that_did_more_than_place_leaves_the_next_one_due(engine, placing_runs):
+    await add_worker(engine.store, cpu=1, now=time.time())
+    await submit(engine.store, now=time.time(), resources={"cpu": 1})
+    engine.wake()
+    await run_to_idle(engine)
+    await submit(engine.store, now=time.time(), resources={"cpu": 1})  # waits for room
+    late = await submit(engine.store, now=time.time() - 10, resources={"cpu": 1}, scheduling_timeout=1)
+    engine.wake()
+    placing_runs.clear()
+    await engine.run_pass()
+    assert placing_runs and (await job(engine.store, late)).state == "UNSCHEDULABLE"  # given up: a job ended
+    placing_runs.clear()
+    await engine.run_pass()
+    assert placing_runs  # what it ended may let others place (their dependents): the next pass places again

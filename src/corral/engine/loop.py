@@ -16,7 +16,14 @@ from corral.core.states import Fact
 from corral.engine.coordinator import may_have_targets, run_handler
 from corral.engine.estimates import Estimator
 from corral.engine.fencing import BUSY_RETRY, FENCED, note_fenced
-from corral.engine.handlers import JOB_HANDLERS, ScheduleJobs
+from corral.engine.handlers import (
+    JOB_HANDLERS,
+    PrepareJobs,
+    PromoteToPrepared,
+    PromoteToRunning,
+    ScheduleJobs,
+    StartJobs,
+)
 from corral.engine.reports import prune_lost_workers, reap_lost_workers
 from corral.engine.retries import run_retries
 from corral.engine.target_errors import TargetErrors
@@ -42,7 +49,7 @@ TARGET_JOB_STATES = frozenset(TASK_TARGET_JOB_STATES).union(*(h.job_states for h
 SCHEDULE = next(handler for handler in JOB_HANDLERS if isinstance(handler, ScheduleJobs))
 # Handlers whose moves only carry placed work on (a gang's builds released, its start ordered, its job promoted): they
 # end, requeue or stop nothing, so a placing run after theirs has nothing new to place.
-PROGRESS_HANDLERS = frozenset({"PrepareJobs", "PromoteToPrepared", "StartJobs", "PromoteToRunning"})
+PROGRESS_HANDLERS = (PrepareJobs, PromoteToPrepared, StartJobs, PromoteToRunning)
 
 
 @dataclass(frozen=True)
@@ -285,13 +292,16 @@ class Engine:
                 continue
             self._failing.discard(handler.name)
             self.handler_runs[handler.name] = time.time()
-            if handler is SCHEDULE:  # a job waited on that it moved leaves it due: the waits' reasons name its state
+            if handler is SCHEDULE:
+                # Due again where it did more than place (a job ended, a batch cut off: `only_placed`), or moved a job
+                # others wait on (the waits' reasons name its state).
+                again = report.changed and not report.only_placed
                 moved_awaited = any(outcome.target.job_id in SCHEDULE.awaited for outcome in report.outcomes)
-                self._placed = Placed(-1 if moved_awaited else self.commits, heard, begun)
+                self._placed = Placed(-1 if again or moved_awaited else self.commits, heard, begun)
             if report.changed:
                 changed = True
                 self.again |= not report.only_placed
-                if not report.only_placed and handler.name not in PROGRESS_HANDLERS:
+                if not report.only_placed and not isinstance(handler, (ScheduleJobs, *PROGRESS_HANDLERS)):
                     self._placing_after = self.commits
                 self.signals.notify(report.workers)
                 read = report.after

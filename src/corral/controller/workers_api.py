@@ -102,10 +102,11 @@ async def answer_heartbeat(services: Services, worker_id: str, body: HeartbeatRe
             else:
                 ingested = await _ingest(services, Heartbeat(worker_id, body.reports, body.environments,
                                                              body.pythons, body.gpus))
-                if ingested.frees:
-                    services.engine.wake()
-                elif not ingested.changes.empty:
-                    services.engine.progressed(ingested.changes.touched_jobs)
+                if not ingested.changes.empty:
+                    if ingested.frees:
+                        services.engine.wake()
+                    else:
+                        services.engine.progressed(ingested.changes.touched_jobs)
                     services.signals.notify(ingested.changes.touched_workers - ingested.reporters)
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,

@@ -12,14 +12,12 @@ from sqlalchemy import event
 
 from corral.core import lifecycle
 from corral.core.lifecycle import Target
-from corral.core.protocol import TaskReport
 from corral.core.retries import RetryState
 from corral.engine import loop
 from corral.engine.cancel import cancel_job
 from corral.engine.coordinator import run_handler
 from corral.engine.handlers import PrepareJobs, ScheduleJobs
 from corral.engine.loop import Engine, WorkerSignals
-from corral.engine.reports import Heartbeat, ingest_group
 from corral.metrics import TRANSITIONS
 from corral.store.schema import jobs
 from corral.store.worker_state import silent_workers
@@ -116,12 +114,11 @@ async def test_a_commit_or_a_wake_after_a_changed_pass_makes_the_next_one_read_a
     await submit(engine.store, now=time.time())
     assert await engine.run_pass()
     late = await submit(engine.store, now=time.time())  # committed after the pass's last read
-    engine.wake()  # as the submit route does once its write is committed
     reads.clear()
     assert await engine.run_pass()
     assert reads[:1] == [1]
     assert {task.worker_id for task in await job_tasks(engine.store, late)} == {worker}  # seen, and placed
-    engine.heard()  # as another controller's commit does (store.notify)
+    engine.wake()  # as another controller's commit does (store.notify)
     reads.clear()
     assert not await engine.run_pass()
     assert reads == [1]
@@ -154,16 +151,13 @@ async def test_a_pass_runs_the_cascade_only_where_a_job_was_launched_by_another(
     monkeypatch.setattr(loop, "run_handler", recorded)
     await add_worker(engine.store, cpu=8, now=time.time())
     root = await launch(engine.store, None)
-    engine.wake()
     await run_to_idle(engine)
     assert "ScheduleJobs" in ran and "CancelLaunched" not in ran  # no job here was launched by another
     child = await launch(engine.store, root)
-    engine.wake()
     await run_to_idle(engine)
     assert "CancelLaunched" in ran
     async with engine.store.write() as connection:
         await cancel_job(connection, root, time.time())
-    engine.wake()
     await run_to_idle(engine)
     row = await job(engine.store, child)
     assert (row.state, row.cancelled) == ("TERMINATING", True)  # the cascade, through the engine's passes
@@ -256,7 +250,6 @@ async def test_a_jobs_passes_and_reports_make_no_statement_the_first_job_made(en
     worker = await add_worker(engine.store, now=time.time())
     for first in (True, False):
         job_id = await submit(engine.store, now=time.time())
-        engine.wake()
         statements_made.clear()
         engine.reap_after = 0.0  # the reaper's check too (none is silent: it takes no writer)
         await run_to_idle(engine)
@@ -378,87 +371,7 @@ async def test_a_pass_whose_only_change_was_placing_asks_for_no_pass_after_it(en
     assert not await engine.run_pass()
     assert writes == []
     await submit(engine.store, now=time.time(), replicas=2, gang=True)
-    engine.wake()
     assert await engine.run_pass()
     assert engine.again  # PrepareJobs moved the gang: what handlers before it act on may have changed
     del worker
 
-
-
-@pytest.fixture
-def placing_runs(monkeypatch) -> list[str]:
-    """The placing runs the engine's passes make (one entry each), with no run due on the period in a test."""
-    ran: list[str] = []
-    run = loop.run_handler
-
-    async def recorded(store, handler, now, errors=None, **rest):
-        if handler is loop.SCHEDULE:
-            ran.append(handler.name)
-        return await run(store, handler, now, errors, **rest)
-
-    monkeypatch.setattr(loop, "run_handler", recorded)
-    monkeypatch.setattr(loop, "PERIOD", 3600.0)
-    return ran
-
-
-async def heartbeat(engine: Engine, worker: str, *events) -> None:
-    """A heartbeat's reports applied, and the engine woken as the heartbeat route wakes it."""
-    reports = [TaskReport(task_id=task_id, attempt=attempt, state=state, exit_code=0, at=time.time())
-               for task_id, attempt, state in events]
-    async with engine.store.write() as connection:
-        [ingested] = await ingest_group(connection, [Heartbeat(worker, reports)])
-    if ingested.frees:
-        engine.wake()
-    else:
-        engine.progressed(ingested.changes.touched_jobs)
-
-
-async def test_a_report_of_progress_alone_starts_no_placing_run_and_an_ending_does(engine, placing_runs):
-    worker = await add_worker(engine.store, cpu=1, now=time.time())
-    running = await submit(engine.store, now=time.time(), resources={"cpu": 1})
-    waiting = await submit(engine.store, now=time.time(), resources={"cpu": 1})
-    engine.wake()
-    await run_to_idle(engine)
-    assert placing_runs and (await job(engine.store, waiting)).state == "PENDING"  # no room: it waits
-    [task] = await job_tasks(engine.store, running)
-    placing_runs.clear()
-    await heartbeat(engine, worker, (task.id, task.attempt, "BUILDING"),
-                    (task.id, task.attempt, "PREPARED"), (task.id, task.attempt, "RUNNING"))
-    await run_to_idle(engine)
-    assert (await job(engine.store, running)).state == "RUNNING"
-    assert placing_runs == []  # the room it holds is the same: nothing could place
-    await heartbeat(engine, worker, (task.id, task.attempt, "SUCCEEDED"))
-    await run_to_idle(engine)
-    assert placing_runs and (await job(engine.store, waiting)).state != "PENDING"  # its room freed: placed
-
-
-async def test_a_move_of_a_job_another_waits_on_starts_a_placing_run(engine, placing_runs):
-    worker = await add_worker(engine.store, cpu=1, now=time.time())
-    first = await submit(engine.store, now=time.time(), resources={"cpu": 1})
-    then = await submit(engine.store, now=time.time(), after=[first])
-    engine.wake()
-    await run_to_idle(engine)
-    assert "(now RUNNING)" in (await job_history(engine.store, then))[-1].message  # placing it was a move too
-    [task] = await job_tasks(engine.store, first)
-    placing_runs.clear()
-    await heartbeat(engine, worker, (task.id, task.attempt, "BUILDING"),
-                    (task.id, task.attempt, "PREPARED"), (task.id, task.attempt, "RUNNING"))
-    await run_to_idle(engine)
-    assert placing_runs  # the wait's reason names the state of the job it waits on
-    assert "(now RUNNING)" in (await job_history(engine.store, then))[-1].message
-
-
-async def test_a_placing_run_that_did_more_than_place_leaves_the_next_one_due(engine, placing_runs):
-    await add_worker(engine.store, cpu=1, now=time.time())
-    await submit(engine.store, now=time.time(), resources={"cpu": 1})
-    engine.wake()
-    await run_to_idle(engine)
-    await submit(engine.store, now=time.time(), resources={"cpu": 1})  # waits for room
-    late = await submit(engine.store, now=time.time() - 10, resources={"cpu": 1}, scheduling_timeout=1)
-    engine.wake()
-    placing_runs.clear()
-    await engine.run_pass()
-    assert placing_runs and (await job(engine.store, late)).state == "UNSCHEDULABLE"  # given up: a job ended
-    placing_runs.clear()
-    await engine.run_pass()
-    assert placing_runs  # what it ended may let others place (their dependents): the next pass places again

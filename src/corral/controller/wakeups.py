@@ -11,7 +11,7 @@ from corral.store.notify import Change
 def on_change_elsewhere(services: Services) -> Callable[[Change], None]:
     def heard(change: Change) -> None:
         if change.state:
-            services.engine.heard()
+            services.engine.wake()
             services.serving.wake()
             services.events.ring()
         services.relays.expect(change.dialing)

@@ -103,10 +103,7 @@ async def answer_heartbeat(services: Services, worker_id: str, body: HeartbeatRe
                 ingested = await _ingest(services, Heartbeat(worker_id, body.reports, body.environments,
                                                              body.pythons, body.gpus))
                 if not ingested.changes.empty:
-                    if ingested.frees:
-                        services.engine.wake()
-                    else:
-                        services.engine.progressed(ingested.changes.touched_jobs)
+                    services.engine.wake()
                     services.signals.notify(ingested.changes.touched_workers - ingested.reporters)
     except UnknownWorker:
         raise HTTPException(status.HTTP_409_CONFLICT,

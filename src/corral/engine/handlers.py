@@ -162,16 +162,12 @@ class ScheduleJobs(Handler):
 
     def __init__(self) -> None:
         self.kept = KeptCapacity()
-        # The jobs its last run's pending jobs wait on: a wait's reason names their states, so their progress alone
-        # (nothing freed) still calls for a run, which writes the reason anew.
-        self.awaited: frozenset[int] = frozenset()
         # Per pool, the requests seen lately, kept across passes: what fragmentation-aware placement measures by.
         self.mixes: dict[str, RequestMix] = defaultdict(RequestMix)
         self.counted: dict[TargetKey, None] = {}  # insertion-ordered: the oldest first
 
     def execute(self, targets: Sequence[Target], snapshot: Snapshot) -> Decision:
         cluster, now = snapshot.cluster, snapshot.now
-        self.awaited = frozenset(cluster.dependencies)
         decision = Decision(HandlerResult())
         waits: dict = {}
         units: list[Unit] = []

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,14 +15,7 @@ from corral.core.states import Fact
 from corral.engine.coordinator import may_have_targets, run_handler
 from corral.engine.estimates import Estimator
 from corral.engine.fencing import BUSY_RETRY, FENCED, note_fenced
-from corral.engine.handlers import (
-    JOB_HANDLERS,
-    PrepareJobs,
-    PromoteToPrepared,
-    PromoteToRunning,
-    ScheduleJobs,
-    StartJobs,
-)
+from corral.engine.handlers import JOB_HANDLERS
 from corral.engine.reports import prune_lost_workers, reap_lost_workers
 from corral.engine.retries import run_retries
 from corral.engine.target_errors import TargetErrors
@@ -46,20 +38,6 @@ REAPER = str(Fact.REAPER)  # as its history rows name it: its handler lock, and 
 REAP_PERIOD = 1.0  # the reaper judges by time (silent for the loss timeout): once a second is soon enough
 # The job states any handler's targets can be in: what a pass reads the presence of before running them.
 TARGET_JOB_STATES = frozenset(TASK_TARGET_JOB_STATES).union(*(h.job_states for h in JOB_HANDLERS))
-SCHEDULE = next(handler for handler in JOB_HANDLERS if isinstance(handler, ScheduleJobs))
-# Handlers whose moves only carry placed work on (a gang's builds released, its start ordered, its job promoted): they
-# end, requeue or stop nothing, so a placing run after theirs has nothing new to place.
-PROGRESS_HANDLERS = (PrepareJobs, PromoteToPrepared, StartJobs, PromoteToRunning)
-
-
-@dataclass(frozen=True)
-class Placed:
-    """The last placing run that ended: this store's commits through its own (it saw those before it, and no other
-    comes between on the one writer), and other controllers' commits heard and the time when it began."""
-
-    commits: int = -1
-    heard: int = -1
-    at: float = -math.inf
 
 
 @dataclass(frozen=True)
@@ -133,36 +111,12 @@ class Engine:
         store.on_commit.append(self._committed)
         self._carried: Present | None = None  # a changed pass's last read, for the pass that follows it at once
         self.again = False  # the last pass changed what a handler run before it in the order may act on
-        # A placing run that finds nothing still costs milliseconds, and reports of progress alone wake most passes:
-        # one runs only for a change since the last that may let pending work place (`wake`), or on the period.
-        self._placing_after = 0  # this store's commits when such a change was last told of (its own among them)
-        self._heard = 0  # other controllers' commits heard of (`heard`): those are not counted in `commits`
-        self._placed = Placed()
 
     def _committed(self) -> None:
         self.commits += 1
 
-    def wake(self, placing: bool = True) -> None:
-        """Run a pass now, after a commit of this store. `placing`: whether what it changed may let pending work
-        place (a submission, room freed, a worker or the policy changed); a placing run begun after that commit sees
-        it, and where none is needed the pass runs none unless one is due on the period."""
-        if placing:
-            self._placing_after = self.commits
+    def wake(self) -> None:
         self._woken.set()
-
-    def heard(self) -> None:
-        """Run a pass, with a placing run, for another controller's commit (store.notify)."""
-        self._heard += 1
-        self._woken.set()
-
-    def progressed(self, jobs: Collection[int]) -> None:
-        """Wake for reports of progress alone (nothing ended or freed): a placing run only where a pending job
-        waits on one of these jobs, since its wait's reason names their states."""
-        self.wake(placing=not SCHEDULE.awaited.isdisjoint(jobs))
-
-    def _placing_due(self, now: float) -> bool:
-        placed = self._placed
-        return self._placing_after > placed.commits or self._heard > placed.heard or now - placed.at >= PERIOD
 
     async def run(self) -> None:
         """The handlers' passes, and beside them the start estimates: a simulation never holds up a pass."""
@@ -247,8 +201,7 @@ class Engine:
         again after a run that moved something, since one handler's successes are the next one's targets). A
         pass that finds nothing to do commits nothing. Says whether it changed anything; `again`, whether a pass
         should follow at once: not where its only change was a placing run's placements (`RunReport.only_placed`),
-        which every handler after it in this pass saw, and which give another placing run nothing new. The placing
-        run itself only where due (`_placing_due`)."""
+        which every handler after it in this pass saw, and which give another placing run nothing new."""
         woken = self._woken.is_set()
         self._woken.clear()
         self.busy = False
@@ -264,19 +217,14 @@ class Engine:
             self.target_errors.report(RETRY_JOBS, {})  # a run with no target ends every streak, as a run would
         if changed:
             self.again = True
-            self._placing_after = self.commits
             read = await self._present()
         for handler in JOB_HANDLERS:
             if self.retry_due is not None and time.time() >= self.retry_due and await self._run_retries():
                 changed = self.again = True  # fell due during the pass: it does not wait for the pass
-                self._placing_after = self.commits
                 read = await self._present()
             if not may_have_targets(handler, read.states):
                 self.target_errors.report(handler.name, {})
                 continue
-            if handler is SCHEDULE and not self._placing_due(time.time()):
-                continue  # nothing that may let pending work place changed since the last placing run
-            heard, begun = self._heard, time.time()
             try:
                 report = await run_handler(self.store, handler, time.time(), self.target_errors,
                                            then=self._present_once_committed)
@@ -292,22 +240,13 @@ class Engine:
                 continue
             self._failing.discard(handler.name)
             self.handler_runs[handler.name] = time.time()
-            if handler is SCHEDULE:
-                # Due again where it did more than place (a job ended, a batch cut off: `only_placed`), or moved a job
-                # others wait on (the waits' reasons name its state).
-                again = report.changed and not report.only_placed
-                moved_awaited = any(outcome.target.job_id in SCHEDULE.awaited for outcome in report.outcomes)
-                self._placed = Placed(-1 if again or moved_awaited else self.commits, heard, begun)
             if report.changed:
                 changed = True
                 self.again |= not report.only_placed
-                if not report.only_placed and not isinstance(handler, (ScheduleJobs, *PROGRESS_HANDLERS)):
-                    self._placing_after = self.commits
                 self.signals.notify(report.workers)
                 read = report.after
         if await self._reap():
             self.again = True
-            self._placing_after = self.commits
             return True
         if changed:
             self._carried = read  # read after the pass's last change: the next pass starts from it, if still current

@@ -219,24 +219,14 @@ class Ingested:
 
     changes: ChangeSet
     reporters: frozenset[str]
-    frees: bool  # whether they may let pending work place (`may_free`); False: progress alone
 
 
 async def ingest_group(connection: AsyncConnection, heartbeats: list[Heartbeat]) -> list[Ingested]:
     """Concurrent heartbeats applied in one transaction (the controller's GroupedWrites of reports): the same
     answer for each."""
-    changes = await ingest_heartbeats(connection, heartbeats, time.time())
-    ingested = Ingested(changes, frozenset(heartbeat.worker_id for heartbeat in heartbeats),
-                        may_free(changes, heartbeats))
+    ingested = Ingested(await ingest_heartbeats(connection, heartbeats, time.time()),
+                        frozenset(heartbeat.worker_id for heartbeat in heartbeats))
     return [ingested] * len(heartbeats)
-
-
-def may_free(changes: ChangeSet, heartbeats: Sequence[Heartbeat]) -> bool:
-    """Whether applied heartbeats may let pending work place: a task left the states that hold room (it ended; a
-    drain its end starts is of the same set), or a worker sent its Pythons (placement reads them). A report of
-    progress alone (BUILDING, PREPARED, RUNNING) moves a task between states that hold the same room."""
-    return (any(heartbeat.pythons is not None for heartbeat in heartbeats)
-            or any(row.state not in TASK_HOLDS_RESOURCES for row, _ in changes.moved_tasks(changes.touched_jobs)))
 
 
 async def ingest_heartbeat(

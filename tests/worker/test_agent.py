@@ -8,7 +8,6 @@ import json
 import logging
 import sys
 import threading
-import time
 from collections import defaultdict
 
 import httpx
@@ -34,7 +33,6 @@ from corral.core.protocol import (
 )
 from corral.core.relay import STDOUT
 from corral.core.states import TASK_TERMINAL, TaskState
-from corral.worker import agent
 from corral.worker.agent import (
     Agent,
     WorkerError,
@@ -601,33 +599,6 @@ def test_the_worker_s_log_lines_are_written_by_a_thread_of_their_own_in_order_an
         "WARNING corral.worker.test task=1 got ['a']", "ERROR corral.worker.test task=2 failed"]
     assert "ValueError: boom" in written[1][0]
     assert all(thread is not threading.current_thread() for _, thread in written)
-
-
-def test_the_worker_s_log_lines_of_a_burst_are_written_together_after_a_pause_not_one_wake_each(monkeypatch):
-    monkeypatch.setattr(agent, "LINES_GATHER", 0.5)
-    written: list[str] = []
-    first = threading.Event()
-
-    class Recorder(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            written.append(record.getMessage())
-            first.set()
-
-    root = logging.getLogger()
-    kept = root.handlers[:]
-    root.handlers = [Recorder()]
-    log = logging.getLogger("corral.worker.test")
-    try:
-        with logs_written_in_background():
-            log.warning("line 0")
-            assert first.wait(timeout=5), "the first line of a burst is written as it comes"
-            for n in range(1, 6):
-                log.warning("line %s", n)
-            time.sleep(0.1)
-            assert written == ["line 0"]  # the rest wait for the thread's pause to end
-    finally:
-        root.handlers = kept
-    assert written == [f"line {n}" for n in range(6)]  # all of them, in order, by the block's end
 
 
 def test_the_worker_s_log_records_are_handed_to_the_thread_as_they_were_made_not_copied():

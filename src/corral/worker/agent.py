@@ -27,7 +27,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -87,7 +86,6 @@ PASSING = frozenset({TaskState.BUILDING, TaskState.PREPARED})
 LINGER = 0.02
 # The longest a report waits while a wave of orders is being started (Agent._linger).
 STARTS_LINGER = 0.25
-LINES_GATHER = 0.02  # how long the log's thread lets lines gather before it writes them (_Gathering)
 
 
 def route_address(controller_url: str) -> str:
@@ -629,17 +627,6 @@ class _Handover(QueueHandler):
         return record
 
 
-class _Gathering(QueueListener):
-    """Lets the lines of a burst gather before it writes them: a put into the queue that its thread waits on wakes
-    the thread, a futex call on the loop and a turn of the thread for every line, where a thread that pauses
-    `LINES_GATHER` after its last line takes those that came meanwhile in one turn."""
-
-    def dequeue(self, block: bool) -> logging.LogRecord:
-        if block and self.queue.empty():
-            time.sleep(LINES_GATHER)
-        return self.queue.get(block)
-
-
 @contextlib.contextmanager
 def logs_written_in_background() -> Iterator[None]:
     """Within the block the root logger's handlers run in a thread of their own, in the order the lines came: a line
@@ -649,7 +636,7 @@ def logs_written_in_background() -> Iterator[None]:
     root = logging.getLogger()
     handlers = root.handlers[:]
     queue: SimpleQueue = SimpleQueue()
-    listener = _Gathering(queue, *handlers, respect_handler_level=True)
+    listener = QueueListener(queue, *handlers, respect_handler_level=True)
     root.handlers = [_Handover(queue)]
     listener.start()
     try:

@@ -327,10 +327,11 @@ async def stopped(stop: Event) -> None:
         pass
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of a process so far (/proc/PID/stat, fields 14 and 15)."""
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User and system CPU seconds of a process so far (/proc/PID/stat, fields 14 and 15), with those of its
+    children it has waited for (16 and 17: a worker's tasks) where `children`."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(field) for field in fields[11:15 if children else 13]) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float:

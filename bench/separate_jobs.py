@@ -44,7 +44,7 @@ from corral.store.store import Store  # noqa: E402
 from tests.e2e.cluster import Cluster, wait_for  # noqa: E402  (the same harness the e2e tests use)
 from tests.postgres import scratch_database  # noqa: E402
 
-JOBS = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+JOBS = int(sys.argv[1]) if __name__ == "__main__" and len(sys.argv) > 1 else 2000  # imported: the default
 CLIENTS = 8
 WORKER_CPUS = 64
 SPEC = {"command": ["true"], "resources": {"cpu": 1}}

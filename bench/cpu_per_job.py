@@ -52,10 +52,17 @@ def one_round(cluster: Cluster, workload: str) -> str:
             f"{counts['held'] / wall:.0%} of the time")
 
 
+def rounds(text: str) -> int:
+    count = int(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"at least one round, not {count}")
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("workload", choices=["sep", "arr"])
-    parser.add_argument("rounds", type=int, nargs="?", default=1)
+    parser.add_argument("rounds", type=rounds, nargs="?", default=1)
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="corral-cpu-") as tmp:
         cluster = Cluster(Path(tmp), heartbeat_interval=2.0, loss_timeout=30)

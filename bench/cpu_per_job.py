@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import separate_jobs  # noqa: E402
-from bench.many_workers import cpu_seconds  # noqa: E402
+from bench.many_workers import cpu_seconds, positive  # noqa: E402
 from bench.throughput import WORKER_CPUS, WORKLOADS, controller_counts, run_array  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402
 
@@ -52,17 +52,10 @@ def one_round(cluster: Cluster, workload: str) -> str:
             f"{counts['held'] / wall:.0%} of the time")
 
 
-def rounds(text: str) -> int:
-    count = int(text)
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"at least one round, not {count}")
-    return count
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("workload", choices=["sep", "arr"])
-    parser.add_argument("rounds", type=rounds, nargs="?", default=1)
+    parser.add_argument("rounds", type=positive, nargs="?", default=1)
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="corral-cpu-") as tmp:
         cluster = Cluster(Path(tmp), heartbeat_interval=2.0, loss_timeout=30)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Iterable
 from contextlib import asynccontextmanager
 
 from sqlalchemy import and_, bindparam, func, or_, select
@@ -243,11 +243,7 @@ _FAILED_ON = (select(attempts.c.task_id, attempts.c.worker_id)
 
 async def _failed_on(connection: AsyncConnection) -> dict[int, frozenset[str]]:
     """Workers each pending task already failed on."""
-    rows = (await connection.execute(_FAILED_ON)).all()
-    failed: dict[int, set[str]] = defaultdict(set)
-    for row in rows:
-        failed[row.task_id].add(row.worker_id)
-    return {task_id: frozenset(ids) for task_id, ids in failed.items()}
+    return _workers_by_task((await connection.execute(_FAILED_ON)).all())
 
 
 _FAILED_OF = (select(attempts.c.task_id, attempts.c.worker_id)
@@ -258,10 +254,17 @@ _FAILED_OF = (select(attempts.c.task_id, attempts.c.worker_id)
 async def _failed_on_tasks(connection: AsyncConnection, task_ids: Collection[int]) -> dict[int, frozenset[str]]:
     """Workers each of these (pending) tasks already failed on: `_failed_on` of these tasks alone."""
     ids = sorted(task_ids)
-    failed: dict[int, set[str]] = defaultdict(set)
+    rows = []
     for start in range(0, len(ids), CHUNK):
-        for task_id, worker_id in (await connection.execute(_FAILED_OF, {"ids": ids[start:start + CHUNK]})).all():
-            failed[task_id].add(worker_id)
+        rows += (await connection.execute(_FAILED_OF, {"ids": ids[start:start + CHUNK]})).all()
+    return _workers_by_task(rows)
+
+
+def _workers_by_task(rows: Iterable[tuple[int, str]]) -> dict[int, frozenset[str]]:
+    """(task id, worker id) rows as each task's set of workers."""
+    failed: dict[int, set[str]] = defaultdict(set)
+    for task_id, worker_id in rows:
+        failed[task_id].add(worker_id)
     return {task_id: frozenset(ids) for task_id, ids in failed.items()}
 
 

@@ -4,6 +4,9 @@ through SQLAlchemy's own aiosqlite cursor (corral.store.sqlite_trips)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 
 import aiosqlite
 import pytest
@@ -258,7 +261,8 @@ async def test_a_statement_that_held_the_loop_long_keeps_its_trip_from_then_on(w
 
 
 def _wal_frames(path) -> int:
-    """The WAL's size in frames now (the wal-index's mxFrame), as WalCheckpoints reads it."""
+    """The WAL's size in frames now (the wal-index's mxFrame), as WalSize reads it. Its close drops this process's
+    SQLite locks on the file (see the test of them below): no other process opens the file in these tests."""
     with open(f"{path}-shm", "rb") as file:
         return sqlite_trips.MX_FRAME.unpack_from(file.read(64), sqlite_trips.MX_FRAME_OFFSET)[0]
 
@@ -296,6 +300,38 @@ async def test_closing_the_writer_last_removes_the_wal_as_before(tmp_path, engin
     assert (tmp_path / "trips.db-wal").exists()
     await writer.dispose()
     assert not (tmp_path / "trips.db-wal").exists()
+
+
+# Another process's looks at the database, as an operator's `sqlite3 corral.db` takes them: each opens the file,
+# reads and closes it.
+LOOKS = ("import sqlite3, sys\nfor _ in range(100):\n    look = sqlite3.connect(sys.argv[1])\n"
+         "    look.execute('SELECT count(*) FROM things').fetchall()\n    look.close()")
+# Whether another process can take the write lock of the wal-index's dead man's switch (byte 128 of the "-shm" file in
+# SQLite's unix VFS), as SQLite does on opening a database that no other process has open, to rebuild that index.
+SWITCH_FREE = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+               "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)\nexcept OSError:\n    sys.exit(1)")
+
+
+async def test_the_writers_commits_keep_sqlites_locks_so_another_process_can_look_at_the_database(tmp_path, engine,
+                                                                                                 writer):
+    """The writer reads the WAL's size from the "-shm" file after each commit; a POSIX lock is the process's, and
+    closing any descriptor of that file drops every lock SQLite holds on it. Without them another process that
+    opens the database finds it open nowhere and rebuilds the index under this process's mappings of it: this
+    process died of SIGBUS (a controller, while a test wrote to its file)."""
+    path = tmp_path / "trips.db"
+    await _insert(writer, "a")
+    await _insert(writer, "b")  # the second commit reads the size through what the first opened
+    assert subprocess.run([sys.executable, "-c", SWITCH_FREE, f"{path}-shm"]).returncode == 1
+    looking = subprocess.Popen([sys.executable, "-c", LOOKS, str(path)])
+    written, deadline = 0, time.monotonic() + 60
+    while looking.poll() is None and time.monotonic() < deadline:  # written to while the other looks
+        await _insert(writer, f"c{written}")
+        async with engine.connect() as connection:
+            await connection.execute(select(things.c.id).limit(1))
+        written += 1
+    assert looking.wait(1) == 0
+    async with engine.connect() as connection:
+        assert (await connection.execute(select(func.count()).select_from(things))).scalar() == 2 + written
 
 
 async def test_a_commit_that_fails_on_the_loop_rolls_back_and_leaves_the_writer_usable(tmp_path, writer):

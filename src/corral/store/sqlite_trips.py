@@ -29,6 +29,7 @@ import asyncio
 import collections
 import logging
 import mmap
+import os
 import sqlite3
 import struct
 import time
@@ -133,10 +134,16 @@ MX_FRAME_OFFSET = 16
 class WalSize:
     """The size in frames (pages) of a database's WAL, read from its wal-index (the "-shm" file, mapped read-only):
     no statement, no trip. After the writer's commit on the loop, what tells whether SQLite's automatic checkpoint
-    would have run at the end of that commit (the WAL at wal_autocheckpoint pages or more)."""
+    would have run at the end of that commit (the WAL at wal_autocheckpoint pages or more).
+
+    Its descriptor of the file stays open until `close`, which its connection calls once SQLite's own connection is
+    closed: a POSIX lock belongs to the process, so closing any descriptor of the file drops every lock SQLite holds
+    on it here. Without them another process that opens the database (an operator's `sqlite3`) finds it open
+    nowhere and rebuilds the index under this process's mappings of it, which then die of SIGBUS."""
 
     def __init__(self, database: Path) -> None:
         self._database = database
+        self._file: int | None = None
         self._index: mmap.mmap | None = None
 
     def frames(self) -> int:
@@ -144,8 +151,9 @@ class WalSize:
         could have in the commit)."""
         try:
             if self._index is None:
-                with open(f"{self._database}-shm", "rb") as file:
-                    self._index = mmap.mmap(file.fileno(), MX_FRAME_OFFSET + MX_FRAME.size, access=mmap.ACCESS_READ)
+                if self._file is None:
+                    self._file = os.open(f"{self._database}-shm", os.O_RDONLY)
+                self._index = mmap.mmap(self._file, MX_FRAME_OFFSET + MX_FRAME.size, access=mmap.ACCESS_READ)
             return MX_FRAME.unpack_from(self._index, MX_FRAME_OFFSET)[0]
         except (OSError, ValueError):
             return CHECKPOINT_PAGES
@@ -154,6 +162,9 @@ class WalSize:
         if self._index is not None:
             self._index.close()
             self._index = None
+        if self._file is not None:
+            os.close(self._file)
+            self._file = None
 
 
 def _checkpoint(connection: aiosqlite.Connection) -> None:
@@ -296,10 +307,12 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
             super().rollback()
 
     def close(self) -> None:
-        if self.wal is not None:
-            self.wal.close()
-            self.wal = None
-        super().close()
+        try:
+            super().close()
+        finally:
+            if self.wal is not None:  # after SQLite's connection: see WalSize
+                self.wal.close()
+                self.wal = None
 
 
 class OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):

@@ -5,6 +5,7 @@ Their modules are imported inside the commands, so the client commands stay fast
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -190,6 +191,7 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
         admin_token=os.environ.get("CORRAL_ADMIN_TOKEN") or None,
         join_token=os.environ.get("CORRAL_JOIN_TOKEN") or None, advertise_url=advertise_url,
         notify_backoff=notify_backoff, notify_estimate_factor=notify_estimate_factor, notify_allow=notify_allow)
+    said_on_a_fatal_signal()
     try:
         with hold(made_data_dir(data_dir), settings.url, shared=settings.shares_data_dir):
             controller_logging(log_format)
@@ -199,6 +201,13 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
                 serve(settings)
     except (DataDirInUse, SQLiteStoreInUse, TokenMismatch) as error:
         raise CliError(str(error)) from None
+
+
+def said_on_a_fatal_signal() -> None:
+    """A daemon killed by a fatal signal (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL: a native library's fault, a file
+    mapping cut from under it) writes its threads' stacks to stderr, its log, before it dies, rather than ending
+    without a line there."""
+    faulthandler.enable()
 
 
 def made_data_dir(data_dir: Path) -> Path:
@@ -323,6 +332,7 @@ def worker(controllers: list[str], token_file: TextIO | None, name: str, address
         raise click.UsageError("--gpu-memory sets the memory of virtual GPUs: give --gpus too")
     token = read_token(token_file, os.environ, WORKER_TOKEN_VARIABLES)
     configure_logging(log_format)
+    said_on_a_fatal_signal()
 
     run_worker(WorkerOptions(
         controller_url=controllers[0], other_controllers=controllers[1:], token=token, name=name,

@@ -12,7 +12,14 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import CliError, GpuAmount, client, console, json_option, parse_pairs, print_json
-from corral.cli.daemons import CONTROLLERS_HELP, config_option, controllers_option, read_token, refuse_token_value
+from corral.cli.daemons import (
+    CONTROLLERS_HELP,
+    config_option,
+    controllers_option,
+    read_token,
+    refuse_token_value,
+    said_on_a_fatal_signal,
+)
 from corral.cli.format import format_age, format_command, format_resources, format_time
 from corral.cli.submit import chosen_workdir, export_option, load_spec_file, ship_workdir, with_shipped, workdir_options
 from corral.client import serving
@@ -240,6 +247,7 @@ def router(controllers: list[str], token_file: TextIO | None, host: str, port: i
     from corral.serving.standalone import run_router
 
     token = read_token(token_file, os.environ, ("CORRAL_TOKEN",))
+    said_on_a_fatal_signal()
     run_router(",".join(controllers), token, host, port, config.router if config else RouterConfig())
 
 

@@ -5,6 +5,7 @@ Their modules are imported inside the commands, so the client commands stay fast
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import socket
@@ -206,8 +207,10 @@ def controller(data_dir: Path, host: str, port: int, db_url: str | None, loss_ti
 def said_on_a_fatal_signal() -> None:
     """A daemon killed by a fatal signal (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL: a native library's fault, a file
     mapping cut from under it) writes its threads' stacks to stderr, its log, before it dies, rather than ending
-    without a line there."""
-    faulthandler.enable()
+    without a line there. Where stderr is no file (none at all, or a test runner's capture) there is nowhere to
+    write them, and the daemon runs on without."""
+    with contextlib.suppress(RuntimeError, OSError, ValueError):
+        faulthandler.enable()
 
 
 def made_data_dir(data_dir: Path) -> Path:

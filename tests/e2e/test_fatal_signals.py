@@ -15,7 +15,7 @@ from tests.e2e.cluster import free_port
 from tests.waiting import wait_for
 
 
-@pytest.mark.parametrize("fault", [signal.SIGBUS, signal.SIGSEGV])
+@pytest.mark.parametrize("fault", [signal.SIGBUS, signal.SIGSEGV], ids=lambda fault: fault.name)
 def test_the_controller_and_a_worker_killed_by_a_fault_say_so_in_their_logs(bare_cluster, fault):
     bare_cluster.start_worker("w1")
     for name, process in [("w1", bare_cluster.workers["w1"]), ("controller", bare_cluster.controller)]:
